@@ -1,0 +1,22 @@
+# The two commands: `make demo` (evaluate the embedded model on MiniWoB++) and `make test`.
+# Both set up whatever is missing first (Chromium, .venv, extras) and are quick when nothing is.
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(BIN)/envharness eval --model embedded --tasks click-test,click-button,focus-text,enter-text --episodes 4 --out runs/demo
+
+test: setup
+	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+
+bench: setup
+	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python bench/bench_browser.py
+
+clean:
+	rm -rf runs .pytest_cache

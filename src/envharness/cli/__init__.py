@@ -1,0 +1,38 @@
+"""`envharness serve | eval | train | bench`: one dispatcher, one module per command."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> module with `add_arguments(parser)` and `run(args) -> int`
+COMMANDS = {
+    "serve": ("envharness.cli.serve", "Serve an environment (OpenEnv-compatible WebSocket + HTTP)"),
+    "eval": ("envharness.cli.eval", "Evaluate a model on MiniWoB++ tasks and write a report"),
+    "train": ("envharness.cli.train", "Train a model with TRL's GRPO through the harness"),
+    "bench": ("envharness.cli.bench", "Benchmark the browser environment"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="envharness", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # an optional extra is missing: say which
+            sp.set_defaults(_missing=f"`envharness {name}` is unavailable: {exc}")
+            continue
+        module.add_arguments(sp)
+        sp.set_defaults(_run=module.run)
+    args = parser.parse_args(argv)
+    if getattr(args, "_missing", None):
+        print(args._missing, file=sys.stderr)
+        return 2
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
