@@ -23,6 +23,8 @@ class ToolCall:
     id: str
     name: str
     args: dict[str, Any]
+    #: Not sent to the tool: how the call was obtained (e.g. `parse_error` when a parser fell back).
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class ModelStepResult:
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    #: Backend extras (finish_reason, timings); kept in episode records.
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,3 +124,12 @@ class HarnessRolloutResult:
     logprobs: list[float] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
     turns: list[ModelStepResult] = field(default_factory=list)
+    # Filled by `run_episodes` (absent from OpenEnv's result, which leaves them to the caller):
+    task: Any = None
+    seed: int | None = None
+    episode_id: str | None = None
+    env_reward: float | None = None
+    verify: VerifyResult | None = None
+    #: Why the episode failed ("TypeName: message"); None when it ran to the end.
+    error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,228 @@
+"""BrowserGym actions as tools, both ways: tool call -> action string, model text -> tool call.
+
+`ACTION_TOOLS` is the one table: each BrowserGym action a model may call, its parameters
+(in BrowserGym's positional order) and JSON types. The seed's five tools (`click`, `fill`,
+`send_keys`, `scroll`, `noop`) are on by default; the rest are opt-in.
+
+`build_browsergym_action_tool_call(text)` reads what real models write: `Action: click('13')`,
+code fences, double quotes, `click(13)`, prose around the call, several calls (the first
+valid one wins, and calls after an `Action:` marker win over calls in the reasoning), JSON
+tool-call blobs. Arguments are parsed with `ast` as literals only; nothing is evaluated.
+When nothing parses it returns `noop()` with the problem in `ToolCall.metadata["parse_error"]`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from envharness.harness.tool_parsing import iter_json_objects, tool_call_from_json
+from envharness.harness.tools import tool_spec
+from envharness.harness.types import Tool, ToolCall
+
+STR, NUM = "string", "number"
+SCROLL_DIRECTIONS = ("up", "down", "left", "right")
+
+
+@dataclass(frozen=True)
+class ActionTool:
+    name: str
+    description: str
+    params: tuple[tuple[str, Any], ...] = ()  # (name, JSON type), in positional order
+    optional: tuple[str, ...] = ()
+
+    def spec(self) -> Tool:
+        props = {p: {"type": t} for p, t in self.params}
+        if self.name == "scroll":
+            props["direction"]["enum"] = list(SCROLL_DIRECTIONS)
+        return tool_spec(self.name, self.description, props, [p for p, _ in self.params if p not in self.optional])
+
+    def action_string(self, args: dict[str, Any]) -> str:
+        """The BrowserGym action string; string values are Python literals (repr), so the env's
+        `ast` parser reads back exactly the value given."""
+        unknown = set(args) - {p for p, _ in self.params}
+        if unknown:
+            raise ValueError(f"{self.name} takes no argument(s) {', '.join(sorted(unknown))}")
+        values = []
+        for param, _ in self.params:
+            if param not in args:
+                if param in self.optional:
+                    break
+                raise ValueError(f"{self.name} needs argument {param!r}")
+            values.append(repr(args[param]))
+        return f"{self.name}({', '.join(values)})"
+
+
+ACTION_TOOLS: dict[str, ActionTool] = {
+    t.name: t
+    for t in [
+        ActionTool("click", "Click the element with this BrowserGym bid.", (("bid", STR), ("button", STR)), ("button",)),
+        ActionTool("fill", "Replace the text of an input field (by bid) with `text`.", (("bid", STR), ("text", STR))),
+        ActionTool("send_keys", "Type text (or a key such as Enter) into the focused element.", (("text", STR),)),
+        ActionTool("scroll", "Scroll the page: 'up', 'down', 'left' or 'right'.", (("direction", STR),)),
+        ActionTool("noop", "Do nothing and observe the page again (optionally wait `wait_ms`).", (("wait_ms", NUM),), ("wait_ms",)),
+        ActionTool("dblclick", "Double-click an element.", (("bid", STR),)),
+        ActionTool("hover", "Move the mouse over an element.", (("bid", STR),)),
+        ActionTool("clear", "Clear an input field.", (("bid", STR),)),
+        ActionTool("focus", "Focus an element.", (("bid", STR),)),
+        ActionTool("check", "Tick a checkbox.", (("bid", STR),)),
+        ActionTool("uncheck", "Untick a checkbox.", (("bid", STR),)),
+        ActionTool("select_option", "Select option(s) of a <select> by their text.", (("bid", STR), ("options", [STR, "array"]))),
+        ActionTool("press", "Press a key combination (e.g. 'Control+a') in an element.", (("bid", STR), ("key_comb", STR))),
+        ActionTool("keyboard_press", "Press a key or combination on the page.", (("key", STR),)),
+        ActionTool("keyboard_type", "Type text with the keyboard.", (("text", STR),)),
+        ActionTool("drag_and_drop", "Drag one element onto another.", (("from_bid", STR), ("to_bid", STR))),
+        ActionTool("mouse_click", "Click at page coordinates.", (("x", NUM), ("y", NUM))),
+        ActionTool("go_back", "Go back in history."),
+        ActionTool("go_forward", "Go forward in history."),
+        ActionTool("goto", "Open a URL.", (("url", STR),)),
+        ActionTool("send_msg_to_user", "Send a message to the user.", (("text", STR),)),
+        ActionTool("report_infeasible", "Report that the task cannot be done.", (("reason", STR),)),
+    ]
+}
+DEFAULT_TOOL_NAMES = ("click", "fill", "send_keys", "scroll", "noop")
+
+#: Keyword spellings models use for our parameter names.
+_KEYWORD_ALIASES = {"value": "text", "element": "bid", "id": "bid", "dir": "direction"}
+
+_CALL_START = re.compile(r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(")
+_ACTION_MARKER = re.compile(r"\baction\s*:", re.IGNORECASE)
+_SMART_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def _call_span(text: str, open_paren: int) -> int | None:
+    """Index just past the parenthesis closing the one at `open_paren` (quotes respected)."""
+    depth, quote, i = 0, None, open_paren
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def _coerce(tool: ActionTool, param: str, value: Any) -> Any:
+    kind = dict(tool.params)[param]
+    if kind == STR or (isinstance(kind, list) and not isinstance(value, list)):
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"{param} must be text, got {value!r}")
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+    if kind == NUM and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"{param} must be a number, got {value!r}")
+    if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{param} must be a list of text")
+    return value
+
+
+def _normalize(name: str, positional: list[Any], keywords: dict[str, Any]) -> dict[str, Any]:
+    """Our tool arguments for a call written BrowserGym's way (raises ValueError when it cannot be)."""
+    tool = ACTION_TOOLS[name]
+    if name == "scroll" and len(positional) == 2 and not keywords:  # BrowserGym's scroll(dx, dy)
+        dx, dy = positional
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (dx, dy)) or dx == dy == 0:
+            raise ValueError("scroll(dx, dy) needs two numbers, not both zero")
+        if dy:
+            return {"direction": "down" if dy > 0 else "up"}
+        return {"direction": "right" if dx > 0 else "left"}
+    if name == "noop" and positional and not isinstance(positional[0], (int, float)):
+        raise ValueError("noop takes an optional number of milliseconds")
+    names = [p for p, _ in tool.params]
+    if len(positional) > len(names):
+        raise ValueError(f"{name} takes at most {len(names)} argument(s), got {len(positional)}")
+    args = dict(zip(names, positional))
+    for key, value in keywords.items():
+        key = key if key in names else _KEYWORD_ALIASES.get(key, key)
+        if key not in names:
+            raise ValueError(f"{name} has no argument {key!r}")
+        args[key] = value
+    missing = [p for p in names if p not in args and p not in tool.optional]
+    if missing:
+        raise ValueError(f"{name} needs {', '.join(missing)}")
+    args = {k: _coerce(tool, k, v) for k, v in args.items()}
+    if name == "scroll":
+        args["direction"] = args["direction"].strip().lower()
+        if args["direction"] not in SCROLL_DIRECTIONS:
+            raise ValueError(f"scroll direction must be one of {', '.join(SCROLL_DIRECTIONS)}")
+    return args
+
+
+def _parse_call(source: str) -> tuple[str, dict[str, Any]]:
+    """One `name(args...)` call as (tool name, arguments); literals only."""
+    try:
+        node = ast.parse(source.strip(), mode="eval").body
+    except SyntaxError:
+        node = ast.parse(source.strip().translate(_SMART_QUOTES), mode="eval").body  # raises SyntaxError again if hopeless
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id not in ACTION_TOOLS:
+        raise ValueError(f"not an action call: {source[:80]!r}")
+    try:
+        positional = [ast.literal_eval(a) for a in node.args]
+        keywords = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
+    except ValueError:
+        raise ValueError(f"arguments must be literals (quoted text or numbers): {source[:80]!r}") from None
+    if any(kw.arg is None for kw in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
+        raise ValueError("*args/**kwargs are not allowed")
+    return node.func.id, _normalize(node.func.id, positional, keywords)
+
+
+def _json_candidate(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A JSON blob as an action: `{"name": "click", "arguments": {...}}`, `{"action": "click", "bid": ...}`
+    or `{"action": "click('13')"}`."""
+    for key in ("action", "action_str", "command", "code"):
+        value = obj.get(key)
+        if isinstance(value, str) and "(" in value:
+            return _parse_call(value)
+    call = tool_call_from_json(obj, call_id="")
+    if call is None or call.name not in ACTION_TOOLS:
+        raise ValueError("JSON object is not a BrowserGym tool call")
+    args = call.args or {k: v for k, v in obj.items() if k not in ("name", "tool", "tool_name", "action", "type")}
+    return call.name, _normalize(call.name, [], args)
+
+
+def _candidates(text: str) -> list[tuple[int, str, Any]]:
+    """(position, kind, payload) of everything that might be the action, in text order."""
+    found: list[tuple[int, str, Any]] = []
+    for match in _CALL_START.finditer(text):
+        end = _call_span(text, match.end() - 1)
+        if end is not None:
+            found.append((match.start(), "call", text[match.start() : end]))
+    found.extend((pos, "json", obj) for pos, obj in iter_json_objects(text))
+    return sorted(found, key=lambda c: c[0])
+
+
+def build_browsergym_action_tool_call(text: str) -> ToolCall:
+    """Exactly one tool call for a model's output; `noop()` with `metadata["parse_error"]` if none parses."""
+    text = text or ""
+    marker = max((m.end() for m in _ACTION_MARKER.finditer(text)), default=None)
+    candidates = _candidates(text)
+    if marker is not None:  # the declared action first, then the rest in order
+        candidates = [c for c in candidates if c[0] >= marker] + [c for c in candidates if c[0] < marker]
+    problems: list[str] = []
+    for _, kind, payload in candidates:
+        try:
+            name, args = _parse_call(payload) if kind == "call" else _json_candidate(payload)
+        except (SyntaxError, ValueError) as exc:
+            problems.append(str(exc) if isinstance(exc, ValueError) else f"syntax error in {payload[:60]!r}")
+            continue
+        return ToolCall(id=f"browsergym-{name}", name=name, args=args)
+    reason = "; ".join(problems[:3]) if problems else "no BrowserGym action found in the model output"
+    return ToolCall(id="browsergym-noop", name="noop", args={}, metadata={"parse_error": reason, "raw_text": text[:500]})
+
+
+def build_browsergym_action_str(tool_name: str, arguments: dict[str, Any]) -> str:
+    """The BrowserGym action string for a tool call (OpenEnv's name). KeyError for unknown tools."""
+    if tool_name not in ACTION_TOOLS:
+        raise KeyError(f"Unsupported BrowserGym tool: {tool_name}")
+    return ACTION_TOOLS[tool_name].action_string(arguments)

@@ -1,0 +1,161 @@
+"""One Chromium per server process, one browser context per session.
+
+`BrowserEngine` owns the Playwright driver and the browser. Sessions ask it for a
+fresh, isolated `BrowserContext` (own cookies, storage, cache, pages). Each context
+serves the MiniWoB++ pages itself and refuses requests to any other host unless that
+host is allowed. If the browser dies, the next `new_context()` launches a new one;
+contexts of the dead browser are gone, which their sessions notice (see
+`BrowserGymEnvironment`), while sessions that reset get a working context again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+from urllib.parse import urlsplit
+
+from envharness.envs.browsergym.miniwob import MINIWOB_HOST, serve_miniwob_request
+
+logger = logging.getLogger(__name__)
+
+#: Debian's Chromium; Playwright's own downloads are not available on these machines.
+DEFAULT_CHROMIUM = os.environ.get("ENVHARNESS_CHROMIUM", "/usr/lib/chromium/chromium")
+CHROMIUM_ARGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    # as BrowserGym: keep scrollbars visible in screenshots
+    "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars",
+)
+#: BrowserGym makes Playwright's test-id attribute `bid`, so `get_by_test_id(bid)` finds elements.
+BID_ATTRIBUTE = "bid"
+
+
+class NavigationBlocked(ValueError):
+    """A URL outside the environment's own pages and the allowed hosts."""
+
+
+class HostGuard:
+    """Which hosts a session may reach: MiniWoB's own origin plus `allowed_hosts`."""
+
+    def __init__(self, allowed_hosts: Iterable[str] = ()) -> None:
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+
+    def allows(self, url: str) -> bool:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        return parts.scheme in ("http", "https") and (host == MINIWOB_HOST or host in self.allowed_hosts)
+
+    def check(self, url: str) -> None:
+        """Raise `NavigationBlocked` with the reason when `url` may not be opened."""
+        if url == "about:blank" or self.allows(url):
+            return
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise NavigationBlocked(f"navigation to {url[:100]!r} is blocked: only http(s) URLs may be opened")
+        allowed = ", ".join(sorted({MINIWOB_HOST, *self.allowed_hosts}))
+        raise NavigationBlocked(
+            f"navigation to host {parts.hostname!r} is blocked: this environment opens only {allowed} "
+            "(set allowed_hosts when starting the server to allow more)"
+        )
+
+    async def route(self, route: Any) -> None:
+        """Context-wide request handler: serve MiniWoB files, pass allowed hosts, block the rest."""
+        url = route.request.url
+        host = (urlsplit(url).hostname or "").lower()
+        if host == MINIWOB_HOST:
+            await serve_miniwob_request(route)
+        elif self.allows(url):
+            await route.continue_()
+        else:
+            await route.abort("blockedbyclient")
+
+
+class BrowserEngine:
+    """Shared Chromium for all sessions of a process. Use `await start()` / `await aclose()`."""
+
+    def __init__(self, *, headless: bool = True, executable_path: str | None = None,
+                 extra_args: Iterable[str] = ()) -> None:
+        self.headless = headless
+        self.executable_path = executable_path or DEFAULT_CHROMIUM
+        # A marker flag (ignored by Chromium) that lets us find our own browser process.
+        self._marker = f"--envharness-engine={uuid.uuid4().hex}"
+        self.args = [*CHROMIUM_ARGS, *extra_args, self._marker]
+        if not headless:
+            self.args.remove("--headless")
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._lock = asyncio.Lock()
+        #: Incremented on every launch; a context created under an older generation is dead.
+        self.generation = 0
+
+    async def start(self) -> None:
+        await self._ensure_browser()
+
+    async def _ensure_browser(self) -> Any:
+        async with self._lock:
+            if self._browser is not None and self._browser.is_connected():
+                return self._browser
+            if self._playwright is None:
+                from playwright.async_api import async_playwright
+
+                self._playwright = await async_playwright().start()
+                self._playwright.selectors.set_test_id_attribute(BID_ATTRIBUTE)
+            if not Path(self.executable_path).exists():
+                raise RuntimeError(
+                    f"Chromium not found at {self.executable_path}; install it (apt-get install chromium) "
+                    "or set ENVHARNESS_CHROMIUM to its path"
+                )
+            if self.generation:
+                logger.warning("the browser died; launching a new one")
+            self._browser = await self._playwright.chromium.launch(
+                executable_path=self.executable_path,
+                headless=self.headless,
+                args=self.args,
+                ignore_default_args=["--hide-scrollbars"],
+            )
+            self.generation += 1
+            return self._browser
+
+    async def new_context(self, *, viewport: dict[str, int], guard: HostGuard,
+                          timeout_ms: int = 5000, **options: Any) -> Any:
+        """A fresh isolated context that serves MiniWoB pages and applies `guard` to every request."""
+        browser = await self._ensure_browser()
+        context = await browser.new_context(viewport=viewport, **options)
+        context.set_default_timeout(timeout_ms)
+        await context.route("**/*", guard.route)
+        return context
+
+    def browser_pids(self) -> list[int]:
+        """Process ids of this engine's main browser process (for diagnostics and crash tests)."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if self._marker.encode() in cmdline and not any(a.startswith(b"--type=") for a in cmdline):
+                pids.append(int(entry.name))
+        return pids
+
+    @property
+    def connected(self) -> bool:
+        return self._browser is not None and self._browser.is_connected()
+
+    async def aclose(self) -> None:
+        """Close the browser and the Playwright driver. Safe to call twice."""
+        async with self._lock:
+            browser, self._browser = self._browser, None
+            pw, self._playwright = self._playwright, None
+        if browser is not None:
+            try:
+                await browser.close()
+            except Exception:  # already dead
+                pass
+        if pw is not None:
+            await pw.stop()

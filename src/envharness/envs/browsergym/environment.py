@@ -1,0 +1,346 @@
+"""`BrowserGymEnvironment`: MiniWoB++ in a shared Chromium, BrowserGym's actions and observations.
+
+One instance per session. It holds one browser context (from the shared `BrowserEngine`)
+with the task page, and:
+
+- ``reset(task=..., seed=..., **options)`` chooses the task per episode (``task_name`` is
+  accepted too, as OpenEnv's harness sends it). The same task restarts in place (a few ms);
+  another task, or a page an earlier episode navigated away from, is loaded afresh.
+  Options: the observation parts (``axtree``, ``pruned_html``, ``extra_properties``,
+  ``screenshot``, ``screenshot_format``), ``max_steps`` and ``time_limit_s``.
+- ``step(BrowserGymAction(action_str=...))`` parses the string (never executes it as code),
+  runs it, and reports reward/done as BrowserGym's MiniWoB ``validate`` does. A bad action
+  costs a step and comes back as ``last_action_error``, never as a crash.
+
+If the browser dies, the session's next step raises `BrowserSessionLost`; its next reset
+gets a new context from the relaunched browser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from envharness.core.environment import Environment
+from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym.actions import ActionParseError, parse_actions
+from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
+from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute
+from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
+from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation
+
+logger = logging.getLogger(__name__)
+
+_PART_OPTIONS = tuple(f.name for f in dataclasses.fields(ObservationParts))
+
+
+class BrowserSessionLost(RuntimeError):
+    """The browser (or this session's page) died; call reset() to start a new episode."""
+
+
+@dataclass
+class BrowserGymConfig:
+    """Server-wide options (``envharness serve browsergym --option ...``)."""
+
+    task: str = "click-test"
+    viewport: dict[str, int] | None = None  # None: MiniWoB's 332x214, as BrowserGym
+    observation: ObservationParts = field(default_factory=ObservationParts)
+    allowed_hosts: tuple[str, ...] = ()
+    max_steps: int | None = None
+    time_limit_s: float | None = None
+    episode_max_time_ms: int = miniwob.EPISODE_MAX_TIME_MS
+    noop_wait_ms: float = 0.0  # what noop() without argument waits (BrowserGym: 1000)
+    pre_observation_delay_ms: float = 0.0  # BrowserGym: 500
+    page_timeout_ms: int = 5000
+    fast_reset: bool = True
+
+
+@dataclass
+class _Episode:
+    task: str
+    seed: int | None
+    goal: str
+    parts: ObservationParts
+    max_steps: int | None
+    time_limit_s: float | None
+    started: float = field(default_factory=time.monotonic)
+    done: bool = False
+
+
+class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]):
+    """MiniWoB++ tasks with BrowserGym's action strings and observation fields."""
+
+    action_type = BrowserGymAction
+    observation_type = BrowserGymObservation
+    state_type = BrowserGymState
+    supports_concurrent_sessions = True
+
+    def __init__(self, engine: BrowserEngine, config: BrowserGymConfig | None = None) -> None:
+        self.engine = engine
+        self.config = config or BrowserGymConfig()
+        self.config.task = miniwob.check_task(self.config.task)
+        self._guard = HostGuard(self.config.allowed_hosts)
+        self._context: Any = None
+        self._generation = 0
+        self._actx: ActionContext | None = None
+        self._main_page: Any = None
+        self._loaded_task: str | None = None  # task whose page is loaded and reusable in place
+        self._page_crashed = False
+        self._episode: _Episode | None = None
+        self._state = BrowserGymState()
+
+    # -- reset ---------------------------------------------------------------------------
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
+                          task: str | None = None, task_name: str | None = None,
+                          **options: Any) -> BrowserGymObservation:
+        chosen = miniwob.check_task(task or task_name or (self._episode.task if self._episode else self.config.task))
+        parts, max_steps, time_limit_s = self._episode_options(options)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        try:
+            page = await self._fresh_page()
+            reload = not self.config.fast_reset or self._loaded_task != chosen or page.url != miniwob.task_url(chosen)
+            self._loaded_task = None
+            goal = await miniwob.start_episode(page, chosen, seed, reload=reload,
+                                               episode_max_time_ms=self.config.episode_max_time_ms)
+            self._loaded_task = chosen
+        except Exception as e:
+            self._raise_if_lost(e)
+            raise
+        self._episode = _Episode(chosen, seed, goal, parts, max_steps, time_limit_s)
+        self._actx.chat_messages[:] = [{"role": "user", "message": goal}]
+        self._actx.infeasible = False
+        self._state = BrowserGymState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
+                                      task_name=chosen, seed=seed, goal=goal, max_steps=max_steps)
+        return await self._observe(reward=0.0, done=False, last_action="", error="", info={})
+
+    def _episode_options(self, options: dict[str, Any]) -> tuple[ObservationParts, int | None, float | None]:
+        known = {*_PART_OPTIONS, "max_steps", "time_limit_s"}
+        unknown = set(options) - known
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "
+                             f"episode_id, {', '.join(sorted(known))}")
+        parts = dataclasses.replace(self.config.observation, **{k: options[k] for k in _PART_OPTIONS if k in options})
+        if parts.screenshot_format not in ("png", "jpeg"):
+            raise ValueError(f"screenshot_format must be 'png' or 'jpeg', got {parts.screenshot_format!r}")
+        max_steps = options.get("max_steps", self.config.max_steps)
+        time_limit_s = options.get("time_limit_s", self.config.time_limit_s)
+        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
+        if time_limit_s is not None and (not isinstance(time_limit_s, (int, float)) or time_limit_s <= 0):
+            raise ValueError(f"time_limit_s must be a positive number or None, got {time_limit_s!r}")
+        return parts, max_steps, time_limit_s
+
+    async def _fresh_page(self) -> Any:
+        """The session's main page, in a live context, with any extra tabs closed."""
+        if not self._alive():
+            await self._close_context()
+            viewport = self.config.viewport or miniwob.MINIWOB_VIEWPORT
+            self._context = await self.engine.new_context(viewport=viewport, guard=self._guard,
+                                                          timeout_ms=self.config.page_timeout_ms)
+            self._generation = self.engine.generation
+            self._main_page = await self._context.new_page()
+            self._page_crashed = False
+            self._main_page.on("crash", self._on_crash)
+            self._context.on("page", self._on_new_page)
+            self._actx = ActionContext(self._context, self._main_page, self._guard,
+                                       noop_wait_ms=self.config.noop_wait_ms)
+            self._loaded_task = None
+        for page in list(self._context.pages):
+            if page is not self._main_page:
+                await page.close()
+        self._actx.page = self._main_page
+        return self._main_page
+
+    def _on_crash(self, _page: Any) -> None:
+        self._page_crashed = True
+
+    def _on_new_page(self, page: Any) -> None:
+        # A page opened by the task (popup, target=_blank) becomes the active one, as in BrowserGym.
+        if self._actx is not None:
+            self._actx.page = page
+
+    # -- step ----------------------------------------------------------------------------
+    async def step_async(self, action: BrowserGymAction) -> BrowserGymObservation:
+        if self._episode is None:
+            raise RuntimeError("call reset() before step()")
+        if not self._alive():
+            raise BrowserSessionLost(self._lost_message())
+        action_str = action.action_str
+        if self._episode.done:
+            return await self._observe(reward=0.0, done=True, last_action=action_str,
+                                       error="the episode is over; call reset() to start a new one", info={})
+        self._state.step_count += 1
+        error = ""
+        try:
+            actions = parse_actions(action_str)
+            if any(a.name in STATEFUL_ACTIONS for a in actions):
+                self._loaded_task = None  # the next reset reloads the page
+            await execute(self._actx, actions)
+        except ActionParseError as e:
+            error = f"ValueError: invalid action: {e}"
+        except Exception as e:  # the action failed in the page: report it, as BrowserGym does
+            self._raise_if_lost(e)
+            error = f"{type(e).__name__}: {_first_line(e)}"
+        try:
+            if self.config.pre_observation_delay_ms > 0:
+                await self._actx.page.wait_for_timeout(self.config.pre_observation_delay_ms)
+            status = await self._validate()
+        except Exception as e:
+            self._raise_if_lost(e)
+            raise
+        ep = self._episode
+        elapsed = time.monotonic() - ep.started
+        truncated = not status.done and (
+            (ep.max_steps is not None and self._state.step_count >= ep.max_steps)
+            or (ep.time_limit_s is not None and elapsed >= ep.time_limit_s)
+        )
+        done = status.done or truncated or self._actx.infeasible
+        ep.done = done
+        self._state.cum_reward += status.reward
+        return await self._observe(reward=status.reward, done=done, last_action=action_str, error=error,
+                                   info=status.info, truncated=truncated)
+
+    async def _validate(self) -> miniwob.TaskStatus:
+        if self._actx.page is not self._main_page or self._main_page.is_closed():
+            return miniwob.TaskStatus(0.0, True, {"error": "invalid page, terminating task"})
+        return await miniwob.task_status(self._main_page, self._episode.task)
+
+    # -- observation -----------------------------------------------------------------------
+    async def _observe(self, *, reward: float, done: bool, last_action: str, error: str,
+                       info: dict[str, Any], truncated: bool = False) -> BrowserGymObservation:
+        ep = self._episode
+        page = self._actx.page
+        try:
+            raw = dict(await extract_page_observation(page, ep.parts))
+            pages = self._context.pages
+            titles = [await p.title() for p in pages]
+        except Exception as e:
+            self._raise_if_lost(e)
+            raise
+        axtree_txt = raw.pop("axtree_txt", "") or ""
+        pruned_html = raw.pop("pruned_html", "") or ""
+        screenshot = raw.pop("screenshot", None)
+        elapsed = time.monotonic() - ep.started
+        active_index = pages.index(page) if page in pages else 0
+        browsergym_obs = {
+            **raw,
+            "chat_messages": [dict(m) for m in self._actx.chat_messages],
+            "goal": ep.goal,
+            "goal_object": [{"type": "text", "text": ep.goal}],
+            "url": page.url,
+            "open_pages_urls": [p.url for p in pages],
+            "open_pages_titles": titles,
+            "active_page_index": active_index,
+            "last_action": last_action,
+            "last_action_error": error,
+            "elapsed_time": elapsed,
+        }
+        self._state.current_url = page.url
+        self._state.elapsed = elapsed
+        self._state.done = done
+        return BrowserGymObservation(
+            text=axtree_txt or pruned_html,
+            url=page.url,
+            screenshot=screenshot,
+            screenshot_format=ep.parts.screenshot_format if screenshot is not None else None,
+            goal=ep.goal,
+            axtree_txt=axtree_txt,
+            pruned_html=pruned_html,
+            error=error,
+            last_action=last_action,
+            last_action_error=error,
+            focused_element_bid=str(raw.get("focused_element_bid") or ""),
+            open_pages_urls=browsergym_obs["open_pages_urls"],
+            active_page_index=active_index,
+            elapsed_time=elapsed,
+            truncated=truncated,
+            done=done,
+            reward=reward,
+            metadata={"browsergym_obs": browsergym_obs,
+                      "browsergym_info": {"task_info": info, "truncated": truncated}},
+        )
+
+    # -- liveness ------------------------------------------------------------------------------
+    def _alive(self) -> bool:
+        return (
+            self._context is not None
+            and self._generation == self.engine.generation
+            and self.engine.connected
+            and not self._page_crashed
+            and not self._main_page.is_closed()
+        )
+
+    def _lost_message(self) -> str:
+        return ("this session's browser page is gone (the browser crashed or was restarted); "
+                "call reset() to start a new episode")
+
+    def _raise_if_lost(self, error: BaseException) -> None:
+        if not self._alive():
+            raise BrowserSessionLost(self._lost_message()) from error
+
+    # -- state and clean-up ----------------------------------------------------------------------
+    @property
+    def state(self) -> BrowserGymState:
+        if self._episode is not None:
+            self._state.elapsed = time.monotonic() - self._episode.started
+        return self._state
+
+    async def _close_context(self) -> None:
+        context, self._context = self._context, None
+        if context is not None:
+            try:
+                await context.close()
+            except Exception:  # the browser may already be gone
+                pass
+
+    async def close_async(self) -> None:
+        await self._close_context()
+        self._episode = None
+
+    def close(self) -> None:
+        """Contexts are closed by `close_async` (the server calls it) or with the engine."""
+
+
+def _first_line(error: BaseException) -> str:
+    """Playwright appends a multi-line call log to its messages; keep the reason."""
+    text = str(error).strip()
+    return text.split("\n=", 1)[0].split("\nCall log:", 1)[0].strip()[:500]
+
+
+class BrowserGymEnvironmentFactory:
+    """Makes one `BrowserGymEnvironment` per session, all sharing one `BrowserEngine`."""
+
+    def __init__(self, engine: BrowserEngine, config: BrowserGymConfig) -> None:
+        self.engine = engine
+        self.config = config
+
+    def __call__(self) -> BrowserGymEnvironment:
+        return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config))
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+
+def make_environment_factory(*, headless: bool = True, chromium_path: str | None = None,
+                             **options: Any) -> BrowserGymEnvironmentFactory:
+    """The server registry's entry point: `options` are `BrowserGymConfig` fields, plus the
+    observation parts (``axtree``, ``pruned_html``, ``extra_properties``, ``screenshot``,
+    ``screenshot_format``) as flat options. The browser starts on the first reset."""
+    parts = {k: options.pop(k) for k in _PART_OPTIONS if k in options}
+    fields = {f.name for f in dataclasses.fields(BrowserGymConfig)}
+    unknown = set(options) - fields
+    if unknown:
+        raise ValueError(f"unknown browsergym option(s) {', '.join(sorted(unknown))}; "
+                         f"valid: headless, chromium_path, {', '.join(sorted(fields | set(_PART_OPTIONS)))}")
+    if "allowed_hosts" in options:
+        hosts = options["allowed_hosts"]
+        options["allowed_hosts"] = tuple(hosts.split(",") if isinstance(hosts, str) else hosts)
+    config = BrowserGymConfig(**options)
+    config.observation = dataclasses.replace(config.observation, **parts)
+    config.task = miniwob.check_task(config.task)
+    return BrowserGymEnvironmentFactory(BrowserEngine(headless=headless, executable_path=chromium_path), config)

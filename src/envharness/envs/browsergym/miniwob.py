@@ -1,0 +1,229 @@
+"""MiniWoB++ tasks: the 125 that BrowserGym registers, served from PyPI `miniwob`'s HTML.
+
+The pages are served by the browser context itself (see `serve_miniwob_request`) under
+the fixed origin ``http://miniwob.local``; no HTTP server has to be started by hand.
+
+Episode set-up follows ``browsergym/miniwob/base.py`` step by step -- remove the human
+display, ``Math.seedrandom(seed)`` with the seed drawn from ``RandomState(seed)``,
+``core.EPISODE_MAX_TIME``, ``core.startEpisodeReal()``, wait for ``WOB_TASK_READY`` --
+so that the same seed gives the same task instance as BrowserGym. Rewards and done are
+read from the page as BrowserGym's ``validate`` does: ``float(WOB_RAW_REWARD_GLOBAL > 0)``
+and ``WOB_DONE_GLOBAL``.
+
+When the task does not change, `start_episode` restarts the episode in the loaded page
+(re-seed + ``startEpisodeReal``, a few ms) instead of reloading it (~100 ms).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import mimetypes
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+MINIWOB_HOST = "miniwob.local"
+MINIWOB_ORIGIN = f"http://{MINIWOB_HOST}"
+MINIWOB_BASE_URL = f"{MINIWOB_ORIGIN}/miniwob/"
+#: BrowserGym's defaults for MiniWoB (``AbstractMiniwobTask.__init__``).
+MINIWOB_VIEWPORT = {"width": 332, "height": 214}
+MINIWOB_SCALE_FACTOR = 1.5  # BrowserGym's `page._bgym_scale_factor` for MiniWoB
+EPISODE_MAX_TIME_MS = 1_000_000
+
+#: HTML tasks shipped by `miniwob` that BrowserGym does not register (real-time tasks).
+NOT_REGISTERED_BY_BROWSERGYM = frozenset({"button-delay", "chase-circle", "hover-shape", "moving-items", "simon-says"})
+#: Tasks BrowserGym marks ``nondeterministic = True``.
+NONDETERMINISTIC_TASKS = frozenset({"click-pie", "click-pie-nodelay", "terminal", "visual-addition"})
+
+
+@lru_cache(maxsize=1)
+def html_root() -> Path:
+    """The ``html`` folder of the installed `miniwob` package (found without importing it)."""
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the MiniWoB++ pages come from PyPI's `miniwob` package: pip install 'envharness[browser]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "html"
+
+
+@lru_cache(maxsize=1)
+def all_tasks() -> tuple[str, ...]:
+    """The 125 task names BrowserGym registers as ``browsergym/miniwob.<name>``, sorted."""
+    names = {p.stem for p in (html_root() / "miniwob").glob("*.html")}
+    return tuple(sorted(names - NOT_REGISTERED_BY_BROWSERGYM))
+
+
+def check_task(task: str) -> str:
+    """Return `task` (a name with or without BrowserGym's ``miniwob.`` prefix) or raise ValueError."""
+    if not isinstance(task, str):
+        raise ValueError(f"task must be a string, got {type(task).__name__}")
+    name = task.removeprefix("browsergym/").removeprefix("miniwob.")
+    if name not in all_tasks():
+        close = [t for t in all_tasks() if name[:5] and t.startswith(name[:5])][:5]
+        hint = f"; did you mean {', '.join(close)}?" if close else "; see envharness.envs.browsergym.miniwob.all_tasks()"
+        raise ValueError(f"unknown MiniWoB task {task[:80]!r}{hint}")
+    return name
+
+
+def task_url(task: str) -> str:
+    return f"{MINIWOB_BASE_URL}{task}.html"
+
+
+def episode_seed(seed: int | None) -> int:
+    """The number passed to ``Math.seedrandom``, drawn exactly as BrowserGym's task does."""
+    return int(np.random.RandomState(seed).randint(0, 1000000))
+
+
+# -- serving the pages ------------------------------------------------------------------
+@lru_cache(maxsize=512)
+def _read_file(relative: str) -> tuple[bytes, str] | None:
+    root = html_root().resolve()
+    path = (root / relative).resolve()
+    if root not in path.parents or not path.is_file():
+        return None
+    content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return path.read_bytes(), content_type
+
+
+async def serve_miniwob_request(route: Any) -> None:
+    """Answer a request to ``http://miniwob.local/...`` from the package's files (404 if absent)."""
+    path = urlsplit(route.request.url).path.lstrip("/")
+    found = _read_file(path)
+    if found is None:
+        await route.fulfill(status=404, body=f"not found: /{path}", content_type="text/plain")
+    else:
+        body, content_type = found
+        await route.fulfill(status=200, body=body, content_type=content_type)
+
+
+# -- episode set-up (JavaScript from browsergym/miniwob/base.py and all.py) -------------
+_REMOVE_HUMAN_DISPLAY_JS = r"""
+let __display_ids = ['reward-display', 'click-canvas', 'sync-task-cover'];
+let __display_divs = {};
+let __query_div_hidden_copy = null;
+
+removeDisplay = function() {
+  core.clearTimer();
+  document.body.removeEventListener('click', core.canvasDrawClick);
+  __query_div_hidden_copy = document.getElementById('query').cloneNode(true);
+  document.getElementById('query').innerHTML = '';
+  for (i in __display_ids) {
+    elem_id = __display_ids[i];
+    elem = document.getElementById(elem_id);
+    elem.remove();
+    __display_divs[elem_id] = elem;
+  }
+};
+
+bringBackDisplay = function() {
+  document.getElementById('query').innerHTML = __query_div_hidden_copy.innerHTML;
+  for (var elem_id in __display_divs){
+    document.body.appendChild(__display_divs[elem_id]);
+  }
+  core.createDisplay();
+};
+
+core.endEpisode_legacy = core.endEpisode;
+core.startEpisodeReal_legacy = core.startEpisodeReal;
+core.getUtterance_legacy = core.getUtterance;
+
+core.getUtterance = function () {
+  bringBackDisplay();
+  utterance = core.getUtterance_legacy();
+  removeDisplay();
+  return utterance;
+};
+
+core.endEpisode = function(reward, time_proportional, reason){
+  bringBackDisplay();
+  core.endEpisode_legacy(reward, time_proportional, reason);
+  removeDisplay();
+};
+
+core.startEpisodeReal = function() {
+  bringBackDisplay();
+  core.startEpisodeReal_legacy();
+  removeDisplay();
+};
+
+removeDisplay();
+"""
+
+#: Tasks whose goal text BrowserGym recovers with its own ``getUtterance`` (all.py).
+_GOAL_OVERRIDES = {
+    "click-menu-2": r"""core.getUtterance_legacy = function () {
+    query_div = document.getElementById('query');
+    if (query_div.children.length > 0) {
+        utterance = '';
+        utterance = utterance + query_div.childNodes[0].textContent.replace(/\s+/g, ' ').trim();
+        utterance = utterance + ' "' + query_div.children[0].getAttribute('class').split(' ')[1] + '"';
+        utterance = utterance + ' ' + query_div.childNodes[2].textContent.replace(/\s+/g, ' ').trim();
+    }
+    else {
+        utterance = query_div.textContent.replace(/\s+/g, ' ').trim();
+    }
+    return utterance;
+};""",
+    "use-colorwheel-2": r"""core.getUtterance_legacy = function () {
+    const rgb2hex = (rgb) => `#${rgb.match(/^rgb\((\d+),\s*(\d+),\s*(\d+)\)$/).slice(1).map(n => parseInt(n, 10).toString(16).padStart(2, '0')).join('')}`;
+    query_div = document.getElementById('query');
+    utterance = '';
+    utterance = utterance + query_div.children[0].textContent.replace(/\s+/g, ' ').trim();
+    utterance = utterance + ' ' + rgb2hex(query_div.children[1].style.backgroundColor);
+    utterance = utterance + ' ' + query_div.children[2].textContent.replace(/\s+/g, ' ').trim();
+    return utterance;
+};""",
+}
+
+# Seed, start, wait for WOB_TASK_READY (BrowserGym: `wait_for_function`), then read the goal.
+_START_EPISODE_JS = r"""async ([seed, maxTime]) => {
+  Math.seedrandom(seed);
+  core.EPISODE_MAX_TIME = maxTime;
+  core.startEpisodeReal();
+  const t0 = Date.now();
+  while (!WOB_TASK_READY) {
+    if (Date.now() - t0 > 10000) throw new Error('MiniWoB task did not become ready within 10 s');
+    await new Promise(r => setTimeout(r, 5));
+  }
+  const goal = core.getUtterance();
+  return (goal !== null && typeof goal === 'object') ? goal.utterance : goal;
+}"""
+
+_STATUS_JS = """() => [WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON, WOB_DONE_GLOBAL,
+                   WOB_EPISODE_ID, WOB_TASK_READY]"""
+
+
+async def start_episode(page: Any, task: str, seed: int | None, *, reload: bool,
+                        episode_max_time_ms: int = EPISODE_MAX_TIME_MS) -> str:
+    """Start an episode of `task` in `page` and return its goal text.
+
+    `reload=False` restarts in place; only valid when `page` already holds `task`.
+    """
+    if reload:
+        await page.goto(task_url(task))
+        await page.evaluate(_REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "") + "\n'';")
+    page._bgym_scale_factor = MINIWOB_SCALE_FACTOR  # read by coordinate actions and observations
+    goal = await page.evaluate(_START_EPISODE_JS, [episode_seed(seed), episode_max_time_ms])
+    return str(goal or "")
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """What BrowserGym's ``validate`` returns for MiniWoB: reward, done, and the raw globals."""
+
+    reward: float
+    done: bool
+    info: dict[str, Any]
+
+
+async def task_status(page: Any, task: str) -> TaskStatus:
+    """Reward and done as ``AbstractMiniwobTask.validate``: leaving the task page ends the episode."""
+    if page.url != task_url(task):
+        return TaskStatus(0.0, True, {"error": "invalid url, terminating task"})
+    values = await page.evaluate(_STATUS_JS)
+    keys = ("REWARD_GLOBAL", "RAW_REWARD_GLOBAL", "REWARD_REASON", "DONE_GLOBAL", "EPISODE_ID", "TASK_READY")
+    info = dict(zip(keys, values))
+    return TaskStatus(float(info["RAW_REWARD_GLOBAL"] > 0), bool(info["DONE_GLOBAL"]), info)

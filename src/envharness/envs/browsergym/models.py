@@ -1,0 +1,71 @@
+"""Wire models of the browser environment, with the field names of OpenEnv's BrowserGym env.
+
+The seeds' prompt builders read `goal`, `url`, `text`, `last_action_error` and
+``metadata["browsergym_obs"]["extra_element_properties"]``; all keep their OpenEnv
+names. Two deliberate changes: `screenshot` is a base64 PNG/JPEG string (never nested
+lists; `screenshot_array()` decodes it), and `last_action_error` holds the reason in
+words ("" when the action succeeded) -- still falsy/truthy as OpenEnv's boolean was.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+from pydantic import Field
+
+from envharness.core.types import Action, Observation, State
+
+
+class BrowserGymAction(Action):
+    """One BrowserGym action string, e.g. ``click('13')`` or ``fill('7', "hello")``.
+
+    Several calls on separate lines run in order. See `envharness.envs.browsergym.actions`.
+    """
+
+    action_str: str = Field(..., description="BrowserGym high-level action, e.g. \"click('13')\"")
+
+
+class BrowserGymObservation(Observation):
+    """What the agent sees after reset and each step."""
+
+    text: str = Field(default="", description="Text of the page for prompts: the accessibility tree")
+    url: str = Field(default="", description="URL of the active page")
+    screenshot: str | None = Field(default=None, description="Base64 PNG/JPEG of the viewport, when requested")
+    screenshot_format: str | None = Field(default=None, description="'png' or 'jpeg' when a screenshot is present")
+    goal: str = Field(default="", description="The task's instruction")
+    axtree_txt: str = Field(default="", description="Accessibility tree as text, elements marked [bid]")
+    pruned_html: str = Field(default="", description="Pruned HTML with bid attributes")
+    error: str = Field(default="", description="Why the last action failed ('' if it did not)")
+    last_action: str = Field(default="", description="The action string of the last step")
+    last_action_error: str = Field(default="", description="Why the last action failed, in words ('' if none)")
+    focused_element_bid: str = Field(default="", description="bid of the focused element ('' if none)")
+    open_pages_urls: list[str] = Field(default_factory=list, description="URLs of the open tabs")
+    active_page_index: int = Field(default=0, description="Index of the active tab in open_pages_urls")
+    elapsed_time: float = Field(default=0.0, description="Seconds since the episode started")
+    truncated: bool = Field(default=False, description="The episode ended by a step or time limit")
+
+    def screenshot_array(self) -> Any:
+        """The screenshot as a ``(height, width, 3)`` uint8 numpy array, or None."""
+        if self.screenshot is None:
+            return None
+        import numpy as np
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(base64.b64decode(self.screenshot))).convert("RGB")
+        return np.asarray(image)
+
+
+class BrowserGymState(State):
+    """Episode bookkeeping (OpenEnv's fields plus seed and timing)."""
+
+    benchmark: str = "miniwob"
+    task_name: str = Field(default="", description="MiniWoB task of the episode, e.g. 'click-test'")
+    seed: int | None = None
+    goal: str = ""
+    current_url: str = ""
+    max_steps: int | None = None
+    cum_reward: float = 0.0
+    elapsed: float = Field(default=0.0, description="Seconds since reset")
+    done: bool = False

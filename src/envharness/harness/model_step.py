@@ -1,0 +1,170 @@
+"""Model steps: how a harness samples the next model turn.
+
+A model step is OpenEnv's callable `model_step(messages, tools, sampling) -> ModelStepResult`,
+sync (run in a worker thread) or async. `BatchingModelStep` builds them on a `ModelBackend`:
+every episode gets its own step (`for_episode()`, which remembers that episode's exact
+tokens so the backend only tokenizes new messages), and the steps of all waiting episodes
+are served by ONE `backend.generate(batch)` call. A batch is sent as soon as every live
+episode is waiting (or `max_wait_s` after its first request, so one slow environment does
+not stall the rest); while it generates, new requests queue up for the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any, Protocol
+
+from envharness.harness.concurrency import run_sync
+from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed, parse_json_tool_calls
+from envharness.harness.tools import as_mcp_dict
+from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
+from envharness.models.base import Generation, GenerationRequest, ModelBackend, SamplingParams
+
+
+class ModelStep(Protocol):
+    """Samples one model turn. May be sync or `async def`."""
+
+    def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult: ...
+
+
+def _is_async_callable(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+async def call_model_step(step: Any, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
+    """Await an async step; run a sync one in a worker thread (it may block on a trainer)."""
+    if _is_async_callable(step):
+        result = await step(messages, tools, sampling)
+    else:
+        result = await run_sync(step, messages, tools, sampling)
+        if inspect.isawaitable(result):
+            result = await result
+    if not isinstance(result, ModelStepResult):
+        raise TypeError(f"model step returned {type(result).__name__}, expected ModelStepResult")
+    return result
+
+
+class BatchingModelStep:
+    """Groups the concurrent model steps of many episodes into batched `backend.generate` calls.
+
+    `tool_call_parser(text)` turns the model's text into tool calls (default: JSON tool calls;
+    for BrowserGym pass `build_browsergym_action_tool_call`). `max_batch_size` caps one call;
+    `max_wait_s` bounds how long a batch waits for live episodes still busy in their
+    environment (0: send whoever is waiting now). `send_tools=False` keeps tool specs out of
+    the chat template (for text-action prompts).
+    """
+
+    def __init__(
+        self,
+        backend: ModelBackend,
+        *,
+        tool_call_parser: ToolCallParser = parse_json_tool_calls,
+        max_batch_size: int | None = None,
+        max_wait_s: float = 0.02,
+        send_tools: bool = True,
+    ):
+        self.backend = backend
+        self.tool_call_parser = tool_call_parser
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.send_tools = send_tools
+        self.batch_sizes: list[int] = []  # one entry per backend call, for stats and tests
+        self._pending: list[tuple[GenerationRequest, asyncio.Future]] = []
+        self._worker: asyncio.Task | None = None
+        self._changed: asyncio.Event | None = None
+        self._live = 0  # episodes between for_episode() and their step's close()
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Queue one request; resolves when the batch holding it has been generated."""
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        if self._worker is None or self._worker.done():
+            self._changed = asyncio.Event()  # bound to this loop (each rollout_func call has its own)
+            self._worker = asyncio.create_task(self._drain())
+        self._notify()
+        return await future
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _wait_for_live_episodes(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_s
+        await asyncio.sleep(0)  # whoever is ready in this tick joins at no cost
+        while len(self._pending) < self._live and (remaining := deadline - loop.time()) > 0:
+            assert self._changed is not None
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return
+
+    async def _drain(self) -> None:
+        while self._pending:
+            await self._wait_for_live_episodes()
+            size = self.max_batch_size or len(self._pending)
+            batch, self._pending = self._pending[:size], self._pending[size:]
+            batch = [(req, fut) for req, fut in batch if not fut.done()]  # drop cancelled episodes
+            if not batch:
+                continue
+            self.batch_sizes.append(len(batch))
+            try:
+                generations = await self.backend.generate([req for req, _ in batch])
+                if len(generations) != len(batch):
+                    raise RuntimeError(f"backend returned {len(generations)} generations for {len(batch)} requests")
+            except Exception as exc:  # every episode in the batch learns why; none hangs
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, fut), gen in zip(batch, generations):
+                if not fut.done():
+                    fut.set_result(gen)
+
+    def for_episode(self) -> "EpisodeModelStep":
+        """A fresh model step for one episode; `close()` it when the episode ends
+        (`run_episodes` does) so batches stop waiting for it."""
+        self._live += 1
+        return EpisodeModelStep(self)
+
+    def _release(self) -> None:
+        self._live -= 1
+        self._notify()
+
+
+class EpisodeModelStep:
+    """One episode's async model step on a `BatchingModelStep`.
+
+    Passes the episode's exact tokens so far as `prefix_ids`, so a tokenizing backend
+    extends them instead of re-tokenizing the history.
+    """
+
+    def __init__(self, batcher: BatchingModelStep):
+        self._batcher = batcher
+        self._prefix_ids: list[int] | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._batcher._release()
+
+    async def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
+        request = GenerationRequest(
+            messages=list(messages),
+            tools=[as_mcp_dict(t) for t in tools] if (tools and self._batcher.send_tools) else None,
+            sampling=SamplingParams.from_dict(sampling),
+            prefix_ids=self._prefix_ids,
+        )
+        gen = await self._batcher.generate(request)
+        calls = normalize_parsed(self._batcher.tool_call_parser(gen.text))
+        self._prefix_ids = list(gen.prompt_ids) + list(gen.completion_ids) if gen.prompt_ids else None
+        return ModelStepResult(
+            response=LLMResponse(content=gen.text, tool_calls=calls),
+            prompt_ids=list(gen.prompt_ids),
+            completion_ids=list(gen.completion_ids),
+            logprobs=list(gen.logprobs),
+            metadata={"finish_reason": gen.finish_reason, **gen.metadata},
+        )

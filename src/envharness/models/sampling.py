@@ -1,0 +1,43 @@
+"""The distribution a token is drawn from, and its log-probabilities.
+
+Convention (the one TRL's GRPO importance sampling expects, and what `trl vllm-serve` runs
+vLLM with: `--logprobs-mode processed_logprobs`): a logprob is taken from the *processed*
+distribution the token was actually sampled from — raw logits divided by the temperature,
+then top-k and top-p filtering, renormalised. Without top-k/top-p this is exactly
+`log_softmax(logits / T)` at the sampled id. Greedy decoding (temperature 0) reports
+`log_softmax(logits)`.
+
+Why not transformers' `output_scores`: they are the processed scores of *its* processors
+(which include the model's `generation_config` defaults, e.g. a top-k of 50 or 20), so they
+can silently differ from what the caller asked for by up to ~1 nat.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def processed_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Log-probabilities over the vocabulary (last dim) of the distribution we sample from."""
+    logits = logits.float()
+    if temperature <= 0:
+        return torch.log_softmax(logits, dim=-1)
+    x = logits / temperature
+    if 0 < top_k < x.shape[-1]:
+        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1)  # ascending, as transformers' TopPLogitsWarper
+        cumulative = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)
+        remove_sorted = cumulative <= (1.0 - top_p)
+        remove_sorted[..., -1] = False  # always keep the most likely token
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        x = x.masked_fill(remove, float("-inf"))
+    return torch.log_softmax(x, dim=-1)
+
+
+def sample_token(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> int:
+    """Draw one token id from a 1-D vector of processed logprobs (argmax when greedy)."""
+    if temperature <= 0:
+        return int(torch.argmax(logprobs))
+    return int(torch.multinomial(logprobs.exp(), 1, generator=generator))

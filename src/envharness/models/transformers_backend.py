@@ -1,0 +1,193 @@
+"""A local Hugging Face causal LM as a batched `ModelBackend` with exact tokens and logprobs.
+
+All requests of a batch are decoded together (left-padded, one forward pass per new token,
+KV cache), each with its own temperature, top-k/top-p, token budget, stop strings and seed.
+The decoding loop is ours rather than `model.generate` so that the distribution a token is
+sampled from and the logprob reported for it are the same tensor (see `sampling.py`); a
+separate forward pass over `prompt_ids + completion_ids` reproduces the logprobs.
+
+Generation runs in a worker thread (the event loop stays free for environments) under a
+lock, so one model never serves two batches at once. Built from a path/hub id, or from an
+existing `(model, tokenizer)` pair, e.g. the model a TRL trainer is training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from envharness.models import chat
+from envharness.models.base import Generation, GenerationRequest, SamplingParams
+from envharness.models.sampling import processed_logprobs, sample_token
+
+
+@dataclass
+class _Row:
+    """One sequence being decoded."""
+
+    params: SamplingParams
+    generator: torch.Generator | None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop: str | None = None
+
+
+class TransformersBackend:
+    """`await backend.generate([GenerationRequest])` on a local transformers causal LM."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_size: int = 32):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
+        self.max_batch_size = max_batch_size
+        self._lock = threading.Lock()
+        self._eos_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self._pad_id = int(pad if pad is not None else 0)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        gguf_file: str | None = None,
+        local_files_only: bool = False,
+        **kwargs: Any,
+    ) -> "TransformersBackend":
+        """Load a model directory or hub id (hub ids need network unless already cached)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, gguf_file=gguf_file, local_files_only=local_files_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            name_or_path, gguf_file=gguf_file, dtype=getattr(torch, dtype), local_files_only=local_files_only
+        )
+        return cls(model.to(device).eval(), tokenizer, name=name_or_path, **kwargs)
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """Render, tokenize and sample every request; one `Generation` per request, in order."""
+        return await asyncio.to_thread(self.generate_blocking, requests)
+
+    def generate_blocking(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """The same as `generate`, in the calling thread."""
+        prompts = [chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids) for r in requests]
+        return self.generate_from_ids(prompts, [r.sampling for r in requests])
+
+    def generate_from_ids(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
+        """Sample continuations of already-tokenized prompts (used by servers built on this backend)."""
+        if len(prompts) != len(sampling):
+            raise ValueError(f"{len(prompts)} prompts but {len(sampling)} sampling params")
+        if any(not p for p in prompts):
+            raise ValueError("empty prompt: nothing to condition on")
+        out: list[Generation] = []
+        with self._lock:
+            for start in range(0, len(prompts), self.max_batch_size):
+                stop = start + self.max_batch_size
+                out.extend(self._decode(prompts[start:stop], sampling[start:stop]))
+        return out
+
+    async def aclose(self) -> None:
+        """Nothing to release: the model belongs to whoever passed it in."""
+
+    @torch.inference_mode()
+    def _decode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
+        rows = [_Row(p, _generator(p.seed)) for p in sampling]
+        device = _device(self.model)
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            past = None
+            for _ in range(max(p.max_tokens for p in sampling)):
+                result = self.model(
+                    input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                    past_key_values=past, use_cache=True, logits_to_keep=1,
+                )
+                past = result.past_key_values
+                logits = result.logits[:, -1, :]
+                next_ids = [self._step(row, logits[i]) for i, row in enumerate(rows)]
+                if all(row.finish_reason for row in rows):
+                    break
+                input_ids = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
+                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
+                positions = positions[:, -1:] + 1
+        finally:
+            self.model.train(was_training)
+        return [self._generation(p, row) for p, row in zip(prompts, rows)]
+
+    def _step(self, row: _Row, logits: torch.Tensor) -> int:
+        """Sample one token for a row still decoding; returns the id to feed next."""
+        if row.finish_reason:
+            return self._pad_id
+        p = row.params
+        logprobs = processed_logprobs(logits.float().cpu(), p.temperature, p.top_k, p.top_p)
+        token = sample_token(logprobs, p.temperature, row.generator)
+        row.tokens.append(token)
+        row.logprobs.append(float(logprobs[token]))
+        if token in self._eos_ids:
+            row.finish_reason = "stop"
+        elif p.stop:
+            text = self.tokenizer.decode(row.tokens, skip_special_tokens=False)
+            hit = _first_stop(text, p.stop)
+            if hit is not None:
+                row.finish_reason, row.stop = "stop", hit
+        if not row.finish_reason and len(row.tokens) >= p.max_tokens:
+            row.finish_reason = "length"
+        return token
+
+    def _generation(self, prompt: list[int], row: _Row) -> Generation:
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        if row.stop is not None and row.stop in text:
+            text = text[: text.index(row.stop) + len(row.stop)]  # the stop string ends the text
+        metadata = {"stop": row.stop} if row.stop is not None else {}
+        return Generation(
+            text=text,
+            prompt_ids=list(prompt),
+            completion_ids=row.tokens,
+            logprobs=row.logprobs,
+            finish_reason=row.finish_reason or "length",
+            metadata=metadata,
+        )
+
+
+def _first_stop(text: str, stops: list[str]) -> str | None:
+    """The stop string that ends earliest in `text`, if any occurs."""
+    found = [(text.index(s) + len(s), s) for s in stops if s and s in text]
+    return min(found)[1] if found else None
+
+
+def _generator(seed: int | None) -> torch.Generator | None:
+    """A per-request RNG, so a seeded request samples the same tokens in any batch."""
+    if seed is None:
+        return None
+    gen = torch.Generator()
+    gen.manual_seed(int(seed))
+    return gen
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (config_eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
