@@ -13,7 +13,7 @@ demo: setup
 	$(BIN)/envharness eval --model embedded --tasks click-test,click-button,focus-text,enter-text --episodes 4 --out runs/demo
 
 test: setup
-	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+	LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
 
 bench: setup
 	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python bench/bench_browser.py

@@ -43,7 +43,8 @@ async def extract_page_observation(page, parts):
 
 
 def install() -> None:
-    if importlib.util.find_spec("envharness.envs.browsergym.observation") is None:
+    name = "envharness.envs.browsergym.observation"
+    if name not in sys.modules and importlib.util.find_spec(name) is None:
         mod = types.ModuleType("envharness.envs.browsergym.observation")
         mod.ObservationParts, mod.mark_elements, mod.extract_page_observation = ObservationParts, mark_elements, extract_page_observation
         sys.modules[mod.__name__] = mod

@@ -55,7 +55,7 @@ class CounterSession(ResourceSession):
             self.stats["in_flight"] += 1
             self.stats["peak"] = max(self.stats["peak"], self.stats["in_flight"])
         try:
-            time.sleep(self.delay)
+            time.sleep(1.0 if self.fail == "hang" else self.delay)  # "hang": an env that stopped answering
             if self.fail == "call_tool":
                 raise RuntimeError("environment server went away")
             if name == "add":
@@ -339,3 +339,14 @@ async def test_records_round_trip(tmp_path):
     path.write_text(json.dumps({"version": 99}) + "\n")
     with pytest.raises(ValueError, match="version 99"):
         read_records(path)
+
+
+async def test_a_hanging_episode_times_out_alone():
+    results = await run_episodes(
+        CounterFactory(fail={"ep1": "hang"}),
+        tasks(3),
+        model_step_builder=lambda s: ScriptedTokenStep(script_for(s.task)),
+        episode_timeout_s=0.5,
+    )
+    assert [r.env_reward for r in results] == [1.0, 0.0, 3.0]
+    assert results[1].error == "TimeoutError: episode took longer than 0.5 s"

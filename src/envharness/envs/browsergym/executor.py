@@ -1,7 +1,7 @@
 """Runs a `ParsedAction` on a page: one short async function per BrowserGym primitive.
 
 Each function keeps the meaning of its namesake in ``browsergym/core/action/functions.py``
-(element timeouts of 500 ms, coordinates divided by the page's ``_bgym_scale_factor``,
+(element timeouts, coordinates divided by the page's ``_bgym_scale_factor``,
 ``get_elem_by_bid``'s frame-by-frame lookup) without BrowserGym's demo-mode effects.
 Errors are raised as exceptions; the environment turns them into ``last_action_error``.
 
@@ -11,6 +11,8 @@ Documented differences from BrowserGym:
 - ``goto`` (and any request a page makes) may reach only the environment's own pages and
   the configured allowed hosts.
 - ``upload_file`` / ``mouse_upload_file`` are refused (they would read the server's disk).
+- element actions wait up to `ActionContext.element_timeout_ms` (environment option
+  ``action_timeout_ms``, 3000 by default) where BrowserGym waits 500 ms.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class ActionContext:
     guard: HostGuard
     chat_messages: list[dict[str, str]] = field(default_factory=list)
     noop_wait_ms: float = 0.0
-    element_timeout_ms: float = 500.0
+    element_timeout_ms: float = 3000.0
     infeasible: bool = False
 
 

@@ -57,8 +57,8 @@ def action_instructions(tool_names: Iterable[str]) -> str:
         params = ", ".join(p if p not in tool.optional else f"{p}=..." for p, _ in tool.params)
         lines.append(f"- {name}({params}): {tool.description}")
     return (
-        "You control a web browser to complete the goal below. Elements are identified by the\n"
-        "bid in square brackets in the accessibility tree. Reply with exactly one action, for\n"
+        "You control a web browser to complete the goal below. Page elements are named by the\n"
+        "id in square brackets before them, e.g. [13]. Reply with exactly one action, for\n"
         "example:\nAction: click('13')\n\nAvailable actions:\n" + "\n".join(lines)
     )
 
@@ -78,7 +78,8 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
 
     `tools`: which actions the model may call (default the seed's five); `extra_tools` adds
     opt-in ones (`dblclick`, `select_option`, `press`, ...). `max_observation_chars` bounds
-    the page text in each message (None: no bound).
+    the page text in each message (None: no bound). `prompt_builder(observation, task,
+    tool_names) -> messages` replaces the first prompt (e.g. a compact one for small models).
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         extra_tools: Iterable[str] = (),
         reset_kwargs: dict[str, Any] | None = None,
         max_observation_chars: int | None = 12000,
+        prompt_builder: Callable[[Any, Any, list[str]], list[Message]] | None = None,
     ):
         names = list(dict.fromkeys([*tools, *extra_tools]))
         unknown = [n for n in names if n not in ACTION_TOOLS]
@@ -101,6 +103,7 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         self._tool_specs = [ACTION_TOOLS[n].spec() for n in names]
         self._reset_kwargs = dict(reset_kwargs or {})
         self._max_chars = max_observation_chars
+        self._prompt_builder = prompt_builder
 
     def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> StepEnvSessionAdapter:
         return self._session_for(self._client_factory(), task, seed, episode_id)
@@ -144,6 +147,8 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         return BrowserGymAction(action_str=build_browsergym_action_str(name, arguments))
 
     def _initial_messages(self, result: Any, task: Any) -> list[Message]:
+        if self._prompt_builder is not None:
+            return list(self._prompt_builder(result.observation, task, list(self.tool_names)))
         text = format_observation(result.observation, task=task, max_chars=self._max_chars)
         return [{"role": "user", "content": action_instructions(self.tool_names) + "\n\n" + text}]
 

@@ -1,0 +1,82 @@
+"""`envharness serve NAME`: serve an environment over OpenEnv's WebSocket + HTTP wire.
+
+Env options come from `--option key=value` (values parsed as JSON when they parse, so
+`--option max_steps=3` is an int) or from `ENVHARNESS_OPTION_<KEY>` environment
+variables; flags win. The token comes from `--token` or `ENVHARNESS_TOKEN`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+OPTION_ENV_PREFIX = "ENVHARNESS_OPTION_"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="environment: echo, browsergym, or module.path:attribute")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 exposes it)")
+    parser.add_argument("--port", type=int, default=8000, help="port (0: a free one; the URL is printed)")
+    parser.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions allowed (default 64)")
+    parser.add_argument("--idle-timeout", type=float, default=600.0,
+                        help="seconds before a silent session is closed (default 600; 0 disables)")
+    parser.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (default: $ENVHARNESS_TOKEN)")
+    parser.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024, help="largest accepted message")
+    parser.add_argument("--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="environment option (repeatable)")
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def collect_options(pairs: list[str], environ: dict[str, str]) -> dict[str, Any]:
+    options = {k[len(OPTION_ENV_PREFIX):].lower(): parse_value(v) for k, v in environ.items() if k.startswith(OPTION_ENV_PREFIX)}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option expects KEY=VALUE, got {pair!r}")
+        options[key.strip()] = parse_value(value)
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from envharness.core.registry import make_factory
+    from envharness.core.server import bind_socket, create_app, uvicorn_server
+
+    try:
+        options = collect_options(args.option, dict(os.environ))
+        factory = make_factory(args.name, **options)
+    except (KeyError, ValueError, TypeError, ImportError) as exc:
+        print(f"envharness serve: {exc}", file=sys.stderr)
+        return 2
+    token = args.token or os.environ.get("ENVHARNESS_TOKEN") or None
+    app = create_app(factory, name=args.name, max_sessions=args.max_sessions, token=token,
+                     idle_timeout_s=args.idle_timeout or None, max_message_bytes=args.max_message_bytes)
+    sock = bind_socket(args.host, args.port)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    server = uvicorn_server(app, ping_interval_s=args.ping_interval, ping_timeout_s=args.ping_interval, log_level=args.log_level)
+    print(f"envharness serve: {args.name} listening on http://{host}:{sock.getsockname()[1]}"
+          f"{' (bearer token required)' if token else ''}", flush=True)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was
+    # there before; a no-op one lets the process report the clean stop and exit 0.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    sessions = app.state.sessions
+    print(f"envharness serve: stopped; {sessions.sessions_closed} session(s) closed, "
+          f"{sessions.live_environments} environment(s) still open", flush=True)
+    return 0

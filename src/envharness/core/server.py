@@ -1,0 +1,263 @@
+"""`create_app(env_factory, ...)`: the routes that serve any `Environment`.
+
+The wire lives in `protocol.py`, session bookkeeping in `sessions.py`; this module only
+maps requests onto them. HTTP /reset, /step and /state are stateless as in OpenEnv: each
+runs on a fresh environment that is closed afterwards (/step resets it first). Episodes
+that span several steps use the WebSocket, one environment per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import socket
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.requests import HTTPConnection
+
+from envharness.core.protocol import (
+    HTTP_STATUS, CloseMessage, ErrorCode, HealthResponse, ProtocolError, ResetMessage, ResetRequest, SchemaResponse,
+    StepMessage, StepRequest, error_message, observation_message, parse_client_message, serialize_observation,
+    state_message, validation_error,
+)
+from envharness.core.sessions import EnvFactory, Session, SessionManager
+from envharness.core.types import Observation, State
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+WS_POLICY_VIOLATION = 1008
+WS_TRY_AGAIN_LATER = 1013
+
+
+def create_app(
+    env_factory: EnvFactory,
+    *,
+    name: str | None = None,
+    max_sessions: int = 64,
+    idle_timeout_s: float | None = 600.0,
+    token: str | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> FastAPI:
+    """A FastAPI app serving `env_factory()` environments over OpenEnv's wire.
+
+    `token`: when set, every HTTP request and WebSocket needs `Authorization: Bearer
+    <token>` (WebSockets may pass `?token=` instead). `idle_timeout_s=None` disables the
+    idle timeout. Messages over `max_message_bytes` get MESSAGE_TOO_LARGE.
+    """
+    manager = SessionManager(env_factory, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
+    env_name = name or getattr(env_factory, "__name__", type(env_factory).__name__)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        manager.start()
+        try:
+            yield
+        finally:
+            await manager.shutdown()
+
+    docs = {} if token is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title=f"envharness: {env_name}", lifespan=lifespan, **docs)
+    app.state.sessions = manager
+    app.state.max_message_bytes = max_message_bytes
+
+    def authorized(conn: HTTPConnection) -> bool:
+        if token is None:
+            return True
+        header = conn.headers.get("authorization", "")
+        given = header[7:] if header.lower().startswith("bearer ") else conn.query_params.get("token", "")
+        return hmac.compare_digest(given.encode(), token.encode())
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next):
+        if not authorized(request):
+            return error_response(ProtocolError(ErrorCode.UNAUTHORIZED, "Missing or wrong bearer token"))
+        return await call_next(request)
+
+    @app.exception_handler(ProtocolError)
+    async def protocol_error(request: Request, exc: ProtocolError) -> JSONResponse:
+        return error_response(exc)
+
+    async def read_body(request: Request, model: type[BaseModel]) -> Any:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_message_bytes:
+            raise too_large(int(declared), max_message_bytes)
+        raw = await request.body()
+        if len(raw) > max_message_bytes:
+            raise too_large(len(raw), max_message_bytes)
+        try:
+            payload = json.loads(raw) if raw.strip() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ProtocolError(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}") from None
+        try:
+            return model.model_validate(payload)
+        except ValidationError as exc:
+            raise validation_error(f"Invalid {model.__name__}", exc) from None
+
+    @app.post("/reset")
+    async def http_reset(request: Request) -> dict[str, Any]:
+        body = await read_body(request, ResetRequest)
+        async with manager.temporary() as session:
+            observation = await run_reset(session, body.model_dump(exclude_unset=True))
+        return serialize_observation(observation)
+
+    @app.post("/step")
+    async def http_step(request: Request) -> dict[str, Any]:
+        body = await read_body(request, StepRequest)
+        async with manager.temporary() as session:
+            await run_reset(session, {})
+            observation = await run_step(session, body.action)
+        return serialize_observation(observation)
+
+    @app.get("/state")
+    async def http_state() -> dict[str, Any]:
+        async with manager.temporary() as session:
+            state = await session.env.state_async()
+        return checked(state, State, "state").model_dump(mode="json")
+
+    @app.get("/health")
+    async def health() -> HealthResponse:
+        return HealthResponse(
+            status="shutting_down" if manager.shutting_down else "healthy", env=env_name,
+            active_sessions=len(manager.sessions), max_sessions=manager.capacity,
+            live_environments=manager.live_environments,
+            sessions_opened=manager.sessions_opened, sessions_closed=manager.sessions_closed,
+        )
+
+    @app.get("/metadata")
+    async def metadata() -> dict[str, Any]:
+        return (await manager.describe()).metadata.model_dump(mode="json")
+
+    @app.get("/schema")
+    async def schema() -> SchemaResponse:
+        d = await manager.describe()
+        return SchemaResponse(action=d.action_type.model_json_schema(), observation=d.observation_type.model_json_schema(),
+                              state=d.state_type.model_json_schema())
+
+    @app.websocket("/ws")
+    async def websocket_session(websocket: WebSocket) -> None:
+        await websocket.accept()
+        if not authorized(websocket):
+            await refuse(websocket, ProtocolError(ErrorCode.UNAUTHORIZED, "Missing or wrong bearer token"), WS_POLICY_VIOLATION)
+            return
+        try:
+            session = await manager.open()
+        except ProtocolError as exc:
+            await refuse(websocket, exc, WS_TRY_AGAIN_LATER)
+            return
+        serving = asyncio.create_task(serve_messages(websocket, session))
+        session.on_expire = serving.cancel
+        try:
+            await serving
+        except asyncio.CancelledError:
+            if not serving.cancelled() or asyncio.current_task().cancelling():
+                raise  # the server itself is cancelling this handler
+            reason = session.expire_reason or ErrorCode.SESSION_ERROR
+            await refuse(websocket, ProtocolError(reason, f"Session closed by the server: {reason.value}"), 1000)
+        except Exception:  # the client vanished mid-send, or a bug: the session ends, the server goes on
+            log.debug("websocket session %s ended", session.id, exc_info=True)
+        finally:
+            await manager.close(session)
+            with contextlib.suppress(Exception):
+                await websocket.close()
+
+    async def serve_messages(websocket: WebSocket, session: Session) -> None:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            raw = message.get("text") if message.get("text") is not None else message.get("bytes") or b""
+            try:
+                if len(raw) > max_message_bytes:
+                    raise too_large(len(raw), max_message_bytes)
+                request = parse_client_message(raw)
+                if isinstance(request, CloseMessage):
+                    return
+                async with manager.activity(session):
+                    reply = await handle(session, request)
+            except ProtocolError as exc:
+                reply = error_message(exc)
+            except Exception as exc:  # the environment raised: report it, keep the session
+                log.warning("environment error in session %s", session.id, exc_info=True)
+                reply = error_message(ProtocolError(ErrorCode.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}"))
+            await websocket.send_text(json.dumps(reply))
+
+    async def handle(session: Session, request: Any) -> dict[str, Any]:
+        if isinstance(request, ResetMessage):
+            try:
+                options = ResetRequest.model_validate(request.data).model_dump(exclude_unset=True)
+            except ValidationError as exc:
+                raise validation_error("Invalid reset options", exc) from None
+            return observation_message(await run_reset(session, options))
+        if isinstance(request, StepMessage):
+            return observation_message(await run_step(session, request.data))
+        return state_message(checked(await session.env.state_async(), State, "state"))
+
+    return app
+
+
+async def run_reset(session: Session, options: dict[str, Any]) -> Observation:
+    observation = await session.env.reset_async(**options)
+    session.has_reset, session.step_count = True, 0
+    return checked(observation, Observation, "reset")
+
+
+async def run_step(session: Session, action_data: dict[str, Any]) -> Observation:
+    if not session.has_reset:
+        raise ProtocolError(ErrorCode.NOT_RESET, "Call reset before step: this session has no episode yet")
+    action_type = type(session.env).action_type
+    try:
+        action = action_type.model_validate(action_data)
+    except ValidationError as exc:
+        raise validation_error(f"Invalid action for {action_type.__name__}", exc) from None
+    observation = await session.env.step_async(action)
+    session.step_count += 1
+    return checked(observation, Observation, "step")
+
+
+def checked(value: Any, expected: type, what: str) -> Any:
+    if not isinstance(value, expected):
+        raise ProtocolError(ErrorCode.EXECUTION_ERROR, f"The environment's {what} returned {type(value).__name__}, not {expected.__name__}")
+    return value
+
+
+def too_large(size: int, limit: int) -> ProtocolError:
+    return ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, f"Message of {size} bytes exceeds the limit of {limit} bytes", max_message_bytes=limit)
+
+
+def error_response(error: ProtocolError) -> JSONResponse:
+    return JSONResponse(status_code=HTTP_STATUS[error.code], content={"detail": error.to_data()})
+
+
+async def refuse(websocket: WebSocket, error: ProtocolError, close_code: int) -> None:
+    """Send one error frame and close; the client may already be gone."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(websocket.send_text(json.dumps(error_message(error))), timeout=2.0)
+        await asyncio.wait_for(websocket.close(code=close_code), timeout=2.0)
+
+
+def uvicorn_server(app: FastAPI, *, ping_interval_s: float = 20.0, ping_timeout_s: float = 20.0,
+                   log_level: str = "warning") -> uvicorn.Server:
+    """A uvicorn server for `app`: keepalive pings find half-open connections; frames far
+    over the app's message limit are cut at the socket, the rest get MESSAGE_TOO_LARGE."""
+    limit = getattr(app.state, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
+    config = uvicorn.Config(app, log_level=log_level, ws_max_size=4 * limit + 65536, ws_ping_interval=ping_interval_s,
+                            ws_ping_timeout=ping_timeout_s, timeout_graceful_shutdown=10, lifespan="on")
+    return uvicorn.Server(config)
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening socket (port 0: a free one), handed to uvicorn so no port race exists."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock

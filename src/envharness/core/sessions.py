@@ -1,0 +1,213 @@
+"""`SessionManager`: who holds which environment, for how long, and how many at once.
+
+Every environment instance the server creates goes through here, WebSocket sessions and
+the short-lived ones behind HTTP /reset, /step and /state alike, so the capacity limit
+and the counters in /health cover everything. A background reaper closes sessions that
+stay silent past the idle timeout; `shutdown()` closes all of them and the factory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from envharness.core.environment import Environment
+from envharness.core.protocol import ErrorCode, ProtocolError
+from envharness.core.types import Action, EnvironmentMetadata, Observation, State
+
+log = logging.getLogger(__name__)
+
+#: Anything that makes one environment per call: a class, a function, an object with
+#: `__call__` (and optionally `async aclose()`, awaited at shutdown).
+EnvFactory = Callable[[], "Environment | Awaitable[Environment]"]
+
+
+@dataclass(eq=False)
+class Session:
+    """One environment and its bookkeeping. The WebSocket handler sets `on_expire`."""
+
+    id: str
+    env: Environment
+    last_active: float = field(default_factory=time.monotonic)
+    step_count: int = 0
+    has_reset: bool = False
+    busy: bool = False
+    closed: bool = False
+    expire_reason: ErrorCode | None = None
+    on_expire: Callable[[], Any] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass
+class EnvDescription:
+    """What /schema and /metadata report; taken from the first environment created."""
+
+    action_type: type[Action]
+    observation_type: type[Observation]
+    state_type: type[State]
+    metadata: EnvironmentMetadata
+
+
+class SessionManager:
+    """Creates, tracks, expires and closes environment sessions."""
+
+    def __init__(self, env_factory: EnvFactory, *, max_sessions: int = 64, idle_timeout_s: float | None = 600.0) -> None:
+        if max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
+        if idle_timeout_s is not None and idle_timeout_s <= 0:
+            raise ValueError("idle_timeout_s must be positive (or None to disable)")
+        self.env_factory = env_factory
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self.sessions: dict[str, Session] = {}
+        self.live_environments = 0
+        self.sessions_opened = 0
+        self.sessions_closed = 0
+        self.shutting_down = False
+        self._pending = 0  # slots reserved while an environment is being created
+        self._concurrent: bool | None = getattr(env_factory, "supports_concurrent_sessions", None)
+        self._description: EnvDescription | None = None
+        self._reaper: asyncio.Task | None = None
+
+    @property
+    def capacity(self) -> int:
+        """`max_sessions`, or 1 for environments that cannot run concurrently."""
+        return self.max_sessions if self._concurrent is not False else 1
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def open(self) -> Session:
+        """A new session with a fresh environment; CAPACITY_REACHED when full."""
+        if self.shutting_down:
+            raise ProtocolError(ErrorCode.SHUTTING_DOWN, "The server is shutting down")
+        if len(self.sessions) + self._pending >= self.capacity:
+            raise ProtocolError(
+                ErrorCode.CAPACITY_REACHED,
+                f"Server at capacity: {self.capacity} concurrent session(s) allowed; close one or raise --max-sessions",
+                active_sessions=len(self.sessions), max_sessions=self.capacity,
+            )
+        self._pending += 1
+        try:
+            env = await self._create_env()
+        finally:
+            self._pending -= 1
+        if not type(env).supports_concurrent_sessions and self._concurrent is None:
+            self._concurrent = False
+            if self.sessions:  # learned too late for this one: another session holds the env
+                await self._close_env(env)
+                raise ProtocolError(ErrorCode.CAPACITY_REACHED, f"{type(env).__name__} allows one session at a time",
+                                    active_sessions=len(self.sessions), max_sessions=1)
+        self._concurrent = self._concurrent if self._concurrent is not None else True
+        session = Session(id=uuid.uuid4().hex, env=env)
+        self.sessions[session.id] = session
+        self.sessions_opened += 1
+        return session
+
+    async def close(self, session: Session) -> None:
+        """Close the session's environment. Safe to call twice."""
+        if session.closed:
+            return
+        session.closed = True
+        self.sessions.pop(session.id, None)
+        self.sessions_closed += 1
+        await self._close_env(session.env)
+
+    @contextlib.asynccontextmanager
+    async def temporary(self) -> AsyncIterator[Session]:
+        """A session for one HTTP request, closed afterwards (OpenEnv's HTTP semantics)."""
+        session = await self.open()
+        session.busy = True  # the request is the activity: never reaped mid-request
+        try:
+            yield session
+        finally:
+            await self.close(session)
+
+    @contextlib.asynccontextmanager
+    async def activity(self, session: Session) -> AsyncIterator[None]:
+        """Serialize calls into one session and keep it from expiring while busy."""
+        async with session.lock:
+            if session.closed:
+                raise ProtocolError(ErrorCode.SESSION_ERROR, "The session is closed")
+            session.busy = True
+            try:
+                yield
+            finally:
+                session.busy = False
+                session.last_active = time.monotonic()
+
+    async def expire(self, session: Session, reason: ErrorCode) -> None:
+        """Tell the session's connection to go (if any) and free its environment."""
+        session.expire_reason = reason
+        if session.on_expire is not None:
+            session.on_expire()
+        await self.close(session)
+
+    # -- idle reaper and shutdown -------------------------------------------------------
+    def start(self) -> None:
+        if self.idle_timeout_s is not None and self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_idle(), name="envharness-idle-reaper")
+
+    async def _reap_idle(self) -> None:
+        interval = min(self.idle_timeout_s / 4, 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            deadline = time.monotonic() - self.idle_timeout_s
+            for session in [s for s in self.sessions.values() if not s.busy and s.last_active < deadline]:
+                log.info("session %s idle for more than %.1fs: closing it", session.id, self.idle_timeout_s)
+                try:
+                    await self.expire(session, ErrorCode.IDLE_TIMEOUT)
+                except Exception:  # one bad close must not stop the reaper
+                    log.exception("closing idle session %s failed", session.id)
+
+    async def shutdown(self) -> None:
+        """Close every session, then the factory (`aclose()`), e.g. a shared browser."""
+        self.shutting_down = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        await asyncio.gather(*(self.expire(s, ErrorCode.SHUTTING_DOWN) for s in list(self.sessions.values())),
+                             return_exceptions=True)
+        aclose = getattr(self.env_factory, "aclose", None)
+        if aclose is not None and inspect.iscoroutinefunction(aclose):
+            await aclose()
+
+    # -- description --------------------------------------------------------------------
+    async def describe(self) -> EnvDescription:
+        """Types and metadata of the environment (creates and closes one if none seen yet)."""
+        if self._description is None:
+            env = await self._create_env()
+            await self._close_env(env)
+        assert self._description is not None
+        return self._description
+
+    # -- internals ----------------------------------------------------------------------
+    async def _create_env(self) -> Environment:
+        try:
+            env = self.env_factory()
+            if inspect.isawaitable(env):
+                env = await env
+        except Exception as exc:
+            log.exception("environment factory failed")
+            raise ProtocolError(ErrorCode.FACTORY_ERROR, f"Could not create the environment: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(env, Environment):
+            raise ProtocolError(ErrorCode.FACTORY_ERROR, f"The factory returned {type(env).__name__}, not an Environment")
+        self.live_environments += 1
+        if self._description is None:
+            cls = type(env)
+            self._description = EnvDescription(cls.action_type, cls.observation_type, cls.state_type, env.metadata())
+        return env
+
+    async def _close_env(self, env: Environment) -> None:
+        try:
+            await env.close_async()
+        except Exception:
+            log.exception("closing %s failed", type(env).__name__)
+        finally:
+            self.live_environments -= 1

@@ -1,0 +1,48 @@
+"""`make_environment_factory`: what `envharness serve browsergym` calls.
+
+The factory owns the one `BrowserEngine` (Chromium) of the server process and makes one
+`BrowserGymEnvironment` per session; `await factory.aclose()` closes the browser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym.engine import BrowserEngine
+from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS, BrowserGymConfig, BrowserGymEnvironment
+
+
+class BrowserGymEnvironmentFactory:
+    """Makes one `BrowserGymEnvironment` per session, all sharing one `BrowserEngine`."""
+
+    def __init__(self, engine: BrowserEngine, config: BrowserGymConfig) -> None:
+        self.engine = engine
+        self.config = config
+
+    def __call__(self) -> BrowserGymEnvironment:
+        return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config))
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+
+def make_environment_factory(*, headless: bool = True, chromium_path: str | None = None,
+                             **options: Any) -> BrowserGymEnvironmentFactory:
+    """The server registry's entry point: `options` are `BrowserGymConfig` fields, plus the
+    observation parts (``axtree``, ``pruned_html``, ``extra_properties``, ``screenshot``,
+    ``screenshot_format``) as flat options. The browser starts on the first reset."""
+    parts = {k: options.pop(k) for k in OBSERVATION_OPTIONS if k in options}
+    fields = {f.name for f in dataclasses.fields(BrowserGymConfig)}
+    unknown = set(options) - fields
+    if unknown:
+        raise ValueError(f"unknown browsergym option(s) {', '.join(sorted(unknown))}; "
+                         f"valid: headless, chromium_path, {', '.join(sorted(fields | set(OBSERVATION_OPTIONS)))}")
+    if "allowed_hosts" in options:
+        hosts = options["allowed_hosts"]
+        options["allowed_hosts"] = tuple(hosts.split(",") if isinstance(hosts, str) else hosts)
+    config = BrowserGymConfig(**options)
+    config.observation = dataclasses.replace(config.observation, **parts)
+    config.task = miniwob.check_task(config.task)
+    return BrowserGymEnvironmentFactory(BrowserEngine(headless=headless, executable_path=chromium_path), config)

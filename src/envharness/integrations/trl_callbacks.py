@@ -1,0 +1,97 @@
+"""Trainer callbacks for GRPO runs: a one-line-per-step progress log, a time budget, the reward curve."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+class ProgressCallback(TrainerCallback):
+    """Prints reward and success per step and appends TRL's logs to a JSONL file."""
+
+    def __init__(self, log_path: str | Path, stream: Any = None):
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text("")
+        self.stream = stream or sys.stderr
+        self._started = time.perf_counter()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._started = time.perf_counter()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs:
+            return
+        entry = {"step": state.global_step, "elapsed_s": round(time.perf_counter() - self._started, 2), **logs}
+        with self.log_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, default=float) + "\n")
+        if "reward" in logs:
+            success = logs.get("rewards/reward_success/mean")
+            extra = f"  success {success:.2f}" if success is not None else ""
+            print(
+                f"[train] step {state.global_step}/{state.max_steps if state.max_steps < 1_000_000 else '-'}"
+                f"  reward {logs['reward']:.3f}{extra}  loss {logs.get('loss', float('nan')):.4f}"
+                f"  {entry['elapsed_s']:.0f}s",
+                file=self.stream,
+                flush=True,
+            )
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stops training (after the current step, saving a checkpoint) once `minutes` have passed."""
+
+    def __init__(self, minutes: float):
+        if minutes <= 0:
+            raise ValueError("minutes must be positive")
+        self.seconds = minutes * 60.0
+        self._started = time.perf_counter()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if time.perf_counter() - self._started >= self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+
+
+def reward_curve(history: list[dict[str, Any]], key: str = "reward") -> list[tuple[int, float]]:
+    """(step, value) for every logged step that has `key`."""
+    return [(int(h["step"]), float(h[key])) for h in history if key in h and "step" in h and not math.isnan(float(h[key]))]
+
+
+def plot_reward_curve(history: list[dict[str, Any]], path: str | Path, *, title: str = "GRPO", window: int = 5) -> Path | None:
+    """Mean reward per step and its moving average as a PNG; None when nothing was logged."""
+    points = reward_curve(history)
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps, values = zip(*points)
+    smooth = [sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, values, "o-", alpha=0.35, label="mean reward per step")
+    ax.plot(steps, smooth, "-", linewidth=2, label=f"moving average ({window} steps)")
+    success = reward_curve(history, "rewards/reward_success/mean")
+    if success and [v for _, v in success] != list(values):
+        ax.plot(*zip(*success), "--", alpha=0.6, label="success rate")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("reward")
+    ax.set_ylim(-0.05, max(1.05, max(values) + 0.05))
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,279 @@
+"""One GRPO run on MiniWoB tasks, shared by `envharness train` and the learning experiment.
+
+`train(TrainConfig(...))` loads the model, starts a browser server on loopback (unless
+given one), trains with TRL's `GRPOTrainer` through `build_browsergym_rollout_func`, and
+leaves in `output_dir`: checkpoints, the final model, `episodes.jsonl` (every episode of
+every step, in the shared records format), `train_log.jsonl` (TRL's logs) and
+`reward_curve.png`. Defaults fit a 2-core CPU: small groups, short completions, one turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from envharness.harness.types import HarnessRunLimits
+from envharness.integrations.trl import build_browsergym_rollout_func, task_dataset
+from envharness.integrations.trl_rewards import REWARD_FUNCS
+
+
+@dataclass
+class TrainConfig:
+    tasks: list[str] = field(default_factory=lambda: ["click-test"])
+    #: "embedded" (SmolLM2-135M-Instruct, offline), "tiny" (random, for tests), or a path / hub id.
+    model: str = "embedded"
+    output_dir: str = "runs/train"
+    lora: bool = False
+    lora_rank: int = 16
+    max_steps: int = 30
+    #: Stop after this many minutes of training (checked after each step).
+    minutes: float | None = None
+    num_generations: int = 4
+    #: Prompts (task pages) per step; the batch is groups_per_step * num_generations episodes.
+    groups_per_step: int = 2
+    max_completion_length: int = 16
+    max_turns: int = 1
+    temperature: float = 1.0
+    learning_rate: float = 2e-5
+    beta: float = 0.0
+    loss_type: str = "dapo"
+    rewards: list[str] = field(default_factory=lambda: ["success"])
+    save_steps: int = 10
+    seed: int = 0
+    #: URL of a running `envharness serve browsergym`; None starts one on loopback.
+    env_url: str | None = None
+    #: "compact" (goal + clickable elements + one worked example: small models can follow it) or "default".
+    prompt: str = "compact"
+    use_vllm: bool = False
+
+
+@dataclass
+class TrainResult:
+    model: Any  # the trained model (a PeftModel with --lora)
+    output_dir: Path
+    final_model_dir: Path
+    records_path: Path
+    reward_curve_path: Path | None
+    steps: int
+    seconds: float
+    log_history: list[dict[str, Any]]
+
+
+def load_model(spec: str) -> tuple[Any, Any]:
+    """(model, tokenizer) for `TrainConfig.model`."""
+    from envharness.models import embedded
+
+    if spec == "embedded":
+        return embedded.load_model()
+    if spec == "tiny":
+        return embedded.tiny_test_model()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
+
+
+_ELEMENT = re.compile(r"^\s*\[(\w+)\]\s+(\w+)\s+'(.+)'")
+_EXAMPLE = [
+    {"role": "user", "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'"},
+    {"role": "assistant", "content": "click('4')"},
+]
+
+
+def compact_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[dict[str, Any]]:
+    """A short prompt a 135M model can follow: the goal, the named elements of the page (one
+    line each, bid first) and one worked example as a previous turn. ~100 tokens instead of
+    ~270 for the full accessibility tree, which also makes each GRPO step faster."""
+    tree = getattr(observation, "axtree_txt", "") or getattr(observation, "text", "") or ""
+    elements = [f"[{m[1]}] {m[2]} '{m[3]}'" for m in map(_ELEMENT.match, tree.splitlines()) if m][:40]
+    actions = ", ".join(f"{name}()" if name == "noop" else f"{name}(...)" for name in tool_names)
+    system = f"You control a web browser. Reply with exactly one action, e.g. click('<bid>'). Actions: {actions}"
+    goal = getattr(observation, "goal", "") or (task if isinstance(task, str) else "")
+    page = "\n".join(elements) or "(no named elements)"
+    return [{"role": "system", "content": system}, *_EXAMPLE, {"role": "user", "content": f"Goal: {goal}\nElements:\n{page}"}]
+
+
+def prompt_options(style: str) -> dict[str, Any]:
+    """`BrowserGymSessionFactory` options for a prompt style ("compact" or "default")."""
+    if style == "compact":
+        return {"prompt_builder": compact_prompt}
+    if style == "default":
+        return {}
+    raise TrainSetupError(f"unknown prompt style {style!r}; choose 'compact' or 'default'")
+
+
+def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
+    """TRL's `GRPOConfig` for a run: CPU-friendly (fp32, no gradient checkpointing)."""
+    import torch
+    from trl import GRPOConfig
+
+    on_gpu = torch.cuda.is_available()
+    options: dict[str, Any] = dict(
+        output_dir=str(config.output_dir),
+        use_cpu=not on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        gradient_checkpointing=False,
+        max_steps=config.max_steps if config.minutes is None else 1_000_000,
+        per_device_train_batch_size=config.num_generations * config.groups_per_step,
+        gradient_accumulation_steps=1,
+        num_generations=config.num_generations,
+        max_completion_length=config.max_completion_length,
+        temperature=config.temperature,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=config.beta,
+        loss_type=config.loss_type,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=2,
+        report_to="none",
+        seed=config.seed,
+        use_vllm=config.use_vllm,
+        dataloader_num_workers=0,
+        disable_tqdm=config.minutes is not None,  # no step count to show; ProgressCallback prints each step
+    )
+    options.update(overrides)
+    return GRPOConfig(**options)
+
+
+@contextlib.contextmanager
+def browser_clients(env_url: str | None = None) -> Iterator[Callable[[], Any]]:
+    """A factory of async browser clients (one per episode) on `env_url`, or on a browsergym
+    server started on loopback for the duration of the block."""
+    from envharness.envs.browsergym import AsyncBrowserGymEnv
+
+    if env_url:
+        yield functools.partial(AsyncBrowserGymEnv, base_url=env_url)
+        return
+    from envharness.core.launchers import LocalServer
+
+    with LocalServer("browsergym") as server:
+        yield functools.partial(AsyncBrowserGymEnv, base_url=server.base_url)
+
+
+class TrainSetupError(RuntimeError):
+    """A run that cannot start as configured (said in words for the command line)."""
+
+
+def _check(config: TrainConfig) -> None:
+    import importlib.util
+
+    unknown = [r for r in config.rewards if r not in REWARD_FUNCS]
+    if unknown:
+        raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(REWARD_FUNCS)}")
+    prompt_options(config.prompt)
+    if config.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise TrainSetupError(
+            "use_vllm needs vLLM and a CUDA GPU (pip install 'trl[vllm]'; start `trl vllm-serve --model ...` "
+            "for server mode). This machine has neither: train without use_vllm."
+        )
+
+
+def train(
+    config: TrainConfig,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    client_factory: Callable[[], Any] | None = None,
+    callbacks: list[Any] = (),  # type: ignore[assignment]
+    **grpo_overrides: Any,
+) -> TrainResult:
+    """Run GRPO as configured; see the module docstring for what lands in `output_dir`."""
+    from trl import GRPOTrainer
+
+    from envharness.integrations.trl_callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
+
+    _check(config)
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
+    if model is None:
+        model, tokenizer = load_model(config.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    with contextlib.nullcontext(client_factory) if client_factory else browser_clients(config.env_url) as make_client:
+        records_path = out / "episodes.jsonl"
+        rollout_func = build_browsergym_rollout_func(
+            make_client,
+            default_task=config.tasks[0],
+            limits=HarnessRunLimits(max_turns=config.max_turns),
+            records=records_path,
+            session_factory_kwargs=prompt_options(config.prompt),
+        )
+        # one prompt per group; with a time budget, TRL cycles through this many pages
+        num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)
+        trainer = GRPOTrainer(
+            model=model,
+            processing_class=tokenizer,
+            reward_funcs=[REWARD_FUNCS[r] for r in config.rewards],
+            args=grpo_config(config, **grpo_overrides),
+            train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
+            rollout_func=rollout_func,
+            peft_config=_lora_config(config) if config.lora else None,
+            callbacks=[ProgressCallback(out / "train_log.jsonl"), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
+        )
+        started = time.perf_counter()
+        try:
+            trainer.train()
+        finally:
+            rollout_func.records.close()
+        seconds = time.perf_counter() - started
+
+    final_dir = out / "final"
+    trainer.save_model(str(final_dir))
+    tokenizer.save_pretrained(str(final_dir))
+    history = list(trainer.state.log_history)
+    curve = plot_reward_curve(history, out / "reward_curve.png", title=f"GRPO on {', '.join(config.tasks)}")
+    return TrainResult(trainer.model, out, final_dir, records_path, curve, trainer.state.global_step, seconds, history)
+
+
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    client_factory: Callable[[], Any],
+    config: TrainConfig,
+    seeds: list[int],
+    *,
+    records: str | Path | None = None,
+) -> float:
+    """Success rate of `model` on `config.tasks[0]` over `seeds`, played exactly as in training
+    (same prompt, turns, token budget; sampled at the training temperature)."""
+    from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
+    from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records
+    from envharness.integrations.trl import TaskPromptSessionFactory, task_prompt
+    from envharness.models.transformers_backend import TransformersBackend
+
+    task = config.tasks[0]
+    factory = TaskPromptSessionFactory(BrowserGymSessionFactory(client_factory, default_task=task, **prompt_options(config.prompt)))
+    batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
+    sampling = {"temperature": config.temperature, "max_tokens": config.max_completion_length}
+    results = run_coroutine_sync(
+        run_episodes(factory, [task_prompt(task, s) for s in seeds], backend=batcher,
+                     limits=HarnessRunLimits(max_turns=config.max_turns, sampling=sampling), max_concurrency=8)
+    )
+    if records is not None:
+        write_records(records, results)
+    failed = [r.error for r in results if r.error]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(results)} evaluation episodes failed, e.g. {failed[0]}")
+    return sum((r.env_reward or 0.0) > 0 for r in results) / len(results)
+
+
+def _lora_config(config: TrainConfig) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=2 * config.lora_rank,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        task_type="CAUSAL_LM",
+    )
