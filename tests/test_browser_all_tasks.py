@@ -4,13 +4,9 @@ import asyncio
 
 import pytest
 
-import _observation_standin  # TEMPORARY: until envs/browsergym/observation.py lands
-
-_observation_standin.install()
-
-from envharness.envs.browsergym import miniwob  # noqa: E402
-from envharness.envs.browsergym.factory import make_environment_factory  # noqa: E402
-from envharness.envs.browsergym.models import BrowserGymAction  # noqa: E402
+from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym.factory import make_environment_factory
+from envharness.envs.browsergym.models import BrowserGymAction
 
 SESSIONS = 4
 

@@ -10,13 +10,9 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-import _observation_standin  # TEMPORARY: until envs/browsergym/observation.py lands
-
-_observation_standin.install()
-
-from envharness.envs.browsergym import miniwob  # noqa: E402
-from envharness.envs.browsergym.environment import BrowserSessionLost  # noqa: E402
-from envharness.envs.browsergym.factory import make_environment_factory  # noqa: E402
+from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym.environment import BrowserSessionLost
+from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.models import BrowserGymAction
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

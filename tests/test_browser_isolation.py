@@ -5,12 +5,8 @@ import re
 
 import pytest
 
-import _observation_standin  # TEMPORARY: until envs/browsergym/observation.py lands
-
-_observation_standin.install()
-
-from envharness.envs.browsergym.factory import make_environment_factory  # noqa: E402
-from envharness.envs.browsergym.models import BrowserGymAction  # noqa: E402
+from envharness.envs.browsergym.factory import make_environment_factory
+from envharness.envs.browsergym.models import BrowserGymAction
 
 
 def A(text: str) -> BrowserGymAction:

@@ -70,15 +70,17 @@ class BatchingModelStep:
         self.max_wait_s = max_wait_s
         self.send_tools = send_tools
         self.batch_sizes: list[int] = []  # one entry per backend call, for stats and tests
-        self._pending: list[tuple[GenerationRequest, asyncio.Future]] = []
+        self._pending: list[tuple[GenerationRequest, asyncio.Future, float]] = []  # (request, future, queued at)
         self._worker: asyncio.Task | None = None
         self._changed: asyncio.Event | None = None
+        self._in_flight: list[tuple[GenerationRequest, asyncio.Future]] = []  # the batch being generated
         self._live = 0  # episodes between for_episode() and their step's close()
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Queue one request; resolves when the batch holding it has been generated."""
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((request, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        self._pending.append((request, future, loop.time()))
         if self._worker is None or self._worker.done():
             self._changed = asyncio.Event()  # bound to this loop (each rollout_func call has its own)
             self._worker = asyncio.create_task(self._drain())
@@ -89,11 +91,14 @@ class BatchingModelStep:
         if self._changed is not None:
             self._changed.set()
 
+    def _waiting(self) -> int:
+        return sum(1 for _, fut, _ in self._pending if not fut.done())
+
     async def _wait_for_live_episodes(self) -> None:
+        """Until every live episode is waiting, or `max_wait_s` after the oldest request."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.max_wait_s
         await asyncio.sleep(0)  # whoever is ready in this tick joins at no cost
-        while len(self._pending) < self._live and (remaining := deadline - loop.time()) > 0:
+        while self._pending and self._waiting() < self._live and (remaining := self._pending[0][2] + self.max_wait_s - loop.time()) > 0:
             assert self._changed is not None
             self._changed.clear()
             try:
@@ -102,23 +107,37 @@ class BatchingModelStep:
                 return
 
     async def _drain(self) -> None:
+        try:
+            await self._drain_batches()
+        except BaseException as exc:  # cancelled or broken: nobody may wait forever on a dead worker
+            stranded = [fut for _, fut in self._in_flight] + [fut for _, fut, _ in self._pending]
+            self._pending, self._in_flight = [], []
+            for fut in stranded:
+                if not fut.done():
+                    fut.set_exception(RuntimeError(f"model step batcher stopped: {type(exc).__name__}: {exc}"))
+            raise
+
+    async def _drain_batches(self) -> None:
         while self._pending:
             await self._wait_for_live_episodes()
             size = self.max_batch_size or len(self._pending)
             batch, self._pending = self._pending[:size], self._pending[size:]
-            batch = [(req, fut) for req, fut in batch if not fut.done()]  # drop cancelled episodes
+            batch = [(req, fut) for req, fut, _ in batch if not fut.done()]  # drop cancelled episodes
             if not batch:
                 continue
             self.batch_sizes.append(len(batch))
+            self._in_flight = batch
             try:
                 generations = await self.backend.generate([req for req, _ in batch])
                 if len(generations) != len(batch):
                     raise RuntimeError(f"backend returned {len(generations)} generations for {len(batch)} requests")
             except Exception as exc:  # every episode in the batch learns why; none hangs
+                self._in_flight = []
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc)
                 continue
+            self._in_flight = []
             for (_, fut), gen in zip(batch, generations):
                 if not fut.done():
                     fut.set_result(gen)

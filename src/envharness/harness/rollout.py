@@ -169,7 +169,8 @@ async def run_episodes(
     async), `backend` (a `ModelBackend`, batched across episodes, text parsed into tool
     calls by `tool_call_parser`; or a ready `BatchingModelStep`), or `model_step_builder`
     (`session -> model step`, called once per episode). `on_result(index, result)` (sync
-    or async) is called as each episode finishes, e.g. to stream records to disk.
+    or async) is called as each episode finishes, e.g. to stream records to disk; if it
+    raises, the other episodes still run and its first error is raised at the end.
     `episode_timeout_s` fails (only) an episode that runs longer.
     """
     if max_concurrency < 1:
@@ -197,14 +198,20 @@ async def run_episodes(
                 timeout_s=episode_timeout_s,
             )
         if on_result is not None:
-            out = on_result(i, results[i])
-            if inspect.isawaitable(out):
-                await out
+            try:
+                out = on_result(i, results[i])
+                if inspect.isawaitable(out):
+                    await out
+            except Exception as exc:  # the caller's bug: raised once every episode has finished
+                callback_errors.append(exc)
 
+    callback_errors: list[Exception] = []
     # Sync sessions and model steps each hold a thread while they wait: one per episode in
     # flight, plus the model step's own.
     with worker_threads(2 * max_concurrency + 2):
         await asyncio.gather(*(one(i) for i in range(n)))
+    if callback_errors:
+        raise callback_errors[0]
     return [r for r in results if r is not None]
 
 
