@@ -39,7 +39,7 @@ from envharness.models.base import Generation, GenerationRequest
 class CounterSession(ResourceSession):
     def __init__(self, task: str, stats: dict, delay: float = 0.0, fail: str | None = None):
         self.task, self.stats, self.delay, self.fail = task, stats, delay, fail
-        self.total, self.reward, self.done, self.closed = 0, None, False, False
+        self.total, self.reward, self.done, self.closed, self.calls = 0, None, False, False, 0
 
     def initial_messages(self):
         return [{"role": "user", "content": f"Reach the total for task {self.task}."}]
@@ -55,8 +55,9 @@ class CounterSession(ResourceSession):
             self.stats["in_flight"] += 1
             self.stats["peak"] = max(self.stats["peak"], self.stats["in_flight"])
         try:
+            self.calls += 1
             time.sleep(1.0 if self.fail == "hang" else self.delay)  # "hang": an env that stopped answering
-            if self.fail == "call_tool":
+            if self.fail == "call_tool" and self.calls == 2:  # mid-episode: the first call worked
                 raise RuntimeError("environment server went away")
             if name == "add":
                 if arguments["n"] < 0:
@@ -219,10 +220,22 @@ def test_rollout_func_returns_trl_shapes_in_prompt_order():
         assert all(lp == (-0.5 if m else 0.0) for lp, m in zip(lps, mask))
 
 
-@pytest.mark.parametrize("failure", ["create", "call_tool", "verify", "model_step"])
+FAILURES = {
+    "create": "ConnectionError: could not reach the environment",
+    "call_tool": "RuntimeError: environment server went away",
+    "verify": "RuntimeError: grader crashed",
+    "model_step": "RuntimeError: model server crashed",
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
 def test_one_failing_episode_leaves_the_other_15_intact(failure: str):
+    """16 episodes, 8 in flight; ep5 fails (its session at creation, on its 2nd tool call or
+    in verify; or its model step on the 2nd turn). Its reward is 0 and its metrics say why;
+    the other 15 results are exactly those of a clean run, in prompt order."""
     prompts = tasks(16)
     clean = build_harness_rollout_func(session_factory=CounterFactory(), model_step_builder=scripted_builder())(prompts, None)
+    assert clean["env_reward"] == [float(i + 1) for i in range(16)]
 
     factory = CounterFactory(fail={} if failure == "model_step" else {"ep5": failure})
     builder = scripted_builder({"ep5": 1} if failure == "model_step" else None)
@@ -230,7 +243,9 @@ def test_one_failing_episode_leaves_the_other_15_intact(failure: str):
 
     assert len(out["env_reward"]) == 16
     assert out["env_reward"][5] == 0.0
-    assert out["verify_metrics"][5]["error"]
+    assert out["verify_metrics"][5]["error"] == FAILURES[failure]
+    if failure in ("call_tool", "model_step"):  # mid-episode: the exact tokens up to the failure are kept
+        assert 0 < sum(out["env_mask"][5]) < sum(clean["env_mask"][5])
     for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward", "verify_metrics"):
         assert [v for i, v in enumerate(out[key]) if i != 5] == [v for i, v in enumerate(clean[key]) if i != 5], key
     assert factory.stats["closed"] == factory.stats["created"]  # every session that opened was closed
@@ -251,6 +266,20 @@ async def test_run_episodes_bounds_concurrency_and_reports_each_result():
     assert factory.stats["peak"] == 4
     assert sorted(seen) == list(range(12))
     assert all(r.timings["total_s"] > 0 and r.episode_id for r in results)
+
+
+async def test_a_failing_on_result_callback_is_raised_after_every_episode_finished():
+    factory = CounterFactory()
+    finished: list[int] = []
+
+    def on_result(i, result):
+        finished.append(i)
+        if i == 0:
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        await run_episodes(factory, tasks(6), model_step_builder=lambda s: ScriptedTokenStep(script_for(s.task)), on_result=on_result)
+    assert sorted(finished) == list(range(6)) and factory.stats["closed"] == 6
 
 
 async def test_run_episodes_needs_exactly_one_model():
@@ -326,11 +355,19 @@ async def test_records_round_trip(tmp_path):
         model_step_builder=lambda session: ScriptedTokenStep(script_for(session.task)),
     )
     path = tmp_path / "episodes.jsonl"
-    write_records(path, results, include_tokens=True)
+    written = write_records(path, results, include_tokens=True)
     records = read_records(path)
+    assert records == written  # every field survives JSON
+    assert records[1].token_ids == {
+        "prompt_ids": results[1].prompt_ids,
+        "completion_ids": results[1].completion_ids,
+        "logprobs": results[1].logprobs,
+        "env_mask": results[1].env_mask,
+    }
     assert [r.task for r in records] == tasks(3)
     assert [r.env_reward for r in records] == [1.0, 2.0, 0.0]
-    assert records[2].error.startswith("RuntimeError: environment server went away")
+    assert records[2].error == records[2].metrics["error"] == "RuntimeError: environment server went away"
+    assert [c["name"] for c in records[2].tool_calls] == ["add"]  # what happened before the failure is kept
     assert [c["name"] for c in records[1].tool_calls] == ["add", "add", "finish"]
     assert records[1].rewards == [None, None, 2.0]
     assert records[1].tokens["model"] == sum(records[1].token_ids["env_mask"])

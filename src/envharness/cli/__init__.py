@@ -1,4 +1,8 @@
-"""`envharness serve | eval | train | bench`: one dispatcher, one module per command."""
+"""`envharness serve | eval | train`: one dispatcher, one module per command.
+
+Only the chosen command's module is imported, so `envharness serve echo` never pays for
+torch or TRL. Benchmarks live in `bench/` (`make bench`).
+"""
 
 from __future__ import annotations
 
@@ -11,19 +15,24 @@ COMMANDS = {
     "serve": ("envharness.cli.serve", "Serve an environment (OpenEnv-compatible WebSocket + HTTP)"),
     "eval": ("envharness.cli.eval", "Evaluate a model on MiniWoB++ tasks and write a report"),
     "train": ("envharness.cli.train", "Train a model with TRL's GRPO through the harness"),
-    "bench": ("envharness.cli.bench", "Benchmark the browser environment"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="envharness", description=__doc__)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="envharness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    chosen = argv[0] if argv else None
     for name, (module_name, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
+        if name != chosen:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:  # an optional extra is missing: say which
-            sp.set_defaults(_missing=f"`envharness {name}` is unavailable: {exc}")
+            sp.set_defaults(_missing=f"`envharness {name}` is unavailable ({exc}); "
+                                     f"install the extras: pip install 'envharness[all]'")
             continue
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run)
