@@ -13,7 +13,8 @@ from envharness.harness import (
     ToolCall,
     run_episodes,
 )
-from test_harness_runtime import CounterFactory
+from envharness.envs.echo.client import AsyncEchoEnv
+from test_harness_step_session import EchoSessionFactory
 
 
 def step(prompt: list[int], completion: list[int], logprobs: list[float] | None = None) -> ModelStepResult:
@@ -59,38 +60,69 @@ def test_a_broken_turn_stops_the_sequence_and_says_why(bad_turn: ModelStepResult
     assert metrics["token_break_turn"] == 1 and reason in metrics["token_break_reason"]
 
 
+class CountingTransformersBackend:
+    """Builds the real `TransformersBackend` on the tiny model and counts the decoding
+    batches it actually runs (calls of `generate_from_ids`, and rows in each)."""
+
+    @staticmethod
+    def make():
+        from envharness.models.embedded import tiny_test_model
+        from envharness.models.transformers_backend import TransformersBackend
+
+        class Counting(TransformersBackend):
+            def generate_from_ids(self, prompts, sampling):
+                self.calls.append(len(prompts))
+                return super().generate_from_ids(prompts, sampling)
+
+        backend = Counting(*tiny_test_model())
+        backend.calls = []
+        return backend
+
+
 @pytest.fixture(scope="module")
 def tiny_backend():
     pytest.importorskip("transformers")
-    from envharness.models.embedded import tiny_test_model
-    from envharness.models.transformers_backend import TransformersBackend
-
-    model, tokenizer = tiny_test_model()
-    return TransformersBackend(model, tokenizer)
+    return CountingTransformersBackend.make()
 
 
-async def test_real_tokenizer_episode_matches_each_model_step_turn_by_turn(tiny_backend):
-    """A random Llama on the SmolLM2 tokenizer plays 4 turns (every reply is read as add(1)).
-    Each turn's own record must be a slice of the one assembled sequence."""
-    always_add = lambda text: ToolCall(id="call_0", name="add", args={"n": 1})  # noqa: E731
-    batcher = BatchingModelStep(tiny_backend, tool_call_parser=always_add, send_tools=False)
-    limits = HarnessRunLimits(max_turns=4, sampling={"max_tokens": 6, "temperature": 1.0, "seed": 3})
-    [result] = await run_episodes(CounterFactory(), ["ep0"], backend=batcher, limits=limits)
+def echo_text(text: str) -> ToolCall:
+    """Every reply of the random model becomes one `echo` call carrying its text."""
+    return ToolCall(id="call_0", name="echo", args={"message": text})
 
-    assert result.metrics["turns"] == 4 and "token_break_turn" not in result.metrics, result.metrics
-    tok = tiny_backend.tokenizer
-    sequence = result.prompt_ids + result.completion_ids
+
+def assert_exact_turns(result, tokenizer) -> None:
+    """Each model step's own record is a slice of the one assembled sequence: its prompt a
+    prefix, its completion (env_mask 1, its own logprobs) right after, and between turns only
+    the tokens of the tool messages the model read (env_mask 0, logprob 0.0)."""
+    assert "token_break_turn" not in result.metrics, result.metrics
+    assert len(result.completion_ids) == len(result.logprobs) == len(result.env_mask)
     assert result.prompt_ids == result.turns[0].prompt_ids
+    sequence = result.prompt_ids + result.completion_ids
+    tool_messages = [m["content"] for m in result.messages if m["role"] == "tool"]
     offset = 0  # position in completion_ids
     for k, turn in enumerate(result.turns):
+        assert len(turn.logprobs) == len(turn.completion_ids) > 0
         start = len(turn.prompt_ids) - len(result.prompt_ids)  # where this turn's completion begins
         assert sequence[: len(turn.prompt_ids)] == turn.prompt_ids, f"turn {k} prompt is not a prefix"
         env = slice(offset, start)
         assert result.env_mask[env] == [0] * (start - offset) and result.logprobs[env] == [0.0] * (start - offset)
         if k > 0:  # the env tokens are the tool message the model read, not re-tokenized history
-            assert f"total={k}" in tok.decode(result.completion_ids[env])
+            assert tool_messages[k - 1] in tokenizer.decode(result.completion_ids[env])
         mine = slice(start, start + len(turn.completion_ids))
         assert result.completion_ids[mine] == turn.completion_ids
         assert result.logprobs[mine] == turn.logprobs and result.env_mask[mine] == [1] * len(turn.completion_ids)
         offset = mine.stop
     assert offset == len(result.completion_ids)
+    assert result.metrics["model_tokens"] == sum(len(t.completion_ids) for t in result.turns)
+
+
+async def test_real_tokenizer_episode_matches_each_model_step_turn_by_turn(tiny_backend, echo_server):
+    """A random Llama on the SmolLM2 tokenizer plays 4 turns against the real echo server."""
+    batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False)
+    limits = HarnessRunLimits(max_turns=4, sampling={"max_tokens": 6, "temperature": 1.0, "seed": 3})
+    factory = EchoSessionFactory(lambda: AsyncEchoEnv(echo_server.base_url))
+    [result] = await run_episodes(factory, ["hi"], backend=batcher, limits=limits)
+
+    assert result.error is None and result.metrics["turns"] == 4 and len(result.tool_trace) == 4
+    assert result.env_reward == min(0.1 * len(result.turns[-1].response.content), 1.0)  # echo's own reward
+    assert_exact_turns(result, tiny_backend.tokenizer)

@@ -125,22 +125,35 @@ class BatchingModelStep:
             batch = [(req, fut) for req, fut, _ in batch if not fut.done()]  # drop cancelled episodes
             if not batch:
                 continue
-            self.batch_sizes.append(len(batch))
             self._in_flight = batch
-            try:
-                generations = await self.backend.generate([req for req, _ in batch])
-                if len(generations) != len(batch):
-                    raise RuntimeError(f"backend returned {len(generations)} generations for {len(batch)} requests")
-            except Exception as exc:  # every episode in the batch learns why; none hangs
-                self._in_flight = []
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
+            await self._serve(batch)
             self._in_flight = []
-            for (_, fut), gen in zip(batch, generations):
-                if not fut.done():
-                    fut.set_result(gen)
+
+    async def _serve(self, batch: list[tuple[GenerationRequest, asyncio.Future]]) -> None:
+        """One backend call for `batch`; every future gets its generation or the error.
+
+        A ValueError/TypeError means a bad request (e.g. a conversation the tokenizer refuses),
+        not a broken backend: the requests are then retried one by one, so that only the bad
+        one fails. Any other error fails the whole batch (retrying a dead server n times would
+        only multiply the wait)."""
+        self.batch_sizes.append(len(batch))
+        try:
+            generations = await self.backend.generate([req for req, _ in batch])
+            if len(generations) != len(batch):
+                raise RuntimeError(f"backend returned {len(generations)} generations for {len(batch)} requests")
+        except (ValueError, TypeError) as exc:
+            if len(batch) == 1:
+                return _settle(batch, exc)
+            for item in batch:
+                if not item[1].done():
+                    await self._serve([item])
+            return None
+        except Exception as exc:  # every episode in the batch learns why; none hangs
+            return _settle(batch, exc)
+        for (_, fut), gen in zip(batch, generations):
+            if not fut.done():
+                fut.set_result(gen)
+        return None
 
     def for_episode(self) -> "EpisodeModelStep":
         """A fresh model step for one episode; `close()` it when the episode ends
@@ -151,6 +164,12 @@ class BatchingModelStep:
     def _release(self) -> None:
         self._live -= 1
         self._notify()
+
+
+def _settle(batch: list[tuple[GenerationRequest, asyncio.Future]], exc: BaseException) -> None:
+    for _, fut in batch:
+        if not fut.done():
+            fut.set_exception(exc)
 
 
 class EpisodeModelStep:

@@ -211,6 +211,8 @@ def build_trl_rollout_func(
 
         def on_result(index: int, result: HarnessRolloutResult) -> None:
             result.metrics["train_step"] = step
+            task, seed = parse_task_prompt(result.task)  # records name the task and page seed
+            result.task, result.seed = task, seed if result.seed is None else result.seed
             results[index] = result
             if writer is not None:
                 writer.write(result)

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import re
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -143,19 +144,106 @@ def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
     return GRPOConfig(**options)
 
 
+class ClientPool:
+    """Browser sessions reused across episodes: an episode's `close()` hands its client back and
+    the next episode's `reset` restarts the page in place (~0.5 s on a busy 2-core machine,
+    against ~6 s for eight fresh sessions, each a new browser context). Sync clients, each with
+    its own loop thread, so they outlive the event loop of any one rollout call.
+    A client whose reset fails (a dropped connection) is replaced once by a fresh one."""
+
+    def __init__(self, make_client: Callable[[], Any]):
+        self._make = make_client
+        self._free: list[Any] = []
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def __call__(self) -> "PooledClient":
+        return PooledClient(self)
+
+    def _take(self) -> Any:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return self._new()
+
+    def _new(self) -> Any:
+        client = self._make()
+        with self._lock:
+            self._all.append(client)
+        return client
+
+    def _give_back(self, client: Any) -> None:
+        with self._lock:
+            self._free.append(client)
+
+    def _discard(self, client: Any) -> None:
+        with self._lock:
+            self._all.remove(client)
+        with contextlib.suppress(Exception):
+            client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._all, self._free = self._all, [], []
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+class PooledClient:
+    """One episode's lease on a pooled client (the sync client's names)."""
+
+    def __init__(self, pool: ClientPool):
+        self._pool = pool
+        self._client: Any = None
+
+    def reset(self, **kwargs: Any) -> Any:
+        if self._client is None:
+            self._client = self._pool._take()
+        try:
+            return self._client.reset(**kwargs)
+        except Exception:
+            self._pool._discard(self._client)
+            self._client = self._pool._new()
+            return self._client.reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        return self._leased().step(action)
+
+    def state(self) -> Any:
+        return self._leased().state()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._pool._give_back(self._client)
+            self._client = None
+
+    def _leased(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("reset() first: this pooled client holds no session")
+        return self._client
+
+
+#: Server options for training: the prompts read only the accessibility tree, so the pruned
+#: HTML and element properties are not computed; a click on a bid that is not on the page
+#: fails after 1 s instead of 3 s.
+TRAIN_SERVER_OPTIONS: dict[str, Any] = {"pruned_html": False, "extra_properties": False, "action_timeout_ms": 1000.0}
+
+
 @contextlib.contextmanager
 def browser_clients(env_url: str | None = None) -> Iterator[Callable[[], Any]]:
-    """A factory of async browser clients (one per episode) on `env_url`, or on a browsergym
-    server started on loopback for the duration of the block."""
-    from envharness.envs.browsergym import AsyncBrowserGymEnv
+    """A factory of pooled browser clients (one lease per episode) on `env_url`, or on a
+    browsergym server started on loopback for the duration of the block."""
+    from envharness.envs.browsergym import BrowserGymEnv
 
-    if env_url:
-        yield functools.partial(AsyncBrowserGymEnv, base_url=env_url)
-        return
-    from envharness.core.launchers import LocalServer
+    with contextlib.ExitStack() as stack:
+        if not env_url:
+            from envharness.core.launchers import LocalServer
 
-    with LocalServer("browsergym") as server:
-        yield functools.partial(AsyncBrowserGymEnv, base_url=server.base_url)
+            env_url = stack.enter_context(LocalServer("browsergym", **TRAIN_SERVER_OPTIONS)).base_url
+        pool = ClientPool(functools.partial(BrowserGymEnv, base_url=env_url))
+        stack.callback(pool.close)
+        yield pool
 
 
 class TrainSetupError(RuntimeError):
@@ -248,7 +336,7 @@ def evaluate(
     (same prompt, turns, token budget; sampled at the training temperature)."""
     from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
     from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records
-    from envharness.integrations.trl import TaskPromptSessionFactory, task_prompt
+    from envharness.integrations.trl import TaskPromptSessionFactory
     from envharness.models.transformers_backend import TransformersBackend
 
     task = config.tasks[0]
@@ -256,7 +344,7 @@ def evaluate(
     batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
     sampling = {"temperature": config.temperature, "max_tokens": config.max_completion_length}
     results = run_coroutine_sync(
-        run_episodes(factory, [task_prompt(task, s) for s in seeds], backend=batcher,
+        run_episodes(factory, [task] * len(seeds), seeds=seeds, backend=batcher,
                      limits=HarnessRunLimits(max_turns=config.max_turns, sampling=sampling), max_concurrency=8)
     )
     if records is not None:

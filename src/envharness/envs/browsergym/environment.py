@@ -31,7 +31,7 @@ from envharness.envs.browsergym.actions import ActionParseError, parse_actions
 from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
 from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
-from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation
+from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             page = await self._fresh_page()
             reload = not self.config.fast_reset or self._loaded_task != chosen or page.url != miniwob.task_url(chosen)
             self._loaded_task = None
+            if not reload:  # observe the page afresh, as BrowserGym does after its (fresh-page) reset
+                await forget_marks(page)
             goal = await miniwob.start_episode(page, chosen, seed, reload=reload,
                                                episode_max_time_ms=self.config.episode_max_time_ms)
             self._loaded_task = chosen

@@ -192,6 +192,19 @@ _START_EPISODE_JS = r"""async ([seed, maxTime]) => {
   return (goal !== null && typeof goal === 'object') ? goal.utterance : goal;
 }"""
 
+# Before an in-place restart: leave no focus, selection or scroll offset behind that a freshly
+# loaded page would not have (BrowserGym's every reset is a fresh page).
+_CLEAR_PAGE_STATE_JS = r"""() => {
+  if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+  const selection = window.getSelection();
+  if (selection) selection.removeAllRanges();
+  for (const el of document.querySelectorAll('*')) {
+    if (el.scrollTop) el.scrollTop = 0;
+    if (el.scrollLeft) el.scrollLeft = 0;
+  }
+  window.scrollTo(0, 0);
+}"""
+
 _STATUS_JS = """() => [WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON, WOB_DONE_GLOBAL,
                    WOB_EPISODE_ID, WOB_TASK_READY]"""
 
@@ -205,6 +218,8 @@ async def start_episode(page: Any, task: str, seed: int | None, *, reload: bool,
     if reload:
         await page.goto(task_url(task))
         await page.evaluate(_REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "") + "\n'';")
+    else:
+        await page.evaluate(_CLEAR_PAGE_STATE_JS)
     page._bgym_scale_factor = MINIWOB_SCALE_FACTOR  # read by coordinate actions and observations
     goal = await page.evaluate(_START_EPISODE_JS, [episode_seed(seed), episode_max_time_ms])
     return str(goal or "")

@@ -26,6 +26,8 @@ from typing import Any
 
 from envharness.envs.browsergym.observation_text import (
     BID_ATTR,
+    SOM_ATTR,
+    VIS_ATTR,
     drop_inline_text_boxes,
     extra_element_properties,
     flatten_axtree_to_str,
@@ -129,6 +131,38 @@ async def mark_elements(page: Any, lenient: bool = False) -> None:
     cdp = await _cdp(page)
     await _evaluate(cdp, _call("frame_mark_elements", "", BID_ATTR, "standard_html", False))
     await _mark_child_frames(page.main_frame, lenient, wait_visibility=True)
+
+
+#: Undo what marking leaves in a frame (bids, visibility and set-of-marks attributes, the
+#: counters), so that the next marking numbers the page as BrowserGym does on a fresh load.
+_FORGET_JS = """() => {
+  const todo = [document];
+  while (todo.length) {
+    for (const el of todo.pop().querySelectorAll('*')) {
+      for (const name of ['%s', '%s', '%s']) el.removeAttribute(name);
+      if (el.shadowRoot) todo.push(el.shadowRoot);
+    }
+  }
+  delete window.browsergym_elem_counter;
+  delete window.browsergym_frame_id_generator;
+}""" % (BID_ATTR, VIS_ATTR, SOM_ATTR)
+
+
+async def forget_marks(page: Any) -> None:
+    """Make `page`'s next observation match BrowserGym's on a freshly loaded page; called before
+    an episode restarts in place.
+
+    Removes the bids of every frame, and drops Chromium's accessibility cache: while that cache
+    lives, the nodes a task creates get their accessibility objects before our marking sets the
+    ARIA attributes (and some keep a different state, e.g. a label's text turns presentational),
+    whereas on a fresh page they are created by the first AXTree request, after marking.
+    ``Accessibility.enable`` + ``disable`` tears the cache down (``disable`` alone does not).
+    """
+    cdp = await _cdp(page)
+    await asyncio.gather(
+        cdp.send("Accessibility.enable"), cdp.send("Accessibility.disable"),
+        *(frame.evaluate(_FORGET_JS) for frame in page.frames if not frame.is_detached()),
+    )
 
 
 async def _unmark_child_frames(frame: Any, focused: dict[str, Any]) -> str:

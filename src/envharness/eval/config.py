@@ -1,0 +1,88 @@
+"""What an eval run is asked to do (`EvalConfig`), checked before anything starts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES
+
+#: A small MiniWoB++ set: clicking, typing, forms; all solved by the scripted policy.
+DEFAULT_TASKS = (
+    "click-test",
+    "click-button",
+    "click-checkboxes",
+    "click-dialog",
+    "focus-text",
+    "enter-text",
+    "enter-password",
+    "login-user",
+)
+
+
+class EvalSetupError(ValueError):
+    """The run cannot start as asked (bad option, a run folder in the way, no model)."""
+
+
+@dataclass
+class EvalConfig:
+    out: str
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    episodes: int = 5
+    #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
+    model: str = "embedded"
+    #: 'default' or 'module.path:function' (see `envharness.eval.prompts`).
+    prompt: str = "default"
+    temperature: float = 0.0
+    max_steps: int = 5
+    max_new_tokens: int = 32
+    axtree_tokens: int = 1024
+    history_steps: int = 4
+    actions: list[str] = field(default_factory=lambda: list(DEFAULT_TOOL_NAMES))
+    concurrency: int = 8
+    seed: int = 0
+    #: A running `envharness serve browsergym`; None starts one on loopback for the run.
+    env_url: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    screenshots: bool = True
+    episode_timeout_s: float | None = 300.0
+    #: How long a batch of model calls waits for episodes still busy in the browser.
+    batch_wait_s: float = 0.2
+    progress: bool = True
+
+    def check(self) -> None:
+        """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
+        from envharness.envs.browsergym import miniwob
+
+        positive = ("episodes", "max_steps", "max_new_tokens", "axtree_tokens", "concurrency")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise EvalSetupError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.history_steps < 0 or self.temperature < 0:
+            raise EvalSetupError("--history-steps and --temperature must not be negative")
+        if not self.tasks:
+            raise EvalSetupError("no tasks given")
+        try:
+            self.tasks = [miniwob.check_task(task) for task in self.tasks]  # `miniwob.x` -> `x`
+        except ValueError as exc:
+            raise EvalSetupError(str(exc)) from None
+        if len(set(self.tasks)) != len(self.tasks):
+            raise EvalSetupError("a task is listed twice")
+        unknown = [a for a in self.actions if a not in ACTION_TOOLS]
+        if unknown:
+            raise EvalSetupError(f"unknown action(s) {', '.join(unknown)}; known: {', '.join(ACTION_TOOLS)}")
+        from envharness.eval.prompts import load_prompt_builder
+
+        try:
+            load_prompt_builder(self.prompt)
+        except ValueError as exc:
+            raise EvalSetupError(str(exc)) from None
+        if self.resume and self.overwrite:
+            raise EvalSetupError("--resume and --overwrite contradict each other")
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("resume", "overwrite", "progress", "env_url"):
+            data.pop(key)
+        return data

@@ -1,0 +1,236 @@
+"""One eval episode's tape: what the model was shown and did at every step, with screenshots.
+
+Two small pieces fill it while the harness runs the episode:
+
+- `RecordingClient` wraps the episode's browser client: each observation (after reset and
+  after every step) is noted on the tape, its JPEG screenshot is written to the run folder,
+  and the screenshot is dropped from the observation before the harness sees it.
+- `EvalModelStep` is the episode's model step: it ignores the harness's running chat and
+  builds a fresh prompt from the tape (goal, url, AXTree, last steps, last error) with the
+  prompt builder, asks the shared batcher for a completion, and parses it into one action.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from envharness.envs.browsergym.action_text import DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
+from envharness.eval.prompts import PromptBuilder, PromptContext, StepSummary, approximate_tokens
+from envharness.harness.model_step import BatchingModelStep
+from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
+from envharness.models.base import GenerationRequest, SamplingParams
+
+
+@dataclass
+class StepRecord:
+    """One step: the prompt, the model's reply, the action it became and what the page did."""
+
+    index: int
+    prompt: list[Message]
+    completion: str
+    action: str
+    parse_error: str | None = None
+    #: Screenshot (path relative to the run folder) and URL of the page the model saw.
+    screenshot: str | None = None
+    url: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_s: float = 0.0
+    env_s: float | None = None
+    reward: float | None = None
+    done: bool = False
+    #: Why the action failed: the env's last_action_error, or the harness's refusal.
+    error: str = ""
+    executed: bool = False
+
+
+@dataclass
+class _Page:
+    goal: str = ""
+    url: str = ""
+    axtree: str = ""
+    error: str = ""
+    screenshot: str | None = None
+
+
+@dataclass
+class EpisodeTape:
+    """Filled during one episode; `steps_as_dicts()` goes into its JSONL record."""
+
+    run_dir: Path
+    episode_id: str | None = None
+    task: str | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    page: _Page = field(default_factory=_Page)
+    #: Screenshot after the last step (the page the episode ended on).
+    final_screenshot: str | None = None
+    _shots: int = 0
+
+    def _save_screenshot(self, observation: Any) -> str | None:
+        data = getattr(observation, "screenshot", None)
+        if not data:
+            return None
+        ext = "jpg" if (getattr(observation, "screenshot_format", None) or "jpeg") == "jpeg" else "png"
+        relative = Path("screenshots") / (self.episode_id or "episode") / f"{self._shots:03d}.{ext}"
+        self._shots += 1
+        target = self.run_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(base64.b64decode(data))
+        observation.screenshot = None  # the harness and its records never carry the image
+        return relative.as_posix()
+
+    def observe(self, result: Any, *, step_elapsed_s: float | None = None) -> None:
+        """Note a reset/step result: the page now shown, and the outcome of the pending step."""
+        obs = result.observation
+        shot = self._save_screenshot(obs)
+        error = getattr(obs, "last_action_error", "") or ""
+        self.page = _Page(goal=obs.goal or self.page.goal, url=obs.url, axtree=obs.axtree_txt or obs.text, error=error, screenshot=shot)
+        self.final_screenshot = shot
+        if step_elapsed_s is not None and self.steps and not self.steps[-1].executed:
+            last = self.steps[-1]
+            last.executed, last.env_s = True, step_elapsed_s
+            last.reward, last.done, last.error = result.reward, bool(result.done), error
+
+    def note_action(self, action_str: str) -> None:
+        if self.steps and not self.steps[-1].executed:
+            self.steps[-1].action = action_str
+
+    def note_refusal(self, messages: list[Message]) -> None:
+        """A step the harness refused before it reached the env: its error is the tool message."""
+        last = self.steps[-1] if self.steps else None
+        if last is None or last.executed:
+            return
+        tool = next((m for m in reversed(messages) if m.get("role") == "tool"), None)
+        last.executed = True
+        last.error = str(tool.get("content", "")) if tool else "the action was not executed"
+
+    def history(self) -> list[StepSummary]:
+        summaries = []
+        for step in self.steps:
+            error = step.error or (f"could not read an action from the reply: {step.parse_error}" if step.parse_error else "")
+            summaries.append(StepSummary(action=step.action, reward=step.reward, error=error))
+        return summaries
+
+    def steps_as_dicts(self) -> list[dict[str, Any]]:
+        return [asdict(s) for s in self.steps]
+
+
+class RecordingClient:
+    """An async env client that notes every observation on a tape (and registers the tape
+    under its episode id at reset, so the runner finds it when the episode ends)."""
+
+    def __init__(self, client: Any, run_dir: Path, registry: dict[str, EpisodeTape]):
+        self.client = client
+        self.tape = EpisodeTape(run_dir=run_dir)
+        self._registry = registry
+
+    async def reset(self, **kwargs: Any) -> Any:
+        self.tape.episode_id = kwargs.get("episode_id")
+        self.tape.task = kwargs.get("task")
+        if self.tape.episode_id is not None:
+            self._registry[self.tape.episode_id] = self.tape
+        result = await self.client.reset(**kwargs)
+        self.tape.observe(result)
+        return result
+
+    async def step(self, action: Any) -> Any:
+        self.tape.note_action(getattr(action, "action_str", str(action)))
+        started = time.perf_counter()
+        result = await self.client.step(action)
+        self.tape.observe(result, step_elapsed_s=time.perf_counter() - started)
+        return result
+
+    async def state(self) -> Any:
+        return await self.client.state()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+@dataclass
+class PromptSettings:
+    """How `EvalModelStep` fills a `PromptContext`."""
+
+    builder: PromptBuilder
+    count_tokens: Callable[[str], int] = approximate_tokens
+    axtree_token_budget: int = 1024
+    history_steps: int = 4
+    tool_names: tuple[str, ...] = DEFAULT_TOOL_NAMES
+
+    def context(self, tape: EpisodeTape) -> PromptContext:
+        """The context of the next step of a running episode."""
+        history = tape.history()
+        error = history[-1].error if history else tape.page.error
+        return self.make(tape.page.goal, tape.page.url, tape.page.axtree, error, history, tape.task)
+
+    def make(self, goal: str, url: str, axtree: str, error: str = "", history: list[StepSummary] | None = None,
+             task: str | None = None) -> PromptContext:
+        history = list(history or [])
+        return PromptContext(
+            goal=goal,
+            url=url,
+            axtree=axtree,
+            last_action_error=error,
+            history=history,
+            step=len(history) + 1,
+            task=task,
+            tool_names=self.tool_names,
+            count_tokens=self.count_tokens,
+            axtree_token_budget=self.axtree_token_budget,
+            history_steps=self.history_steps,
+        )
+
+
+class EvalModelStep:
+    """The model step of one eval episode: a fresh prompt per step, batched with the other episodes."""
+
+    def __init__(self, batcher: BatchingModelStep, tape: EpisodeTape, prompts: PromptSettings):
+        self._batcher = batcher
+        self._live = batcher.for_episode()  # batches wait for this episode until close()
+        self.tape = tape
+        self.prompts = prompts
+
+    def close(self) -> None:
+        self._live.close()
+
+    async def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
+        self.tape.note_refusal(messages)
+        prompt = list(self.prompts.builder(self.prompts.context(self.tape)))
+        params = SamplingParams.from_dict(sampling)
+        if params.seed is None and params.temperature > 0:
+            # Reproducible sampling, whatever batch the request lands in.
+            params.seed = zlib.crc32(f"{self.tape.episode_id}/{len(self.tape.steps)}".encode())
+        started = time.perf_counter()
+        gen = await self._batcher.generate(GenerationRequest(messages=prompt, sampling=params))
+        call = build_browsergym_action_tool_call(gen.text)
+        self.tape.steps.append(
+            StepRecord(
+                index=len(self.tape.steps) + 1,
+                prompt=prompt,
+                completion=gen.text,
+                action=_call_text(call.name, call.args),
+                parse_error=call.metadata.get("parse_error"),
+                screenshot=self.tape.page.screenshot,
+                url=self.tape.page.url,
+                prompt_tokens=len(gen.prompt_ids),
+                completion_tokens=len(gen.completion_ids),
+                model_s=time.perf_counter() - started,
+            )
+        )
+        return ModelStepResult(
+            response=LLMResponse(content=gen.text, tool_calls=[call]),
+            prompt_ids=list(gen.prompt_ids),
+            completion_ids=list(gen.completion_ids),
+            logprobs=list(gen.logprobs),
+            metadata={"finish_reason": gen.finish_reason, **gen.metadata},
+        )
+
+
+def _call_text(name: str, args: dict[str, Any]) -> str:
+    """A readable call for a step the env has not run yet (replaced by the env's action string)."""
+    return f"{name}({', '.join(repr(v) for v in args.values())})"

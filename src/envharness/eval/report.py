@@ -1,0 +1,84 @@
+"""The run's HTML report: one self-contained file (plot and screenshots inlined as base64).
+
+The summary table first, then every episode of every task: its outcome, and each step's
+screenshot (the page the model saw), action, reward, error, the model's raw reply and the
+prompt it was given. Everything from the run is escaped by Jinja's autoescape: model
+output is text on the page, never markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+from envharness.eval.config import EvalConfig
+from envharness.eval.runfolder import RunFolder
+from envharness.eval.stats import TaskStats, episode_seconds, episode_steps, episode_tokens, is_success
+
+_TEMPLATE = Path(__file__).with_name("report_template.html")
+_MIME = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
+
+
+def data_uri(path: Path) -> str | None:
+    """The file as a `data:` URI (None when it is missing)."""
+    if not path.is_file():
+        return None
+    return f"data:{_MIME.get(path.suffix.lower(), 'application/octet-stream')};base64,{base64.b64encode(path.read_bytes()).decode()}"
+
+
+def _prompt_text(messages: list[dict[str, Any]]) -> str:
+    return "\n\n".join(f"[{m.get('role', '?')}]\n{m.get('content', '')}" for m in messages)
+
+
+def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
+    steps = []
+    for step in record.get("steps") or []:
+        steps.append(
+            {
+                **step,
+                "image": data_uri(folder.path / step["screenshot"]) if step.get("screenshot") else None,
+                "prompt_text": _prompt_text(step.get("prompt") or []),
+            }
+        )
+    final = record.get("final_screenshot")
+    return {
+        "id": record.get("episode_id"),
+        "seed": record.get("seed"),
+        "goal": record.get("goal") or "",
+        "success": is_success(record),
+        "reward": record.get("env_reward"),
+        "error": record.get("error"),
+        "stop_reason": (record.get("metrics") or {}).get("stop_reason"),
+        "n_steps": episode_steps(record),
+        "tokens": episode_tokens(record),
+        "seconds": episode_seconds(record),
+        "steps": steps,
+        "final_image": data_uri(folder.path / final) if final else None,
+    }
+
+
+def render_report(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]) -> str:
+    """The report's HTML text."""
+    import jinja2
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    template = env.from_string(_TEMPLATE.read_text(encoding="utf-8"))
+    by_task: dict[str, list[dict[str, Any]]] = {t: [] for t in config.tasks}
+    for record in sorted(records, key=lambda r: (r.get("index") or 0, r.get("seed") or 0)):
+        by_task.setdefault(str(record.get("task")), []).append(_episode_view(record, folder))
+    settings = {k: v for k, v in config.to_json().items() if k not in ("tasks", "out")}
+    return template.render(
+        title=f"envharness eval: {config.model}",
+        generated=time.strftime("%Y-%m-%d %H:%M:%S"),
+        settings=settings,
+        stats=stats,
+        plot=data_uri(folder.plot),
+        tasks=by_task,
+    )
+
+
+def write_report(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]) -> Path:
+    folder.report.write_text(render_report(folder, config, records, stats), encoding="utf-8")
+    return folder.report

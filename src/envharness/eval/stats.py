@@ -1,0 +1,123 @@
+"""Per-task numbers of an eval run: success rate with its Wilson 95% interval, reward, steps,
+tokens, time. Computed from the run's episode records (plain dicts, as read from JSONL).
+
+An episode succeeded when the environment's reward is positive (MiniWoB: 1.0 on success).
+Episodes that crashed (`error` set: a dead server, a model that raised) count as failures,
+and are also counted apart so a broken run is not mistaken for a weak model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import mean
+from typing import Any, Iterable
+
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion; (0, 1) for no trials. Unlike the
+    normal approximation it stays inside [0, 1] and is not degenerate at 0/n or n/n."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def is_success(record: dict[str, Any]) -> bool:
+    return (record.get("env_reward") or 0.0) > 0
+
+
+def episode_tokens(record: dict[str, Any]) -> int:
+    """Prompt + completion tokens over all of an episode's model calls."""
+    steps = record.get("steps") or []
+    return sum(int(s.get("prompt_tokens") or 0) + int(s.get("completion_tokens") or 0) for s in steps)
+
+
+def episode_steps(record: dict[str, Any]) -> int:
+    return len(record.get("steps") or record.get("tool_calls") or [])
+
+
+def episode_seconds(record: dict[str, Any]) -> float:
+    return float((record.get("timings") or {}).get("total_s") or 0.0)
+
+
+@dataclass
+class TaskStats:
+    task: str
+    episodes: int
+    successes: int
+    ci_low: float
+    ci_high: float
+    mean_reward: float
+    mean_steps: float
+    mean_tokens: float
+    mean_seconds: float
+    errors: int
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+
+def task_stats(task: str, records: list[dict[str, Any]]) -> TaskStats:
+    n = len(records)
+    wins = sum(map(is_success, records))
+    low, high = wilson_interval(wins, n)
+    avg = lambda values: mean(values) if values else 0.0  # noqa: E731
+    return TaskStats(
+        task=task,
+        episodes=n,
+        successes=wins,
+        ci_low=low,
+        ci_high=high,
+        mean_reward=avg([float(r.get("env_reward") or 0.0) for r in records]),
+        mean_steps=avg([episode_steps(r) for r in records]),
+        mean_tokens=avg([episode_tokens(r) for r in records]),
+        mean_seconds=avg([episode_seconds(r) for r in records]),
+        errors=sum(1 for r in records if r.get("error")),
+    )
+
+
+def summarize(records: Iterable[dict[str, Any]], tasks: list[str] | None = None) -> list[TaskStats]:
+    """One `TaskStats` per task (in `tasks` order when given, else first-seen order), plus an
+    `all` row when there is more than one task."""
+    by_task: dict[str, list[dict[str, Any]]] = {t: [] for t in tasks or []}
+    for record in records:
+        by_task.setdefault(str(record.get("task")), []).append(record)
+    rows = [task_stats(task, recs) for task, recs in by_task.items()]
+    if len(rows) > 1:
+        rows.append(task_stats("all", [r for recs in by_task.values() for r in recs]))
+    return rows
+
+
+def format_table(rows: list[TaskStats]) -> str:
+    """A fixed-width table for the terminal."""
+    header = ("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors")
+    lines = [header]
+    for r in rows:
+        lines.append(
+            (
+                r.task,
+                str(r.episodes),
+                f"{r.success_rate:.2f}",
+                f"[{r.ci_low:.2f}, {r.ci_high:.2f}]",
+                f"{r.mean_reward:.2f}",
+                f"{r.mean_steps:.1f}",
+                f"{r.mean_tokens:.0f}",
+                f"{r.mean_seconds:.1f}s",
+                str(r.errors),
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for k, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(line[1:], widths[1:])]
+        out.append("  ".join(cells))
+        if k == 0 or (k == len(lines) - 2 and rows and rows[-1].task == "all" and len(rows) > 1):
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)

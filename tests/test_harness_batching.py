@@ -1,0 +1,128 @@
+"""Batched model steps on a real backend: the tiny transformers model serving many episodes.
+
+Episodes play against the real echo server on loopback; every reply of the random model is
+sent back as an `echo` call. The backend counts the decoding batches it really runs, so the
+tests see how many model calls served how many model steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from envharness.envs.echo.client import AsyncEchoEnv
+from envharness.models.base import GenerationRequest, SamplingParams
+from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, build_harness_rollout_func, run_episodes
+from test_harness_step_session import EchoSessionFactory
+from test_harness_tokens import CountingTransformersBackend, assert_exact_turns, echo_text
+
+TURNS = 3
+LIMITS = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0})
+
+
+@pytest.fixture(scope="module")
+def tiny_backend():
+    pytest.importorskip("transformers")
+    return CountingTransformersBackend.make()
+
+
+@pytest.fixture
+def echo_factory(echo_server):
+    return EchoSessionFactory(lambda: AsyncEchoEnv(echo_server.base_url))
+
+
+def test_rollout_func_serves_waiting_episodes_with_fewer_backend_calls(tiny_backend, echo_factory):
+    """8 episodes in flight through the TRL rollout function: 24 model steps, fewer decoding
+    calls, and every episode's tokens exactly what its own model steps produced."""
+    tiny_backend.calls.clear()
+    batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False, max_wait_s=2.0)
+    results = {}
+    rollout_func = build_harness_rollout_func(
+        session_factory=echo_factory,
+        harness_adapter=MCPHarnessAdapter(),
+        model_step_builder=lambda trainer, session: batcher.for_episode(),
+        limits=LIMITS,
+        max_concurrency=8,
+        on_result=lambda i, r: results.__setitem__(i, r),
+    )
+    prompts = [f"w{i}" for i in range(8)]
+    import time; t=time.time()
+    out = rollout_func(prompts, None)
+    print('DBG', time.time()-t, tiny_backend.calls, [r.timings for r in results.values()][:2])
+
+    steps = 8 * TURNS
+    assert [results[i].error for i in range(8)] == [None] * 8
+    assert sum(len(results[i].turns) for i in range(8)) == steps
+    assert sum(tiny_backend.calls) == steps  # every model step decoded exactly once...
+    assert len(tiny_backend.calls) < steps  # ...by fewer backend calls than steps
+    assert tiny_backend.calls == batcher.batch_sizes
+    for i in range(8):  # in prompt order, each the episode's own exact tokens
+        r = results[i]
+        assert r.task == prompts[i]
+        assert (out["prompt_ids"][i], out["completion_ids"][i], out["logprobs"][i], out["env_mask"][i]) == (
+            r.prompt_ids,
+            r.completion_ids,
+            r.logprobs,
+            r.env_mask,
+        )
+        assert out["env_reward"][i] == r.tool_trace[-1].result.metadata["reward"]
+        assert_exact_turns(r, tiny_backend.tokenizer)
+
+
+async def test_max_batch_size_caps_each_backend_call(tiny_backend, echo_factory):
+    tiny_backend.calls.clear()
+    batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False, max_batch_size=3)
+    results = await run_episodes(echo_factory, [f"w{i}" for i in range(6)], backend=batcher, limits=LIMITS, max_concurrency=6)
+    assert [r.error for r in results] == [None] * 6
+    assert sum(tiny_backend.calls) == 6 * TURNS and max(tiny_backend.calls) <= 3
+
+
+async def test_a_cancelled_step_leaves_its_batch_alone(tiny_backend):
+    """An episode cancelled (timed out) while its request waits for a batch, or while that
+    batch decodes, never takes the other requests down, and the batcher keeps serving."""
+    tiny_backend.calls.clear()
+    batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False, max_wait_s=2.0)
+    messages = [{"role": "user", "content": "Say: hi"}]
+    sampling = {"max_tokens": 4}
+
+    # queued: cancelled before the batch leaves; the batch goes out without it
+    steps = [batcher.for_episode() for _ in range(3)]
+    calls = [asyncio.create_task(step(messages, [], sampling)) for step in steps]
+    await asyncio.sleep(0)  # all three requests are queued
+    calls[1].cancel()
+    steps[1].close()
+    done = await asyncio.gather(calls[0], calls[2])
+    assert all(len(r.completion_ids) == len(r.logprobs) > 0 for r in done)
+    assert tiny_backend.calls == [2] and calls[1].cancelled()
+
+    for step in steps:
+        step.close()
+
+    # decoding: cancelled while its batch is in the model; the other request still gets its turn
+    steps = [batcher.for_episode() for _ in range(2)]
+    calls = [asyncio.create_task(step(messages, [], sampling)) for step in steps]
+    while len(tiny_backend.calls) < 2:
+        await asyncio.sleep(0.001)
+    calls[1].cancel()
+    assert len((await calls[0]).completion_ids) > 0
+    assert tiny_backend.calls == [2, 2]
+
+    for step in steps:
+        step.close()
+    assert batcher._live == 0
+    [again] = await asyncio.gather(batcher.for_episode()(messages, [], sampling))
+    assert again.completion_ids and tiny_backend.calls == [2, 2, 1]
+
+
+async def test_a_bad_request_fails_alone(tiny_backend):
+    """A request the backend refuses (ValueError: here prefix_ids for a conversation with no
+    previous turn) fails only its own episode: the batch is retried request by request."""
+    tiny_backend.calls.clear()
+    batcher = BatchingModelStep(tiny_backend)
+    good = GenerationRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=3))
+    bad = GenerationRequest(messages=[{"role": "user", "content": "hi"}], prefix_ids=[1, 2, 3])
+    out = await asyncio.gather(batcher.generate(good), batcher.generate(bad), batcher.generate(good), return_exceptions=True)
+    assert isinstance(out[1], ValueError) and "prefix_ids" in str(out[1])
+    assert out[0].completion_ids and out[2].completion_ids
+    assert batcher.batch_sizes == [3, 1, 1, 1]
