@@ -10,7 +10,9 @@ setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	$(BIN)/envharness eval --model embedded --tasks click-test,click-button,focus-text,enter-text --episodes 4 --out runs/demo
+	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/envharness eval --model embedded \
+		--tasks click-test,click-button,focus-text,enter-text --episodes 4 --max-steps 3 --max-new-tokens 16 \
+		--concurrency 16 --out runs/demo --overwrite
 
 test: setup
 	LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)

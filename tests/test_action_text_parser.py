@@ -66,6 +66,24 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("go_back()", "go_back", {}),
     # --- typographic quotes from chat UIs
     ("click(\u201813\u2019)", "click", {"bid": "13"}),
+    # --- more of what chat models write around the action
+    ("Action: `click('13')`", "click", {"bid": "13"}),
+    ("```\nAction: click('13')\n```", "click", {"bid": "13"}),
+    ("click('13')<|im_end|>", "click", {"bid": "13"}),
+    ("<think>I should click('3') first?</think>\nAction: fill('5', 'abc')", "fill", {"bid": "5", "text": "abc"}),
+    ('click("13", button="left")', "click", {"bid": "13", "button": "left"}),
+    ("send_keys('Enter').", "send_keys", {"text": "Enter"}),
+    ("1. click('13')", "click", {"bid": "13"}),
+    ("Action: click('13') # the submit button", "click", {"bid": "13"}),
+    ("Action:\nclick('7')", "click", {"bid": "7"}),
+    ("Action: click('13')\nObservation: the page changed", "click", {"bid": "13"}),
+    ("fill('12', \"O'Brien\")", "fill", {"bid": "12", "text": "O'Brien"}),
+    ("fill('3', 42)", "fill", {"bid": "3", "text": "42"}),
+    # Python-dict tool calls (single quotes), as small models write them: literals only
+    ("{'name': 'click', 'arguments': {'bid': '13'}}", "click", {"bid": "13"}),
+    ("I'll do {'action': 'fill', 'bid': '4', 'text': 'Zoe'} now", "fill", {"bid": "4", "text": "Zoe"}),
+    # Many calls while reasoning cannot crowd out the declared action.
+    ("I think click('1') " * 100 + "Action: fill('2', 'a')", "fill", {"bid": "2", "text": "a"}),
     # --- malformed: nothing usable, falls back to noop with the problem recorded
     ("", FALLBACK, {}),
     ("I don't know what to do.", FALLBACK, {}),
@@ -85,6 +103,16 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ('{"name": "click", "arguments": {"bid": "1", "force": true}}', FALLBACK, {}),
     ("clicked('13')", FALLBACK, {}),
     ("click(*['1'])", FALLBACK, {}),
+    ("Action: noop", FALLBACK, {}),
+    ("Action: click[13]", FALLBACK, {}),
+    ('{"name": "open_door", "arguments": {"action": "click", "bid": 1}}', FALLBACK, {}),  # nested dicts are not calls
+    # hostile or degenerate output: no exception, no action
+    ("click({{}})", FALLBACK, {}),
+    ("fill('1', {'a'})", FALLBACK, {}),
+    ("click(" + "(" * 200 + "1" + ")" * 200 + ")", FALLBACK, {}),
+    ("click(" * 3000, FALLBACK, {}),
+    ("{" * 4000 + "}" * 4000, FALLBACK, {}),
+    ('{"a": ' * 3000, FALLBACK, {}),
 ]
 
 

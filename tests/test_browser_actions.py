@@ -87,6 +87,21 @@ def test_multi_action_keeps_order():
     [
         ("__import__('os').system('x')", "bare name"),
         ("__import__('os')", "unknown action '__import__'"),
+        ("click(__import__('os').system('touch /tmp/x'))", "literals"),
+        ("getattr(click, '__globals__')('1')", "bare name; got a function call"),
+        ("(lambda: click('1'))()", "bare name; got a lambda"),
+        ("click('1').__class__", "single action call"),
+        ("click('1')[0]", "single action call"),
+        ("click.__call__('1')", "bare name; got attribute access"),
+        ("\u0435val('1')", "unknown action"),  # a Cyrillic "e"
+        ("click('1' * 10**9)", "an arithmetic expression"),  # refused before anything is computed
+        ("select_option('1', ['a'] * 10**9)", "an arithmetic expression"),
+        ("click({'bid': '1'})", "a dict"),
+        ("click('1', button=None)", "button must be one of"),
+        ("click(b'1')", "literals"),
+        ("scroll(1j, 0)", "literals"),
+        ("fill('1', " + "[" * 50 + "]" * 50 + ")", "expected a string"),
+        ("fill('1', " + "[" * 500 + "]" * 500 + ")", "not a valid action call"),
         ("os.system('rm -rf /')", "bare name; got attribute access"),
         ("click(page.url)", "literals"),
         ("click(lambda: 1)", "a lambda"),

@@ -1,6 +1,8 @@
-"""Every one of the 125 MiniWoB++ tasks resets and steps without error (one browser, 4 sessions)."""
+"""Every one of the 125 MiniWoB++ tasks resets and steps without error (one browser, 4 sessions),
+and restarting a task in place shows what loading its page shows (bids included)."""
 
 import asyncio
+import difflib
 
 import pytest
 
@@ -9,6 +11,9 @@ from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.models import BrowserGymAction
 
 SESSIONS = 4
+#: Pages that change by themselves, so two observations differ anyway: stock-market redraws its
+#: price every 100 ms, terminal blinks its caret, click-pie animates its wheel.
+CHANGING_BY_ITSELF = {"stock-market", "terminal", "click-pie"}
 
 
 async def _check_task(env, task: str) -> list[str]:
@@ -21,10 +26,18 @@ async def _check_task(env, task: str) -> list[str]:
         problems.append(f"{task}: step failed: {obs.last_action_error}")
     if obs.reward not in (0.0, 1.0):
         problems.append(f"{task}: reward {obs.reward!r}")
-    again = await env.reset_async(task=task, seed=7)  # restarts in place: same instance
+    again = await env.reset_async(task=task, seed=7)  # restarts in place: what a fresh page shows
     if again.goal != first.goal:
         problems.append(f"{task}: in-place restart changed the goal: {first.goal!r} -> {again.goal!r}")
+    for part in ("axtree_txt", "pruned_html") if task not in CHANGING_BY_ITSELF else ():
+        if getattr(again, part) != getattr(first, part):
+            problems.append(f"{task}: in-place restart gave another {part} than a page load:\n"
+                            + "\n".join(_diff(getattr(first, part), getattr(again, part))))
     return problems
+
+
+def _diff(before: str, after: str) -> list[str]:
+    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), "page load", "in place", n=1, lineterm=""))[:20]
 
 
 @pytest.mark.slow
@@ -47,3 +60,21 @@ async def test_all_125_tasks_reset_and_step():
         await factory.aclose()
     problems = [p for found in results for p in found]
     assert not problems, "\n".join(problems)
+
+
+def test_task_list_equals_browsergym_registry():
+    import browsergym.miniwob
+
+    registered = {task.get_task_id() for task in browsergym.miniwob.ALL_MINIWOB_TASKS}
+    assert {f"miniwob.{t}" for t in miniwob.all_tasks()} == registered
+    assert len(miniwob.all_tasks()) == 125
+    nondeterministic = {t.subdomain for t in browsergym.miniwob.ALL_MINIWOB_TASKS if t.nondeterministic}
+    assert nondeterministic == miniwob.NONDETERMINISTIC_TASKS
+    assert miniwob.RELOAD_ON_RESET <= set(miniwob.all_tasks())
+
+
+def test_seed_drawn_as_browsergym_does():
+    import browsergym.miniwob.all as bg
+
+    task = bg.ClickTestTask(seed=123, base_url="http://x/")
+    assert miniwob.episode_seed(123) == task.random.randint(0, 1000000)

@@ -10,11 +10,13 @@ The documented mapping between the two AXTree texts:
   lines from BrowserGym's text, as our observation does;
 - the page URL differs (BrowserGym: our loopback http.server; ours: ``http://miniwob.local``).
 
-Each episode is the first of its session on our side, as every BrowserGym reset is a fresh page
-(a later reset of the same task restarts the episode in place, which keeps the page's bids).
+Each test plays two episodes of its task in one session on both sides: the first loads the page,
+the second restarts it in place on our side while BrowserGym loads a fresh page again; both must
+give BrowserGym's observations, bids included.
 
 BrowserGym runs with its fast settings (``slow_mo=0``, no pre-observation delay), as ours does:
-MiniWoB computes rewards synchronously, so the delays change timing only.
+MiniWoB computes rewards synchronously, so the delays change timing only. A BrowserGym step whose
+own 500 ms element wait timed out (machine load) is repeated, see `browsergym_step`.
 """
 
 import functools
@@ -34,11 +36,12 @@ from envharness.envs.browsergym.solutions import next_action  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
+#: (task, seed of the first episode, seed of the second), seeds the scripted solutions can solve.
 EPISODES = [
-    ("click-test", 0), ("click-button", 1), ("click-dialog-2", 2), ("click-checkboxes", 3),
-    ("click-option", 4), ("focus-text-2", 5), ("enter-text-2", 6), ("enter-password", 7),
-    ("login-user", 8), ("choose-list", 9), ("click-tab", 10), ("click-widget", 12),
-    ("click-collapsible", 12), ("click-button-sequence", 13),
+    ("click-test", 0, 100), ("click-button", 1, 101), ("click-dialog-2", 2, 102), ("click-checkboxes", 3, 103),
+    ("click-option", 4, 104), ("focus-text-2", 5, 105), ("enter-text-2", 6, 106), ("enter-password", 7, 107),
+    ("login-user", 8, 108), ("choose-list", 9, 109), ("click-tab", 10, 110), ("click-widget", 12, 113),
+    ("click-collapsible", 12, 112), ("click-button-sequence", 13, 113),
 ]
 MAX_STEPS = 8
 
@@ -88,34 +91,54 @@ def normalize(axtree_txt: str) -> str:
     return re.sub(r"url='[^']*'", "url=<page>", "\n".join(lines))
 
 
-@pytest.mark.parametrize(("task", "seed"), EPISODES)
-def test_same_episode_as_browsergym(browsergym_make, server, task, seed):
+def browsergym_step(bg, action: str, tries: int = 3) -> tuple:
+    """`bg.step(action)`, repeated when BrowserGym's own element wait timed out.
+
+    BrowserGym's actions wait at most 500 ms (hard-coded) for their element to become actionable,
+    which a busy 2-core machine exceeds now and then; such a step did nothing (Playwright acts only
+    once the element is ready), so the reference simply tries again. Our environment is not retried.
+    """
+    for _ in range(tries):
+        obs, reward, terminated, truncated, _ = bg.step(action)
+        if not re.match(r"TimeoutError: \w+\.\w+: Timeout 500ms exceeded", obs["last_action_error"]):
+            break
+    return obs, reward, terminated, truncated
+
+
+def play_episode(bg, ours, task: str, seed: int) -> None:
+    """Reset both to `task`/`seed`, compare, then step both with the scripted solution to the end."""
+    bg_obs, _ = bg.reset(seed=seed)
+    result = ours.reset(task=task, seed=seed)
+    obs = result.observation
+    assert obs.goal == bg_obs["goal"]
+    texts = browsergym_texts(bg_obs)
+    assert normalize(obs.axtree_txt) == texts["axtree"]
+    assert obs.pruned_html == texts["html"]
+    assert obs.focused_element_bid == bg_obs["focused_element_bid"]
+    assert obs.metadata["browsergym_obs"]["extra_element_properties"] == bg_obs["extra_element_properties"]
+    done, steps = False, 0
+    while not done:
+        steps += 1
+        assert steps <= MAX_STEPS, f"{task} seed {seed} not solved in {MAX_STEPS} steps"
+        action = next_action(obs.goal, obs.axtree_txt, task=task)
+        bg_obs, bg_reward, bg_terminated, bg_truncated = browsergym_step(bg, action)
+        result = ours.step(BrowserGymAction(action_str=action))
+        obs = result.observation
+        assert obs.last_action_error == "", (action, obs.last_action_error)
+        assert bg_obs["last_action_error"] == "", (action, bg_obs["last_action_error"])
+        assert (result.reward, result.done) == (bg_reward, bg_terminated or bg_truncated), action
+        assert normalize(obs.axtree_txt) == browsergym_texts(bg_obs)["axtree"], action
+        done = result.done
+    assert result.reward == 1.0
+
+
+@pytest.mark.parametrize(("task", "seed", "second_seed"), EPISODES)
+def test_same_episodes_as_browsergym(browsergym_make, server, task, seed, second_seed):
     bg = browsergym_make(task)
     ours = BrowserGymEnv(server.base_url)
     try:
-        bg_obs, _ = bg.reset(seed=seed)
-        result = ours.reset(task=task, seed=seed)
-        obs = result.observation
-        assert obs.goal == bg_obs["goal"]
-        texts = browsergym_texts(bg_obs)
-        assert normalize(obs.axtree_txt) == texts["axtree"]
-        assert obs.pruned_html == texts["html"]
-        assert obs.focused_element_bid == bg_obs["focused_element_bid"]
-        assert obs.metadata["browsergym_obs"]["extra_element_properties"] == bg_obs["extra_element_properties"]
-        done, steps = False, 0
-        while not done:
-            steps += 1
-            assert steps <= MAX_STEPS, f"{task} seed {seed} not solved in {MAX_STEPS} steps"
-            action = next_action(obs.goal, obs.axtree_txt, task=task)
-            bg_obs, bg_reward, bg_terminated, bg_truncated, _ = bg.step(action)
-            result = ours.step(BrowserGymAction(action_str=action))
-            obs = result.observation
-            assert (result.reward, result.done) == (bg_reward, bg_terminated or bg_truncated), action
-            assert obs.last_action_error == bg_obs["last_action_error"] == ""
-            assert normalize(obs.axtree_txt) == browsergym_texts(bg_obs)["axtree"], action
-            done = result.done
-        assert result.reward == 1.0
+        play_episode(bg, ours, task, seed)  # our page is loaded
+        play_episode(bg, ours, task, second_seed)  # our page restarts in place
     finally:
         ours.close()
         bg.close()
-

@@ -1,12 +1,19 @@
-"""One session cannot see or touch another's page, cookies or storage; sessions run concurrently."""
+"""One session cannot see or touch another's page, cookies or storage; sessions run concurrently,
+each with the task it chose at its own reset."""
 
 import asyncio
 import re
 
-import pytest
-
+from envharness.core.launchers import LocalServer
+from envharness.envs.browsergym import AsyncBrowserGymEnv
 from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.models import BrowserGymAction
+from envharness.envs.browsergym.solutions import next_action
+
+#: Scripted tasks the many-sessions test rotates through (each session starts at another one).
+ROTATION = ("enter-text", "click-test", "login-user", "click-checkboxes", "focus-text", "click-button")
+SESSIONS = 8
+ROUNDS = 3
 
 
 def A(text: str) -> BrowserGymAction:
@@ -80,17 +87,67 @@ async def test_concurrent_sessions_each_solve_their_own_episode():
     assert results == [(1.0, True, seed) for seed in range(len(envs))]
 
 
-@pytest.mark.parametrize("host", ["example.com", "127.0.0.1", "localhost", "169.254.169.254"])
-async def test_pages_cannot_fetch_other_hosts(host):
+async def test_pages_cannot_fetch_other_hosts():
     """Requests a page makes itself (not only `goto`) are blocked outside the allowed hosts."""
     factory = make_environment_factory()
     env = factory()
     try:
         await env.reset_async(task="click-test", seed=0)
-        result = await env._actx.page.evaluate(
-            f"() => fetch('http://{host}/').then(r => 'fetched ' + r.status, e => 'blocked: ' + e.message)"
-        )
-        assert result.startswith("blocked"), result
+        for host in ("example.com", "127.0.0.1", "localhost", "169.254.169.254", "[::1]"):
+            result = await env._actx.page.evaluate(
+                f"() => fetch('http://{host}/').then(r => 'fetched ' + r.status, e => 'blocked: ' + e.message)"
+            )
+            assert result.startswith("blocked"), (host, result)
     finally:
         await env.close_async()
+        await factory.aclose()
+
+
+async def test_many_sessions_over_the_wire_each_get_the_task_they_chose():
+    """8 clients on one server (one Chromium): every reset picks its own task and seed, the episodes
+    run interleaved, and each one is the instance a lone session gets for that task and seed."""
+    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
+        async def play(i: int) -> list[tuple[str, int, str, float]]:
+            played = []
+            async with AsyncBrowserGymEnv(server.base_url) as env:
+                for r in range(ROUNDS):
+                    task, seed = ROTATION[(i + r) % len(ROTATION)], 100 * i + r
+                    result = await env.reset(task=task, seed=seed)
+                    goal = result.observation.goal
+                    assert result.observation.url.endswith(f"/{task}.html")
+                    assert (await env.state()).task_name == task
+                    for _ in range(8):
+                        obs = result.observation
+                        result = await env.step(BrowserGymAction(action_str=next_action(obs.goal, obs.axtree_txt, task=task)))
+                        assert result.observation.last_action_error == "", (task, seed, result.observation.last_action_error)
+                        if result.done:
+                            break
+                    played.append((task, seed, goal, result.reward))
+            return played
+
+        results = await asyncio.gather(*(play(i) for i in range(SESSIONS)))
+        # The same tasks and seeds in one lone session give the same goals.
+        async with AsyncBrowserGymEnv(server.base_url) as lone:
+            for played in results:
+                for task, seed, goal, reward in played:
+                    assert reward == 1.0, (task, seed)
+                    assert (await lone.reset(task=task, seed=seed)).observation.goal == goal, (task, seed)
+
+
+async def test_text_typed_in_one_session_shows_only_there():
+    """All sessions on the same task and seed type at once; each page holds its own text only."""
+    factory = make_environment_factory(pruned_html=False, extra_properties=False)
+    envs = [factory() for _ in range(SESSIONS)]
+    try:
+        firsts = await asyncio.gather(*(env.reset_async(task="enter-text", seed=5) for env in envs))
+        assert len({obs.axtree_txt for obs in firsts}) == 1  # identical pages, identical bids
+        box = textbox_bid(firsts[0].axtree_txt)
+        typed = await asyncio.gather(*(env.step_async(A(f"fill('{box}', 'typed by session {i}')"))
+                                       for i, env in enumerate(envs)))
+        for i, obs in enumerate(typed):
+            assert f"value='typed by session {i}'" in obs.axtree_txt
+            assert set(re.findall(r"typed by session (\d)", obs.axtree_txt)) == {str(i)}
+    finally:
+        for env in envs:
+            await env.close_async()
         await factory.aclose()

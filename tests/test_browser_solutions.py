@@ -1,9 +1,11 @@
 """Scripted MiniWoB solutions reach reward 1 through the client and a real server (real Chromium)."""
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from envharness.core.launchers import LocalServer
-from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
+from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction, BrowserGymEnv
 from envharness.envs.browsergym.solutions import SOLVED_TASKS, UnsolvableTask, next_action, parse_axtree, solve
 
 SEEDS = (0, 1, 2)
@@ -40,6 +42,20 @@ async def test_solution_reaches_reward_one(server, task):
         for seed in SEEDS:
             reward, done, actions = await run_episode(env, task, seed, hint=seed % 2 == 1)
             assert (reward, done) == (1.0, True), f"{task} seed {seed}: reward {reward}, done {done} after {actions}"
+
+
+def test_clients_can_decode_screenshots_into_arrays(server):
+    """The wire carries base64 PNG; `screenshot_array=True` hands over the array that code written
+    for OpenEnv's screenshots reads with ``np.array(observation.screenshot, dtype=np.uint8)``."""
+    with BrowserGymEnv(server.base_url) as plain, BrowserGymEnv(server.base_url, screenshot_array=True) as decoding:
+        encoded = plain.reset(task="click-test", seed=0, screenshot=True).observation
+        assert isinstance(encoded.screenshot, str) and encoded.screenshot_format == "png"
+        result = decoding.reset(task="click-test", seed=0, screenshot=True)
+        image = Image.fromarray(np.array(result.observation.screenshot, dtype=np.uint8))
+        assert image.size == (498, 321)  # MiniWoB's 332x214 viewport at BrowserGym's scale 1.5
+        assert (result.observation.screenshot == encoded.screenshot_array()).all()
+        assert result.observation.goal == "Click the button." and "Click Me!" in result.observation.axtree_txt
+        assert decoding.reset(task="click-test", seed=0).observation.screenshot is None  # not asked for
 
 
 # -- reading the AXTree, without a browser ----------------------------------------------------------

@@ -21,7 +21,8 @@ FOCUS_TEXT = ("Focus into the textbox.", "RootWebArea 'Focus Text Task', focused
 
 
 def context(goal: str, tree: str, **kwargs) -> PromptContext:
-    return PromptContext(goal=goal, url="http://miniwob.local/miniwob/x.html", axtree=tree, **kwargs)
+    kwargs.setdefault("url", "http://miniwob.local/miniwob/x.html")
+    return PromptContext(goal=goal, axtree=tree, **kwargs)
 
 
 def test_default_prompt_shows_goal_page_history_error_and_one_worked_example():
@@ -84,7 +85,7 @@ async def test_the_embedded_model_answers_the_default_prompt_with_an_action():
     backend = load_backend("embedded")
     count = token_counter(backend)
     requests = [
-        GenerationRequest(default_prompt(context(goal, tree, count_tokens=count)), sampling=SamplingParams(temperature=0.0, max_tokens=12))
+        GenerationRequest(default_prompt(context(goal, tree, count_tokens=count)), sampling=SamplingParams(temperature=0.0, max_tokens=10))
         for goal, tree in (CLICK_TEST, FOCUS_TEXT)
     ]
     gens = await backend.generate(requests)

@@ -23,8 +23,7 @@ LIMITS = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperatu
 
 @pytest.fixture(scope="module")
 def tiny_backend():
-    pytest.importorskip("transformers")
-    return CountingTransformersBackend.make()
+    yield from CountingTransformersBackend.fixture()
 
 
 @pytest.fixture
@@ -47,9 +46,7 @@ def test_rollout_func_serves_waiting_episodes_with_fewer_backend_calls(tiny_back
         on_result=lambda i, r: results.__setitem__(i, r),
     )
     prompts = [f"w{i}" for i in range(8)]
-    import time; t=time.time()
     out = rollout_func(prompts, None)
-    print('DBG', time.time()-t, tiny_backend.calls, [r.timings for r in results.values()][:2])
 
     steps = 8 * TURNS
     assert [results[i].error for i in range(8)] == [None] * 8

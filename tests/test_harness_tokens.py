@@ -78,11 +78,22 @@ class CountingTransformersBackend:
         backend.calls = []
         return backend
 
+    @classmethod
+    def fixture(cls):
+        """A module fixture's body: the backend, decoding on one torch thread meanwhile (a
+        model this small gains nothing from more, and on a busy machine they only contend)."""
+        torch = pytest.importorskip("torch")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield cls.make()
+        finally:
+            torch.set_num_threads(threads)
+
 
 @pytest.fixture(scope="module")
 def tiny_backend():
-    pytest.importorskip("transformers")
-    return CountingTransformersBackend.make()
+    yield from CountingTransformersBackend.fixture()
 
 
 def echo_text(text: str) -> ToolCall:

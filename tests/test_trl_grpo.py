@@ -90,6 +90,9 @@ def test_one_grpo_step_on_click_test_is_exact_and_changes_the_weights(server_url
         train_dataset=task_dataset(["click-test"], 4),
         rollout_func=spy,
     )
+    scored = {}  # what TRL built from the rollout for the loss
+    generate_and_score = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: scored.update(generate_and_score(inputs)) or scored
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
     rollout_func.records.close()
@@ -112,6 +115,12 @@ def test_one_grpo_step_on_click_test_is_exact_and_changes_the_weights(server_url
         assert out["verify_metrics"][i]["task_name"] == "click-test"
         assert len(out["step_rewards"][i]) == 2  # two turns, one browser action each
         assert out["success"][i] == (out["env_reward"][i] > 0)
+        # the env tokens are the tool message the model read: the page after its action
+        env_text = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0])
+        assert "Click Me!" in env_text and "Reward: 0.0  Done: False" in env_text
+        # TRL took env_mask as its tool mask: env tokens carry no loss
+        assert scored["completion_ids"][i, : len(ids)].tolist() == ids
+        assert scored["tool_mask"][i, : len(mask)].tolist() == mask
 
     changed = [n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())]
     assert len(changed) == len(before), f"unchanged: {set(before) - set(changed)}"

@@ -31,22 +31,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "openai:MODEL@BASE_URL, trl-vllm:URL (default: embedded)")
     parser.add_argument("--tasks", type=_names, default=list(DEFAULT_TASKS),
                         help=f"comma-separated MiniWoB tasks (default: {','.join(DEFAULT_TASKS)})")
-    parser.add_argument("--episodes", type=int, default=_D.episodes, help="episodes per task (seeds SEED..SEED+N-1)")
-    parser.add_argument("--max-steps", type=int, default=_D.max_steps, help="actions per episode")
-    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens, help="tokens per model reply")
-    parser.add_argument("--temperature", type=float, default=_D.temperature, help="sampling temperature (0: greedy)")
+    parser.add_argument("--episodes", type=int, default=_D.episodes, help="episodes per task, seeds SEED..SEED+N-1 (default %(default)s)")
+    parser.add_argument("--max-steps", type=int, default=_D.max_steps, help="actions per episode (default %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens, help="tokens per model reply (default %(default)s)")
+    parser.add_argument("--temperature", type=float, default=_D.temperature, help="sampling temperature, 0 for greedy (default %(default)s)")
     parser.add_argument("--prompt", default=_D.prompt, help="prompt builder: 'default' or module.path:function")
-    parser.add_argument("--axtree-tokens", type=int, default=_D.axtree_tokens, help="token budget of the page text in a prompt")
-    parser.add_argument("--history-steps", type=int, default=_D.history_steps, help="earlier steps recalled in a prompt")
+    parser.add_argument("--axtree-tokens", type=int, default=_D.axtree_tokens, help="token budget of the page text in a prompt (default %(default)s)")
+    parser.add_argument("--history-steps", type=int, default=_D.history_steps, help="earlier steps recalled in a prompt (default %(default)s)")
     parser.add_argument("--actions", type=_names, default=list(_D.actions), help="comma-separated actions the model may use")
-    parser.add_argument("--concurrency", type=int, default=_D.concurrency, help="episodes in flight at once")
-    parser.add_argument("--seed", type=int, default=_D.seed, help="first episode seed")
+    parser.add_argument("--concurrency", type=int, default=_D.concurrency, help="episodes in flight at once (default %(default)s)")
+    parser.add_argument("--batch-wait", type=float, default=None,
+                        help="seconds a batch of model calls waits for episodes still in the browser "
+                             "(default: 2 for local models, 0.05 for remote/scripted)")
+    parser.add_argument("--seed", type=int, default=_D.seed, help="first episode seed (default %(default)s)")
     parser.add_argument("--out", default=None, help="run folder (default runs/eval-<time>)")
     parser.add_argument("--resume", action="store_true", help="skip the episodes the run folder already holds")
     parser.add_argument("--overwrite", action="store_true", help="replace the run folder's results")
     parser.add_argument("--env-url", default=None, help="a running `envharness serve browsergym` (default: start one)")
     parser.add_argument("--no-screenshots", action="store_true", help="do not take or keep screenshots")
-    parser.add_argument("--episode-timeout", type=float, default=_D.episode_timeout_s, help="seconds before an episode is failed")
+    parser.add_argument("--episode-timeout", type=float, default=None,
+                        help="seconds before an episode is failed, model time included (default: none)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print two runs' results side by side, run nothing")
 
@@ -65,6 +69,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         history_steps=args.history_steps,
         actions=args.actions,
         concurrency=args.concurrency,
+        batch_wait_s=args.batch_wait,
         seed=args.seed,
         env_url=args.env_url,
         resume=args.resume,

@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--env-url", default=None, help="a running `envharness serve browsergym` (default: start one on loopback)")
     parser.add_argument("--prompt", choices=["compact", "default"], default=d.prompt, help="prompt style (compact suits small models)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest when other jobs share the cores)")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
 
 
@@ -51,6 +52,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     if args.num_generations < 2:
         raise ValueError("--num-generations must be at least 2 (GRPO compares episodes within a group)")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError("--threads must be at least 1")
     if args.minutes is not None and args.minutes <= 0:
         raise ValueError("--minutes must be positive")
     if args.temperature <= 0:
@@ -77,6 +80,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         env_url=args.env_url,
         prompt=args.prompt,
         use_vllm=args.use_vllm,
+        threads=args.threads,
     )
 
 

@@ -46,9 +46,13 @@ class EvalConfig:
     resume: bool = False
     overwrite: bool = False
     screenshots: bool = True
-    episode_timeout_s: float | None = 300.0
-    #: How long a batch of model calls waits for episodes still busy in the browser.
-    batch_wait_s: float = 0.2
+    #: Fail an episode that runs longer (None: never). Waiting for a slow model counts, so
+    #: this is for remote models that may hang; the env client has its own reply timeouts.
+    episode_timeout_s: float | None = None
+    #: How long a batch of model calls waits for episodes still busy in the browser. None:
+    #: 2 s for backends that tokenize and batch (a full batch costs little more than one
+    #: request), 0.05 s for the others (remote chat APIs, scripted).
+    batch_wait_s: float | None = None
     progress: bool = True
 
     def check(self) -> None:
@@ -59,8 +63,8 @@ class EvalConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise EvalSetupError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.history_steps < 0 or self.temperature < 0:
-            raise EvalSetupError("--history-steps and --temperature must not be negative")
+        if self.history_steps < 0 or self.temperature < 0 or (self.batch_wait_s or 0) < 0:
+            raise EvalSetupError("--history-steps, --temperature and --batch-wait must not be negative")
         if not self.tasks:
             raise EvalSetupError("no tasks given")
         try:

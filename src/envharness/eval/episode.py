@@ -101,13 +101,15 @@ class EpisodeTape:
             self.steps[-1].action = action_str
 
     def note_refusal(self, messages: list[Message]) -> None:
-        """A step the harness refused before it reached the env: its error is the tool message."""
+        """Close the pending step if it never reached the env: the harness refused it (its
+        error is that step's tool message; one tool call per turn, so the Nth tool message
+        answers step N) or the episode ended first."""
         last = self.steps[-1] if self.steps else None
         if last is None or last.executed:
             return
-        tool = next((m for m in reversed(messages) if m.get("role") == "tool"), None)
-        last.executed = True
-        last.error = str(tool.get("content", "")) if tool else "the action was not executed"
+        tool_messages = [m for m in messages if m.get("role") == "tool"]
+        last.executed = len(tool_messages) >= len(self.steps)
+        last.error = str(tool_messages[len(self.steps) - 1].get("content", "")) if last.executed else "the action was not executed"
 
     def history(self) -> list[StepSummary]:
         summaries = []

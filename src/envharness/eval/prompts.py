@@ -113,9 +113,12 @@ def observation_text(goal: str, url: str, axtree: str, history: str, error: str)
     )
 
 
-_EXAMPLE_TREE = "RootWebArea 'Example Task', focused\n\t[11] textbox ''\n\t[13] button 'OK'\n\t[14] button 'Cancel'"
+# Shaped like a real MiniWoB tree (its root line names the URL too): with a plainer example,
+# SmolLM2-135M copies words of the root line into the bid (click('click-test-test-...')).
+_EXAMPLE_URL = "http://miniwob.local/miniwob/example.html"
+_EXAMPLE_TREE = f"RootWebArea 'Example Task', focused, url='{_EXAMPLE_URL}'\n\t[11] textbox ''\n\t[13] button 'OK'\n\t[14] button 'Cancel'"
 EXAMPLE = [
-    {"role": "user", "content": observation_text('Click on the "OK" button.', "http://example.local/task.html", _EXAMPLE_TREE, "none", "")},
+    {"role": "user", "content": observation_text('Click on the "OK" button.', _EXAMPLE_URL, _EXAMPLE_TREE, "none", "")},
     {"role": "assistant", "content": "click('13')"},
 ]
 

@@ -138,6 +138,8 @@ class _Progress:
 def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Job, model_name: str) -> dict[str, Any]:
     """The JSONL line of one episode: the shared record plus the eval's step-by-step tape."""
     record = record_from_result(result).to_dict()
+    if tape is not None:
+        tape.note_refusal(result.messages)  # a last action the harness refused
     record.update(
         index=job.index,
         model=model_name,
@@ -172,7 +174,10 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "jpeg", "pruned_html": False, "extra_properties": False},
         prompt_builder=first_prompt,
     )
-    batcher = BatchingModelStep(backend, max_wait_s=config.batch_wait_s, send_tools=False)
+    wait = config.batch_wait_s
+    if wait is None:
+        wait = 2.0 if getattr(backend, "tokenizer", None) is not None else 0.05
+    batcher = BatchingModelStep(backend, max_wait_s=wait, send_tools=False)
     limits = HarnessRunLimits(max_turns=config.max_steps, sampling={"temperature": config.temperature, "max_tokens": config.max_new_tokens})
     model_name = str(getattr(backend, "name", config.model))
     progress = _Progress(len(jobs), config.progress)

@@ -7,6 +7,9 @@ tokens so the backend only tokenizes new messages), and the steps of all waiting
 are served by ONE `backend.generate(batch)` call. A batch is sent as soon as every live
 episode is waiting (or `max_wait_s` after its first request, so one slow environment does
 not stall the rest); while it generates, new requests queue up for the next batch.
+A backend error fails the episodes of its batch, or only the offending one when the
+backend refused a request (ValueError/TypeError: the batch is retried request by
+request); a cancelled episode simply drops out of its batch. No request is left hanging.
 """
 
 from __future__ import annotations

@@ -19,14 +19,21 @@ ToolCallParser = Callable[[str], "ToolCall | list[ToolCall] | None"]
 _decoder = json.JSONDecoder()
 
 
-def iter_json_objects(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+#: Braces tried before giving up: degenerate output ("{{{{..." for thousands of tokens)
+#: would otherwise cost one decode attempt per brace.
+MAX_JSON_ATTEMPTS = 256
+
+
+def iter_json_objects(text: str, max_attempts: int = MAX_JSON_ATTEMPTS) -> Iterator[tuple[int, dict[str, Any]]]:
     """(position, object) of every top-level JSON object in `text`, in order (nested ones
-    are not repeated)."""
+    are not repeated). Never raises on hostile text: too-deep nesting is just not JSON."""
     pos = text.find("{")
-    while pos != -1:
+    attempts = 0
+    while pos != -1 and attempts < max_attempts:
+        attempts += 1
         try:
             value, end = _decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             pos = text.find("{", pos + 1)
             continue
         if isinstance(value, dict):

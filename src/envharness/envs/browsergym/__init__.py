@@ -13,6 +13,7 @@ from typing import Any
 _EXPORTS = {
     "BrowserGymAction": "models",
     "BrowserGymObservation": "models",
+    "BrowserGymImageObservation": "models",
     "BrowserGymState": "models",
     "BrowserGymEnv": "client",
     "AsyncBrowserGymEnv": "client",

@@ -7,13 +7,15 @@
 `build_browsergym_action_tool_call(text)` reads what real models write: `Action: click('13')`,
 code fences, double quotes, `click(13)`, prose around the call, several calls (the first
 valid one wins, and calls after an `Action:` marker win over calls in the reasoning), JSON
-tool-call blobs. Arguments are parsed with `ast` as literals only; nothing is evaluated.
+tool-call blobs (also as Python dicts). Arguments are parsed with `ast` as literals only;
+nothing is evaluated.
 When nothing parses it returns `noop()` with the problem in `ToolCall.metadata["parse_error"]`.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -89,13 +91,22 @@ _KEYWORD_ALIASES = {"value": "text", "element": "bid", "id": "bid", "dir": "dire
 
 _CALL_START = re.compile(r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(")
 _ACTION_MARKER = re.compile(r"\baction\s*:", re.IGNORECASE)
+#: Bounds on the work one model output can cause (degenerate outputs repeat "click(" or
+#: "{" thousands of times): the longest call or dict read, and how many of each are tried.
+_MAX_SPAN_CHARS = 4000
+_MAX_CANDIDATES = 64
+#: What parsing hostile text with `ast` may raise: `{{}}` is an unhashable set (TypeError),
+#: very deep nesting exhausts the parser (RecursionError/MemoryError).
+_LITERAL_ERRORS = (ValueError, TypeError, SyntaxError, RecursionError, MemoryError)
 _SMART_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 
 
 def _call_span(text: str, open_paren: int) -> int | None:
-    """Index just past the parenthesis closing the one at `open_paren` (quotes respected)."""
+    """Index just past the parenthesis closing the one at `open_paren` (quotes respected);
+    None when it does not close within `_MAX_SPAN_CHARS`."""
     depth, quote, i = 0, None, open_paren
-    while i < len(text):
+    stop = min(len(text), open_paren + _MAX_SPAN_CHARS)
+    while i < stop:
         ch = text[i]
         if quote:
             if ch == "\\":
@@ -170,7 +181,7 @@ def _parse_call(source: str) -> tuple[str, dict[str, Any]]:
     try:
         positional = [ast.literal_eval(a) for a in node.args]
         keywords = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-    except ValueError:
+    except _LITERAL_ERRORS:
         raise ValueError(f"arguments must be literals (quoted text or numbers): {source[:80]!r}") from None
     if any(kw.arg is None for kw in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
         raise ValueError("*args/**kwargs are not allowed")
@@ -191,30 +202,60 @@ def _json_candidate(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return call.name, _normalize(call.name, [], args)
 
 
-def _candidates(text: str) -> list[tuple[int, str, Any]]:
-    """(position, kind, payload) of everything that might be the action, in text order."""
+def _candidates(text: str, marker: int | None) -> list[tuple[int, str, Any]]:
+    """(position, kind, payload) of everything that might be the action, in text order.
+    Calls are looked for after the `Action:` marker first, so reasoning cannot crowd them out."""
     found: list[tuple[int, str, Any]] = []
-    for match in _CALL_START.finditer(text):
+    after = [] if marker is None else itertools.islice(_CALL_START.finditer(text, marker), _MAX_CANDIDATES)
+    before = itertools.takewhile(lambda m: marker is None or m.start() < marker, _CALL_START.finditer(text))
+    for match in itertools.chain(after, itertools.islice(before, _MAX_CANDIDATES)):
         end = _call_span(text, match.end() - 1)
         if end is not None:
             found.append((match.start(), "call", text[match.start() : end]))
-    found.extend((pos, "json", obj) for pos, obj in iter_json_objects(text))
+    json_objects = list(iter_json_objects(text))
+    found.extend((pos, "json", obj) for pos, obj in json_objects)
+    found.extend(_python_dicts(text, skip={pos for pos, _ in json_objects}))
     return sorted(found, key=lambda c: c[0])
+
+
+def _python_dicts(text: str, skip: set[int]) -> list[tuple[int, str, Any]]:
+    """Tool calls written as Python dicts (`{'name': 'click', ...}`, single quotes), which
+    small models often produce; read with `ast.literal_eval` (literals only), never eval."""
+    found: list[tuple[int, str, Any]] = []
+    pos = text.find("{")
+    for _ in range(_MAX_CANDIDATES):
+        if pos == -1:
+            break
+        end = _call_span(text, pos)
+        if end is not None and pos in skip:  # a JSON object, already a candidate: skip it whole
+            pos = text.find("{", end)
+            continue
+        if end is not None:
+            try:
+                value = ast.literal_eval(text[pos:end])
+            except _LITERAL_ERRORS:
+                value = None
+            if isinstance(value, dict):
+                found.append((pos, "json", value))
+                pos = text.find("{", end)
+                continue
+        pos = text.find("{", pos + 1)
+    return found
 
 
 def build_browsergym_action_tool_call(text: str) -> ToolCall:
     """Exactly one tool call for a model's output; `noop()` with `metadata["parse_error"]` if none parses."""
     text = text or ""
     marker = max((m.end() for m in _ACTION_MARKER.finditer(text)), default=None)
-    candidates = _candidates(text)
+    candidates = _candidates(text, marker)
     if marker is not None:  # the declared action first, then the rest in order
         candidates = [c for c in candidates if c[0] >= marker] + [c for c in candidates if c[0] < marker]
     problems: list[str] = []
     for _, kind, payload in candidates:
         try:
             name, args = _parse_call(payload) if kind == "call" else _json_candidate(payload)
-        except (SyntaxError, ValueError) as exc:
-            problems.append(str(exc) if isinstance(exc, ValueError) else f"syntax error in {payload[:60]!r}")
+        except _LITERAL_ERRORS as exc:
+            problems.append(str(exc) if type(exc) is ValueError else f"{type(exc).__name__} in {str(payload)[:60]!r}")
             continue
         return ToolCall(id=f"browsergym-{name}", name=name, args=args)
     reason = "; ".join(problems[:3]) if problems else "no BrowserGym action found in the model output"

@@ -3,9 +3,11 @@
 `BrowserEngine` owns the Playwright driver and the browser. Sessions ask it for a
 fresh, isolated `BrowserContext` (own cookies, storage, cache, pages). Each context
 serves the MiniWoB++ pages itself and refuses requests to any other host unless that
-host is allowed. If the browser dies, the next `new_context()` launches a new one;
-contexts of the dead browser are gone, which their sessions notice (see
-`BrowserGymEnvironment`), while sessions that reset get a working context again.
+host is allowed; below that, Chromium resolves no host name but loopback and the allowed
+hosts, so neither pages nor the browser itself reach the network. If the browser dies,
+the next `new_context()` launches a new one; contexts of the dead browser are gone, which
+their sessions notice (see `BrowserGymEnvironment`), while sessions that reset get a
+working context again.
 """
 
 from __future__ import annotations
@@ -32,9 +34,20 @@ CHROMIUM_ARGS = (
     # Unthrottled animation frames: Playwright's "element is stable" check waits two frames,
     # which costs ~33 ms per click at 60 fps; idle MiniWoB pages draw no frames anyway.
     "--disable-gpu-vsync", "--disable-frame-rate-limit",
+    # Nothing leaves the machine: no proxy look-up, and every host name fails to resolve (Chromium's
+    # own calls to Google's update, time and account hosts, and the favicon request, which Playwright
+    # cannot route); loopback stays reachable. MiniWoB pages never reach DNS: the context serves them.
+    "--no-proxy-server",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
 #: BrowserGym makes Playwright's test-id attribute `bid`, so `get_by_test_id(bid)` finds elements.
 BID_ATTRIBUTE = "bid"
+
+
+def host_resolver_rules(allowed_hosts: Iterable[str] = ()) -> str:
+    """The ``--host-resolver-rules`` flag: no host name resolves except loopback and `allowed_hosts`."""
+    excluded = ["127.0.0.1", *sorted({h.lower() for h in allowed_hosts} - {"127.0.0.1"})]
+    return "--host-resolver-rules=MAP * ~NOTFOUND, " + ", ".join(f"EXCLUDE {h}" for h in excluded)
 
 
 class NavigationBlocked(ValueError):
@@ -81,12 +94,13 @@ class BrowserEngine:
     """Shared Chromium for all sessions of a process. Use `await start()` / `await aclose()`."""
 
     def __init__(self, *, headless: bool = True, executable_path: str | None = None,
-                 extra_args: Iterable[str] = ()) -> None:
+                 extra_args: Iterable[str] = (), allowed_hosts: Iterable[str] = ()) -> None:
         self.headless = headless
         self.executable_path = executable_path or DEFAULT_CHROMIUM
         # A marker flag (ignored by Chromium) that lets us find our own browser process.
         self._marker = f"--envharness-engine={uuid.uuid4().hex}"
-        self.args = [*CHROMIUM_ARGS, *extra_args, self._marker]
+        args = [a for a in CHROMIUM_ARGS if not a.startswith("--host-resolver-rules=")]
+        self.args = [*args, host_resolver_rules(allowed_hosts), *extra_args, self._marker]
         if not headless:
             self.args.remove("--headless")
         self._playwright: Any = None

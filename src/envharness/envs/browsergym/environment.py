@@ -4,8 +4,10 @@ One instance per session. It holds one browser context (from the shared `Browser
 with the task page, and:
 
 - ``reset(task=..., seed=..., **options)`` chooses the task per episode (``task_name`` is
-  accepted too, as OpenEnv's harness sends it). The same task restarts in place (a few ms);
-  another task, or a page an earlier episode navigated away from, is loaded afresh.
+  accepted too, as OpenEnv's harness sends it). The same task restarts in place (a few ms),
+  with focus, scroll, bids and the accessibility cache cleared, so that its observation is
+  the one a freshly loaded page gives (BrowserGym's); another task, a page an earlier episode
+  navigated away from, or a task in `miniwob.RELOAD_ON_RESET` is loaded afresh.
   Options: the observation parts (``axtree``, ``pruned_html``, ``extra_properties``,
   ``screenshot``, ``screenshot_format``), ``max_steps`` and ``time_limit_s``.
 - ``step(BrowserGymAction(action_str=...))`` parses the string (never executes it as code),
@@ -110,7 +112,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise ValueError(f"seed must be an integer, got {seed!r}")
         try:
             page = await self._fresh_page()
-            reload = not self.config.fast_reset or self._loaded_task != chosen or page.url != miniwob.task_url(chosen)
+            reload = (not self.config.fast_reset or chosen in miniwob.RELOAD_ON_RESET
+                      or self._loaded_task != chosen or page.url != miniwob.task_url(chosen))
             self._loaded_task = None
             if not reload:  # observe the page afresh, as BrowserGym does after its (fresh-page) reset
                 await forget_marks(page)

@@ -45,4 +45,5 @@ def make_environment_factory(*, headless: bool = True, chromium_path: str | None
     config = BrowserGymConfig(**options)
     config.observation = dataclasses.replace(config.observation, **parts)
     config.task = miniwob.check_task(config.task)
-    return BrowserGymEnvironmentFactory(BrowserEngine(headless=headless, executable_path=chromium_path), config)
+    engine = BrowserEngine(headless=headless, executable_path=chromium_path, allowed_hosts=config.allowed_hosts)
+    return BrowserGymEnvironmentFactory(engine, config)

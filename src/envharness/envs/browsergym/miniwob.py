@@ -11,7 +11,9 @@ read from the page as BrowserGym's ``validate`` does: ``float(WOB_RAW_REWARD_GLO
 and ``WOB_DONE_GLOBAL``.
 
 When the task does not change, `start_episode` restarts the episode in the loaded page
-(re-seed + ``startEpisodeReal``, a few ms) instead of reloading it (~100 ms).
+(re-seed + ``startEpisodeReal``, a few ms) instead of reloading it (~100 ms), after clearing
+what a fresh page would not have (focus, selection, scroll offsets, the pointer's position);
+tasks in `RELOAD_ON_RESET` are always reloaded.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ EPISODE_MAX_TIME_MS = 1_000_000
 
 #: HTML tasks shipped by `miniwob` that BrowserGym does not register (real-time tasks).
 NOT_REGISTERED_BY_BROWSERGYM = frozenset({"button-delay", "chase-circle", "hover-shape", "moving-items", "simon-says"})
+#: Tasks whose own restart does not rebuild the page as loading it does, so they are reloaded on
+#: every reset: jQuery UI widgets initialised again on kept elements (other classes: sortable items
+#: lose ``ui-sortable-handle``, sliders reorder theirs), and stock-market, which shows the last
+#: episode's price until its timer ticks.
+RELOAD_ON_RESET = frozenset({"drag-items", "drag-items-grid", "drag-sort-numbers", "form-sequence",
+                             "use-slider", "use-slider-2", "stock-market"})
 #: Tasks BrowserGym marks ``nondeterministic = True``.
 NONDETERMINISTIC_TASKS = frozenset({"click-pie", "click-pie-nodelay", "terminal", "visual-addition"})
 
@@ -218,7 +226,8 @@ async def start_episode(page: Any, task: str, seed: int | None, *, reload: bool,
     if reload:
         await page.goto(task_url(task))
         await page.evaluate(_REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "") + "\n'';")
-    else:
+    else:  # a fresh page has had no pointer over it: move it off the page, so nothing new is hovered
+        await page.mouse.move(-1, -1)
         await page.evaluate(_CLEAR_PAGE_STATE_JS)
     page._bgym_scale_factor = MINIWOB_SCALE_FACTOR  # read by coordinate actions and observations
     goal = await page.evaluate(_START_EPISODE_JS, [episode_seed(seed), episode_max_time_ms])

@@ -57,6 +57,17 @@ class BrowserGymObservation(Observation):
         return np.asarray(image)
 
 
+class BrowserGymImageObservation(BrowserGymObservation):
+    """A client-side observation whose `screenshot` is decoded: a ``(height, width, 3)`` uint8
+    numpy array, as code written for OpenEnv's nested-list screenshots expects
+    (``np.array(observation.screenshot, dtype=np.uint8)``). See ``screenshot_array=True``."""
+
+    screenshot: Any = Field(default=None, description="The viewport as a (height, width, 3) uint8 array")
+
+    def screenshot_array(self) -> Any:
+        return self.screenshot
+
+
 class BrowserGymState(State):
     """Episode bookkeeping (OpenEnv's fields plus seed and timing)."""
 

@@ -1,0 +1,156 @@
+"""The shared Chromium: it reaches no outside host, and when it dies, sessions get a clear error.
+
+A dead browser is simulated the hard way: SIGKILL to the real Chromium process, while a step is
+in flight. The sessions that lost their page get `BrowserSessionLost` (over the wire: an error
+frame with code EXECUTION_ERROR that says to reset), never a hang; resets and new sessions work
+on a relaunched browser.
+"""
+
+import asyncio
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from envharness.core.client import EnvServerError
+from envharness.core.launchers import LocalServer
+from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
+from envharness.envs.browsergym.engine import CHROMIUM_ARGS, host_resolver_rules
+from envharness.envs.browsergym.environment import BrowserSessionLost
+from envharness.envs.browsergym.factory import make_environment_factory
+
+#: Generous bound on how long a session may take to notice a dead browser: a hang fails the test.
+NO_HANG_S = 60
+
+
+def A(text: str) -> BrowserGymAction:
+    return BrowserGymAction(action_str=text)
+
+
+def click_me(axtree: str) -> BrowserGymAction:
+    bid = re.search(r"\[(\w+)\] button 'Click Me!'", axtree).group(1)
+    return A(f"click('{bid}')")
+
+
+def our_browser_pids() -> list[int]:
+    """Main Chromium processes started by this test process's engines (other jobs on the machine
+    run browsers too: only those under our own process tree are ours to kill)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.startswith(b"--envharness-engine=") for a in cmdline) and not any(a.startswith(b"--type=") for a in cmdline):
+            if _descends_from(int(entry.name), os.getpid()):
+                pids.append(int(entry.name))
+    return pids
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+async def kill_browser(engine) -> int:
+    (pid,) = engine.browser_pids()
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(200):
+        if not engine.connected:
+            break
+        await asyncio.sleep(0.05)
+    return pid
+
+
+def test_resolver_rules_keep_loopback_and_allowed_hosts():
+    assert "--no-proxy-server" in CHROMIUM_ARGS
+    assert "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" in CHROMIUM_ARGS
+    assert host_resolver_rules(["Example.org", "127.0.0.1"]) == \
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE example.org"
+    factory = make_environment_factory(allowed_hosts="localhost")
+    assert "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost" in factory.engine.args
+
+
+async def test_browser_resolves_no_outside_host(tmp_path):
+    """Chromium's own background calls (update, time, account checks on Google's hosts) and the
+    favicon request (which Playwright cannot route) never reach DNS, and the page loads cleanly."""
+    netlog = tmp_path / "netlog.json"
+    factory = make_environment_factory()
+    factory.engine.args.append(f"--log-net-log={netlog}")
+    env = factory()
+    try:
+        obs = await env.reset_async(task="click-test", seed=0)
+        obs = await env.step_async(click_me(obs.axtree_txt))
+        assert obs.reward == 1.0 and obs.last_action_error == ""
+        await env.step_async(A("noop(1500)"))  # let the browser's start-up calls and the favicon go out
+    finally:
+        await env.close_async()
+        await factory.aclose()  # the net log is written when the browser exits
+    log = json.loads(netlog.read_text())
+    names = {v: k for k, v in log["constants"]["logEventTypes"].items()}
+    resolved = {e["params"]["host"] for e in log["events"]
+                if names[e["type"]] == "HOST_RESOLVER_MANAGER_REQUEST" and "host" in e.get("params", {})}
+    looked_up = {re.sub(r"^\w+://", "", h).rsplit(":", 1)[0] for h in resolved}
+    assert looked_up <= {"~notfound", "127.0.0.1"}, looked_up
+    requested = {e["params"]["url"] for e in log["events"]
+                 if names[e["type"]] == "REQUEST_ALIVE" and "url" in e.get("params", {})}
+    assert "http://miniwob.local/favicon.ico" in requested  # the favicon was asked for, and failed fast
+    assert not [e for e in log["events"] if names[e["type"]] == "TCP_CONNECT"]
+
+
+async def test_browser_killed_mid_step_gives_a_clear_error_and_a_relaunch():
+    factory = make_environment_factory(pruned_html=False, extra_properties=False)
+    busy, idle, fresh = factory(), factory(), factory()
+    try:
+        await asyncio.gather(busy.reset_async(task="click-test", seed=0), idle.reset_async(task="enter-text", seed=1))
+        in_flight = asyncio.create_task(busy.step_async(A("noop(20000)")))
+        await asyncio.sleep(0.5)
+        dead = await kill_browser(factory.engine)
+        with pytest.raises(BrowserSessionLost, match="call reset"):
+            await asyncio.wait_for(in_flight, NO_HANG_S)  # the step in flight ends now, not in 20 s
+        with pytest.raises(BrowserSessionLost, match="call reset"):  # a session between steps
+            await asyncio.wait_for(idle.step_async(A("noop()")), NO_HANG_S)
+        with pytest.raises(BrowserSessionLost):  # still lost until it resets
+            await busy.step_async(A("noop()"))
+        # A new session and the resets of the old ones get a relaunched browser, concurrently.
+        first, _, _ = await asyncio.gather(busy.reset_async(task="click-test", seed=0),
+                                           idle.reset_async(task="enter-text", seed=1),
+                                           fresh.reset_async(task="click-test", seed=2))
+        assert factory.engine.browser_pids() not in ([], [dead]) and factory.engine.generation == 2
+        obs = await busy.step_async(click_me(first.axtree_txt))
+        assert (obs.reward, obs.done, obs.last_action_error) == (1.0, True, "")
+    finally:
+        for env in (busy, idle, fresh):
+            await env.close_async()
+        await factory.aclose()
+
+
+async def test_dead_browser_over_the_wire_is_an_error_frame_then_reset_works():
+    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
+        async with AsyncBrowserGymEnv(server.base_url, message_timeout_s=NO_HANG_S) as lost, \
+                AsyncBrowserGymEnv(server.base_url, message_timeout_s=NO_HANG_S) as later:
+            await lost.reset(task="click-test", seed=0)
+            (pid,) = our_browser_pids()
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(EnvServerError) as info:
+                for _ in range(100):  # the next step after the browser is seen dead
+                    await lost.step(A("noop(50)"))
+            assert info.value.code == "EXECUTION_ERROR"
+            assert "BrowserSessionLost" in str(info.value) and "call reset()" in str(info.value)
+            result = await later.reset(task="click-test", seed=3)  # a session that had no page yet
+            assert result.observation.goal == "Click the button."
+            result = await lost.reset(task="click-test", seed=0)  # the same connection goes on
+            result = await lost.step(click_me(result.observation.axtree_txt))
+            assert result.reward == 1.0 and result.done
+            assert our_browser_pids() and our_browser_pids() != [pid]

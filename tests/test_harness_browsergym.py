@@ -1,0 +1,95 @@
+"""The harness runtime on the real browser environment: batched model steps and failure isolation.
+
+A browsergym server on loopback drives Debian's Chromium; the model is the scripted MiniWoB
+policy (`ScriptedBackend`), a real backend whose calls are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymEnv
+from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
+from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, build_harness_rollout_func, run_episodes
+from envharness.models.scripted import ScriptedBackend
+
+pytestmark = pytest.mark.timeout(240)
+
+# Solved by the scripted policy in one or two actions each.
+TASKS = ["click-test", "click-button", "enter-text", "focus-text", "click-checkboxes", "click-tab", "click-dialog"]
+
+
+class CountingScriptedBackend(ScriptedBackend):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[int] = []
+
+    async def generate(self, requests):
+        self.calls.append(len(requests))
+        return await super().generate(requests)
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    from envharness.core.launchers import LocalServer
+
+    with LocalServer("browsergym") as server:
+        yield server.base_url
+
+
+async def test_waiting_episodes_share_backend_calls_on_the_real_browser(server_url):
+    backend = CountingScriptedBackend()
+    batcher = BatchingModelStep(backend, tool_call_parser=build_browsergym_action_tool_call, send_tools=False, max_wait_s=1.0)
+    factory = BrowserGymSessionFactory(client_factory=lambda: AsyncBrowserGymEnv(base_url=server_url))
+    tasks = TASKS + ["click-test"]
+    results = await run_episodes(factory, tasks, backend=batcher, max_concurrency=8, seeds=list(range(8)), limits=HarnessRunLimits(max_turns=5))
+
+    assert [(r.error, r.env_reward) for r in results] == [(None, 1.0)] * 8
+    assert [r.verify.metrics["task_name"] for r in results] == tasks
+    steps = sum(len(r.turns) for r in results)
+    assert steps > 8  # some tasks need two actions
+    assert sum(backend.calls) == steps and len(backend.calls) < steps
+
+
+def test_a_session_dying_mid_episode_leaves_the_other_15_intact(server_url):
+    """16 episodes, 8 in flight, through the TRL rollout function and the tutorial's sync
+    client. One episode's connection to the server is closed after its first model turn, so
+    its first tool call raises: its reward is 0 and its metrics carry the error; the other 15
+    earn their rewards, in prompt order."""
+    backend = CountingScriptedBackend()
+    batcher = BatchingModelStep(backend, tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
+    doomed = "click-dialog"  # the one prompt with this task
+    prompts = [TASKS[i % 6] for i in range(16)]
+    prompts[9] = doomed
+
+    class CutsTheConnection:
+        """The episode's own batched step, which closes the session's client after its turn."""
+
+        def __init__(self, session):
+            self.session, self.step = session, batcher.for_episode()
+
+        async def __call__(self, messages, tools, sampling):
+            result = await self.step(messages, tools, sampling)
+            await asyncio.to_thread(self.session.client.close)
+            return result
+
+        def close(self):
+            self.step.close()
+
+    rollout_func = build_harness_rollout_func(
+        session_factory=BrowserGymSessionFactory(client_factory=lambda: BrowserGymEnv(base_url=server_url)),
+        harness_adapter=MCPHarnessAdapter(),
+        model_step_builder=lambda trainer, session: CutsTheConnection(session) if session.task == doomed else batcher.for_episode(),
+        limits=HarnessRunLimits(max_turns=5),
+        max_concurrency=8,
+    )
+    out = rollout_func(prompts, None)
+
+    assert out["env_reward"] == [0.0 if i == 9 else 1.0 for i in range(16)]
+    errors = [m.get("error") for m in out["verify_metrics"]]
+    assert errors[:9] + errors[10:] == [None] * 15
+    assert errors[9] == "RuntimeError: This client is closed"
+    assert [m.get("task_name") for m in out["verify_metrics"]] == prompts[:9] + [None] + prompts[10:]
+    assert batcher._live == 0
