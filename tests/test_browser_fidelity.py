@@ -51,6 +51,19 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
+def _stop_browsergym_playwright() -> None:
+    """Stop BrowserGym's global sync Playwright.
+
+    Its dispatcher greenlet sits inside `loop.run_until_complete`, so while it lives this thread
+    reports a running event loop and every later asyncio test fails to start its own.
+    """
+    import browsergym.core
+
+    if browsergym.core._PLAYWRIGHT is not None:
+        browsergym.core._PLAYWRIGHT.stop()
+        browsergym.core._set_global_playwright(None)
+
+
 @pytest.fixture(scope="module")
 def browsergym_make():
     """`gym.make` for BrowserGym's MiniWoB tasks, with MINIWOB_URL on a loopback http.server."""
@@ -64,6 +77,7 @@ def browsergym_make():
     import browsergym.miniwob  # noqa: F401  (registers the tasks)
 
     yield lambda task: gym.make(f"browsergym/miniwob.{task}", slow_mo=0, pre_observation_delay=0.0)
+    _stop_browsergym_playwright()
     httpd.shutdown()
     httpd.server_close()
     if old is None:
