@@ -10,6 +10,9 @@
 - **envharness**: `envharness.harness.build_harness_rollout_func` with the same session
   factory and client, `max_concurrency` episodes in flight, their model steps batched by
   `BatchingModelStep` on the same policy (`ScriptedBackend`).
+- **envharness, pooled sessions**: the same, with `envharness.core.ClientPool` as the client
+  factory: an episode hands its server session back when it ends and the next one resets it
+  in place, instead of opening a new browser context (what `envharness train` does).
 
 Two model settings: `instant` (the policy costs nothing: harness + environment only) and
 `latency` (every model call takes `--model-latency` s whatever its batch size, like one
@@ -29,6 +32,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from envharness.core import ClientPool
 from envharness.envs.browsergym import BrowserGymEnv
 from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
 from envharness.harness import BatchingModelStep, HarnessRunLimits, build_harness_rollout_func
@@ -146,10 +150,14 @@ def main() -> None:
     server = None if args.url else launch_local("browsergym")  # its own process, as in training
     url = args.url or server.base_url
     factory = SeededSessionFactory(client_factory=lambda: BrowserGymEnv(base_url=url))
+    pool = ClientPool(lambda: BrowserGymEnv(base_url=url))
+    pooled = SeededSessionFactory(client_factory=pool)
     limits = HarnessRunLimits(max_turns=args.max_turns)
     prompts = [f"{TASKS[i % len(TASKS)]}#{i}" for i in range(args.episodes)]
     try:
         envharness_rollout_func(factory, 0.0, limits, 2, [])(prompts[:4], None)  # warm-up: browser, pages
+        # the pool opens its sessions once, as a training run does at its first step
+        envharness_rollout_func(pooled, 0.0, limits, args.concurrency, [])(prompts[: args.concurrency], None)
         print(f"\n{args.episodes} episodes ({len(TASKS)} MiniWoB tasks, seeds 0..{args.episodes - 1}), max_turns={args.max_turns}, median of {args.repeats}\n")
         columns = ["model", "rollout", "in flight", "wall s (median)", "episodes/s", "speedup", "mean reward", "model calls"]
         print("| " + " | ".join(columns) + " |")
@@ -159,6 +167,9 @@ def main() -> None:
                 ("seed-style (OpenEnv 0.10.0)", 1, lambda c: seed_rollout_func(factory, latency, limits, c)),
                 ("envharness", 1, lambda c: envharness_rollout_func(factory, latency, limits, 1, c)),
                 ("envharness", args.concurrency, lambda c: envharness_rollout_func(factory, latency, limits, args.concurrency, c)),
+                ("envharness, pooled sessions", 1, lambda c: envharness_rollout_func(pooled, latency, limits, 1, c)),
+                ("envharness, pooled sessions", args.concurrency,
+                 lambda c: envharness_rollout_func(pooled, latency, limits, args.concurrency, c)),
             ]
             base = None
             for label, in_flight, make in rows:
@@ -170,6 +181,7 @@ def main() -> None:
                     flush=True,
                 )
     finally:
+        pool.close()
         if server is not None:
             server.stop()
 

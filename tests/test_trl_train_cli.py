@@ -61,7 +61,8 @@ def test_client_pool_reuses_sessions_and_replaces_a_dead_one():
     from envharness.core.launchers import LocalServer
     from envharness.envs.browsergym import BrowserGymEnv
     from envharness.envs.browsergym.models import BrowserGymAction
-    from envharness.integrations.trl_training import TRAIN_SERVER_OPTIONS, ClientPool
+    from envharness.core import ClientPool
+    from envharness.integrations.trl_training import TRAIN_SERVER_OPTIONS
 
     with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as server:
         pool = ClientPool(functools.partial(BrowserGymEnv, base_url=server.base_url))

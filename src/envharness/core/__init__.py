@@ -22,6 +22,7 @@ _EXPORTS = {
     "AsyncEnvClient": "client",
     "EnvClient": "client",
     "EnvServerError": "client",
+    "ClientPool": "client_pool",
     "LocalServer": "launchers",
     "LaunchError": "launchers",
     "DockerUnavailableError": "launchers",

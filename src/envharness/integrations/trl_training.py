@@ -13,12 +13,12 @@ import contextlib
 import functools
 import json
 import re
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl import build_browsergym_rollout_func, task_dataset
 from envharness.integrations.trl_rewards import REWARD_FUNCS
@@ -145,86 +145,6 @@ def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
     )
     options.update(overrides)
     return GRPOConfig(**options)
-
-
-class ClientPool:
-    """Browser sessions reused across episodes: an episode's `close()` hands its client back and
-    the next episode's `reset` restarts the page in place (~0.5 s on a busy 2-core machine,
-    against ~6 s for eight fresh sessions, each a new browser context). Sync clients, each with
-    its own loop thread, so they outlive the event loop of any one rollout call.
-    A client whose reset fails (a dropped connection) is replaced once by a fresh one."""
-
-    def __init__(self, make_client: Callable[[], Any]):
-        self._make = make_client
-        self._free: list[Any] = []
-        self._all: list[Any] = []
-        self._lock = threading.Lock()
-
-    def __call__(self) -> "PooledClient":
-        return PooledClient(self)
-
-    def _take(self) -> Any:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        return self._new()
-
-    def _new(self) -> Any:
-        client = self._make()
-        with self._lock:
-            self._all.append(client)
-        return client
-
-    def _give_back(self, client: Any) -> None:
-        with self._lock:
-            self._free.append(client)
-
-    def _discard(self, client: Any) -> None:
-        with self._lock:
-            self._all.remove(client)
-        with contextlib.suppress(Exception):
-            client.close()
-
-    def close(self) -> None:
-        with self._lock:
-            clients, self._all, self._free = self._all, [], []
-        for client in clients:
-            with contextlib.suppress(Exception):
-                client.close()
-
-
-class PooledClient:
-    """One episode's lease on a pooled client (the sync client's names)."""
-
-    def __init__(self, pool: ClientPool):
-        self._pool = pool
-        self._client: Any = None
-
-    def reset(self, **kwargs: Any) -> Any:
-        if self._client is None:
-            self._client = self._pool._take()
-        try:
-            return self._client.reset(**kwargs)
-        except Exception:
-            self._pool._discard(self._client)
-            self._client = self._pool._new()
-            return self._client.reset(**kwargs)
-
-    def step(self, action: Any) -> Any:
-        return self._leased().step(action)
-
-    def state(self) -> Any:
-        return self._leased().state()
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._pool._give_back(self._client)
-            self._client = None
-
-    def _leased(self) -> Any:
-        if self._client is None:
-            raise RuntimeError("reset() first: this pooled client holds no session")
-        return self._client
 
 
 #: Server options for training: the prompts read only the accessibility tree, so the pruned
