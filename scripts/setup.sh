@@ -38,13 +38,15 @@ fi
 # BrowserGym (the fidelity/benchmark reference) launches Playwright's own chromium build,
 # which cannot be downloaded here: a shim execs Debian's Chromium with the flags it needs.
 SHIM_DIR="$ROOT/.venv/ms-playwright/chromium-1117/chrome-linux"
-if [ ! -x "$SHIM_DIR/chrome" ]; then
-  mkdir -p "$SHIM_DIR"
-  cat > "$SHIM_DIR/chrome" <<SH
+mkdir -p "$SHIM_DIR"
+# Written every time (cheap), so a changed flag reaches existing venvs. The last two flags keep
+# the reference browser off the network too: no proxy look-up, no host name but loopback resolves.
+cat > "$SHIM_DIR/chrome.new" <<SH
 #!/bin/sh
 exec $CHROMIUM --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \\
-  --disable-background-networking --disable-component-update --disable-sync "\$@"
+  --disable-background-networking --disable-component-update --disable-sync \\
+  --no-proxy-server "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" "\$@"
 SH
-  chmod +x "$SHIM_DIR/chrome"
-  touch "$ROOT/.venv/ms-playwright/chromium-1117/INSTALLATION_COMPLETE"
-fi
+chmod +x "$SHIM_DIR/chrome.new"
+mv "$SHIM_DIR/chrome.new" "$SHIM_DIR/chrome"
+touch "$ROOT/.venv/ms-playwright/chromium-1117/INSTALLATION_COMPLETE"
