@@ -244,8 +244,14 @@ def test_one_failing_episode_leaves_the_other_15_intact(failure: str):
     assert len(out["env_reward"]) == 16
     assert out["env_reward"][5] == 0.0
     assert out["verify_metrics"][5]["error"] == FAILURES[failure]
-    if failure in ("call_tool", "model_step"):  # mid-episode: the exact tokens up to the failure are kept
-        assert 0 < sum(out["env_mask"][5]) < sum(clean["env_mask"][5])
+    if failure in ("call_tool", "model_step"):  # mid-episode: the exact tokens up to the failure are kept,
+        assert 0 < len(out["completion_ids"][5]) < len(clean["completion_ids"][5])
+        assert out["completion_ids"][5] == clean["completion_ids"][5][: len(out["completion_ids"][5])]
+        assert out["env_mask"][5] == [0] * len(out["completion_ids"][5])  # but masked out: no loss
+        kept = build_harness_rollout_func(session_factory=CounterFactory(fail={} if failure == "model_step" else {"ep5": failure}),
+                                          model_step_builder=scripted_builder({"ep5": 1} if failure == "model_step" else None),
+                                          train_on_failed=True)(prompts, None)
+        assert 0 < sum(kept["env_mask"][5]) < sum(clean["env_mask"][5])
     for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward", "verify_metrics"):
         assert [v for i, v in enumerate(out[key]) if i != 5] == [v for i, v in enumerate(clean[key]) if i != 5], key
     assert factory.stats["closed"] == factory.stats["created"]  # every session that opened was closed

@@ -240,6 +240,7 @@ def build_harness_rollout_func(
     max_concurrency: int = 8,
     on_result: OnResult | None = None,
     episode_timeout_s: float | None = None,
+    train_on_failed: bool = False,
 ) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
     """A TRL `rollout_func(prompts, trainer)`: one episode per prompt (prompts arrive already
     repeated num_generations times), results in prompt order.
@@ -249,6 +250,10 @@ def build_harness_rollout_func(
     token; 0.0 on env tokens), `env_mask`, `reward_key` (0.0 for failed episodes) and
     `verify_metrics` (with `error` for failed ones). `on_result(index, result)` sees each
     finished episode (e.g. to write records or read its tool trace).
+
+    A failed episode keeps its exact tokens up to the failure, but its `env_mask` is all 0,
+    so a crashed server or a timeout teaches the policy nothing (`train_on_failed=True` keeps
+    the mask, and so the loss on its model tokens with reward 0).
     """
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -269,6 +274,8 @@ def build_harness_rollout_func(
             tokens = {"prompt_ids": r.prompt_ids, "completion_ids": r.completion_ids, "logprobs": r.logprobs, "env_mask": r.env_mask}
             if not r.completion_ids:
                 tokens = _placeholder_tokens(trainer) or tokens
+            elif r.error is not None and not train_on_failed:
+                tokens["env_mask"] = [0] * len(r.env_mask)
             for key, value in tokens.items():
                 out[key].append(list(value))
             out[reward_key].append(float(r.env_reward or 0.0))
