@@ -30,6 +30,10 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("scroll(\"UP\")", "scroll", {"direction": "up"}),
     ("scroll(0, 300)", "scroll", {"direction": "down"}),
     ("scroll(0, -200.5)", "scroll", {"direction": "up"}),
+    # --- capitalised names, as small models write them
+    ("CLICK('13')", "click", {"bid": "13"}),
+    ("Action: Fill('7', 'Bob')", "fill", {"bid": "7", "text": "Bob"}),
+    ("I will Fill (the form) first.\nAction: Click(9)", "click", {"bid": "9"}),
     # --- with the "Action:" convention and prose
     ("Action: click('13')", "click", {"bid": "13"}),
     ("action: click('13')", "click", {"bid": "13"}),

@@ -89,7 +89,8 @@ DEFAULT_TOOL_NAMES = ("click", "fill", "send_keys", "scroll", "noop")
 #: Keyword spellings models use for our parameter names.
 _KEYWORD_ALIASES = {"value": "text", "element": "bid", "id": "bid", "dir": "direction"}
 
-_CALL_START = re.compile(r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(")
+#: Case-insensitive: small models write `Click('13')` and `CLICK('13')` as often as `click('13')`.
+_CALL_START = re.compile(r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(", re.IGNORECASE)
 _ACTION_MARKER = re.compile(r"\baction\s*:", re.IGNORECASE)
 #: Bounds on the work one model output can cause (degenerate outputs repeat "click(" or
 #: "{" thousands of times): the longest call or dict read, and how many of each are tried.
@@ -176,8 +177,9 @@ def _parse_call(source: str) -> tuple[str, dict[str, Any]]:
         node = ast.parse(source.strip(), mode="eval").body
     except SyntaxError:
         node = ast.parse(source.strip().translate(_SMART_QUOTES), mode="eval").body  # raises SyntaxError again if hopeless
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id not in ACTION_TOOLS:
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id.lower() not in ACTION_TOOLS:
         raise ValueError(f"not an action call: {source[:80]!r}")
+    name = node.func.id.lower()
     try:
         positional = [ast.literal_eval(a) for a in node.args]
         keywords = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
@@ -185,7 +187,7 @@ def _parse_call(source: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"arguments must be literals (quoted text or numbers): {source[:80]!r}") from None
     if any(kw.arg is None for kw in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
         raise ValueError("*args/**kwargs are not allowed")
-    return node.func.id, _normalize(node.func.id, positional, keywords)
+    return name, _normalize(name, positional, keywords)
 
 
 def _json_candidate(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
