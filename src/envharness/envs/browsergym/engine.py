@@ -31,9 +31,10 @@ CHROMIUM_ARGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     # as BrowserGym: keep scrollbars visible in screenshots
     "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars",
-    # Unthrottled animation frames: Playwright's "element is stable" check waits two frames,
-    # which costs ~33 ms per click at 60 fps; idle MiniWoB pages draw no frames anyway.
-    "--disable-gpu-vsync", "--disable-frame-rate-limit",
+    # Not here: --disable-gpu-vsync / --disable-frame-rate-limit. Headless Chromium 156 keeps
+    # animation frames at ~57 Hz with or without them, so Playwright's "element is stable" check
+    # (two frames) costs ~35 ms of every click. --run-all-compositor-stages-before-draw does uncap
+    # frames (two frames: 5 ms) but spins Chromium at 200% CPU with a few pages open: clicks got slower.
     # Nothing leaves the machine: no proxy look-up, and every host name fails to resolve (Chromium's
     # own calls to Google's update, time and account hosts, and the favicon request, which Playwright
     # cannot route); loopback stays reachable. MiniWoB pages never reach DNS: the context serves them.
