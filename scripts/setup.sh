@@ -41,11 +41,18 @@ SHIM_DIR="$ROOT/.venv/ms-playwright/chromium-1117/chrome-linux"
 mkdir -p "$SHIM_DIR"
 # Written every time (cheap), so a changed flag reaches existing venvs. The last two flags keep
 # the reference browser off the network too: no proxy look-up, no host name but loopback resolves.
+# Chromium 156 opens two WebUI omnibox popup renderers per browser context; the shim turns them
+# off as envharness's engine does (merged into the caller's --disable-features: the last one wins),
+# so the two are compared on the same browser.
 cat > "$SHIM_DIR/chrome.new" <<SH
 #!/bin/sh
+features=WebUIOmniboxPopup,WebUIOmniboxAimPopup
+for arg in "\$@"; do
+  case "\$arg" in --disable-features=*) features="\$features,\${arg#--disable-features=}" ;; esac
+done
 exec $CHROMIUM --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \\
   --disable-background-networking --disable-component-update --disable-sync \\
-  --no-proxy-server "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" "\$@"
+  --no-proxy-server "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" "\$@" "--disable-features=\$features"
 SH
 chmod +x "$SHIM_DIR/chrome.new"
 mv "$SHIM_DIR/chrome.new" "$SHIM_DIR/chrome"
