@@ -4,8 +4,9 @@ A fresh session costs a new browser context on the server (a renderer process, a
 ~0.5 s for the first reset on a 2-core machine, ~1.5 s each when eight start at once); a reused
 one restarts its page in place (~35 ms for the same task, one page load for another).
 `ClientPool` hands out one lease per episode with the sync client's names (`reset`, `step`,
-`state`, `close`): `close()` gives the session back instead of ending it. Use it as the `client_factory` of a session factory when episodes run back to back, as in
-training and evaluation. Each lease starts with `reset`, so nothing of the previous episode
+`state`, `close`): `close()` gives the session back instead of ending it. Use it as the
+`client_factory` of a session factory when episodes run back to back, as in training and
+evaluation. Each lease starts with `reset`, so nothing of the previous episode
 is visible to the next but what the environment itself keeps across an in-place reset.
 """
 
