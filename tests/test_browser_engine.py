@@ -18,7 +18,7 @@ import pytest
 from envharness.core.client import EnvServerError
 from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
-from envharness.envs.browsergym.engine import CHROMIUM_ARGS, host_resolver_rules
+from envharness.envs.browsergym.engine import CHROMIUM_ARGS, host_resolver_rules, main_browser_pids
 from envharness.envs.browsergym.environment import BrowserSessionLost
 from envharness.envs.browsergym.factory import make_environment_factory
 
@@ -38,18 +38,7 @@ def click_me(axtree: str) -> BrowserGymAction:
 def our_browser_pids() -> list[int]:
     """Main Chromium processes started by this test process's engines (other jobs on the machine
     run browsers too: only those under our own process tree are ours to kill)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(a.startswith(b"--envharness-engine=") for a in cmdline) and not any(a.startswith(b"--type=") for a in cmdline):
-            if _descends_from(int(entry.name), os.getpid()):
-                pids.append(int(entry.name))
-    return pids
+    return [pid for pid in main_browser_pids() if _descends_from(pid, os.getpid())]
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:

@@ -43,6 +43,8 @@ CHROMIUM_ARGS = (
     "--no-proxy-server",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
+#: Prefix of the flag (ignored by Chromium) that marks an engine's browser process.
+ENGINE_MARKER = "--envharness-engine="
 #: BrowserGym makes Playwright's test-id attribute `bid`, so `get_by_test_id(bid)` finds elements.
 BID_ATTRIBUTE = "bid"
 
@@ -51,6 +53,22 @@ def host_resolver_rules(allowed_hosts: Iterable[str] = ()) -> str:
     """The ``--host-resolver-rules`` flag: no host name resolves except loopback and `allowed_hosts`."""
     excluded = ["127.0.0.1", *sorted({h.lower() for h in allowed_hosts} - {"127.0.0.1"})]
     return "--host-resolver-rules=MAP * ~NOTFOUND, " + ", ".join(f"EXCLUDE {h}" for h in excluded)
+
+
+def main_browser_pids(marker: str = ENGINE_MARKER) -> list[int]:
+    """Main (not child) Chromium processes whose command line has an argument starting with
+    `marker`: one engine's own marker, or by default every envharness engine's."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.startswith(marker.encode()) for a in cmdline) and not any(a.startswith(b"--type=") for a in cmdline):
+            pids.append(int(entry.name))
+    return pids
 
 
 class NavigationBlocked(ValueError):
@@ -101,7 +119,7 @@ class BrowserEngine:
         self.headless = headless
         self.executable_path = executable_path or DEFAULT_CHROMIUM
         # A marker flag (ignored by Chromium) that lets us find our own browser process.
-        self._marker = f"--envharness-engine={uuid.uuid4().hex}"
+        self._marker = f"{ENGINE_MARKER}{uuid.uuid4().hex}"
         args = [a for a in CHROMIUM_ARGS if not a.startswith("--host-resolver-rules=")]
         self.args = [*args, host_resolver_rules(allowed_hosts), *extra_args, self._marker]
         if not headless:
@@ -156,17 +174,7 @@ class BrowserEngine:
 
     def browser_pids(self) -> list[int]:
         """Process ids of this engine's main browser process (for diagnostics and crash tests)."""
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if self._marker.encode() in cmdline and not any(a.startswith(b"--type=") for a in cmdline):
-                pids.append(int(entry.name))
-        return pids
+        return main_browser_pids(self._marker)
 
     @property
     def connected(self) -> bool:
