@@ -29,7 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from envharness.integrations.trl_training import TrainConfig, browser_clients, evaluate, load_model, train  # noqa: E402
+from envharness.integrations.trl.training import TrainConfig, browser_clients, evaluate, load_model, train  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from envharness.envs.browsergym.action_text import build_browsergym_action_tool_call
-from envharness.eval.prompts import (
+from envharness.prompts.text import (
     PromptContext,
     StepSummary,
     default_prompt,

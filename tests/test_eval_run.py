@@ -17,7 +17,7 @@ from PIL import Image
 
 from envharness.cli import main
 from envharness.core.launchers import LocalServer
-from envharness.eval.prompts import PromptContext
+from envharness.prompts.text import PromptContext
 from envharness.eval.runfolder import read_episodes
 
 TASKS = ["click-test", "click-button", "focus-text", "enter-text"]

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from envharness.integrations.trl import task_prompt
-from envharness.integrations.trl_env import BrowserGymToolEnv, browsergym_environment_factory
+from envharness.integrations.trl.environment import BrowserGymToolEnv, browsergym_environment_factory
 
 pytestmark = pytest.mark.timeout(240)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -76,7 +76,7 @@ def test_grpo_trainer_takes_it_as_environment_factory(make_env, tmp_path):
     from trl import GRPOTrainer
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from envharness.integrations.trl_training import TrainConfig, grpo_config
+    from envharness.integrations.trl.training import TrainConfig, grpo_config
     from envharness.models.embedded import tiny_test_model
 
     model, tokenizer = tiny_test_model()

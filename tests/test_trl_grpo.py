@@ -17,8 +17,8 @@ import torch
 
 from envharness.harness import HarnessRunLimits, read_records
 from envharness.integrations.trl import build_browsergym_rollout_func, task_dataset
-from envharness.integrations.trl_rewards import reward_success, reward_sum
-from envharness.integrations.trl_training import TrainConfig, grpo_config
+from envharness.integrations.trl.rewards import reward_success, reward_sum
+from envharness.integrations.trl.training import TrainConfig, grpo_config
 
 pytestmark = pytest.mark.timeout(240)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -147,7 +147,7 @@ def test_trainer_vllm_without_an_engine_fails_clearly():
 
 
 def test_train_refuses_use_vllm_where_vllm_cannot_run(tmp_path):
-    from envharness.integrations.trl_training import TrainSetupError, train
+    from envharness.integrations.trl.training import TrainSetupError, train
 
     with pytest.raises(TrainSetupError, match="use_vllm needs vLLM and a CUDA GPU"):
         train(TrainConfig(model="tiny", output_dir=str(tmp_path), use_vllm=True))

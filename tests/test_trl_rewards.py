@@ -7,7 +7,7 @@ import json
 import pytest
 
 from envharness.integrations.trl import parse_task_prompt, task_dataset, task_prompt
-from envharness.integrations.trl_rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
+from envharness.integrations.trl.rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
 
 FIELDS = {
     "step_rewards": [[0.0, 1.0], [0.0, 0.0, 0.5], [], [1.0]],

@@ -62,7 +62,7 @@ def test_client_pool_reuses_sessions_and_replaces_a_dead_one():
     from envharness.envs.browsergym import BrowserGymEnv
     from envharness.envs.browsergym.models import BrowserGymAction
     from envharness.core import ClientPool
-    from envharness.integrations.trl_training import TRAIN_SERVER_OPTIONS
+    from envharness.integrations.trl.training import TRAIN_SERVER_OPTIONS
 
     with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as server:
         pool = ClientPool(functools.partial(BrowserGymEnv, base_url=server.base_url))

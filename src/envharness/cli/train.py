@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from envharness.integrations.trl_training import TrainConfig
+from envharness.integrations.trl.training import TrainConfig
 
 _DEFAULTS = TrainConfig()
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from envharness.integrations.trl_training import TrainSetupError, train
+    from envharness.integrations.trl.training import TrainSetupError, train
 
     try:
         result = train(config)

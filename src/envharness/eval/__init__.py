@@ -2,13 +2,13 @@
 
 - `config.py`: `EvalConfig`, the default task set; `runner.py`: `run_eval` (episodes through
   the harness, many at once, resumable); `episode.py`: per-step prompts and the step tape
-  (screenshots); `prompts.py`: the default prompt builder; `stats.py`: success rates with
+  (screenshots); the prompts come from `envharness.prompts`; `stats.py`: success rates with
   Wilson intervals; `report.py` (HTML), `plot.py` (PNG), `compare.py` (two runs side by side);
   `runfolder.py`: the run folder's layout.
 """
 
 from envharness.eval.config import DEFAULT_TASKS, EvalConfig, EvalSetupError
-from envharness.eval.prompts import PromptContext, StepSummary, default_prompt, load_prompt_builder
+from envharness.prompts.text import PromptContext, StepSummary, default_prompt, load_prompt_builder
 from envharness.eval.runner import EvalResult, run_eval, run_eval_async
 from envharness.eval.stats import TaskStats, summarize, wilson_interval
 

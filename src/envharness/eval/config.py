@@ -31,7 +31,7 @@ class EvalConfig:
     episodes: int = 5
     #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
     model: str = "embedded"
-    #: 'default' or 'module.path:function' (see `envharness.eval.prompts`).
+    #: 'default' or 'module.path:function' (see `envharness.prompts.text`).
     prompt: str = "default"
     temperature: float = 0.0
     max_steps: int = 5
@@ -76,7 +76,7 @@ class EvalConfig:
         unknown = [a for a in self.actions if a not in ACTION_TOOLS]
         if unknown:
             raise EvalSetupError(f"unknown action(s) {', '.join(unknown)}; known: {', '.join(ACTION_TOOLS)}")
-        from envharness.eval.prompts import load_prompt_builder
+        from envharness.prompts.text import load_prompt_builder
 
         try:
             load_prompt_builder(self.prompt)

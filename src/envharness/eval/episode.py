@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from envharness.envs.browsergym.action_text import DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
-from envharness.eval.prompts import PromptBuilder, PromptContext, StepSummary, approximate_tokens
+from envharness.prompts.text import PromptBuilder, PromptContext, StepSummary, approximate_tokens
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
 from envharness.models.base import GenerationRequest, SamplingParams

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.eval.episode import EpisodeTape, EvalModelStep, PromptSettings, RecordingClient
-from envharness.eval.prompts import approximate_tokens, load_prompt_builder
+from envharness.prompts.text import approximate_tokens, load_prompt_builder
 from envharness.eval.runfolder import (
     EpisodeKey,
     RunFolder,

@@ -13,7 +13,7 @@ top-k; `max_completion_length` bounds each turn) unless `limits.sampling` says o
 
 The returned dict holds what TRL needs (`prompt_ids`, `completion_ids`, `logprobs`,
 `env_mask`: 1 on model tokens, 0 on environment tokens) and, for reward functions
-(`trl_rewards.py`), `env_reward`, `step_rewards`, `success` and `verify_metrics`.
+(`rewards.py`), `env_reward`, `step_rewards`, `success` and `verify_metrics`.
 Every episode can also be written to the shared JSONL records with its training step.
 """
 
@@ -30,7 +30,7 @@ from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import build_harness_rollout_func
 from envharness.harness.tool_parsing import ToolCallParser, parse_json_tool_calls
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits
-from envharness.integrations.trl_rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
+from envharness.integrations.trl.rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest
 

@@ -48,8 +48,8 @@ from eval_protocol.pytest.types import RolloutProcessorConfig
 
 from envharness.harness.model_step import BatchingModelStep, EpisodeModelStep
 from envharness.harness.tokens import TokenAssembler
-from envharness.integrations.eval_protocol_env import EnvConnector, EnvTimeoutError, EpisodeEnv, call_maybe_async
-from envharness.integrations.eval_protocol_model import ModelResolver, sampling_from_completion_params
+from envharness.integrations.eval_protocol.env import EnvConnector, EnvTimeoutError, EpisodeEnv, call_maybe_async
+from envharness.integrations.eval_protocol.model import ModelResolver, sampling_from_completion_params
 from envharness.models.base import ModelBackend
 
 __all__ = ["STEP_REWARDS_SENTINEL", "EnvTimeoutError", "OpenEnvRolloutProcessor", "read_step_rewards"]

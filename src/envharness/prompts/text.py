@@ -1,4 +1,4 @@
-"""The eval's prompts: one fresh prompt per step, as BrowserGym/AgentLab agents and the seeds build them.
+"""The per-step text prompt `envharness eval` uses by default, as BrowserGym/AgentLab agents and the seeds build them.
 
 A prompt builder takes a `PromptContext` (goal, url, the last steps, the last action's
 error, the accessibility tree, the enabled actions, a token counter) and returns chat

@@ -6,7 +6,7 @@ the last user message), exposes every other public method as a tool (its type hi
 Google-style docstring become the tool schema, its return value the tool message), and
 scores the rollout with `get_reward()`. TRL owns the generation loop there, so the model
 must speak its chat template's tool-call format (e.g. Qwen, Hermes); for text actions such
-as `click('13')`, use the rollout function in `integrations/trl.py` instead.
+as `click('13')`, use the rollout function in `integrations/trl/rollout.py` instead.
 
     factory = browsergym_environment_factory(BrowserGymEnv.from_local, task="click-test")
     trainer = GRPOTrainer(model=..., environment_factory=factory, args=GRPOConfig(max_steps=50, ...))
@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from envharness.envs.browsergym.action_text import build_browsergym_action_str
 from envharness.envs.browsergym.harness import format_observation
-from envharness.integrations.trl import parse_task_prompt
+from envharness.integrations.trl.rollout import parse_task_prompt
 
 
 class BrowserGymToolEnv:

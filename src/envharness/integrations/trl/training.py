@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Any, Callable, Iterator
 
 from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
-from envharness.integrations.trl import build_browsergym_rollout_func, task_dataset
-from envharness.integrations.trl_rewards import REWARD_FUNCS
+from envharness.integrations.trl.rollout import build_browsergym_rollout_func, task_dataset
+from envharness.integrations.trl.rewards import REWARD_FUNCS
+from envharness.prompts.compact import compact_prompt
 
 
 @dataclass
@@ -80,26 +80,6 @@ def load_model(spec: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
-
-
-_ELEMENT = re.compile(r"^\s*\[(\w+)\]\s+(\w+)\s+'(.+)'")
-_EXAMPLE = [
-    {"role": "user", "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'"},
-    {"role": "assistant", "content": "click('4')"},
-]
-
-
-def compact_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[dict[str, Any]]:
-    """A short prompt a 135M model can follow: the goal, the named elements of the page (one
-    line each, bid first) and one worked example as a previous turn. ~100 tokens instead of
-    ~270 for the full accessibility tree, which also makes each GRPO step faster."""
-    tree = getattr(observation, "axtree_txt", "") or getattr(observation, "text", "") or ""
-    elements = [f"[{m[1]}] {m[2]} '{m[3]}'" for m in map(_ELEMENT.match, tree.splitlines()) if m][:40]
-    actions = ", ".join(f"{name}()" if name == "noop" else f"{name}(...)" for name in tool_names)
-    system = f"You control a web browser. Reply with exactly one action, e.g. click('<bid>'). Actions: {actions}"
-    goal = getattr(observation, "goal", "") or (task if isinstance(task, str) else "")
-    page = "\n".join(elements) or "(no named elements)"
-    return [{"role": "system", "content": system}, *_EXAMPLE, {"role": "user", "content": f"Goal: {goal}\nElements:\n{page}"}]
 
 
 def prompt_options(style: str) -> dict[str, Any]:
@@ -199,7 +179,7 @@ def train(
     """Run GRPO as configured; see the module docstring for what lands in `output_dir`."""
     from trl import GRPOTrainer
 
-    from envharness.integrations.trl_callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
+    from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
 
     _check(config)
     if config.threads:
@@ -263,7 +243,7 @@ def evaluate(
     (same prompt, turns, token budget; sampled at the training temperature)."""
     from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
     from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records
-    from envharness.integrations.trl import TaskPromptSessionFactory
+    from envharness.integrations.trl.rollout import TaskPromptSessionFactory
     from envharness.models.transformers_backend import TransformersBackend
 
     task = config.tasks[0]

@@ -1,6 +1,6 @@
 """Reward functions for TRL's `GRPOTrainer(reward_funcs=...)`, read from rollout fields.
 
-The rollout function (`integrations/trl.py`) hands TRL `step_rewards` (one list per
+The rollout function (`integrations/trl/rollout.py`) hands TRL `step_rewards` (one list per
 episode: the reward of each environment step), `env_reward` and `success`; TRL forwards
 them to every reward function as keyword arguments. `reward_sum`, `reward_mean` and
 `reward_max` are the seed GRPO script's functions; `reward_success` is 1.0 for a solved

@@ -1,0 +1,32 @@
+"""TRL (GRPO) on envharness: the rollout function, reward functions, a tool environment for
+TRL's `environment_factory`, and the training loop behind `envharness train`.
+
+    rollout.py      `build_browsergym_rollout_func` / `build_trl_rollout_func` (TRL's `rollout_func`)
+    rewards.py      reward functions over the episodes' step rewards
+    environment.py  `BrowserGymToolEnv` for `GRPOTrainer(environment_factory=...)`
+    training.py     `TrainConfig`, `train()`: what `envharness train` runs
+    callbacks.py    progress, time budget, reward curve
+
+The names users import live here; `training` and `environment` load TRL and torch, so
+import them from their modules.
+"""
+
+from envharness.integrations.trl.rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
+from envharness.integrations.trl.rollout import (
+    TaskPromptSessionFactory,
+    TRLVLLMGenerationBackend,
+    build_browsergym_rollout_func,
+    build_trl_rollout_func,
+    parse_task_prompt,
+    task_dataset,
+    task_prompt,
+    trainer_backend,
+    trainer_sampling,
+)
+
+__all__ = [
+    "REWARD_FUNCS", "reward_max", "reward_mean", "reward_success", "reward_sum",
+    "TaskPromptSessionFactory", "TRLVLLMGenerationBackend", "build_browsergym_rollout_func",
+    "build_trl_rollout_func", "parse_task_prompt", "task_dataset", "task_prompt",
+    "trainer_backend", "trainer_sampling",
+]
