@@ -29,6 +29,8 @@ from envharness.core.protocol import (
 )
 from envharness.core.sessions import EnvFactory, Session, SessionManager
 from envharness.core.types import Observation, State
+from envharness.mcp.mount import mount_mcp
+from envharness.web import mount_web
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +47,15 @@ def create_app(
     idle_timeout_s: float | None = 600.0,
     token: str | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    mcp: bool = True,
+    web: bool = False,
 ) -> FastAPI:
     """A FastAPI app serving `env_factory()` environments over OpenEnv's wire.
 
     `token`: when set, every HTTP request and WebSocket needs `Authorization: Bearer
     <token>` (WebSockets may pass `?token=` instead). `idle_timeout_s=None` disables the
-    idle timeout. Messages over `max_message_bytes` get MESSAGE_TOO_LARGE.
+    idle timeout. Messages over `max_message_bytes` get MESSAGE_TOO_LARGE. `mcp`: serve the
+    environment's tools at `/mcp` (when the `mcp` SDK is installed); `web`: the page at `/web`.
     """
     manager = SessionManager(env_factory, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
     env_name = name or getattr(env_factory, "__name__", type(env_factory).__name__)
@@ -59,7 +64,8 @@ def create_app(
     async def lifespan(app: FastAPI):
         manager.start()
         try:
-            yield
+            async with app.state.mcp.running() if app.state.mcp else contextlib.nullcontext():
+                yield
         finally:
             await manager.shutdown()
 
@@ -67,6 +73,9 @@ def create_app(
     app = FastAPI(title=f"envharness: {env_name}", lifespan=lifespan, **docs)
     app.state.sessions = manager
     app.state.max_message_bytes = max_message_bytes
+    app.state.mcp = mount_mcp(app, manager, env_name) if mcp else None  # MCP: envharness/mcp/
+    if web:
+        mount_web(app, manager)  # the page to play by hand: envharness/web/
 
     def authorized(conn: HTTPConnection) -> bool:
         if token is None:

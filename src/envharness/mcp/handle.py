@@ -1,0 +1,63 @@
+"""`EnvSessionHandle`: the one environment session an MCP session owns.
+
+Opened lazily (on the first tool call that needs it) through the server's
+`SessionManager`, so /ws, HTTP and MCP share one capacity limit and one idle timeout;
+closed when the MCP session ends. Calls go through the same `run_reset`/`run_step` as /ws.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from envharness.core.protocol import ErrorCode, ProtocolError
+from envharness.core.sessions import Session, SessionManager
+from envharness.core.types import Observation, State
+
+
+class EnvSessionHandle:
+    """One MCP session's environment; `last` is its latest observation."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+        self.session: Session | None = None
+        self.last: Observation | None = None
+        self.options: dict = {}  # what the last reset asked for (e.g. screenshot)
+
+    async def _live(self, *, opening: bool) -> Session:
+        if self.session is not None and not self.session.closed:
+            return self.session
+        if self.session is not None and not opening:
+            reason = self.session.expire_reason.value if self.session.expire_reason else "closed"
+            raise ProtocolError(ErrorCode.NOT_RESET, f"The environment session ended ({reason}); call reset to start a new one")
+        if not opening:
+            raise ProtocolError(ErrorCode.NOT_RESET, "Call reset first: this MCP session has no episode yet")
+        self.session, self.last = await self.manager.open(), None
+        return self.session
+
+    async def reset(self, options: dict) -> Observation:
+        from envharness.core.server import run_reset
+
+        session = await self._live(opening=True)
+        async with self.manager.activity(session):
+            self.last = await run_reset(session, options)
+        self.options = dict(options)
+        return self.last
+
+    async def step(self, action_data: dict) -> Observation:
+        from envharness.core.server import run_step
+
+        session = await self._live(opening=False)
+        async with self.manager.activity(session):
+            self.last = await run_step(session, action_data)
+        return self.last
+
+    async def state(self) -> State:
+        session = await self._live(opening=False)
+        async with self.manager.activity(session):
+            return await session.env.state_async()
+
+    async def close(self) -> None:
+        """Free the environment; shielded, since MCP sessions end by cancellation."""
+        if self.session is not None:
+            with anyio.CancelScope(shield=True):
+                await self.manager.close(self.session)

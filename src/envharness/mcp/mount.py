@@ -1,0 +1,126 @@
+"""`/mcp` on the FastAPI app: MCP streamable HTTP (the SDK's session manager) and OpenEnv's dialect.
+
+`mount_mcp(app, manager, name)` adds the route and returns an `McpEndpoint` whose
+`running()` the app's lifespan enters. The route sits behind the app's bearer-token
+middleware like every other route. MCP sessions are bounded like /ws: at most
+`max_sessions` at once, closed after the idle timeout; each one's environment comes from
+the same `SessionManager`, so /ws, HTTP and MCP share the capacity limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
+
+from envharness.core.sessions import SessionManager
+
+log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def _not_session_end_noise(record: logging.LogRecord) -> bool:
+    """The SDK logs a ClosedResourceError traceback whenever a client ends its session
+    (its GET stream's reader is closed by the DELETE); that is a normal end, not an error."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (record.getMessage() == "Error in standalone SSE writer" and type(exc).__name__ == "ClosedResourceError")
+
+
+logging.getLogger("mcp.server.streamable_http").addFilter(_not_session_end_noise)
+
+
+class McpEndpoint:
+    """The ASGI app behind `/mcp`; a fresh SDK session manager each time the app starts."""
+
+    def __init__(self, manager: SessionManager, name: str) -> None:
+        from envharness.mcp.openenv_dialect import OpenEnvDialect
+        from envharness.mcp.server import ToolsetProvider, build_server
+
+        self.manager = manager
+        self.provider = ToolsetProvider(manager)
+        self.server = build_server(manager, name, self.provider)
+        self.dialect = OpenEnvDialect(manager, self.provider)
+        self._http = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        self._http = StreamableHTTPSessionManager(self.server, session_idle_timeout=self.manager.idle_timeout_s,
+                                                  max_sessions=self.manager.max_sessions)
+        try:
+            async with self._http.run():
+                yield
+        finally:
+            self._http = None
+            await self.dialect.close()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._http is None:
+            await _json(send, 503, {"detail": "the MCP endpoint is not running"})
+            return
+        headers = dict(scope.get("headers") or [])
+        if scope["method"] == "POST" and b"mcp-session-id" not in headers:
+            body = await _read_body(receive)
+            if body is None:
+                await _json(send, 413, {"detail": f"request body over {MAX_BODY_BYTES} bytes"})
+                return
+            from envharness.mcp.openenv_dialect import is_openenv_request
+
+            if is_openenv_request(body):
+                await _json(send, 200, await self.dialect.answer(body))
+                return
+            receive = _replay(body, receive)
+        await self._http.handle_request(scope, receive, send)
+
+
+def mount_mcp(app: FastAPI, manager: SessionManager, name: str) -> McpEndpoint | None:
+    """Add `/mcp` to `app`; None (and a log line) when the `mcp` SDK is not installed."""
+    try:
+        endpoint = McpEndpoint(manager, name)
+    except ImportError as exc:
+        log.info("no /mcp route: the mcp SDK is not installed (%s); pip install 'envharness[mcp]'", exc)
+        return None
+    for path in ("/mcp", "/mcp/"):
+        app.add_route(path, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    return endpoint
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, original: Receive) -> Receive:
+    """The body already read, then the connection's own messages (its disconnect)."""
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await original()
+
+    return receive
+
+
+async def _json(send: Send, status: int, payload: dict) -> None:
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

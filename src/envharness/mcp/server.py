@@ -1,0 +1,66 @@
+"""The MCP server of one environment, on the SDK's low-level `Server`.
+
+Why the low-level server and not FastMCP: our tools already exist as JSON schemas
+(`ACTION_TOOLS`, the action model's schema), chosen at run time per environment;
+FastMCP derives schemas from Python signatures and would need generated functions. The
+low-level server also runs its `lifespan` once per MCP session (per streamable-HTTP
+session, once per stdio process), which is exactly where an environment session opens
+and closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import AsyncIterator
+
+from mcp import types
+from mcp.server.lowlevel import Server
+
+from envharness.core.sessions import SessionManager
+from envharness.mcp.handle import EnvSessionHandle
+from envharness.mcp.toolset import EnvToolset, run_tool, toolset_for
+
+INSTRUCTIONS = ("Each MCP session owns one environment session. Call `reset` first (the browser: task and seed), "
+                "then act with the tools; every result carries the observation, reward, done and the last error.")
+
+
+class ToolsetProvider:
+    """The environment's toolset, worked out once from the first environment the server makes."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+        self._toolset: EnvToolset | None = None
+
+    async def get(self) -> EnvToolset:
+        if self._toolset is None:
+            self._toolset = toolset_for(await self.manager.describe())
+        return self._toolset
+
+
+def build_server(manager: SessionManager, name: str, provider: ToolsetProvider | None = None) -> Server:
+    """A `Server` whose every session gets its own `EnvSessionHandle`, closed when the session ends."""
+    provider = provider or ToolsetProvider(manager)
+
+    @contextlib.asynccontextmanager
+    async def per_session(_: Server) -> AsyncIterator[EnvSessionHandle]:
+        handle = EnvSessionHandle(manager)
+        try:
+            yield handle
+        finally:
+            await handle.close()
+
+    from envharness import __version__
+
+    server: Server = Server(f"envharness-{name}", version=__version__, instructions=INSTRUCTIONS, lifespan=per_session)
+
+    @server.list_tools()
+    async def list_tools() -> list[types.Tool]:
+        return list((await provider.get()).tools())
+
+    # Validation happens in `run_tool`, shared with the OpenEnv dialect.
+    @server.call_tool(validate_input=False)
+    async def call_tool(tool: str, arguments: dict) -> types.CallToolResult:
+        handle: EnvSessionHandle = server.request_context.lifespan_context
+        return await run_tool(await provider.get(), handle, tool, arguments)
+
+    return server
