@@ -1,4 +1,4 @@
-"""`envharness serve | eval | train`: one dispatcher, one module per command.
+"""`envharness serve | eval | train | mcp`: one dispatcher, one module per command.
 
 Only the chosen command's module is imported, so `envharness serve echo` never pays for
 torch or TRL. Benchmarks live in `bench/` (`make bench`).
@@ -15,6 +15,7 @@ COMMANDS = {
     "serve": ("envharness.cli.serve", "Serve an environment (OpenEnv-compatible WebSocket + HTTP)"),
     "eval": ("envharness.cli.eval", "Evaluate a model on MiniWoB++ tasks and write a report"),
     "train": ("envharness.cli.train", "Train a model with TRL's GRPO through the harness"),
+    "mcp": ("envharness.cli.mcp", "Serve an environment's tools to an MCP client over stdio"),
 }
 
 
