@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="environment option (repeatable)")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    # issue 14: the page to play by hand at /web (off unless asked; MCP at /mcp is always on)
+    parser.add_argument("--web", action="store_true", help="serve a page at /web to play the environment by hand")
 
 
 def parse_value(text: str) -> Any:
@@ -61,12 +63,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     token = args.token or os.environ.get("ENVHARNESS_TOKEN") or None
     app = create_app(factory, name=args.name, max_sessions=args.max_sessions, token=token,
-                     idle_timeout_s=args.idle_timeout or None, max_message_bytes=args.max_message_bytes)
+                     idle_timeout_s=args.idle_timeout or None, max_message_bytes=args.max_message_bytes,
+                     web=getattr(args, "web", False))
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     server = uvicorn_server(app, ping_interval_s=args.ping_interval, ping_timeout_s=args.ping_interval, log_level=args.log_level)
     print(f"envharness serve: {args.name} listening on http://{host}:{sock.getsockname()[1]}"
           f"{' (bearer token required)' if token else ''}", flush=True)
+    if getattr(args, "web", False):
+        print(f"envharness serve: play it by hand at http://{host}:{sock.getsockname()[1]}/web"
+              f"{'?token=...' if token else ''}", flush=True)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was
     # there before; a no-op one lets the process report the clean stop and exit 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
