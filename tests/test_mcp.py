@@ -201,3 +201,12 @@ def test_mcp_harness_adapter_runs_episodes_through_an_mcp_server(browser_server)
         assert [e.tool_name for e in result.tool_trace] == ["click"]
         assert "Goal: Click the button." in result.messages[0]["content"]
     wait_until(lambda: health(browser_server)["active_sessions"] == before["active_sessions"])
+
+
+def test_mcp_command_refuses_bad_input_clearly(capsys):
+    from envharness.cli import main
+
+    assert main(["mcp", "no-such-env"]) == 2
+    assert "Unknown environment 'no-such-env'" in capsys.readouterr().err
+    assert main(["mcp", "browsergym", "--option", "no_such_option=1"]) == 2
+    assert "unknown browsergym option" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import shutil
 import httpx
 from playwright.async_api import async_playwright
 
-from envharness.core.launchers import LocalServer
+from envharness.core.launchers import LocalServer, launch_local
 from envharness.core.registry import make_factory
 from envharness.core.server import create_app
 from envharness.envs.browsergym.action_text import ACTION_TOOLS
@@ -87,6 +87,12 @@ def test_web_page_plays_click_test_to_reward_one(tmp_path):
 def test_web_page_is_off_unless_asked_and_needs_the_token():
     with LocalServer("echo") as server:
         assert httpx.get(f"{server.base_url}/web").status_code == 404
+    served = launch_local("echo", server_args=["--web"])  # the CLI flag
+    try:
+        assert httpx.get(f"{served.base_url}/web").status_code == 200
+        assert any(line.endswith(f"{served.base_url}/web") for line in served.output)
+    finally:
+        served.stop()
     app = create_app(make_factory("echo"), name="echo", token="s3cret", web=True)
 
     async def play(base_url: str) -> None:
