@@ -210,3 +210,24 @@ def test_mcp_command_refuses_bad_input_clearly(capsys):
     assert "Unknown environment 'no-such-env'" in capsys.readouterr().err
     assert main(["mcp", "browsergym", "--option", "no_such_option=1"]) == 2
     assert "unknown browsergym option" in capsys.readouterr().err
+
+
+def test_a_vanished_mcp_client_loses_its_session_and_environment_after_the_idle_timeout():
+    """No DELETE (the client just went away): the idle timeout ends the MCP session and its
+    environment session, as it does for /ws."""
+    with LocalServer("echo", idle_timeout_s=1.0) as server:
+        session_ids = []
+
+        async def main() -> None:
+            async with streamable_http_client(f"{server.base_url}/mcp", terminate_on_close=False) as (read, write, get_id):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    assert not (await session.call_tool("reset", {})).isError
+                    session_ids.append(get_id())
+
+        asyncio.run(main())
+        wait_until(lambda: not server.app.state.mcp._http._server_instances, timeout_s=30)
+        assert health(server)["active_sessions"] == 0 and health(server)["live_environments"] == 0
+        gone = httpx.post(f"{server.base_url}/mcp", headers={"Mcp-Session-Id": session_ids[0], "Accept": "application/json, text/event-stream"},
+                          json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
+        assert gone.status_code == 404
