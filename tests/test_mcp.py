@@ -179,10 +179,18 @@ def test_openenv_mcp_tool_client_lists_and_calls_our_tools(browser_server):
             assert final["reward"] == 1.0 and final["done"] is True and final["last_action_error"] == ""
             unknown = await client._production_mcp_request("tools/call", {"name": "noop", "session_id": "nope"})
             assert "Unknown session_id" in unknown["error"]["message"]
+            # as OpenEnv's docs do it: reset over its WebSocket, then tools on the same environment
+            assert health(browser_server)["active_sessions"] == before["active_sessions"] + 1  # one, shared
+            again = await client.reset(task="click-test", seed=SEED + 1)
+            assert again.observation.goal == "Click the button." and again.done is False
+            bid = next_action(again.observation.goal, again.observation.axtree_txt).split("'")[1]
+            final = await client.call_tool("click", bid=bid)
+            assert final["reward"] == 1.0 and final["done"] is True and final["step"] == 1
 
     before = health(browser_server)
     asyncio.run(main())
     wait_until(lambda: health(browser_server)["active_sessions"] == before["active_sessions"])
+    assert health(browser_server)["sessions_opened"] == before["sessions_opened"] + 1
 
 
 def test_mcp_harness_adapter_runs_episodes_through_an_mcp_server(browser_server):

@@ -156,8 +156,10 @@ def create_app(
         if not authorized(websocket):
             await refuse(websocket, ProtocolError(ErrorCode.UNAUTHORIZED, "Missing or wrong bearer token"), WS_POLICY_VIOLATION)
             return
+        # OpenEnv's MCPToolClient joins its MCP session's environment with `?session_id=`
+        shared = app.state.mcp.shared_handle(websocket.query_params.get("session_id")) if app.state.mcp else None
         try:
-            session = await manager.open()
+            session = await (shared.open() if shared else manager.open())
         except ProtocolError as exc:
             await refuse(websocket, exc, WS_TRY_AGAIN_LATER)
             return
@@ -173,7 +175,8 @@ def create_app(
         except Exception:  # the client vanished mid-send, or a bug: the session ends, the server goes on
             log.debug("websocket session %s ended", session.id, exc_info=True)
         finally:
-            await manager.close(session)
+            if shared is None:  # a shared session is closed by its MCP client (openenv/session/close)
+                await manager.close(session)
             with contextlib.suppress(Exception):
                 await websocket.close()
 

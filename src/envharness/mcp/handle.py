@@ -34,6 +34,10 @@ class EnvSessionHandle:
         self.session, self.last = await self.manager.open(), None
         return self.session
 
+    async def open(self) -> Session:
+        """The environment session, opened now if need be (a WebSocket joining this one)."""
+        return await self._live(opening=True)
+
     async def reset(self, options: dict) -> Observation:
         from envharness.core.server import run_reset
 

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from envharness.core.sessions import SessionManager
+from envharness.mcp.handle import EnvSessionHandle
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -58,6 +59,11 @@ class McpEndpoint:
         finally:
             self._http = None
             await self.dialect.close()
+
+    def shared_handle(self, session_id: str | None) -> "EnvSessionHandle | None":
+        """The environment of an OpenEnv-dialect MCP session, for the WebSocket that
+        OpenEnv's `MCPToolClient` opens with `?session_id=` (None: not one of ours)."""
+        return self.dialect.handles.get(session_id) if session_id else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._http is None:
