@@ -239,3 +239,20 @@ def test_a_vanished_mcp_client_loses_its_session_and_environment_after_the_idle_
         gone = httpx.post(f"{server.base_url}/mcp", headers={"Mcp-Session-Id": session_ids[0], "Accept": "application/json, text/event-stream"},
                           json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
         assert gone.status_code == 404
+
+
+def test_generic_tools_check_reset_options_as_the_websocket_does(echo_server):
+    async def main() -> None:
+        async with streamable_http_client(f"{echo_server.base_url}/mcp") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                long_id = await session.call_tool("reset", {"episode_id": "x" * 300})
+                assert long_id.isError and "episode_id" in long_id.content[0].text
+                ok = await session.call_tool("reset", {"seed": 3, "episode_id": "mine"})
+                assert not ok.isError and ok.structuredContent["done"] is False
+                state = await session.call_tool("state", {})
+                assert state.structuredContent["episode_id"] == "mine"
+                missing = await session.call_tool("step", {})
+                assert missing.isError and "'message' is a required property" in missing.content[0].text
+
+    asyncio.run(main())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import anyio
 
-from envharness.core.protocol import ErrorCode, ProtocolError
+from envharness.core.protocol import ErrorCode, ProtocolError, ResetRequest
 from envharness.core.sessions import Session, SessionManager
 from envharness.core.types import Observation, State
 
@@ -39,8 +39,10 @@ class EnvSessionHandle:
         return await self._live(opening=True)
 
     async def reset(self, options: dict) -> Observation:
+        """Reset options are checked as /ws checks them (raises pydantic's ValidationError)."""
         from envharness.core.server import run_reset
 
+        options = ResetRequest.model_validate(options).model_dump(exclude_unset=True)
         session = await self._live(opening=True)
         async with self.manager.activity(session):
             self.last = await run_reset(session, options)
