@@ -256,3 +256,20 @@ def test_generic_tools_check_reset_options_as_the_websocket_does(echo_server):
                 assert missing.isError and "'message' is a required property" in missing.content[0].text
 
     asyncio.run(main())
+
+
+def test_mcp_session_factory_says_why_it_cannot_connect():
+    with LocalServer("echo", token="s3cret") as server:
+        async def main() -> None:
+            with pytest.raises(ConnectionError, match="401 Unauthorized"):
+                await MCPSessionFactory(url=f"{server.base_url}/mcp").create_async("t")
+            session = await MCPSessionFactory(url=f"{server.base_url}/mcp", headers={"Authorization": "Bearer s3cret"},
+                                              reset_tool=None).create_async("t")
+            try:
+                assert [t["name"] for t in await session.list_tools_async()] == ["reset", "step", "state"]
+            finally:
+                await session.close_async()
+
+        asyncio.run(main())
+    with pytest.raises(ValueError, match="exactly one of url"):
+        MCPSessionFactory()

@@ -33,6 +33,13 @@ def default_prompt(first_observation: str, task: Any, tools: list[Tool]) -> list
     return [{"role": "user", "content": f"Complete the task with these tools (one call per turn):\n{lines}\n\n{first_observation}"}]
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    """The one real error inside anyio's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def result_text(result: Any) -> str:
     """The text parts of an MCP tool result (images are left to multimodal callers)."""
     return "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
@@ -92,7 +99,9 @@ class MCPSession(ResourceSession):
             raise ConnectionError(f"MCP server did not answer within {self.factory.connect_timeout_s:.0f}s") from None
         if self._failure is not None:
             await self.close_async()
-            raise ConnectionError(f"could not open an MCP session: {type(self._failure).__name__}: {self._failure}") from self._failure
+            cause = _leaf(self._failure)
+            where = self.factory.url or " ".join(self.factory.command or [])
+            raise ConnectionError(f"could not open an MCP session with {where}: {type(cause).__name__}: {cause}") from cause
 
     async def _hold(self) -> None:
         from mcp import ClientSession
