@@ -12,7 +12,6 @@ Two small pieces fill it while the harness runs the episode:
 
 from __future__ import annotations
 
-import base64
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -72,7 +71,7 @@ class EpisodeTape:
     _shots: int = 0
 
     def _save_screenshot(self, observation: Any) -> str | None:
-        data = getattr(observation, "screenshot", None)
+        data = getattr(observation, "screenshot_bytes", None)
         if not data:
             return None
         ext = "jpg" if (getattr(observation, "screenshot_format", None) or "jpeg") == "jpeg" else "png"
@@ -80,7 +79,7 @@ class EpisodeTape:
         self._shots += 1
         target = self.run_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(base64.b64decode(data))
+        target.write_bytes(data)
         observation.screenshot = None  # the harness and its records never carry the image
         return relative.as_posix()
 

@@ -169,7 +169,7 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         return prompts.builder(prompts.make(obs.goal, obs.url, obs.axtree_txt or obs.text, obs.last_action_error, task=task))
 
     factory = BrowserGymSessionFactory(
-        client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url), folder.path, tapes),
+        client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url, screenshot_array=False), folder.path, tapes),
         tools=config.actions,
         reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "jpeg", "pruned_html": False, "extra_properties": False},
         prompt_builder=first_prompt,
