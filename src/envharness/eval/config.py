@@ -54,6 +54,11 @@ class EvalConfig:
     #: request), 0.05 s for the others (remote chat APIs, scripted).
     batch_wait_s: float | None = None
     progress: bool = True
+    #: Vision policies: the page's screenshot goes into the latest user turn of every prompt.
+    #: None: on when the backend says it sees (`backend.vision`), off otherwise.
+    vision: bool | None = None
+    #: Shrink prompt screenshots so their longer side is at most this many pixels (None: as taken).
+    image_max_side: int | None = None
 
     def check(self) -> None:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
@@ -82,6 +87,10 @@ class EvalConfig:
             load_prompt_builder(self.prompt)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
+        if self.vision and not self.screenshots:
+            raise EvalSetupError("--vision shows the model the page's screenshot: drop --no-screenshots")
+        if self.image_max_side is not None and self.image_max_side < 16:
+            raise EvalSetupError("--image-max-side must be at least 16 pixels")
         if self.resume and self.overwrite:
             raise EvalSetupError("--resume and --overwrite contradict each other")
 

@@ -161,7 +161,11 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         axtree_token_budget=config.axtree_tokens,
         history_steps=config.history_steps,
         tool_names=tuple(config.actions),
+        vision=uses_vision(config, backend),
+        image_max_side=config.image_max_side,
     )
+    if prompts.vision and not config.screenshots:
+        raise EvalSetupError(f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)")
     tapes: dict[str, EpisodeTape] = {}
 
     def first_prompt(obs: Any, task: Any, tool_names: list[str]) -> list[dict[str, Any]]:
@@ -171,7 +175,9 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
     factory = BrowserGymSessionFactory(
         client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url, screenshot_array=False), folder.path, tapes),
         tools=config.actions,
-        reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "jpeg", "pruned_html": False, "extra_properties": False},
+        # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
+        reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "png" if prompts.vision else "jpeg",
+                      "pruned_html": False, "extra_properties": False},
         prompt_builder=first_prompt,
     )
     wait = config.batch_wait_s
@@ -203,6 +209,11 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
             )
         finally:
             progress.close()
+
+
+def uses_vision(config: EvalConfig, backend: Any) -> bool:
+    """Whether prompts carry the screenshot: as configured, else as the backend says it sees."""
+    return bool(getattr(backend, "vision", False)) if config.vision is None else config.vision
 
 
 async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResult:
