@@ -232,3 +232,13 @@ async def test_text_backends_refuse_images_in_words():
     for backend in (ScriptedBackend(), TransformersBackend(model, tokenizer, name="tiny-text")):
         with pytest.raises(ImagesNotSupportedError, match=f"'{backend.name}' has no vision but the prompt holds images"):
             await backend.generate([GenerationRequest(vision_messages(screenshot()))])
+
+
+async def test_trl_vllm_backend_says_when_the_processor_cannot_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub here: fail on the spot
+    backend = TRLVLLMBackend("http://127.0.0.1:9", api="completions", model="m", processor=str(tmp_path / "no-such-model"))
+    try:
+        with pytest.raises(ImagesNotSupportedError, match="could not load the processor of .*no-such-model.*pass processor="):
+            await backend.generate([GenerationRequest(vision_messages(screenshot()))])
+    finally:
+        await backend.aclose()

@@ -73,16 +73,16 @@ class TRLVLLMBackend:
             raise ImagesNotSupportedError(
                 "prompts with images need a TRL 1.x server (`trl vllm-serve` / `vllm serve --enable-scale-out`); "
                 f"the server at {self.base_url} speaks the old /generate/ API, which re-tokenizes text prompts")
-        tokenizer = self.tokenizer
         out: list[Generation | None] = [None] * len(requests)
-        image_calls = [self._generate_with_images(requests[i]) for i in seeing]
-        prompts = {i: chat.prompt_ids(tokenizer, r.messages, r.tools, r.prefix_ids) for i, r in enumerate(requests) if i not in seeing}
+        text_only = [i for i in range(len(requests)) if i not in seeing]
+        tokenizer = self.tokenizer if text_only else None
+        prompts = {i: chat.prompt_ids(tokenizer, requests[i].messages, requests[i].tools, requests[i].prefix_ids) for i in text_only}
         groups: dict[tuple, list[int]] = {}
         for i in prompts:
             groups.setdefault(_sampling_key(requests[i].sampling), []).append(i)
         send = self._completions if self.api == "completions" else self._generate_legacy
         results = await asyncio.gather(*(send([prompts[i] for i in idx], requests[idx[0]].sampling) for idx in groups.values()),
-                                       *image_calls)
+                                       *(self._generate_with_images(requests[i]) for i in seeing))
         for idx, gens in zip(groups.values(), results):
             for i, gen in zip(idx, gens):
                 out[i] = gen
@@ -99,7 +99,12 @@ class TRLVLLMBackend:
             source = self._processor or (self._tokenizer if isinstance(self._tokenizer, str) else None) or self.model
             if not source:
                 raise ImagesNotSupportedError("TRLVLLMBackend needs the model's processor (processor=...) for prompts with images")
-            self._processor = AutoProcessor.from_pretrained(source)
+            try:
+                self._processor = AutoProcessor.from_pretrained(source)
+            except (OSError, ImportError, ValueError, TypeError) as exc:
+                raise ImagesNotSupportedError(
+                    f"could not load the processor of {source!r}, which prompts with images need ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); pass processor=... (an object or a directory)") from exc
         if not hasattr(self._processor, "image_processor"):
             raise ImagesNotSupportedError(f"{type(self._processor).__name__} has no image processor; pass the model's processor for images")
         return self._processor
@@ -107,9 +112,10 @@ class TRLVLLMBackend:
     async def _generate_with_images(self, request: GenerationRequest) -> Generation:
         from envharness.models import vllm_images
 
-        prompt = vllm_images.image_prompt(self.processor, request)
-        return await vllm_images.generate_with_images(self._client, self.base_url, self.model, prompt,
-                                                      _vllm_sampling(request.sampling), self.tokenizer, self.retry)
+        processor = self.processor
+        prompt = vllm_images.image_prompt(processor, request)
+        return await vllm_images.generate_with_images(self._client, self.base_url, self.model, prompt, _vllm_sampling(request.sampling),
+                                                      getattr(processor, "tokenizer", processor), self.retry)
 
     @property
     def tokenizer(self) -> Any:
