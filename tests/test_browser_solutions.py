@@ -56,7 +56,8 @@ def test_clients_can_decode_screenshots_into_arrays(server):
         assert image.size == (498, 321)  # MiniWoB's 332x214 viewport at BrowserGym's scale 1.5
         assert (result.observation.screenshot == encoded.screenshot_array()).all()
         assert result.observation.screenshot_bytes == encoded.screenshot_bytes  # not re-encoded
-        assert result.observation.model_dump(mode="json")["screenshot"] == encoded.screenshot  # compact again
+        assert result.observation.model_dump(mode="json")["screenshot"] == encoded.screenshot  # compact again,
+        assert result.observation.model_dump()["screenshot"] == encoded.screenshot  # in records and tool results too
         assert result.observation.goal == "Click the button." and "Click Me!" in result.observation.axtree_txt
         assert decoding.reset(task="click-test", seed=0).observation.screenshot is None  # not asked for
 

@@ -77,8 +77,8 @@ class BrowserGymImageObservation(BrowserGymObservation):
     numpy array, as code written for OpenEnv's screenshots expects
     (``np.array(observation.screenshot, dtype=np.uint8)``); the encoded PNG/JPEG stays
     reachable as `screenshot_bytes` (no re-encoding to store or send it). What the browser
-    clients return unless made with ``screenshot_array=False``. Dumped as JSON, `screenshot`
-    is the base64 string again, so the wire never carries nested lists."""
+    clients return unless made with ``screenshot_array=False``. Dumped (`model_dump`, JSON or
+    not: records, tool results), `screenshot` is the base64 string again, never nested lists."""
 
     screenshot: Any = Field(default=None, description="The viewport as a (height, width, 3) uint8 array")
     _encoded: bytes | None = PrivateAttr(default=None)
@@ -112,7 +112,7 @@ class BrowserGymImageObservation(BrowserGymObservation):
     def screenshot_array(self) -> Any:
         return self.screenshot
 
-    @field_serializer("screenshot", when_used="json")
+    @field_serializer("screenshot")
     def _screenshot_as_base64(self, value: Any) -> str | None:
         return None if self._encoded is None else base64.b64encode(self._encoded).decode("ascii")
 
