@@ -33,6 +33,11 @@ FAST_RETRY = RetryPolicy(max_retries=1, backoff_s=0.01)
 pytestmark = pytest.mark.timeout(300)
 
 
+def image_field(gen, name: str):
+    """A generation's image field (`Generation.images`, ... once the model core has them; `metadata` before)."""
+    return getattr(gen, name) if hasattr(gen, name) else gen.metadata[name]
+
+
 def decode_data_url(url: str) -> tuple[str, Image.Image]:
     header, _, data = url.partition(",")
     assert header in ("data:image/png;base64", "data:image/jpeg;base64"), header
@@ -165,14 +170,14 @@ async def test_trl_vllm_backend_generates_from_token_ids_with_image_features(pro
     assert turn1.prompt_ids == expected
     assert (turn1.completion_ids, turn1.text) == (action_ids, "click('13')")
     assert turn1.logprobs == pytest.approx([-0.1 * (k + 1) for k in range(len(action_ids))])
-    assert turn1.metadata["image_token_counts"] == [placeholder_count(processor, first)]
-    assert turn1.metadata["images"] == [first] and turn1.metadata["image_token_id"] == processor.image_token_id
+    assert image_field(turn1, "image_token_counts") == [placeholder_count(processor, first)]
+    assert image_field(turn1, "images") == [first] and image_field(turn1, "image_token_id") == processor.image_token_id
 
     # turn 2: extends turn 1's tokens exactly; the server processed both screenshots, in order
     assert turn2.prompt_ids[: len(prefix)] == prefix
     runs = image_token_runs(turn2.prompt_ids, processor.image_token_id)
     assert [n for _, n in runs] == [placeholder_count(processor, first), placeholder_count(processor, second)]
-    assert turn2.metadata["images"] == [second] and turn2.metadata["image_token_counts"] == [runs[1][1]]
+    assert image_field(turn2, "images") == [second] and image_field(turn2, "image_token_counts") == [runs[1][1]]
     assert [[im.size for im in r] for r in stub.renders] == [[first.size], [first.size, second.size]]
     assert [g["token_ids"] for g in stub.generates] == [turn1.prompt_ids, turn2.prompt_ids]
     params = stub.generates[0]["sampling_params"]

@@ -153,14 +153,23 @@ async def generate_with_images(client: httpx.AsyncClient, base_url: str, model: 
         raise BackendError(f"the server returned {len(ids)} tokens but {len(logprobs)} logprobs")
     runs = image_token_runs(prompt.ids, prompt.token_id)
     new_counts = [length for _, length in runs[len(runs) - len(prompt.new_images):]] if prompt.new_images else []
-    return Generation(
+    generation = Generation(
         text=tokenizer.decode(ids, skip_special_tokens=True),
         prompt_ids=list(prompt.ids),
         completion_ids=ids,
         logprobs=logprobs,
         finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-        # What a trainer needs to rebuild this turn's pixels (models/base.py's image fields, once merged).
-        metadata={"images": list(prompt.new_images), "image_token_counts": new_counts,
-                  "image_token_id": prompt.token_id},
     )
+    return with_image_fields(generation, images=list(prompt.new_images), image_token_counts=new_counts,
+                             image_token_id=prompt.token_id)
 
+
+def with_image_fields(generation: Generation, **fields: Any) -> Generation:
+    """Attach what a trainer needs to rebuild this turn's pixels: `Generation`'s image fields
+    where it has them (issue 11's model core adds them), else the same names in `metadata`."""
+    for name, value in fields.items():
+        if name in getattr(Generation, "__dataclass_fields__", {}):
+            setattr(generation, name, value)
+        else:
+            generation.metadata[name] = value
+    return generation
