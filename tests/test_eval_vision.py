@@ -97,3 +97,17 @@ def test_vision_needs_screenshots():
         EvalConfig(out="x", vision=True, screenshots=False).check()
     with pytest.raises(EvalSetupError, match="--image-max-side"):
         EvalConfig(out="x", image_max_side=4).check()
+
+
+def test_vision_is_on_for_backends_that_see_unless_told_otherwise():
+    from types import SimpleNamespace
+
+    from envharness.eval.runner import uses_vision
+    from envharness.models.scripted import ScriptedBackend
+
+    config = EvalConfig(out="x")
+    local_vlm = SimpleNamespace(processor=SimpleNamespace(image_processor=object(), tokenizer=object()))
+    assert uses_vision(config, local_vlm) and uses_vision(config, SimpleNamespace(vision=True))
+    assert not uses_vision(config, ScriptedBackend()) and not uses_vision(config, SimpleNamespace(processor=object()))
+    assert not uses_vision(EvalConfig(out="x", vision=False), local_vlm)
+    assert uses_vision(EvalConfig(out="x", vision=True), ScriptedBackend())

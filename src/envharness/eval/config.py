@@ -55,7 +55,7 @@ class EvalConfig:
     batch_wait_s: float | None = None
     progress: bool = True
     #: Vision policies: the page's screenshot goes into the latest user turn of every prompt.
-    #: None: on when the backend says it sees (`backend.vision`), off otherwise.
+    #: None: on when the backend sees (`backend.vision`, or a vision processor), off otherwise.
     vision: bool | None = None
     #: Shrink prompt screenshots so their longer side is at most this many pixels (None: as taken).
     image_max_side: int | None = None

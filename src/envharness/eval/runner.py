@@ -212,8 +212,14 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
 
 
 def uses_vision(config: EvalConfig, backend: Any) -> bool:
-    """Whether prompts carry the screenshot: as configured, else as the backend says it sees."""
-    return bool(getattr(backend, "vision", False)) if config.vision is None else config.vision
+    """Whether prompts carry the screenshot: as configured, else when the backend says it sees
+    (`backend.vision`) or holds a vision processor (a local vision-language model)."""
+    if config.vision is not None:
+        return config.vision
+    if getattr(backend, "vision", None) is not None:
+        return bool(backend.vision)
+    processor = vars(backend).get("processor") if hasattr(backend, "__dict__") else None  # not a lazy property
+    return processor is not None and hasattr(processor, "image_processor")
 
 
 async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResult:
