@@ -58,6 +58,8 @@ def test_clients_can_decode_screenshots_into_arrays(server):
         assert result.observation.screenshot_bytes == encoded.screenshot_bytes  # not re-encoded
         assert result.observation.model_dump(mode="json")["screenshot"] == encoded.screenshot  # compact again,
         assert result.observation.model_dump()["screenshot"] == encoded.screenshot  # in records and tool results too
+        result.observation.screenshot = None  # dropped (as eval does once it is stored): gone everywhere
+        assert result.observation.screenshot_bytes is None and result.observation.model_dump()["screenshot"] is None
         assert result.observation.goal == "Click the button." and "Click Me!" in result.observation.axtree_txt
         assert decoding.reset(task="click-test", seed=0).observation.screenshot is None  # not asked for
 

@@ -100,7 +100,7 @@ class BrowserGymImageObservation(BrowserGymObservation):
 
     @property
     def screenshot_bytes(self) -> bytes | None:
-        return self._encoded
+        return None if self.screenshot is None else self._encoded  # a screenshot set to None is gone
 
     def screenshot_image(self) -> Any:
         if self.screenshot is None:
@@ -114,7 +114,8 @@ class BrowserGymImageObservation(BrowserGymObservation):
 
     @field_serializer("screenshot")
     def _screenshot_as_base64(self, value: Any) -> str | None:
-        return None if self._encoded is None else base64.b64encode(self._encoded).decode("ascii")
+        encoded = self.screenshot_bytes
+        return None if encoded is None else base64.b64encode(encoded).decode("ascii")
 
 
 class BrowserGymState(State):
