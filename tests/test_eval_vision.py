@@ -52,7 +52,7 @@ def test_eval_runs_a_vision_policy_and_reports_what_it_saw(tmp_path, capsys):
     stub = SeeingStub()
     out = tmp_path / "vision"
     with serve(stub.app) as url:
-        code = main(["eval", "--no-progress", "--model", f"openai:stub-vl@{url}/v1", "--vision", "--image-max-side", str(MAX_SIDE),
+        code = main(["eval", "--no-progress", "--model", f"openai:stub-vl@{url}/v1", "--vision", "--screenshot-max-side", str(MAX_SIDE),
                      "--tasks", "click-test", "--episodes", "2", "--max-steps", "2", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
@@ -95,8 +95,8 @@ def test_add_screenshot_puts_the_image_in_the_latest_user_turn():
 def test_vision_needs_screenshots():
     with pytest.raises(EvalSetupError, match="drop --no-screenshots"):
         EvalConfig(out="x", vision=True, screenshots=False).check()
-    with pytest.raises(EvalSetupError, match="--image-max-side"):
-        EvalConfig(out="x", image_max_side=4).check()
+    with pytest.raises(EvalSetupError, match="--screenshot-max-side"):
+        EvalConfig(out="x", screenshot_max_side=4).check()
 
 
 def test_vision_is_on_for_backends_that_see_unless_told_otherwise():

@@ -57,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # -- vision policies (issue 11) --
     parser.add_argument("--vision", action=argparse.BooleanOptionalAction, default=None,
                         help="put the page's screenshot into every prompt (default: when the model is a vision model)")
-    parser.add_argument("--image-max-side", type=int, default=None,
-                        help="shrink prompt screenshots to this many pixels on their longer side (default: as taken)")
+    parser.add_argument("--screenshot-max-side", type=int, default=_D.screenshot_max_side,
+                        help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)")
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -84,7 +84,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         episode_timeout_s=args.episode_timeout or None,
         progress=not args.no_progress,
         vision=args.vision,
-        image_max_side=args.image_max_side,
+        screenshot_max_side=args.screenshot_max_side or None,
     )
 
 

@@ -57,8 +57,9 @@ class EvalConfig:
     #: Vision policies: the page's screenshot goes into the latest user turn of every prompt.
     #: None: on when the backend sees (`backend.vision`, or a vision processor), off otherwise.
     vision: bool | None = None
-    #: Shrink prompt screenshots so their longer side is at most this many pixels (None: as taken).
-    image_max_side: int | None = None
+    #: Shrink prompt screenshots so their longer side is at most this many pixels (None: as
+    #: taken). 448, as `envharness train` shows them to vision models: eval what was trained.
+    screenshot_max_side: int | None = 448
 
     def check(self) -> None:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
@@ -89,8 +90,8 @@ class EvalConfig:
             raise EvalSetupError(str(exc)) from None
         if self.vision and not self.screenshots:
             raise EvalSetupError("--vision shows the model the page's screenshot: drop --no-screenshots")
-        if self.image_max_side is not None and self.image_max_side < 16:
-            raise EvalSetupError("--image-max-side must be at least 16 pixels")
+        if self.screenshot_max_side is not None and self.screenshot_max_side < 28:
+            raise EvalSetupError("--screenshot-max-side must be at least 28 pixels (0: as taken)")
         if self.resume and self.overwrite:
             raise EvalSetupError("--resume and --overwrite contradict each other")
 

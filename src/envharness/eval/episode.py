@@ -197,7 +197,7 @@ class PromptSettings:
     tool_names: tuple[str, ...] = DEFAULT_TOOL_NAMES
     #: Put the page's screenshot into the last user turn (vision policies).
     vision: bool = False
-    image_max_side: int | None = None
+    screenshot_max_side: int | None = None
 
     def context(self, tape: EpisodeTape) -> PromptContext:
         """The context of the next step of a running episode."""
@@ -243,7 +243,7 @@ class EvalModelStep:
             image = self.tape.page_image()
             if image is None:
                 raise RuntimeError("a vision prompt needs the page's screenshot, and the environment sent none")
-            prompt = add_screenshot(prompt, image, max_side=self.prompts.image_max_side)
+            prompt = add_screenshot(prompt, image, max_side=self.prompts.screenshot_max_side)
             recorded = self.tape.prompt_for_record(prompt, image)
         params = SamplingParams.from_dict(sampling)
         if params.seed is None and params.temperature > 0:

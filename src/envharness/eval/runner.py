@@ -162,7 +162,7 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         history_steps=config.history_steps,
         tool_names=tuple(config.actions),
         vision=uses_vision(config, backend),
-        image_max_side=config.image_max_side,
+        screenshot_max_side=config.screenshot_max_side,
     )
     if prompts.vision and not config.screenshots:
         raise EvalSetupError(f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)")

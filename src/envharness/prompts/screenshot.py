@@ -22,10 +22,7 @@ def resize_screenshot(image: Any, max_side: int | None) -> Any:
     if max_side < 1:
         raise ValueError(f"max_side must be positive, got {max_side}")
     scale = max_side / max(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    from PIL import Image
-
-    return image.resize(size, Image.Resampling.LANCZOS)
+    return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))  # PIL's default filter, as training
 
 
 def add_screenshot(messages: list[Message], image: Any, *, max_side: int | None = None) -> list[Message]:
