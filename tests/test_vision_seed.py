@@ -122,7 +122,7 @@ def test_seed_helpers_earn_the_scripted_reward_with_screenshots(monkeypatch):
         monkeypatch.setenv(name, value)  # the served process inherits them, as a container would
     server = ServerProcess("browsergym")
     try:
-        with BrowserGymEnv(base_url=server.base_url) as env:
+        with BrowserGymEnv(base_url=server.base_url) as env:  # as the seed's alternative to from_hub
             result = env.reset()  # task, screenshots and viewport all come from the variables
             observation = result.observation
             history: List[str] = []
@@ -185,3 +185,12 @@ def test_explicit_options_win_over_variables():
     factory = make_environment_factory(environ={"BROWSERGYM_TASK_NAME": "click-button", "BROWSERGYM_HEADLESS": "false"},
                                        task="click-test")
     assert factory.config.task == "click-test" and factory.engine.headless is False
+
+
+def test_from_local_takes_the_seeds_env_vars():
+    """`from_hub(repo_id, env_vars={...})` in the seed needs Docker; `from_local` takes the same
+    variables for `envharness serve` started here."""
+    with BrowserGymEnv.from_local(env_vars={"BROWSERGYM_TASK_NAME": "click-button", "BROWSERGYM_INCLUDE_SCREENSHOT": "true"}) as env:
+        observation = env.reset(seed=1).observation
+        assert env.state().task_name == "click-button"
+        assert np.array(observation.screenshot, dtype=np.uint8).shape == (321, 498, 3)
