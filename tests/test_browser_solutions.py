@@ -45,15 +45,21 @@ async def test_solution_reaches_reward_one(server, task):
 
 
 def test_clients_can_decode_screenshots_into_arrays(server):
-    """The wire carries base64 PNG; `screenshot_array=True` hands over the array that code written
-    for OpenEnv's screenshots reads with ``np.array(observation.screenshot, dtype=np.uint8)``."""
-    with BrowserGymEnv(server.base_url) as plain, BrowserGymEnv(server.base_url, screenshot_array=True) as decoding:
+    """The wire carries base64 PNG; clients hand over the array that code written for OpenEnv's
+    screenshots reads with ``np.array(observation.screenshot, dtype=np.uint8)`` (the default),
+    or with `screenshot_array=False` the base64 string; both keep the encoded bytes."""
+    with BrowserGymEnv(server.base_url, screenshot_array=False) as plain, BrowserGymEnv(server.base_url) as decoding:
         encoded = plain.reset(task="click-test", seed=0, screenshot=True).observation
         assert isinstance(encoded.screenshot, str) and encoded.screenshot_format == "png"
         result = decoding.reset(task="click-test", seed=0, screenshot=True)
         image = Image.fromarray(np.array(result.observation.screenshot, dtype=np.uint8))
         assert image.size == (498, 321)  # MiniWoB's 332x214 viewport at BrowserGym's scale 1.5
         assert (result.observation.screenshot == encoded.screenshot_array()).all()
+        assert result.observation.screenshot_bytes == encoded.screenshot_bytes  # not re-encoded
+        assert result.observation.model_dump(mode="json")["screenshot"] == encoded.screenshot  # compact again,
+        assert result.observation.model_dump()["screenshot"] == encoded.screenshot  # in records and tool results too
+        result.observation.screenshot = None  # dropped (as eval does once it is stored): gone everywhere
+        assert result.observation.screenshot_bytes is None and result.observation.model_dump()["screenshot"] is None
         assert result.observation.goal == "Click the button." and "Click Me!" in result.observation.axtree_txt
         assert decoding.reset(task="click-test", seed=0).observation.screenshot is None  # not asked for
 

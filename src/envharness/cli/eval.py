@@ -5,6 +5,7 @@
     envharness eval --model openai:gpt-4o-mini@https://api.openai.com/v1 --out runs/gpt
     envharness eval --out runs/gpt --resume                   # finish an interrupted run
     envharness eval --compare runs/smol runs/gpt              # per-task side by side
+    envharness eval --model openai:qwen-vl@http://127.0.0.1:8000/v1 --vision   # screenshots in the prompts
 
 Writes to `--out` (default runs/eval-<time>): episodes.jsonl, report.html,
 success_rate.png, summary.json, screenshots/. Prints the per-task table and the paths.
@@ -53,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds before an episode is failed, model time included (default: none)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print two runs' results side by side, run nothing")
+    # -- vision policies (issue 11) --
+    parser.add_argument("--vision", action=argparse.BooleanOptionalAction, default=None,
+                        help="put the page's screenshot into every prompt (default: when the model is a vision model)")
+    parser.add_argument("--screenshot-max-side", type=int, default=_D.screenshot_max_side,
+                        help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)")
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -77,6 +83,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         screenshots=not args.no_screenshots,
         episode_timeout_s=args.episode_timeout or None,
         progress=not args.no_progress,
+        vision=args.vision,
+        screenshot_max_side=args.screenshot_max_side or None,
     )
 
 

@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 
+from envharness.integrations.trl.tracking import REPORT_TO
 from envharness.integrations.trl.training import TrainConfig
 
 _DEFAULTS = TrainConfig()
@@ -43,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", choices=["compact", "default"], default=d.prompt, help="prompt style (compact suits small models)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest when other jobs share the cores)")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
+    # -- experiment tracking (issue 11) --
+    parser.add_argument("--report-to", default=d.report_to, choices=list(REPORT_TO),
+                        help="experiment tracker (default none: nothing leaves the machine); tensorboard writes "
+                             "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -81,6 +86,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         prompt=args.prompt,
         use_vllm=args.use_vllm,
         threads=args.threads,
+        report_to=args.report_to,
     )
 
 

@@ -199,12 +199,14 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     @classmethod
     async def from_local(cls: type[ClientT], name: str | None = None, *, token: str | None = None,
                          server_args: list[str] | None = None, startup_timeout_s: float = 60.0,
-                         client_options: dict[str, Any] | None = None, **env_options: Any) -> ClientT:
+                         client_options: dict[str, Any] | None = None, env_vars: dict[str, str] | None = None,
+                         **env_options: Any) -> ClientT:
         """Start `envharness serve NAME` (a subprocess on a free loopback port) and connect;
-        `close()` stops the process. `server_args`: e.g. `["--max-sessions", "4"]`."""
+        `close()` stops the process. `server_args`: e.g. `["--max-sessions", "4"]`; `env_vars`:
+        the server's environment variables, as `from_docker_image` takes them."""
         server = await asyncio.to_thread(
             launchers.launch_local, cls._name(name), token=token, options=env_options,
-            server_args=server_args, startup_timeout_s=startup_timeout_s)
+            server_args=server_args, startup_timeout_s=startup_timeout_s, env_vars=env_vars)
         return cls._owning(server, token=token, **(client_options or {}))
 
     launch = from_local

@@ -122,12 +122,12 @@ class ServerProcess:
 
     def __init__(self, name: str, *, host: str = "127.0.0.1", token: str | None = None,
                  options: dict[str, Any] | None = None, server_args: list[str] | None = None,
-                 startup_timeout_s: float = 60.0) -> None:
+                 startup_timeout_s: float = 60.0, env_vars: dict[str, str] | None = None) -> None:
         command = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())",
                    "serve", name, "--host", host, "--port", "0", *(server_args or [])]
         for key, value in (options or {}).items():
             command += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-        env = dict(os.environ)
+        env = {**os.environ, **{k: str(v) for k, v in (env_vars or {}).items()}}  # e.g. OpenEnv's BROWSERGYM_* settings
         env.pop(TOKEN_ENV_VAR, None)
         if token:
             env[TOKEN_ENV_VAR] = token  # not on the command line, where `ps` shows it

@@ -54,6 +54,12 @@ class EvalConfig:
     #: request), 0.05 s for the others (remote chat APIs, scripted).
     batch_wait_s: float | None = None
     progress: bool = True
+    #: Vision policies: the page's screenshot goes into the latest user turn of every prompt.
+    #: None: on when the backend sees (`backend.vision`, or a vision processor), off otherwise.
+    vision: bool | None = None
+    #: Shrink prompt screenshots so their longer side is at most this many pixels (None: as
+    #: taken). 448, as `envharness train` shows them to vision models: eval what was trained.
+    screenshot_max_side: int | None = 448
 
     def check(self) -> None:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
@@ -82,6 +88,10 @@ class EvalConfig:
             load_prompt_builder(self.prompt)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
+        if self.vision and not self.screenshots:
+            raise EvalSetupError("--vision shows the model the page's screenshot: drop --no-screenshots")
+        if self.screenshot_max_side is not None and self.screenshot_max_side < 28:
+            raise EvalSetupError("--screenshot-max-side must be at least 28 pixels (0: as taken)")
         if self.resume and self.overwrite:
             raise EvalSetupError("--resume and --overwrite contradict each other")
 

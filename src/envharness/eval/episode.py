@@ -8,11 +8,12 @@ Two small pieces fill it while the harness runs the episode:
 - `EvalModelStep` is the episode's model step: it ignores the harness's running chat and
   builds a fresh prompt from the tape (goal, url, AXTree, last steps, last error) with the
   prompt builder, asks the shared batcher for a completion, and parses it into one action.
+  For vision policies the page's screenshot goes into the prompt's last user turn
+  (`prompts/screenshot.py`); the step's record names the image file the model was shown.
 """
 
 from __future__ import annotations
 
-import base64
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from envharness.envs.browsergym.action_text import DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
+from envharness.prompts.screenshot import add_screenshot
 from envharness.prompts.text import PromptBuilder, PromptContext, StepSummary, approximate_tokens
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
@@ -72,7 +74,7 @@ class EpisodeTape:
     _shots: int = 0
 
     def _save_screenshot(self, observation: Any) -> str | None:
-        data = getattr(observation, "screenshot", None)
+        data = getattr(observation, "screenshot_bytes", None)
         if not data:
             return None
         ext = "jpg" if (getattr(observation, "screenshot_format", None) or "jpeg") == "jpeg" else "png"
@@ -80,7 +82,7 @@ class EpisodeTape:
         self._shots += 1
         target = self.run_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(base64.b64decode(data))
+        target.write_bytes(data)
         observation.screenshot = None  # the harness and its records never carry the image
         return relative.as_posix()
 
@@ -110,6 +112,36 @@ class EpisodeTape:
         tool_messages = [m for m in messages if m.get("role") == "tool"]
         last.executed = len(tool_messages) >= len(self.steps)
         last.error = str(tool_messages[len(self.steps) - 1].get("content", "")) if last.executed else "the action was not executed"
+
+    def page_image(self) -> Any:
+        """The screenshot of the page now shown, as an RGB PIL image (None without one)."""
+        if not self.page.screenshot:
+            return None
+        from PIL import Image
+
+        with Image.open(self.run_dir / self.page.screenshot) as image:
+            return image.convert("RGB")
+
+    def prompt_for_record(self, messages: list[Message], page_image: Any) -> list[Message]:
+        """`messages` as JSON can hold them: each image part names its file in the run folder
+        (the page's screenshot, or the resized copy the model was actually shown)."""
+        out = []
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, list):
+                content = [{"type": "image", "image": self._image_file(p["image"], page_image)}
+                           if isinstance(p, dict) and p.get("type") == "image" else p for p in content]
+                message = {**message, "content": content}
+            out.append(message)
+        return out
+
+    def _image_file(self, image: Any, page_image: Any) -> str:
+        if image is page_image and self.page.screenshot:
+            return self.page.screenshot
+        relative = Path("screenshots") / (self.episode_id or "episode") / f"prompt-{len(self.steps) + 1:03d}.png"
+        (self.run_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+        image.save(self.run_dir / relative, format="PNG")
+        return relative.as_posix()
 
     def history(self) -> list[StepSummary]:
         summaries = []
@@ -163,6 +195,9 @@ class PromptSettings:
     axtree_token_budget: int = 1024
     history_steps: int = 4
     tool_names: tuple[str, ...] = DEFAULT_TOOL_NAMES
+    #: Put the page's screenshot into the last user turn (vision policies).
+    vision: bool = False
+    screenshot_max_side: int | None = None
 
     def context(self, tape: EpisodeTape) -> PromptContext:
         """The context of the next step of a running episode."""
@@ -203,6 +238,13 @@ class EvalModelStep:
     async def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
         self.tape.note_refusal(messages)
         prompt = list(self.prompts.builder(self.prompts.context(self.tape)))
+        recorded = prompt
+        if self.prompts.vision:
+            image = self.tape.page_image()
+            if image is None:
+                raise RuntimeError("a vision prompt needs the page's screenshot, and the environment sent none")
+            prompt = add_screenshot(prompt, image, max_side=self.prompts.screenshot_max_side)
+            recorded = self.tape.prompt_for_record(prompt, image)
         params = SamplingParams.from_dict(sampling)
         if params.seed is None and params.temperature > 0:
             # Reproducible sampling, whatever batch the request lands in.
@@ -213,7 +255,7 @@ class EvalModelStep:
         self.tape.steps.append(
             StepRecord(
                 index=len(self.tape.steps) + 1,
-                prompt=prompt,
+                prompt=recorded,
                 completion=gen.text,
                 action=_call_text(call.name, call.args),
                 parse_error=call.metadata.get("parse_error"),

@@ -1,8 +1,8 @@
 """The run's HTML report: one self-contained file (plot and screenshots inlined as base64).
 
 The summary table first, then every episode of every task: its outcome, and each step's
-screenshot (the page the model saw), action, reward, error, the model's raw reply and the
-prompt it was given. Everything from the run is escaped by Jinja's autoescape: model
+screenshot (the page the model saw; for vision policies the image in its prompt, as sent),
+action, reward, error, the model's raw reply and the prompt it was given. Everything from the run is escaped by Jinja's autoescape: model
 output is text on the page, never markup.
 """
 
@@ -28,8 +28,29 @@ def data_uri(path: Path) -> str | None:
     return f"data:{_MIME.get(path.suffix.lower(), 'application/octet-stream')};base64,{base64.b64encode(path.read_bytes()).decode()}"
 
 
+def _content_text(content: Any) -> str:
+    if not isinstance(content, list):
+        return str(content if content is not None else "")
+    return "".join(f"[image: {p.get('image')}]\n" if p.get("type") == "image" else str(p.get("text", ""))
+                   for p in content if isinstance(p, dict))
+
+
 def _prompt_text(messages: list[dict[str, Any]]) -> str:
-    return "\n\n".join(f"[{m.get('role', '?')}]\n{m.get('content', '')}" for m in messages)
+    return "\n\n".join(f"[{m.get('role', '?')}]\n{_content_text(m.get('content'))}" for m in messages)
+
+
+def _prompt_images(messages: list[dict[str, Any]], folder: RunFolder) -> list[str]:
+    """The images of a recorded prompt (file names in the run folder) as data URIs: what a
+    vision model was shown."""
+    uris = []
+    for message in messages:
+        content = message.get("content")
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image" and isinstance(part.get("image"), str):
+                uri = data_uri(folder.path / part["image"])
+                if uri:
+                    uris.append(uri)
+    return uris
 
 
 def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
@@ -40,6 +61,7 @@ def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
                 **step,
                 "image": data_uri(folder.path / step["screenshot"]) if step.get("screenshot") else None,
                 "prompt_text": _prompt_text(step.get("prompt") or []),
+                "prompt_images": _prompt_images(step.get("prompt") or [], folder),
             }
         )
     final = record.get("final_screenshot")

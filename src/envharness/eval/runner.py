@@ -161,7 +161,11 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         axtree_token_budget=config.axtree_tokens,
         history_steps=config.history_steps,
         tool_names=tuple(config.actions),
+        vision=uses_vision(config, backend),
+        screenshot_max_side=config.screenshot_max_side,
     )
+    if prompts.vision and not config.screenshots:
+        raise EvalSetupError(f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)")
     tapes: dict[str, EpisodeTape] = {}
 
     def first_prompt(obs: Any, task: Any, tool_names: list[str]) -> list[dict[str, Any]]:
@@ -169,9 +173,11 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         return prompts.builder(prompts.make(obs.goal, obs.url, obs.axtree_txt or obs.text, obs.last_action_error, task=task))
 
     factory = BrowserGymSessionFactory(
-        client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url), folder.path, tapes),
+        client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url, screenshot_array=False), folder.path, tapes),
         tools=config.actions,
-        reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "jpeg", "pruned_html": False, "extra_properties": False},
+        # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
+        reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "png" if prompts.vision else "jpeg",
+                      "pruned_html": False, "extra_properties": False},
         prompt_builder=first_prompt,
     )
     wait = config.batch_wait_s
@@ -203,6 +209,17 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
             )
         finally:
             progress.close()
+
+
+def uses_vision(config: EvalConfig, backend: Any) -> bool:
+    """Whether prompts carry the screenshot: as configured, else when the backend says it sees
+    (`backend.vision`) or holds a vision processor (a local vision-language model)."""
+    if config.vision is not None:
+        return config.vision
+    if getattr(backend, "vision", None) is not None:
+        return bool(backend.vision)
+    processor = vars(backend).get("processor") if hasattr(backend, "__dict__") else None  # not a lazy property
+    return processor is not None and hasattr(processor, "image_processor")
 
 
 async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResult:

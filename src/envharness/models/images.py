@@ -75,3 +75,17 @@ def image_data_url(image: Any, fmt: str = "PNG") -> str:
     """`data:image/png;base64,...` for OpenAI-compatible `image_url` parts."""
     encoded = base64.b64encode(encode_image(image, fmt)).decode("ascii")
     return f"data:image/{fmt.lower()};base64,{encoded}"
+
+
+def openai_messages(messages: Iterable[Message], fmt: str = "PNG") -> list[Message]:
+    """`messages` for an OpenAI-compatible chat API: image parts become `image_url` parts with
+    data URLs (text parts and string contents are kept; the input is not modified)."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(is_image_part(p) for p in content):
+            parts = [{"type": "image_url", "image_url": {"url": image_data_url(p["image"], fmt)}} if is_image_part(p) else p
+                     for p in content]
+            message = {**message, "content": parts}
+        out.append(message)
+    return out

@@ -7,7 +7,9 @@ feature and remembers. Without vLLM's `include_stop_str_in_output`, stop strings
 applied here (the text is cut after the first stop string, which is kept), so the text is
 the same on every server. Structured tool calls from hosted APIs are appended to the text
 as `<tool_call>{json}</tool_call>` (what the harness's JSON tool-call parser reads) and kept
-raw in `metadata["tool_calls"]`.
+raw in `metadata["tool_calls"]`. Image parts of messages (`models/images.py`) travel as
+`image_url` parts with base64 data URLs (PNG, or `image_format="JPEG"`); whether the served
+model can see them is the server's to say (a text-only model answers with an error).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import httpx
 from envharness.models.base import Generation, GenerationRequest
 from envharness.models.chat import to_openai_tools
 from envharness.models.http import BackendError, RetryPolicy, request_json
+from envharness.models.images import openai_messages
 
 _FEATURES = ("vllm_extras", "logprobs")  # dropped in this order when a server rejects them
 
@@ -40,7 +43,11 @@ class OpenAIBackend:
         retry: RetryPolicy | None = None,
         max_concurrency: int = 32,
         extra_body: dict[str, Any] | None = None,
+        image_format: str = "PNG",
     ):
+        if image_format.upper() not in ("PNG", "JPEG"):
+            raise ValueError(f"image_format must be 'PNG' or 'JPEG', not {image_format!r}")
+        self.image_format = image_format.upper()
         self.model = model
         self.name = f"openai:{model}"
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
@@ -86,7 +93,7 @@ class OpenAIBackend:
         s = request.sampling
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": openai_messages(request.messages, self.image_format),
             "max_tokens": s.max_tokens,
             "temperature": s.temperature,
             "top_p": s.top_p,

@@ -14,6 +14,7 @@ import re
 from typing import Any, Callable
 
 from envharness.models.base import Generation, GenerationRequest, Message
+from envharness.models.images import refuse_images
 
 _GOAL = re.compile(r"^[ \t]*Goal:[ \t]*(.+)$", re.MULTILINE)
 _TREE_HEADER = re.compile(r"^[^\n]*(?:accessibility tree|axtree)[^\n]*:[ \t]*\n", re.IGNORECASE | re.MULTILINE)
@@ -73,6 +74,8 @@ class ScriptedBackend:
         self._solve = solve
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        for r in requests:
+            refuse_images(self.name, r.messages)  # it reads text only: a screenshot would be ignored
         return [self._answer(r.messages) for r in requests]
 
     def _answer(self, messages: list[Message]) -> Generation:

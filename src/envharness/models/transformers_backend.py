@@ -22,6 +22,7 @@ import torch
 
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
+from envharness.models.images import refuse_images
 from envharness.models.sampling import processed_logprobs, sample_token
 
 
@@ -76,6 +77,8 @@ class TransformersBackend:
 
     def generate_blocking(self, requests: list[GenerationRequest]) -> list[Generation]:
         """The same as `generate`, in the calling thread."""
+        for r in requests:
+            refuse_images(self.name, r.messages)  # a text model: never drop images silently
         prompts = [chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids) for r in requests]
         return self.generate_from_ids(prompts, [r.sampling for r in requests])
 

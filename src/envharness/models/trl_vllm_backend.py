@@ -15,6 +15,10 @@ multi-turn prompts extend `prefix_ids` exactly. Two server generations are spoke
 
 `api="auto"` (the default) picks `generate` for a URL ending in `/generate/`, otherwise
 asks `GET /v1/models` and falls back to `generate` when the server has no such route.
+
+Requests with image parts (`models/images.py`) need a TRL 1.x server and the model's
+`processor`: they go token-in/token-out with the images' server-side features
+(`models/vllm_images.py`: render, then `/inference/v1/generate`), one request each.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import httpx
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.http import BackendError, RetryPolicy, request_json
+from envharness.models.images import ImagesNotSupportedError, has_images
 
 
 class TRLVLLMBackend:
@@ -42,7 +47,9 @@ class TRLVLLMBackend:
         model: str | None = None,
         timeout_s: float = 300.0,
         retry: RetryPolicy | None = None,
+        processor: Any = None,
     ):
+        """`processor`: the model's processor (object, or path / hub id), needed for images."""
         if api not in ("auto", "completions", "generate"):
             raise ValueError(f"api must be 'auto', 'completions' or 'generate', not {api!r}")
         path = urlsplit(url).path.rstrip("/")
@@ -54,28 +61,67 @@ class TRLVLLMBackend:
         self.name = f"trl-vllm:{self.base_url}"
         self.retry = retry or RetryPolicy()
         self._tokenizer = tokenizer
+        self._processor = processor
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
         self._ready = asyncio.Lock()
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Requests with equal sampling settings go to the server as one batch."""
         await self._connect()
-        tokenizer = self.tokenizer
-        prompts = [chat.prompt_ids(tokenizer, r.messages, r.tools, r.prefix_ids) for r in requests]
-        groups: dict[tuple, list[int]] = {}
-        for i, r in enumerate(requests):
-            groups.setdefault(_sampling_key(r.sampling), []).append(i)
-        send = self._completions if self.api == "completions" else self._generate_legacy
-        results = await asyncio.gather(*(send([prompts[i] for i in idx], requests[idx[0]].sampling) for idx in groups.values()))
+        seeing = [i for i, r in enumerate(requests) if has_images(r.messages)]
+        if seeing and self.api != "completions":
+            raise ImagesNotSupportedError(
+                "prompts with images need a TRL 1.x server (`trl vllm-serve` / `vllm serve --enable-scale-out`); "
+                f"the server at {self.base_url} speaks the old /generate/ API, which re-tokenizes text prompts")
         out: list[Generation | None] = [None] * len(requests)
+        text_only = [i for i in range(len(requests)) if i not in seeing]
+        tokenizer = self.tokenizer if text_only else None
+        prompts = {i: chat.prompt_ids(tokenizer, requests[i].messages, requests[i].tools, requests[i].prefix_ids) for i in text_only}
+        groups: dict[tuple, list[int]] = {}
+        for i in prompts:
+            groups.setdefault(_sampling_key(requests[i].sampling), []).append(i)
+        send = self._completions if self.api == "completions" else self._generate_legacy
+        results = await asyncio.gather(*(send([prompts[i] for i in idx], requests[idx[0]].sampling) for idx in groups.values()),
+                                       *(self._generate_with_images(requests[i]) for i in seeing))
         for idx, gens in zip(groups.values(), results):
             for i, gen in zip(idx, gens):
                 out[i] = gen
+        for i, gen in zip(seeing, results[len(groups):]):
+            out[i] = gen
         return out  # type: ignore[return-value]
+
+    @property
+    def processor(self) -> Any:
+        """The model's processor (loaded from `processor`, the tokenizer's source or the model name)."""
+        if self._processor is None or isinstance(self._processor, str):
+            from transformers import AutoProcessor
+
+            source = self._processor or (self._tokenizer if isinstance(self._tokenizer, str) else None) or self.model
+            if not source:
+                raise ImagesNotSupportedError("TRLVLLMBackend needs the model's processor (processor=...) for prompts with images")
+            try:
+                self._processor = AutoProcessor.from_pretrained(source)
+            except (OSError, ImportError, ValueError, TypeError) as exc:
+                raise ImagesNotSupportedError(
+                    f"could not load the processor of {source!r}, which prompts with images need ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); pass processor=... (an object or a directory)") from exc
+        if not hasattr(self._processor, "image_processor"):
+            raise ImagesNotSupportedError(f"{type(self._processor).__name__} has no image processor; pass the model's processor for images")
+        return self._processor
+
+    async def _generate_with_images(self, request: GenerationRequest) -> Generation:
+        from envharness.models import vllm_images
+
+        processor = self.processor
+        prompt = vllm_images.image_prompt(processor, request)
+        return await vllm_images.generate_with_images(self._client, self.base_url, self.model, prompt, _vllm_sampling(request.sampling),
+                                                      getattr(processor, "tokenizer", processor), self.retry)
 
     @property
     def tokenizer(self) -> Any:
         """The tokenizer that renders prompts (loaded from the served model's name if not given)."""
+        if self._tokenizer is None and self._processor is not None and not isinstance(self._processor, str):
+            self._tokenizer = getattr(self._processor, "tokenizer", self._processor)
         if self._tokenizer is None or isinstance(self._tokenizer, str):
             from transformers import AutoTokenizer
 

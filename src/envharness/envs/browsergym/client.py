@@ -2,8 +2,10 @@
 
 ``BrowserGymEnv.from_local()`` starts ``envharness serve browsergym`` (no Docker);
 ``reset(task="click-test", seed=3)`` picks the MiniWoB task of each episode.
-``screenshot_array=True`` decodes screenshots into numpy arrays on arrival (the wire carries
-base64 PNG/JPEG), for code written against OpenEnv's array screenshots.
+Screenshots travel as base64 PNG/JPEG and arrive decoded: ``np.array(obs.screenshot)`` is a
+``(height, width, 3)`` uint8 array as with OpenEnv's client, ``obs.screenshot_bytes`` the
+encoded image. ``screenshot_array=False`` skips the decoding (``obs.screenshot`` stays the
+base64 string), for code that only stores or forwards the image.
 """
 
 from __future__ import annotations
@@ -25,18 +27,16 @@ class AsyncBrowserGymEnv(AsyncEnvClient[BrowserGymAction, BrowserGymObservation,
     state_type = BrowserGymState
     env_name = "browsergym"
 
-    def __init__(self, base_url: str, *, screenshot_array: bool = False, **options: Any) -> None:
-        """`options`: those of `AsyncEnvClient`. `screenshot_array`: observations come as
-        `BrowserGymImageObservation`, their `screenshot` a ``(height, width, 3)`` uint8 array."""
+    def __init__(self, base_url: str, *, screenshot_array: bool = True, **options: Any) -> None:
+        """`options`: those of `AsyncEnvClient`. `screenshot_array` (default): observations come
+        as `BrowserGymImageObservation`, their `screenshot` a ``(height, width, 3)`` uint8 array."""
         super().__init__(base_url, **options)
         self.screenshot_array = screenshot_array
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[BrowserGymObservation]:
         result = super()._parse_result(payload)
         if self.screenshot_array:
-            observation = result.observation
-            fields = {name: getattr(observation, name) for name in type(observation).model_fields}
-            result.observation = BrowserGymImageObservation(**{**fields, "screenshot": observation.screenshot_array()})
+            result.observation = BrowserGymImageObservation.from_encoded(result.observation)
         return result
 
 

@@ -7,11 +7,13 @@ The factory owns the one `BrowserEngine` (Chromium) of the server process and ma
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import os
+from typing import Any, Mapping
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.engine import BrowserEngine
 from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS, BrowserGymConfig, BrowserGymEnvironment
+from envharness.envs.browsergym.openenv_config import options_from_environ
 
 
 class BrowserGymEnvironmentFactory:
@@ -28,11 +30,18 @@ class BrowserGymEnvironmentFactory:
         await self.engine.aclose()
 
 
-def make_environment_factory(*, headless: bool = True, chromium_path: str | None = None,
-                             **options: Any) -> BrowserGymEnvironmentFactory:
+def make_environment_factory(*, headless: bool | None = None, chromium_path: str | None = None,
+                             environ: Mapping[str, str] | None = None, **options: Any) -> BrowserGymEnvironmentFactory:
     """The server registry's entry point: `options` are `BrowserGymConfig` fields, plus the
     observation parts (``axtree``, ``pruned_html``, ``extra_properties``, ``screenshot``,
-    ``screenshot_format``) as flat options. The browser starts on the first reset."""
+    ``screenshot_format``) as flat options. OpenEnv's ``BROWSERGYM_*`` variables in `environ`
+    (default: this process's environment) fill in what the options leave unset (see
+    `openenv_config`). The browser starts on the first reset."""
+    from_environ = options_from_environ(os.environ if environ is None else environ)
+    if headless is None:
+        headless = from_environ.pop("headless", True)
+    from_environ.pop("headless", None)
+    options = {**from_environ, **options}
     parts = {k: options.pop(k) for k in OBSERVATION_OPTIONS if k in options}
     fields = {f.name for f in dataclasses.fields(BrowserGymConfig)}
     unknown = set(options) - fields

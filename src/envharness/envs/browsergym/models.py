@@ -2,9 +2,11 @@
 
 The seeds' prompt builders read `goal`, `url`, `text`, `last_action_error` and
 ``metadata["browsergym_obs"]["extra_element_properties"]``; all keep their OpenEnv
-names. Two deliberate changes: `screenshot` is a base64 PNG/JPEG string (never nested
-lists; `screenshot_array()` decodes it), and `last_action_error` holds the reason in
-words ("" when the action succeeded) -- still falsy/truthy as OpenEnv's boolean was.
+names. Two deliberate changes: on the wire `screenshot` is a base64 PNG/JPEG string (never
+nested lists; the clients decode it into an array, `BrowserGymImageObservation`), and
+`last_action_error` holds the reason in words ("" when the action succeeded) -- still
+falsy/truthy as OpenEnv's boolean was. Either way `screenshot_bytes` is the encoded image
+and `screenshot_image()` a PIL image (what vision prompts put in the chat).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import base64
 import io
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr, field_serializer
 
 from envharness.core.types import Action, Observation, State
 
@@ -46,26 +48,74 @@ class BrowserGymObservation(Observation):
     elapsed_time: float = Field(default=0.0, description="Seconds since the episode started")
     truncated: bool = Field(default=False, description="The episode ended by a step or time limit")
 
-    def screenshot_array(self) -> Any:
-        """The screenshot as a ``(height, width, 3)`` uint8 numpy array, or None."""
-        if self.screenshot is None:
+    @property
+    def screenshot_bytes(self) -> bytes | None:
+        """The encoded screenshot (PNG or JPEG, see `screenshot_format`), or None."""
+        return None if self.screenshot is None else base64.b64decode(self.screenshot)
+
+    def screenshot_image(self) -> Any:
+        """The screenshot as an RGB `PIL.Image.Image`, or None."""
+        data = self.screenshot_bytes
+        if data is None:
             return None
-        import numpy as np
         from PIL import Image
 
-        image = Image.open(io.BytesIO(base64.b64decode(self.screenshot))).convert("RGB")
+        return Image.open(io.BytesIO(data)).convert("RGB")
+
+    def screenshot_array(self) -> Any:
+        """The screenshot as a ``(height, width, 3)`` uint8 numpy array, or None."""
+        image = self.screenshot_image()
+        if image is None:
+            return None
+        import numpy as np
+
         return np.asarray(image)
 
 
 class BrowserGymImageObservation(BrowserGymObservation):
     """A client-side observation whose `screenshot` is decoded: a ``(height, width, 3)`` uint8
-    numpy array, as code written for OpenEnv's nested-list screenshots expects
-    (``np.array(observation.screenshot, dtype=np.uint8)``). See ``screenshot_array=True``."""
+    numpy array, as code written for OpenEnv's screenshots expects
+    (``np.array(observation.screenshot, dtype=np.uint8)``); the encoded PNG/JPEG stays
+    reachable as `screenshot_bytes` (no re-encoding to store or send it). What the browser
+    clients return unless made with ``screenshot_array=False``. Dumped (`model_dump`, JSON or
+    not: records, tool results), `screenshot` is the base64 string again, never nested lists."""
 
     screenshot: Any = Field(default=None, description="The viewport as a (height, width, 3) uint8 array")
+    _encoded: bytes | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_encoded(cls, observation: BrowserGymObservation) -> "BrowserGymImageObservation":
+        """Decode `observation`'s base64 screenshot once, keeping its bytes."""
+        fields = {name: getattr(observation, name) for name in type(observation).model_fields}
+        encoded = observation.screenshot_bytes
+        array = None
+        if encoded is not None:
+            import numpy as np
+            from PIL import Image
+
+            array = np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB"))
+        decoded = cls(**{**fields, "screenshot": array})
+        decoded._encoded = encoded
+        return decoded
+
+    @property
+    def screenshot_bytes(self) -> bytes | None:
+        return None if self.screenshot is None else self._encoded  # a screenshot set to None is gone
+
+    def screenshot_image(self) -> Any:
+        if self.screenshot is None:
+            return None
+        from PIL import Image
+
+        return Image.fromarray(self.screenshot)
 
     def screenshot_array(self) -> Any:
         return self.screenshot
+
+    @field_serializer("screenshot")
+    def _screenshot_as_base64(self, value: Any) -> str | None:
+        encoded = self.screenshot_bytes
+        return None if encoded is None else base64.b64encode(encoded).decode("ascii")
 
 
 class BrowserGymState(State):

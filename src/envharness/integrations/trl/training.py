@@ -21,6 +21,7 @@ from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.rollout import build_browsergym_rollout_func, task_dataset
 from envharness.integrations.trl.rewards import REWARD_FUNCS
+from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to, grpo_tracking_options
 from envharness.prompts.compact import compact_prompt
 
 
@@ -55,6 +56,8 @@ class TrainConfig:
     #: torch CPU threads (None: torch's default). On a machine shared with other jobs, 1 thread
     #: avoids OpenMP threads waiting on each other: ~10x faster generation measured on 2 busy cores.
     threads: int | None = None
+    #: Experiment tracker: "none", "tensorboard", "trackio" (local) or "wandb" (see tracking.py).
+    report_to: str = "none"
 
 
 @dataclass
@@ -117,7 +120,7 @@ def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
         save_strategy="steps",
         save_steps=config.save_steps,
         save_total_limit=2,
-        report_to="none",
+        **grpo_tracking_options(config.report_to, config.output_dir),
         seed=config.seed,
         use_vllm=config.use_vllm,
         dataloader_num_workers=0,
@@ -160,6 +163,10 @@ def _check(config: TrainConfig) -> None:
     if unknown:
         raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(REWARD_FUNCS)}")
     prompt_options(config.prompt)
+    try:
+        check_report_to(config.report_to)
+    except TrackerUnavailableError as exc:
+        raise TrainSetupError(str(exc)) from None
     if config.use_vllm and importlib.util.find_spec("vllm") is None:
         raise TrainSetupError(
             "use_vllm needs vLLM and a CUDA GPU (pip install 'trl[vllm]'; start `trl vllm-serve --model ...` "
