@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episode-timeout", type=float, default=None,
                         help="seconds before an episode is failed, model time included (default: none)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--record-tokens", action="store_true",
+                        help="keep each episode's exact token ids in episodes.jsonl, as training sees them (conversation prompts)")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print two runs' results side by side, run nothing")
 
 
@@ -75,6 +77,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         screenshots=not args.no_screenshots,
         episode_timeout_s=args.episode_timeout or None,
         progress=not args.no_progress,
+        record_tokens=args.record_tokens,
     )
 
 

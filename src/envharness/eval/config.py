@@ -31,7 +31,8 @@ class EvalConfig:
     episodes: int = 5
     #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
     model: str = "embedded"
-    #: 'default' or 'module.path:function' (see `envharness.prompts.text`).
+    #: A prompt style of `envharness.prompts` ('default', 'compact', 'harness', ...: the same
+    #: names as `envharness train --prompt`) or 'module.path:function' (a per-step builder).
     prompt: str = "default"
     temperature: float = 0.0
     max_steps: int = 5
@@ -54,6 +55,9 @@ class EvalConfig:
     #: request), 0.05 s for the others (remote chat APIs, scripted).
     batch_wait_s: float | None = None
     progress: bool = True
+    #: Keep each episode's exact token ids (prompt_ids, completion_ids, logprobs, env_mask) in
+    #: episodes.jsonl, as training sees them (conversation prompt styles only).
+    record_tokens: bool = False
 
     def check(self) -> None:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
@@ -76,12 +80,15 @@ class EvalConfig:
         unknown = [a for a in self.actions if a not in ACTION_TOOLS]
         if unknown:
             raise EvalSetupError(f"unknown action(s) {', '.join(unknown)}; known: {', '.join(ACTION_TOOLS)}")
-        from envharness.prompts.text import load_prompt_builder
+        from envharness.prompts import get_prompt_style
 
         try:
-            load_prompt_builder(self.prompt)
+            style = get_prompt_style(self.prompt)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
+        if self.record_tokens and not style.conversation:
+            raise EvalSetupError(f"--record-tokens needs a conversation prompt style (compact, harness), not {self.prompt!r}: "
+                                 "a per-step prompt is a fresh token sequence every step")
         if self.resume and self.overwrite:
             raise EvalSetupError("--resume and --overwrite contradict each other")
 

@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from envharness.prompts.compact import compact_prompt
-from envharness.prompts.text import PromptBuilder, PromptContext, default_prompt, load_prompt_builder
+from envharness.prompts.text import (
+    PromptBuilder,
+    PromptContext,
+    approximate_tokens,
+    default_prompt,
+    load_prompt_builder,
+)
 
 Message = dict[str, Any]
 #: (first observation, task, enabled tool names) -> the episode's opening messages.
@@ -83,6 +89,38 @@ def get_prompt_style(spec: str | None) -> PromptStyle:
     return PromptStyle(spec, "a user prompt builder", step=load_prompt_builder(spec))
 
 
+def opening_builder(
+    style: PromptStyle,
+    *,
+    count_tokens: Callable[[str], int] = approximate_tokens,
+    axtree_token_budget: int = 1024,
+    history_steps: int = 4,
+) -> OpeningBuilder:
+    """The episode's opening messages for any style, as `BrowserGymSessionFactory(prompt_builder=...)`
+    takes them. For a per-step style it is the style's step-1 prompt, built from the first
+    observation with these settings (eval's step 1 and train's only turn are the same)."""
+    if style.opening is not None:
+        return style.opening
+    step = style.step
+    assert step is not None
+
+    def opening(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
+        context = PromptContext(
+            goal=getattr(observation, "goal", "") or "",
+            url=getattr(observation, "url", "") or "",
+            axtree=getattr(observation, "axtree_txt", "") or getattr(observation, "text", "") or "",
+            last_action_error=getattr(observation, "last_action_error", "") or "",
+            task=task if isinstance(task, str) else None,
+            tool_names=tuple(tool_names),
+            count_tokens=count_tokens,
+            axtree_token_budget=axtree_token_budget,
+            history_steps=history_steps,
+        )
+        return list(step(context))
+
+    return opening
+
+
 def harness_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
     """The seed tutorial's prompt (`BrowserGymSessionFactory`'s own): instructions, then the page."""
     from envharness.envs.browsergym.harness import action_instructions, format_observation
@@ -102,6 +140,7 @@ __all__ = [
     "default_prompt",
     "get_prompt_style",
     "harness_prompt",
+    "opening_builder",
     "prompt_names",
     "prompt_styles",
     "register_prompt_style",
