@@ -14,7 +14,7 @@ import signal
 import sys
 
 # shared with `envharness mcp NAME`: which environment, with which options
-from envharness.cli.options import OPTION_ENV_PREFIX, add_env_selection, collect_options, parse_value  # noqa: E402,F401
+from envharness.cli.options import OPTION_ENV_PREFIX, add_env_selection, collect_options, parse_value  # noqa: F401  (re-exported)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
