@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 import time
 
@@ -38,6 +39,7 @@ async def measure(args: argparse.Namespace, url: str) -> list[tuple]:
             steps = sum(len(r["steps"]) for r in result.records) / n
             prompt_tokens = sum(s["prompt_tokens"] for r in result.records for s in r["steps"]) / max(1, sum(len(r["steps"]) for r in result.records))
             rows.append((style, f"{wins}/{n}", f"{wins / n:.2f}", f"{steps:.1f}", f"{prompt_tokens:.0f}", f"{seconds:.0f} s"))
+            print("| " + " | ".join(rows[-1]) + " |", file=sys.stderr, flush=True)  # as it comes
     finally:
         await backend.aclose()
     return rows
