@@ -163,8 +163,8 @@ def _finish(proc: subprocess.Popen, name: str) -> None:
 
 
 def run_line(argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: str) -> None:
-    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=spec.timeout_s)
     except subprocess.TimeoutExpired:
@@ -179,8 +179,8 @@ def run_line(argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: s
 
 
 def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str) -> None:
-    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         line = proc.stdout.readline()  # "envharness serve: NAME listening on http://HOST:PORT"
         match = re.search(r"listening on (http://\S+)", line)
