@@ -30,6 +30,7 @@ from pathlib import Path
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from envharness.integrations.trl.training import TrainConfig, browser_clients, evaluate, load_model, train  # noqa: E402
+from envharness.prompts import prompt_names  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--groups-per-step", type=int, default=TrainConfig.groups_per_step)
     p.add_argument("--max-completion-length", type=int, default=TrainConfig.max_completion_length)
     p.add_argument("--temperature", type=float, default=TrainConfig.temperature)
-    p.add_argument("--prompt", choices=["compact", "default"], default=TrainConfig.prompt)
+    p.add_argument("--prompt", choices=prompt_names(), default=TrainConfig.prompt, help="prompt style (envharness.prompts)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is much faster when other jobs share the cores)")
     p.add_argument("--env-url", default=None, help="a running `envharness serve browsergym` (default: start one)")

@@ -2,6 +2,7 @@
 
     envharness eval                                           # embedded SmolLM2-135M, default task set
     envharness eval --model scripted --tasks click-test,enter-text --episodes 10
+    envharness eval --prompt compact --model runs/train/final  # a `train --out runs/train` checkpoint, on its prompt
     envharness eval --model openai:gpt-4o-mini@https://api.openai.com/v1 --out runs/gpt
     envharness eval --out runs/gpt --resume                   # finish an interrupted run
     envharness eval --compare runs/smol runs/gpt              # per-task side by side
@@ -17,42 +18,41 @@ import argparse
 import sys
 import time
 
+from envharness.cli import options
 from envharness.eval.config import DEFAULT_TASKS, EvalConfig
 
 _D = EvalConfig(out="")
 
 
-def _names(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=_D.model,
-                        help="embedded (SmolLM2-135M-Instruct, offline), scripted, a model directory or hub id, "
-                             "openai:MODEL@BASE_URL, trl-vllm:URL (default: embedded)")
-    parser.add_argument("--tasks", type=_names, default=list(DEFAULT_TASKS),
-                        help=f"comma-separated MiniWoB tasks (default: {','.join(DEFAULT_TASKS)})")
+    # shared with train (and mcp): same names, same choices (envharness.cli.options)
+    options.add_model(parser, _D.model)
+    options.add_tasks(parser, DEFAULT_TASKS)
+    options.add_prompt(parser, _D.prompt)
+    options.add_out(parser, "episodes.jsonl, report.html, success_rate.png, summary.json", "runs/eval-<time>")
+    options.add_env_url(parser)
+    options.add_seed(parser, _D.seed, "first episode seed; episodes use SEED..SEED+N-1")
+    options.add_max_turns(parser, _D.max_steps)
+    options.add_max_new_tokens(parser, _D.max_new_tokens)
+    options.add_temperature(parser, _D.temperature, "sampling temperature, 0 for greedy")
+    options.add_threads(parser)
+    # eval's own
     parser.add_argument("--episodes", type=int, default=_D.episodes, help="episodes per task, seeds SEED..SEED+N-1 (default %(default)s)")
-    parser.add_argument("--max-steps", type=int, default=_D.max_steps, help="actions per episode (default %(default)s)")
-    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens, help="tokens per model reply (default %(default)s)")
-    parser.add_argument("--temperature", type=float, default=_D.temperature, help="sampling temperature, 0 for greedy (default %(default)s)")
-    parser.add_argument("--prompt", default=_D.prompt, help="prompt builder: 'default' or module.path:function")
     parser.add_argument("--axtree-tokens", type=int, default=_D.axtree_tokens, help="token budget of the page text in a prompt (default %(default)s)")
     parser.add_argument("--history-steps", type=int, default=_D.history_steps, help="earlier steps recalled in a prompt (default %(default)s)")
-    parser.add_argument("--actions", type=_names, default=list(_D.actions), help="comma-separated actions the model may use")
+    parser.add_argument("--actions", type=options.names, default=list(_D.actions), help="comma-separated actions the model may use")
     parser.add_argument("--concurrency", type=int, default=_D.concurrency, help="episodes in flight at once (default %(default)s)")
     parser.add_argument("--batch-wait", type=float, default=None,
                         help="seconds a batch of model calls waits for episodes still in the browser "
                              "(default: 2 for local models, 0.05 for remote/scripted)")
-    parser.add_argument("--seed", type=int, default=_D.seed, help="first episode seed (default %(default)s)")
-    parser.add_argument("--out", default=None, help="run folder (default runs/eval-<time>)")
     parser.add_argument("--resume", action="store_true", help="skip the episodes the run folder already holds")
     parser.add_argument("--overwrite", action="store_true", help="replace the run folder's results")
-    parser.add_argument("--env-url", default=None, help="a running `envharness serve browsergym` (default: start one)")
     parser.add_argument("--no-screenshots", action="store_true", help="do not take or keep screenshots")
     parser.add_argument("--episode-timeout", type=float, default=None,
                         help="seconds before an episode is failed, model time included (default: none)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--record-tokens", action="store_true",
+                        help="keep each episode's exact token ids in episodes.jsonl, as training sees them (conversation prompts)")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print two runs' results side by side, run nothing")
     # -- vision policies (issue 11) --
     parser.add_argument("--vision", action=argparse.BooleanOptionalAction, default=None,
@@ -69,7 +69,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         model=args.model,
         prompt=args.prompt,
         temperature=args.temperature,
-        max_steps=args.max_steps,
+        max_steps=args.max_turns,
         max_new_tokens=args.max_new_tokens,
         axtree_tokens=args.axtree_tokens,
         history_steps=args.history_steps,
@@ -85,6 +85,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         progress=not args.no_progress,
         vision=args.vision,
         screenshot_max_side=args.screenshot_max_side or None,
+        record_tokens=args.record_tokens,
     )
 
 
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     try:
+        options.set_threads(args.threads)
         result = run_eval(config)
     except ValueError as exc:  # EvalSetupError, or an unreadable run folder
         print(f"envharness eval: {exc}", file=sys.stderr)

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import sys
-from typing import Any
 
-OPTION_ENV_PREFIX = "ENVHARNESS_OPTION_"
+# shared with `envharness mcp NAME`: which environment, with which options
+from envharness.cli.options import OPTION_ENV_PREFIX, add_env_selection, collect_options, parse_value  # noqa: F401  (re-exported)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="environment: echo, browsergym, or module.path:attribute")
+    add_env_selection(parser)
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 exposes it)")
     parser.add_argument("--port", type=int, default=8000, help="port (0: a free one; the URL is printed)")
     parser.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions allowed (default 64)")
@@ -28,27 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (default: $ENVHARNESS_TOKEN)")
     parser.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024, help="largest accepted message")
     parser.add_argument("--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="environment option (repeatable)")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     # issue 14: the page to play by hand at /web (off unless asked; MCP at /mcp is always on)
     parser.add_argument("--web", action="store_true", help="serve a page at /web to play the environment by hand")
-
-
-def parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def collect_options(pairs: list[str], environ: dict[str, str]) -> dict[str, Any]:
-    options = {k[len(OPTION_ENV_PREFIX):].lower(): parse_value(v) for k, v in environ.items() if k.startswith(OPTION_ENV_PREFIX)}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--option expects KEY=VALUE, got {pair!r}")
-        options[key.strip()] = parse_value(value)
-    return options
 
 
 def run(args: argparse.Namespace) -> int:

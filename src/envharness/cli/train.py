@@ -1,11 +1,12 @@
 """`envharness train`: GRPO (TRL) on MiniWoB++ tasks through the harness.
 
-    envharness train --task click-test --steps 30                 # SmolLM2-135M-Instruct, full fine-tune
-    envharness train --task click-button --lora --minutes 20 --output-dir runs/cb
+    envharness train --tasks click-test --steps 30                # SmolLM2-135M-Instruct, full fine-tune
+    envharness train --tasks click-button --lora --minutes 20 --out runs/cb
     envharness train --model ./my-model --env-url http://127.0.0.1:8000 --reward success --reward sum
+    envharness eval --prompt compact --model runs/cb/final        # evaluate it on the prompt it learned
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
-and `reward_curve.png` in `--output-dir`.
+and `reward_curve.png` in `--out` (old spelling: `--output-dir`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import sys
 import time
 
+from envharness.cli import options
 from envharness.integrations.trl.tracking import REPORT_TO
 from envharness.integrations.trl.training import TrainConfig
 
@@ -22,27 +24,29 @@ _DEFAULTS = TrainConfig()
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
-    parser.add_argument("--task", dest="tasks", action="append", metavar="TASK", help="MiniWoB task (repeatable; default click-test)")
-    parser.add_argument("--model", default=d.model, help="'embedded' (SmolLM2-135M-Instruct, offline), 'tiny' (random, for smoke tests), or a path / hub id")
-    parser.add_argument("--output-dir", default=None, help="where checkpoints, records and the curve go (default runs/train-<time>)")
+    # shared with eval (and mcp): same names, same choices (envharness.cli.options)
+    options.add_model(parser, d.model)
+    options.add_tasks(parser, d.tasks)
+    options.add_prompt(parser, d.prompt)
+    options.add_out(parser, "checkpoints, final/, episodes.jsonl, train_log.jsonl, reward_curve.png", "runs/train-<time>")
+    options.add_env_url(parser)
+    options.add_seed(parser, d.seed, "training seed (episode pages are drawn from it)")
+    options.add_max_turns(parser, d.max_turns)
+    options.add_max_new_tokens(parser, d.max_completion_length)
+    options.add_temperature(parser, d.temperature, "sampling temperature, > 0 (GRPO needs sampling)")
+    options.add_threads(parser)
+    # train's own
+    parser.add_argument("--steps", type=int, default=d.max_steps, help="optimizer steps (ignored with --minutes; default %(default)s)")
+    parser.add_argument("--minutes", type=float, default=None, help="train for this long instead of --steps")
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
     parser.add_argument("--lora-rank", type=int, default=d.lora_rank)
-    parser.add_argument("--steps", type=int, default=d.max_steps, help="optimizer steps (ignored with --minutes)")
-    parser.add_argument("--minutes", type=float, default=None, help="train for this long instead of --steps")
     parser.add_argument("--num-generations", type=int, default=d.num_generations, help="episodes per task page (GRPO group size)")
     parser.add_argument("--groups-per-step", type=int, default=d.groups_per_step, help="task pages per step")
-    parser.add_argument("--max-completion-length", type=int, default=d.max_completion_length, help="tokens per model turn")
-    parser.add_argument("--max-turns", type=int, default=d.max_turns, help="model turns per episode")
-    parser.add_argument("--temperature", type=float, default=d.temperature)
-    parser.add_argument("--lr", type=float, default=d.learning_rate, help="learning rate")
+    parser.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=d.learning_rate, help="learning rate")
     parser.add_argument("--beta", type=float, default=d.beta, help="KL coefficient (0: no reference model)")
     parser.add_argument("--loss-type", default=d.loss_type, help="TRL loss type (dapo, grpo, dr_grpo, bnpo, ...)")
     parser.add_argument("--reward", dest="rewards", action="append", choices=["success", "sum", "mean", "max"], help="reward function(s) (default success)")
     parser.add_argument("--save-steps", type=int, default=d.save_steps, help="checkpoint every N steps")
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--env-url", default=None, help="a running `envharness serve browsergym` (default: start one on loopback)")
-    parser.add_argument("--prompt", choices=["compact", "default"], default=d.prompt, help="prompt style (compact suits small models)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest when other jobs share the cores)")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
     # -- experiment tracking (issue 11) --
     parser.add_argument("--report-to", default=d.report_to, choices=list(REPORT_TO),
@@ -52,9 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The `TrainConfig` the command line describes (validated)."""
-    for name in ("steps", "num_generations", "groups_per_step", "max_completion_length", "max_turns", "save_steps", "lora_rank"):
+    for name in ("steps", "num_generations", "groups_per_step", "max_new_tokens", "max_turns", "save_steps", "lora_rank"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.model.strip() == "scripted" or args.model.startswith(("openai:", "trl-vllm:")):
+        raise ValueError(f"--model {args.model} has no weights to train: use embedded, tiny, a model directory or a hub id")
     if args.num_generations < 2:
         raise ValueError("--num-generations must be at least 2 (GRPO compares episodes within a group)")
     if args.threads is not None and args.threads < 1:
@@ -64,16 +70,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.temperature <= 0:
         raise ValueError("--temperature must be positive (GRPO needs sampling)")
     return TrainConfig(
-        tasks=args.tasks or ["click-test"],
+        tasks=args.tasks,
         model=args.model,
-        output_dir=args.output_dir or time.strftime("runs/train-%Y%m%d-%H%M%S"),
+        output_dir=args.out or time.strftime("runs/train-%Y%m%d-%H%M%S"),
         lora=args.lora,
         lora_rank=args.lora_rank,
         max_steps=args.steps,
         minutes=args.minutes,
         num_generations=args.num_generations,
         groups_per_step=args.groups_per_step,
-        max_completion_length=args.max_completion_length,
+        max_completion_length=args.max_new_tokens,
         max_turns=args.max_turns,
         temperature=args.temperature,
         learning_rate=args.lr,

@@ -31,7 +31,8 @@ class EvalConfig:
     episodes: int = 5
     #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
     model: str = "embedded"
-    #: 'default' or 'module.path:function' (see `envharness.prompts.text`).
+    #: A prompt style of `envharness.prompts` ('default', 'compact', 'harness', ...: the same
+    #: names as `envharness train --prompt`) or 'module.path:function' (a per-step builder).
     prompt: str = "default"
     temperature: float = 0.0
     max_steps: int = 5
@@ -60,6 +61,9 @@ class EvalConfig:
     #: Shrink prompt screenshots so their longer side is at most this many pixels (None: as
     #: taken). 448, as `envharness train` shows them to vision models: eval what was trained.
     screenshot_max_side: int | None = 448
+    #: Keep each episode's exact token ids (prompt_ids, completion_ids, logprobs, env_mask) in
+    #: episodes.jsonl, as training sees them (conversation prompt styles only).
+    record_tokens: bool = False
 
     def check(self) -> None:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
@@ -82,16 +86,19 @@ class EvalConfig:
         unknown = [a for a in self.actions if a not in ACTION_TOOLS]
         if unknown:
             raise EvalSetupError(f"unknown action(s) {', '.join(unknown)}; known: {', '.join(ACTION_TOOLS)}")
-        from envharness.prompts.text import load_prompt_builder
+        from envharness.prompts import get_prompt_style
 
         try:
-            load_prompt_builder(self.prompt)
+            style = get_prompt_style(self.prompt)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
         if self.vision and not self.screenshots:
             raise EvalSetupError("--vision shows the model the page's screenshot: drop --no-screenshots")
         if self.screenshot_max_side is not None and self.screenshot_max_side < 28:
             raise EvalSetupError("--screenshot-max-side must be at least 28 pixels (0: as taken)")
+        if self.record_tokens and not style.conversation:
+            raise EvalSetupError(f"--record-tokens needs a conversation prompt style (compact, harness), not {self.prompt!r}: "
+                                 "a per-step prompt is a fresh token sequence every step")
         if self.resume and self.overwrite:
             raise EvalSetupError("--resume and --overwrite contradict each other")
 

@@ -21,7 +21,9 @@ from typing import Any, Callable
 
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.eval.episode import EpisodeTape, EvalModelStep, PromptSettings, RecordingClient
-from envharness.prompts.text import approximate_tokens, load_prompt_builder
+from envharness.eval.conversation import ConversationModelStep
+from envharness.prompts import get_prompt_style, opening_builder
+from envharness.prompts.text import tokenizer_counter
 from envharness.eval.runfolder import (
     EpisodeKey,
     RunFolder,
@@ -91,10 +93,7 @@ def prepare_folder(config: EvalConfig) -> tuple[RunFolder, list[dict[str, Any]]]
 
 def token_counter(backend: Any) -> Callable[[str], int]:
     """The backend's own tokenizer when it has one (prompt budgets in real tokens)."""
-    tokenizer = getattr(backend, "tokenizer", None)
-    if tokenizer is None or not callable(tokenizer):
-        return approximate_tokens
-    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return tokenizer_counter(getattr(backend, "tokenizer", None))
 
 
 async def _start_server(config: EvalConfig) -> Any:
@@ -135,9 +134,10 @@ class _Progress:
         self.bar.close()
 
 
-def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Job, model_name: str) -> dict[str, Any]:
+def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Job, model_name: str,
+                 include_tokens: bool = False) -> dict[str, Any]:
     """The JSONL line of one episode: the shared record plus the eval's step-by-step tape."""
-    record = record_from_result(result).to_dict()
+    record = record_from_result(result, include_tokens=include_tokens).to_dict()
     if tape is not None:
         tape.note_refusal(result.messages)  # a last action the harness refused
     record.update(
@@ -153,44 +153,50 @@ def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Jo
 async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str) -> None:
     """Run `jobs` through the harness, appending each finished episode to the run's JSONL."""
     from envharness.envs.browsergym.client import AsyncBrowserGymEnv
-    from envharness.envs.browsergym.harness import BrowserGymSessionFactory
+    from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
 
-    prompts = PromptSettings(
-        builder=load_prompt_builder(config.prompt),
-        count_tokens=token_counter(backend),
-        axtree_token_budget=config.axtree_tokens,
-        history_steps=config.history_steps,
-        tool_names=tuple(config.actions),
-        vision=uses_vision(config, backend),
-        screenshot_max_side=config.screenshot_max_side,
-    )
-    if prompts.vision and not config.screenshots:
+    style = get_prompt_style(config.prompt)
+    count_tokens = token_counter(backend)
+    vision = uses_vision(config, backend)
+    if vision and not config.screenshots:
         raise EvalSetupError(f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)")
     tapes: dict[str, EpisodeTape] = {}
-
-    def first_prompt(obs: Any, task: Any, tool_names: list[str]) -> list[dict[str, Any]]:
-        # The harness transcript opens with the prompt the model gets at step 1.
-        return prompts.builder(prompts.make(obs.goal, obs.url, obs.axtree_txt or obs.text, obs.last_action_error, task=task))
-
+    # The transcript opens with the style's step-1 prompt: what train's rollout gives the model.
     factory = BrowserGymSessionFactory(
         client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url, screenshot_array=False), folder.path, tapes),
         tools=config.actions,
         # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
-        reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "png" if prompts.vision else "jpeg",
+        reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "png" if vision else "jpeg",
                       "pruned_html": False, "extra_properties": False},
-        prompt_builder=first_prompt,
+        prompt_builder=opening_builder(style, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
+                                       history_steps=config.history_steps),
     )
     wait = config.batch_wait_s
     if wait is None:
         wait = 2.0 if getattr(backend, "tokenizer", None) is not None else 0.05
-    batcher = BatchingModelStep(backend, max_wait_s=wait, send_tools=False)
+    batcher = BatchingModelStep(backend, max_wait_s=wait, send_tools=False, tool_call_parser=build_browsergym_action_tool_call)
+    if style.conversation:  # the conversation train's rollout plays, turn for turn
+        if vision:
+            raise EvalSetupError(f"--prompt {config.prompt} is a text conversation; a vision policy sees the page "
+                                 "through --prompt default (the screenshot in every step's prompt), or pass --no-vision")
+
+        def model_step(session: Any) -> Any:
+            return ConversationModelStep(batcher, session.client.tape)
+    else:  # a fresh prompt every step
+        prompts = PromptSettings(builder=style.step, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
+                                 history_steps=config.history_steps, tool_names=tuple(config.actions),
+                                 vision=vision, screenshot_max_side=config.screenshot_max_side)
+
+        def model_step(session: Any) -> Any:
+            return EvalModelStep(batcher, session.client.tape, prompts)
+
     limits = HarnessRunLimits(max_turns=config.max_steps, sampling={"temperature": config.temperature, "max_tokens": config.max_new_tokens})
     model_name = str(getattr(backend, "name", config.model))
     progress = _Progress(len(jobs), config.progress)
     with folder.episodes.open("a", encoding="utf-8") as out:
 
         def on_result(i: int, result: HarnessRolloutResult) -> None:
-            line = episode_line(result, tapes.pop(jobs[i].episode_id, None), jobs[i], model_name)
+            line = episode_line(result, tapes.pop(jobs[i].episode_id, None), jobs[i], model_name, config.record_tokens)
             out.write(json.dumps(line) + "\n")
             out.flush()
             progress.update(line)
@@ -199,7 +205,7 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
             await run_episodes(
                 factory,
                 [j.task for j in jobs],
-                model_step_builder=lambda session: EvalModelStep(batcher, session.client.tape, prompts),
+                model_step_builder=model_step,
                 limits=limits,
                 max_concurrency=config.concurrency,
                 seeds=[j.seed for j in jobs],

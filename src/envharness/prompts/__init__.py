@@ -1,8 +1,147 @@
 """Prompts: how an observation becomes the model's messages, in one place for eval and train.
 
-A policy is evaluated on the prompt it was trained on, so `envharness eval` and
-`envharness train` take their prompts from here.
+A policy is evaluated on the prompt it was trained on, so `envharness eval --prompt STYLE`
+and `envharness train --prompt STYLE` take the same named style from this registry and run
+an episode the same way:
 
-    text.py     the per-step prompt (goal, URL, AXTree cut to a token budget, last steps, error)
-    compact.py  the short conversation prompt for small models (goal + named elements)
+- a *conversation* style gives the episode's opening messages from the first observation;
+  each later turn appends the model's reply and the tool result (the page after the action),
+  as train's rollout does (`BrowserGymSessionFactory(prompt_builder=style.opening)`);
+- a *per-step* style builds a fresh prompt at every step from a `PromptContext` (goal, URL,
+  AXTree cut to a token budget, last steps, last error), as `envharness eval` does by default.
+  Training on a per-step style is one turn per episode (later turns would not be one token
+  sequence).
+
+    text.py     the per-step prompt ("default")
+    compact.py  the short conversation prompt for small models ("compact")
+
+Adding a style is one call, e.g. in prompts/vision.py plus one import line below:
+
+    register_prompt_style(PromptStyle("vision", "the page as a screenshot", opening=vision_prompt))
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from envharness.prompts.compact import compact_prompt
+from envharness.prompts.text import (
+    PromptBuilder,
+    PromptContext,
+    approximate_tokens,
+    default_prompt,
+    load_prompt_builder,
+)
+
+Message = dict[str, Any]
+#: (first observation, task, enabled tool names) -> the episode's opening messages.
+OpeningBuilder = Callable[[Any, Any, list[str]], list[Message]]
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """A named way to prompt: exactly one of `step` (per-step) or `opening` (conversation)."""
+
+    name: str
+    description: str
+    step: PromptBuilder | None = None
+    opening: OpeningBuilder | None = None
+
+    def __post_init__(self) -> None:
+        if (self.step is None) == (self.opening is None):
+            raise ValueError(f"prompt style {self.name!r} needs exactly one of step= (per-step) or opening= (conversation)")
+
+    @property
+    def conversation(self) -> bool:
+        return self.opening is not None
+
+
+_STYLES: dict[str, PromptStyle] = {}
+
+
+def register_prompt_style(style: PromptStyle, *, replace: bool = False) -> PromptStyle:
+    """Make `style` available to `--prompt` in eval and train."""
+    if style.name in _STYLES and not replace:
+        raise ValueError(f"prompt style {style.name!r} is already registered")
+    if ":" in style.name or not style.name:
+        raise ValueError(f"a prompt style name must be non-empty and have no ':' (got {style.name!r})")
+    _STYLES[style.name] = style
+    return style
+
+
+def prompt_styles() -> list[PromptStyle]:
+    return list(_STYLES.values())
+
+
+def prompt_names() -> list[str]:
+    return list(_STYLES)
+
+
+def get_prompt_style(spec: str | None) -> PromptStyle:
+    """A registered style by name (None/'' -> 'default'), or 'module.path:function' as a
+    per-step style (a `PromptBuilder`). Raises ValueError naming the choices."""
+    spec = (spec or "default").strip()
+    if spec in _STYLES:
+        return _STYLES[spec]
+    if ":" not in spec:
+        raise ValueError(f"unknown prompt style {spec!r}; choose from {', '.join(_STYLES)} or give module.path:function")
+    return PromptStyle(spec, "a user prompt builder", step=load_prompt_builder(spec))
+
+
+def opening_builder(
+    style: PromptStyle,
+    *,
+    count_tokens: Callable[[str], int] = approximate_tokens,
+    axtree_token_budget: int = 1024,
+    history_steps: int = 4,
+) -> OpeningBuilder:
+    """The episode's opening messages for any style, as `BrowserGymSessionFactory(prompt_builder=...)`
+    takes them. For a per-step style it is the style's step-1 prompt, built from the first
+    observation with these settings (eval's step 1 and train's only turn are the same)."""
+    if style.opening is not None:
+        return style.opening
+    step = style.step
+    assert step is not None
+
+    def opening(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
+        context = PromptContext(
+            goal=getattr(observation, "goal", "") or "",
+            url=getattr(observation, "url", "") or "",
+            axtree=getattr(observation, "axtree_txt", "") or getattr(observation, "text", "") or "",
+            last_action_error=getattr(observation, "last_action_error", "") or "",
+            task=task if isinstance(task, str) else None,
+            tool_names=tuple(tool_names),
+            count_tokens=count_tokens,
+            axtree_token_budget=axtree_token_budget,
+            history_steps=history_steps,
+        )
+        return list(step(context))
+
+    return opening
+
+
+def harness_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
+    """The seed tutorial's prompt (`BrowserGymSessionFactory`'s own): instructions, then the page."""
+    from envharness.envs.browsergym.harness import action_instructions, format_observation
+
+    return [{"role": "user", "content": action_instructions(tool_names) + "\n\n" + format_observation(observation, task=task, max_chars=12000)}]
+
+
+register_prompt_style(PromptStyle("default", "per-step: goal, URL, AXTree, last steps and error, fresh each step", step=default_prompt))
+register_prompt_style(PromptStyle("compact", "conversation: goal + named elements, then tool results; suits small models", opening=compact_prompt))
+register_prompt_style(PromptStyle("harness", "conversation: the seed tutorial's instructions + full page, then tool results", opening=harness_prompt))
+
+__all__ = [
+    "OpeningBuilder",
+    "PromptContext",
+    "PromptStyle",
+    "compact_prompt",
+    "default_prompt",
+    "get_prompt_style",
+    "harness_prompt",
+    "opening_builder",
+    "prompt_names",
+    "prompt_styles",
+    "register_prompt_style",
+]

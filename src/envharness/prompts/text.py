@@ -25,6 +25,13 @@ def approximate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+def tokenizer_counter(tokenizer: Any) -> Callable[[str], int]:
+    """Count tokens with a transformers tokenizer (None: `approximate_tokens`)."""
+    if tokenizer is None or not callable(tokenizer):
+        return approximate_tokens
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 @dataclass
 class StepSummary:
     """One earlier step, as the next prompt recalls it."""

@@ -22,7 +22,8 @@ from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.rollout import build_browsergym_rollout_func, task_dataset
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to, grpo_tracking_options
-from envharness.prompts.compact import compact_prompt
+from envharness.prompts import get_prompt_style, opening_builder
+from envharness.prompts.text import tokenizer_counter
 
 
 @dataclass
@@ -50,7 +51,9 @@ class TrainConfig:
     seed: int = 0
     #: URL of a running `envharness serve browsergym`; None starts one on loopback.
     env_url: str | None = None
-    #: "compact" (goal + clickable elements + one worked example: small models can follow it) or "default".
+    #: A prompt style of `envharness.prompts` (the same names as `envharness eval --prompt`):
+    #: "compact" (goal + named elements + one worked example: small models can follow it),
+    #: "harness" (the seed tutorial's), "default" (eval's per-step prompt; one turn only).
     prompt: str = "compact"
     use_vllm: bool = False
     #: torch CPU threads (None: torch's default). On a machine shared with other jobs, 1 thread
@@ -85,13 +88,11 @@ def load_model(spec: str) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
 
 
-def prompt_options(style: str) -> dict[str, Any]:
-    """`BrowserGymSessionFactory` options for a prompt style ("compact" or "default")."""
-    if style == "compact":
-        return {"prompt_builder": compact_prompt}
-    if style == "default":
-        return {}
-    raise TrainSetupError(f"unknown prompt style {style!r}; choose 'compact' or 'default'")
+def prompt_options(style: str, tokenizer: Any = None) -> dict[str, Any]:
+    """`BrowserGymSessionFactory` options for a prompt style of `envharness.prompts`: the
+    opening messages `envharness eval --prompt STYLE` also gives (page text budgets counted
+    with `tokenizer`, as eval counts them with the model's)."""
+    return {"prompt_builder": opening_builder(_prompt_style(style), count_tokens=tokenizer_counter(tokenizer))}
 
 
 def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
@@ -156,13 +157,24 @@ class TrainSetupError(RuntimeError):
     """A run that cannot start as configured (said in words for the command line)."""
 
 
+def _prompt_style(style: str) -> Any:
+    try:
+        return get_prompt_style(style)
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+
+
 def _check(config: TrainConfig) -> None:
     import importlib.util
 
     unknown = [r for r in config.rewards if r not in REWARD_FUNCS]
     if unknown:
         raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(REWARD_FUNCS)}")
-    prompt_options(config.prompt)
+    if not _prompt_style(config.prompt).conversation and config.max_turns > 1:
+        raise TrainSetupError(
+            f"prompt style {config.prompt!r} builds a fresh prompt every step, so turns after the first are not one "
+            "token sequence: train it with max_turns=1, or use a conversation style (compact, harness)"
+        )
     try:
         check_report_to(config.report_to)
     except TrackerUnavailableError as exc:
@@ -208,7 +220,7 @@ def train(
             default_task=config.tasks[0],
             limits=HarnessRunLimits(max_turns=config.max_turns),
             records=records_path,
-            session_factory_kwargs=prompt_options(config.prompt),
+            session_factory_kwargs=prompt_options(config.prompt, tokenizer),
         )
         # one prompt per group; with a time budget, TRL cycles through this many pages
         num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)
@@ -254,7 +266,7 @@ def evaluate(
     from envharness.models.transformers_backend import TransformersBackend
 
     task = config.tasks[0]
-    factory = TaskPromptSessionFactory(BrowserGymSessionFactory(client_factory, default_task=task, **prompt_options(config.prompt)))
+    factory = TaskPromptSessionFactory(BrowserGymSessionFactory(client_factory, default_task=task, **prompt_options(config.prompt, tokenizer)))
     batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
     sampling = {"temperature": config.temperature, "max_tokens": config.max_completion_length}
     results = run_coroutine_sync(

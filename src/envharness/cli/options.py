@@ -1,0 +1,136 @@
+"""Options shared by `envharness serve | eval | train | mcp`: one definition per idea.
+
+The same flag means the same thing, with the same choices, in every command: `--tasks a,b`,
+`--out DIR`, `--model SPEC`, `--prompt STYLE`, `--env-url`, `--seed`, `--max-turns`,
+`--max-new-tokens`, `--temperature`, `--threads`. Older spellings stay as aliases
+(`--task X` repeatable, `--output-dir`, `--max-steps`, `--max-completion-length`).
+Each helper takes the command's default and a help text where they differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Sequence
+
+#: What `--model` accepts, in every command (each command says which it cannot use).
+MODEL_SPECS = (
+    "embedded (SmolLM2-135M-Instruct, offline), tiny (random weights, for smoke tests), scripted "
+    "(the scripted MiniWoB policy; eval only), a model directory (e.g. a `train --out X` run's X/final) "
+    "or hub id, openai:MODEL@BASE_URL, trl-vllm:URL (eval only)"
+)
+
+
+def names(text: str) -> list[str]:
+    """'a, b,,c' -> ['a', 'b', 'c']."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+class _ExtendNames(argparse.Action):
+    """Comma-separated names, repeatable: `--tasks a,b --task c` -> [a, b, c] (replaces the default)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        setattr(namespace, self.dest, items + names(values))
+
+
+def add_tasks(parser: argparse.ArgumentParser, default: Sequence[str]) -> None:
+    parser.add_argument("--tasks", "--task", dest="tasks", action=_ExtendNames, default=list(default), metavar="TASK[,TASK]",
+                        help=f"MiniWoB tasks, comma-separated and/or repeated (default: {','.join(default)})")
+
+
+def add_model(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--model", default=default, metavar="SPEC", help=f"{MODEL_SPECS} (default: {default})")
+
+
+def add_prompt(parser: argparse.ArgumentParser, default: str) -> None:
+    from envharness.prompts import prompt_styles
+
+    styles = "; ".join(f"{s.name}: {s.description}" for s in prompt_styles())
+    parser.add_argument("--prompt", default=default, type=_prompt_spec, metavar="STYLE",
+                        help=f"prompt style, the same in eval and train ({styles}), or module.path:function "
+                             f"(default: {default})")
+
+
+def _prompt_spec(text: str) -> str:
+    from envharness.prompts import prompt_names
+
+    text = text.strip()
+    if text in prompt_names() or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(f"unknown prompt style {text!r}; choose from {', '.join(prompt_names())} "
+                                     "or give module.path:function")
+
+
+def add_out(parser: argparse.ArgumentParser, what: str, default_text: str) -> None:
+    parser.add_argument("--out", "--output-dir", dest="out", default=None, metavar="DIR",
+                        help=f"run folder: {what} (default {default_text})")
+
+
+def add_env_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env-url", default=None, metavar="URL",
+                        help="a running `envharness serve browsergym` (default: start one on loopback)")
+
+
+def add_seed(parser: argparse.ArgumentParser, default: int, help_text: str) -> None:
+    parser.add_argument("--seed", type=int, default=default, metavar="N", help=f"{help_text} (default %(default)s)")
+
+
+def add_max_turns(parser: argparse.ArgumentParser, default: int) -> None:
+    parser.add_argument("--max-turns", "--max-steps", dest="max_turns", type=int, default=default, metavar="N",
+                        help="model turns (browser actions) per episode (default %(default)s)")
+
+
+def add_max_new_tokens(parser: argparse.ArgumentParser, default: int) -> None:
+    parser.add_argument("--max-new-tokens", "--max-completion-length", dest="max_new_tokens", type=int, default=default, metavar="N",
+                        help="tokens per model reply (default %(default)s)")
+
+
+def add_temperature(parser: argparse.ArgumentParser, default: float, help_text: str = "sampling temperature") -> None:
+    parser.add_argument("--temperature", type=float, default=default, metavar="T", help=f"{help_text} (default %(default)s)")
+
+
+def add_threads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch CPU threads for local models (1 is fastest when other jobs share the cores)")
+
+
+def set_threads(threads: int | None) -> None:
+    """Apply `--threads` (torch is imported only when asked)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError("--threads must be at least 1")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+# -- `serve NAME` / `mcp NAME`: which environment, with which options ----------------------
+OPTION_ENV_PREFIX = "ENVHARNESS_OPTION_"
+
+
+def add_env_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="environment: echo, browsergym, or module.path:attribute")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"environment option (repeatable; also ${OPTION_ENV_PREFIX}<KEY>)")
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def collect_options(pairs: list[str], environ: dict[str, str]) -> dict[str, Any]:
+    """Env options from `ENVHARNESS_OPTION_<KEY>` variables, then `--option KEY=VALUE` (flags win)."""
+    options = {k[len(OPTION_ENV_PREFIX):].lower(): parse_value(v) for k, v in environ.items() if k.startswith(OPTION_ENV_PREFIX)}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option expects KEY=VALUE, got {pair!r}")
+        options[key.strip()] = parse_value(value)
+    return options

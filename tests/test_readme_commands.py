@@ -1,0 +1,247 @@
+"""Every command line README.md shows runs, with tiny sizes, so the front door cannot drift.
+
+A command is a line of one of the README's ```bash blocks (`\\` continuations joined, `#`
+comments cut); `code` mentions in prose are not commands. `COVERED` says how each one runs
+here, in README order, in one scratch folder (so `runs/...` of one line is there for the next):
+
+- `Run(set={...})` runs it with flags replaced or added (`None`: a flag without a value);
+- `Serve(...)` starts a server, checks `/health` and stops it with SIGTERM;
+- `Make({...})` expands a make target's recipe (`make -n`, nothing executed) and runs each
+  recipe line with the overrides of the program it calls; `Make(run=False, why=...)` only
+  checks the recipe names what the README says (the suite cannot run itself).
+
+A README command missing from `COVERED` fails `test_every_readme_command_is_covered`:
+adding one is one line there. Each command runs in its own session; the test fails if any
+process of that session outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+CLI = ["-c", "import sys; from envharness.cli import main; sys.exit(main())"]
+
+
+@dataclass
+class Run:
+    set: dict[str, str | None] = field(default_factory=dict)
+    #: Paths (relative to the scratch folder) the command must leave.
+    expect: tuple[str, ...] = ()
+    #: Text its output must contain.
+    says: str = ""
+    timeout_s: float = 900
+
+
+@dataclass
+class Serve:
+    set: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class Make:
+    #: recipe program (its last path part, e.g. "envharness", "bench_server.py") -> Run, e.g.
+    #: Make({"bench_server.py": Run({"--steps": "10", "--sessions": "2"})}) for `make bench`
+    lines: dict[str, Run] = field(default_factory=dict)
+    run: bool = True
+    why: str = ""
+
+
+TINY_EVAL = {"--episodes": "1", "--max-steps": "2", "--max-new-tokens": "8", "--concurrency": "2", "--no-progress": None}
+
+# README line -> how it runs here. One line per README command.
+COVERED: dict[str, Run | Serve | Make] = {
+    "make demo": Make({"envharness": Run({"--tasks": "click-test", **TINY_EVAL, "--max-steps": "1"}, expect=("runs/demo/report.html",))}),
+    "make test": Make(run=False, why="the suite itself: running it from a test would recurse"),
+    "envharness serve browsergym --port 8000": Serve({"--port": "0"}),
+    "envharness eval --model embedded --tasks click-test,click-button --episodes 8 --out runs/mine":
+        Run({"--model": "scripted", **TINY_EVAL}, expect=("runs/mine/summary.json", "runs/mine/report.html")),
+    "envharness train --tasks click-test --minutes 30 --out runs/train":
+        Run({"--model": "tiny", "--minutes": "0.01", "--num-generations": "2", "--groups-per-step": "1",
+             "--max-new-tokens": "4", "--threads": "1"}, expect=("runs/train/final/config.json", "runs/train/reward_curve.png")),
+    "envharness eval --model runs/train/final --prompt compact --tasks click-test --out runs/trained":
+        Run(TINY_EVAL, expect=("runs/trained/summary.json",)),
+    "envharness eval --compare runs/mine runs/trained": Run(says="click-test"),
+    ".venv/bin/python examples/train_click_test.py --task click-button --minutes 38 --eval-episodes 32 "
+    "--num-generations 8 --groups-per-step 1 --lr 3e-5 --max-completion-length 12 --threads 1":
+        Run({"--minutes": "0.01", "--eval-episodes": "2", "--no-greedy-eval": None, "--num-generations": "2",
+             "--max-completion-length": "4", "--output-dir": "runs/example"}, expect=("runs/example/results.json",)),
+}
+
+
+def readme_commands(text: str) -> list[str]:
+    """The command lines of the ```bash blocks, in order."""
+    commands = []
+    for block in re.findall(r"^```(?:bash|sh|shell|console)\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"(^|\s)#.*$", "", line).strip()
+            if line:
+                commands.append(" ".join(line.split()))
+    return commands
+
+
+def with_overrides(args: list[str], overrides: dict[str, str | None]) -> list[str]:
+    """`args` with each flag's value replaced (or the flag added); `None`: a bare flag."""
+    args = list(args)
+    for flag, value in overrides.items():
+        if flag in args:
+            i = args.index(flag)
+            if value is not None:
+                args[i + 1] = value
+        else:
+            args += [flag] if value is None else [flag, value]
+    return args
+
+
+def argv_for(tokens: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(argv, extra environment) for a command line: `VAR=x` prefixes go to the environment,
+    `envharness` and the venv's python run under this interpreter, repo scripts by full path."""
+    env = {}
+    while tokens and re.match(r"^[A-Z_][A-Z0-9_]*=", tokens[0]):
+        key, _, value = tokens.pop(0).partition("=")
+        env[key] = value
+    program, rest = tokens[0], tokens[1:]
+    if Path(program).name == "envharness":
+        return [sys.executable, *CLI, *rest], env
+    if Path(program).name.startswith("python"):
+        script = ROOT / rest[0]
+        assert script.is_file(), f"{rest[0]} does not exist"
+        return [sys.executable, str(script), *rest[1:]], env
+    raise AssertionError(f"no way to run {program!r} here: teach argv_for")
+
+
+def recipe(target: str) -> list[str]:
+    """The recipe lines of a make target and its prerequisites, without running anything."""
+    out = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [line for line in out.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def _session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: the session id
+                pids.append(int(entry.name))
+    return pids
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env.setdefault("PLAYWRIGHT_BROWSERS_PATH", str(ROOT / ".venv" / "ms-playwright"))
+    env.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return env
+
+
+def _finish(proc: subprocess.Popen, name: str) -> None:
+    """Fail if anything the command started (its session) is still alive; kill it if so."""
+    deadline = time.monotonic() + 20
+    while (left := _session_pids(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"{name}: left processes behind: {left}")
+
+
+def run_line(argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: str) -> None:
+    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=spec.timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"{name}: still running after {spec.timeout_s}s") from None
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{output[-4000:]}"
+    assert spec.says in output, f"{name}: output lacks {spec.says!r}:\n{output[-2000:]}"
+    for path in spec.expect:
+        assert (cwd / path).exists(), f"{name}: did not leave {path}:\n{output[-2000:]}"
+    _finish(proc, name)
+
+
+def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str) -> None:
+    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()  # "envharness serve: NAME listening on http://HOST:PORT"
+        match = re.search(r"listening on (http://\S+)", line)
+        assert match, f"{name}: no URL in its first line: {line!r}"
+        reply = httpx.get(f"{match.group(1)}/health", timeout=60)
+        assert reply.status_code == 200, reply.text
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "stopped" in rest, f"{name}: exit {proc.returncode}:\n{rest[-2000:]}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    _finish(proc, name)
+
+
+def test_every_readme_command_is_covered():
+    commands = readme_commands(README.read_text())
+    assert "envharness train --tasks click-test --minutes 30 --out runs/train" in commands  # the extraction works
+    missing = [c for c in commands if c not in COVERED]
+    assert not missing, "README.md shows commands tests/test_readme_commands.py does not run; add them to COVERED:\n" + "\n".join(missing)
+    stale = [c for c in COVERED if c not in commands]
+    assert not stale, "COVERED has commands README.md no longer shows:\n" + "\n".join(stale)
+    for command, spec in COVERED.items():  # every make recipe line has its overrides
+        if isinstance(spec, Make) and spec.run:
+            programs = [Path(t).name for line in recipe(command.split()[1]) for t in shlex.split(line)[:4]]
+            for program in spec.lines:
+                assert program in programs, f"{command}: its recipe no longer runs {program}"
+
+
+def test_overrides_replace_or_add_flags():
+    args = shlex.split("eval --tasks a,b --episodes 8 --out runs/x")
+    assert with_overrides(args, {"--episodes": "1", "--no-progress": None, "--seed": "3"}) == \
+        ["eval", "--tasks", "a,b", "--episodes", "1", "--out", "runs/x", "--no-progress", "--seed", "3"]
+    assert readme_commands("```bash\nmake demo   # x\nenvharness a \\\n  --b 1\n```\n```python\nenvharness no\n```\n") == \
+        ["make demo", "envharness a --b 1"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_readme_commands_run_with_tiny_sizes(tmp_path):
+    for command in readme_commands(README.read_text()):
+        spec = COVERED[command]
+        if isinstance(spec, Make):
+            lines = recipe(command.split()[1])
+            if not spec.run:
+                assert lines, f"{command}: empty recipe"
+                continue
+            for line in lines:
+                tokens = shlex.split(line)
+                if tokens[:2] == ["bash", "scripts/setup.sh"]:
+                    continue  # the set-up this test runs in
+                env_free = [t for t in tokens if not re.match(r"^[A-Z_][A-Z0-9_]*=", t)]
+                key = Path(env_free[0]).name if Path(env_free[0]).name == "envharness" else Path(env_free[1]).name
+                assert key in spec.lines, f"{command}: no overrides for its recipe line {line!r}"
+                argv, env = argv_for(tokens)
+                sub = spec.lines[key]
+                run_line(with_overrides(argv, sub.set), env, tmp_path, sub, f"{command}: {key}")
+        elif isinstance(spec, Serve):
+            argv, env = argv_for(shlex.split(command))
+            serve_line(with_overrides(argv, spec.set), env, tmp_path, command)
+        else:
+            argv, env = argv_for(shlex.split(command))
+            run_line(with_overrides(argv, spec.set), env, tmp_path, spec, command)
