@@ -66,6 +66,8 @@ COVERED: dict[str, Run | Serve | Make] = {
     "make demo": Make({"envharness": Run({"--tasks": "click-test", **TINY_EVAL, "--max-steps": "1"}, expect=("runs/demo/report.html",))}),
     "make test": Make(run=False, why="the suite itself: running it from a test would recurse"),
     "envharness serve browsergym --port 8000": Serve({"--port": "0"}),
+    "envharness serve browsergym --port 8000 --web": Serve({"--port": "0"}),
+    "envharness mcp browsergym": Run(),  # an stdio server: no stdin here, so it ends at EOF
     "envharness eval --model embedded --tasks click-test,click-button --episodes 8 --out runs/mine":
         Run({"--model": "scripted", **TINY_EVAL}, expect=("runs/mine/summary.json", "runs/mine/report.html")),
     "envharness train --tasks click-test --minutes 30 --out runs/train":
