@@ -7,6 +7,7 @@ sessions avoid it, and it rejoins once restarted on the same port.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import threading
@@ -68,7 +69,8 @@ def start_server(port: int = 0):
 
 @pytest.fixture
 def three_servers():
-    servers = [start_server() for _ in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:  # they start side by side
+        servers = list(pool.map(lambda _: start_server(), range(3)))
     try:
         yield servers
     finally:
