@@ -336,7 +336,9 @@ class FleetRouter:
                 server.healthy, server.missed_polls, server.last_error = True, 0, ""
                 server.reported_active = int(data.get("active_sessions", 0))
                 server.max_sessions = max(1, int(data.get("max_sessions", 1)))
-                server.own_at_poll = own
+                # a session we opened while the request was out may or may not be in the
+                # count: take the larger of our counts, so it never shows up as someone else's
+                server.own_at_poll = max(own, server.leased + len(server.idle))
             else:
                 server.missed_polls += 1
                 server.last_error = error
