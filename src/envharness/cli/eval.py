@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds before an episode is failed, model time included (default: none)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print two runs' results side by side, run nothing")
+    # fleet (issue 13): episodes spread over many browser servers, with failover
+    parser.add_argument("--env-urls", type=_names, default=[],
+                        help="comma-separated running `envharness serve browsergym` servers to spread episodes over (no Ray needed)")
+    parser.add_argument("--servers", type=int, default=0, help="run N browser servers on Ray and spread episodes over them")
+    parser.add_argument("--ray-address", default=None,
+                        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -77,6 +83,9 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         screenshots=not args.no_screenshots,
         episode_timeout_s=args.episode_timeout or None,
         progress=not args.no_progress,
+        env_urls=args.env_urls,
+        servers=args.servers,
+        ray_address=args.ray_address,
     )
 
 
@@ -107,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
     print()
     for name, path in result.paths.items():
         print(f"  {name + ':':10s}{path}")
+    lost = sum(s.infra_failures for s in result.stats if s.task != "all")
+    if lost:
+        print(f"warning: {lost} episode(s) lost to a dead environment server, left out of the scores; --resume reruns them",
+              file=sys.stderr)
     crashed = sum(1 for r in result.records if r.get("error"))
     if crashed:
         print(f"warning: {crashed} episode(s) crashed (see `error` in episodes.jsonl); --resume reruns them", file=sys.stderr)

@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", choices=["compact", "default"], default=d.prompt, help="prompt style (compact suits small models)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest when other jobs share the cores)")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
+    # fleet (issue 13): episodes spread over many browser servers, with failover
+    parser.add_argument("--env-urls", type=lambda t: [u.strip() for u in t.split(",") if u.strip()], default=[],
+                        help="comma-separated running `envharness serve browsergym` servers to spread episodes over (no Ray needed)")
+    parser.add_argument("--servers", type=int, default=0, help="run N browser servers on Ray and spread episodes over them")
+    parser.add_argument("--ray-address", default=None,
+                        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -58,6 +64,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("--minutes must be positive")
     if args.temperature <= 0:
         raise ValueError("--temperature must be positive (GRPO needs sampling)")
+    if sum(map(bool, (args.env_url, args.env_urls, args.servers))) > 1 or args.servers < 0:
+        raise ValueError("give one of --env-url, --env-urls and --servers (N >= 1)")
+    if args.ray_address and not args.servers:
+        raise ValueError("--ray-address needs --servers")
     return TrainConfig(
         tasks=args.tasks or ["click-test"],
         model=args.model,
@@ -81,6 +91,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         prompt=args.prompt,
         use_vllm=args.use_vllm,
         threads=args.threads,
+        env_urls=args.env_urls,
+        servers=args.servers,
+        ray_address=args.ray_address,
     )
 
 

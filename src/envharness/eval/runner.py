@@ -11,6 +11,7 @@ the HTML report and the plot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
@@ -98,7 +99,7 @@ def token_counter(backend: Any) -> Callable[[str], int]:
 
 
 async def _start_server(config: EvalConfig) -> Any:
-    if config.env_url:
+    if config.env_url or config.env_urls or config.servers:
         return None
     from envharness.core.launchers import launch_local
 
@@ -150,8 +151,9 @@ def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Jo
     return record
 
 
-async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str) -> None:
-    """Run `jobs` through the harness, appending each finished episode to the run's JSONL."""
+async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str, fleet: Any = None) -> None:
+    """Run `jobs` through the harness, appending each finished episode to the run's JSONL
+    (`fleet`: a `FleetRouter` whose servers share the episodes, instead of `base_url`)."""
     from envharness.envs.browsergym.client import AsyncBrowserGymEnv
     from envharness.envs.browsergym.harness import BrowserGymSessionFactory
 
@@ -169,7 +171,7 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         return prompts.builder(prompts.make(obs.goal, obs.url, obs.axtree_txt or obs.text, obs.last_action_error, task=task))
 
     factory = BrowserGymSessionFactory(
-        client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url), folder.path, tapes),
+        client_factory=lambda: RecordingClient(fleet.async_client() if fleet else AsyncBrowserGymEnv(base_url), folder.path, tapes),
         tools=config.actions,
         reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "jpeg", "pruned_html": False, "extra_properties": False},
         prompt_builder=first_prompt,
@@ -215,14 +217,16 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     done = finished_keys(existing) & wanted
     jobs = [j for j in plan_jobs(config) if (j.task, j.seed) not in done]
     server = owned_backend = None
+    fleet = contextlib.ExitStack()
     try:
         if jobs:
             loading = None if backend is not None else _load_backend(config)
-            server, loaded = await asyncio.gather(_start_server(config), loading or _none())
+            server, loaded, router = await asyncio.gather(_start_server(config), loading or _none(), _open_fleet(config, fleet))
             owned_backend = loaded
-            base_url = config.env_url or server.base_url
-            await run_jobs(config, folder, jobs, backend or loaded, base_url)
+            base_url = config.env_url or (server.base_url if server else "")
+            await run_jobs(config, folder, jobs, backend or loaded, base_url, fleet=router)
     finally:
+        await asyncio.to_thread(fleet.close)
         if owned_backend is not None:
             await owned_backend.aclose()
         if server is not None:
@@ -235,6 +239,20 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
 
 async def _none() -> None:
     return None
+
+
+async def _open_fleet(config: EvalConfig, stack: contextlib.ExitStack) -> Any:
+    """The fleet router for `--env-urls` / `--servers` (None for one server), closed with `stack`."""
+    if not (config.env_urls or config.servers):
+        return None
+    from envharness.fleet.start import open_fleet
+
+    fleet = open_fleet("browsergym", env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
+                       max_sessions=max(64, 2 * config.concurrency))
+    try:
+        return await asyncio.to_thread(stack.enter_context, fleet)
+    except (ValueError, RuntimeError, TimeoutError) as exc:
+        raise EvalSetupError(f"cannot start the environment fleet: {exc}") from exc
 
 
 def run_eval(config: EvalConfig, *, backend: Any = None) -> EvalResult:

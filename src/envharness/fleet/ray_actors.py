@@ -29,7 +29,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from envharness.fleet.router import Endpoint, FleetRouter
+from envharness.fleet.router import Endpoint, FleetRouter, default_client_class
 from envharness.fleet.server_process import TAG_ENV_VAR, WatchedServer, kill_tagged
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class EnvFleet:
             raise RuntimeError("EnvFleet needs a Ray cluster: call ray.init(address=...) first")
         self.env = env
         self.token = token
-        self.client_class = client_class or _default_client_class(env)
+        self.client_class = client_class or default_client_class(env)
         base = os.environ.get(TAG_ENV_VAR, "")
         self.tag = f"{base}/fleet-{uuid.uuid4().hex[:8]}" if base else f"fleet-{uuid.uuid4().hex[:8]}"
         bundle = dict(resources or {"CPU": 1})
@@ -185,17 +185,3 @@ def _actor_resources(bundle: dict[str, float]) -> dict[str, Any]:
     if custom:
         out["resources"] = custom
     return out
-
-
-def _default_client_class(env: str) -> Any:
-    if env == "browsergym":
-        from envharness.envs.browsergym.client import AsyncBrowserGymEnv
-
-        return AsyncBrowserGymEnv
-    if env == "echo":
-        from envharness.envs.echo.client import AsyncEchoEnv
-
-        return AsyncEchoEnv
-    from envharness.core.client import AsyncEnvClient
-
-    return AsyncEnvClient

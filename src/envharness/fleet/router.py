@@ -475,3 +475,16 @@ async def _close_quietly(client: Any) -> None:
 
 async def _close_all(clients: list[Any]) -> None:
     await asyncio.gather(*(_close_quietly(c) for c in clients))
+
+
+def default_client_class(env: str) -> type[AsyncEnvClient]:
+    """The async client that parses `env`'s observations (the generic one otherwise)."""
+    if env == "browsergym":
+        from envharness.envs.browsergym.client import AsyncBrowserGymEnv
+
+        return AsyncBrowserGymEnv
+    if env == "echo":
+        from envharness.envs.echo.client import AsyncEchoEnv
+
+        return AsyncEchoEnv
+    return AsyncEnvClient
