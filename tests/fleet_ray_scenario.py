@@ -3,21 +3,26 @@
 A local multi-node cluster (a head with no CPUs and three 1-CPU nodes), three browsergym
 servers on distinct nodes. One server is SIGKILLed (replaced by Ray on a new port), one
 node is removed (its session fails, the fleet shrinks) and a node joins (the fleet is
-whole again). Prints one JSON line of findings and timings for the test to check; exits
+whole again). Then `envharness eval --servers 2` on the cluster and on one server. Prints one JSON line of findings and timings for the test to check; exits
 non-zero with the reason when a step cannot complete.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
 
+from envharness.cli import main as cli_main
 from envharness.envs.browsergym.models import BrowserGymAction
 from envharness.fleet import EnvFleet, ServerLostError
 from envharness.fleet.server_process import tagged_pids
@@ -46,6 +51,21 @@ def fail_time(lease) -> float:
             return time.monotonic() - started
         time.sleep(0.05)
     raise SystemExit("a session on a removed node never failed")
+
+
+def eval_rows(flags: list[str], name: str) -> list[dict]:
+    """`envharness eval` (scripted model) with `flags`; its summary rows without timings."""
+    folder = Path(tempfile.mkdtemp(prefix="fleet-eval-")) / name
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            code = cli_main(["eval", "--no-progress", "--no-screenshots", "--model", "scripted", "--tasks", "click-test,enter-text",
+                             "--episodes", "2", "--out", str(folder), *flags])
+        if code != 0:
+            raise SystemExit(f"envharness eval {' '.join(flags)} exited {code}")
+        rows = json.loads((folder / "summary.json").read_text())["tasks"]
+        return [{k: v for k, v in row.items() if k != "mean_seconds"} for row in rows]
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def main() -> None:
@@ -105,21 +125,28 @@ def main() -> None:
         now = fleet.addresses()
         out["nodes_after"] = [a["node_id"] for a in now]
 
-        out["servers_before_fresh"] = [[s.url, s.healthy, s.active_sessions, s.max_sessions, s.leased, s.idle] for s in router.servers()]
         fresh = [router() for _ in range(3)]
         for lease in fresh:
             lease.reset(task="click-test", seed=1)
-        out["fresh_urls"] = sorted(lease.url for lease in fresh)
+        # with the untouched server's session still open, four sessions over three servers
+        out["session_urls_now"] = sorted([lease.url for lease in fresh] + [by_url[first[2]["url"]].url])
         out["fresh_steps_ok"] = all(lease.step(BrowserGymAction(action_str="noop()")).reward == 0.0 for lease in fresh)
         for lease in fresh:
             lease.close()
         for lease in leases:
             lease.close()
+        tag = fleet.tag
+        fleet.shutdown()
+        fleet = None
+        out["fleet_procs_left"] = until(lambda: not tagged_pids(tag), 60, "the fleet's processes to end") and []
+
+        # 4. `envharness eval --servers 2` on this cluster gives the single-server report
+        started = time.monotonic()
+        out["eval_rows"] = [eval_rows(["--servers", "2", "--ray-address", cluster.address], "fleet"), eval_rows([], "single")]
+        out["eval_s"] = time.monotonic() - started
     finally:
         if fleet is not None:
-            tag = fleet.tag
             fleet.shutdown()
-            out["fleet_procs_left"] = until(lambda: not tagged_pids(tag), 60, "the fleet's processes to end") and []
         ray.shutdown()
         cluster.shutdown()
         out["total_s"] = time.monotonic() - t0

@@ -81,5 +81,9 @@ def test_ray_fleet_places_replaces_and_heals_with_nothing_left_behind():
     assert out["node_loss_session_fail_s"] < 30
     assert len(set(out["nodes_after"])) == 3 and set(out["nodes_after"]) != set(out["nodes"])
     assert out["whole_again_s"] < 180
-    assert out["fresh_steps_ok"] and len(set(out["fresh_urls"])) == 3, out
+    urls_now = out["session_urls_now"]
+    assert out["fresh_steps_ok"] and sorted(urls_now.count(u) for u in set(urls_now)) == [1, 1, 2], "the healed fleet shares the load"
+
     assert out["fleet_procs_left"] == []
+    fleet_eval, single_eval = out["eval_rows"]
+    assert fleet_eval == single_eval and fleet_eval[-1]["successes"] == 4, "eval --servers 2 gives the single-server report"

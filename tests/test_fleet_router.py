@@ -67,8 +67,9 @@ def start_server(port: int = 0):
     return launch_local("echo", server_args=["--max-sessions", "4", "--port", str(port)])
 
 
-@pytest.fixture
-def three_servers():
+@pytest.fixture(scope="module")
+def server_pool():
+    """Three servers for the module; a test that kills one leaves it to be revived on its port."""
     with concurrent.futures.ThreadPoolExecutor(3) as pool:  # they start side by side
         servers = list(pool.map(lambda _: start_server(), range(3)))
     try:
@@ -76,8 +77,19 @@ def three_servers():
     finally:
         for s in servers:
             s.stop()
-        for s in servers:  # nothing this test started is left
+        for s in servers:  # nothing this module started is left
             assert s.process.poll() is not None
+
+
+@pytest.fixture
+def three_servers(server_pool):
+    def revive(i: int) -> None:
+        if server_pool[i].process.poll() is not None:
+            server_pool[i] = start_server(urlparse(server_pool[i].base_url).port)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        list(pool.map(revive, range(3)))
+    yield server_pool
 
 
 def run_batch(factory: EchoFleetSessions, n: int, concurrency: int):
