@@ -14,7 +14,7 @@ and how long a dead server takes to be detected and replaced.
    With Ray (`--ray`, root: a 3-node `Cluster` in a private network namespace): SIGKILL a
    fleet server, time until the router has the restarted server (new port) healthy.
 
-Usage: python bench/bench_fleet.py [--episodes 24] [--concurrency 12] [--repeats 3] [--ray]
+Usage: python bench/bench_fleet.py [--episodes 16] [--concurrency 8] [--repeats 3] [--ray]
 """
 
 from __future__ import annotations
@@ -75,20 +75,28 @@ def scale(args: argparse.Namespace) -> None:
         rows = [("1 server, ClientPool (no router)", lambda: ClientPool(lambda: BrowserGymEnv(base_url=urls[0])))]
         rows += [(f"{k} server{'s' if k > 1 else ''}, FleetRouter", lambda k=k: FleetRouter(urls[:k], client_class=AsyncBrowserGymEnv))
                  for k in (1, 2, 3)]
-        print(f"\n### Scale: {args.episodes} episodes, {args.concurrency} in flight, max_turns={args.max_turns}, "
-              f"scripted policy, median of {args.repeats} (this machine: {os.cpu_count()} cores)\n")
-        print("| servers | wall s | steps/s | episodes/s | mean reward |")
-        print("|---|---|---|---|---|")
         for label, make in rows:
             pool = make()
             pools.append(pool)
             if isinstance(pool, FleetRouter):
                 pool.wait_ready(timeout_s=60)
             rollout_once(pool, prompts[: args.concurrency], args.concurrency, args.max_turns)  # warm: sessions, browsers
-            runs = [rollout_once(pool, prompts, args.concurrency, args.max_turns) for _ in range(args.repeats)]
-            wall = statistics.median(r[0] for r in runs)
-            rate = statistics.median(r[1] / r[0] for r in runs)
-            print(f"| {label} | {wall:.2f} | {rate:.1f} | {args.episodes / wall:.2f} | {statistics.median(r[2] for r in runs):.2f} |", flush=True)
+        runs: list[list[tuple[float, int, float]]] = [[] for _ in rows]
+        for _ in range(args.repeats):  # interleaved: a change in the machine's load hits every row
+            for i, pool in enumerate(pools):
+                runs[i].append(rollout_once(pool, prompts, args.concurrency, args.max_turns))
+        print(f"\n### Scale: {args.episodes} episodes, {args.concurrency} in flight, max_turns={args.max_turns}, "
+              f"scripted policy, median of {args.repeats} interleaved (this machine: {os.cpu_count()} cores, "
+              f"load average {os.getloadavg()[0]:.1f})\n")
+        print("| servers | wall s | steps/s | episodes/s | vs 1 server | mean reward |")
+        print("|---|---|---|---|---|---|")
+        base = None
+        for (label, _), rs in zip(rows, runs):
+            wall = statistics.median(r[0] for r in rs)
+            rate = statistics.median(r[1] / r[0] for r in rs)
+            base = base or rate
+            print(f"| {label} | {wall:.2f} | {rate:.1f} | {args.episodes / wall:.2f} | {rate / base:.2f}x | "
+                  f"{statistics.median(r[2] for r in rs):.2f} |", flush=True)
     finally:
         for pool in pools:
             pool.close()
@@ -219,8 +227,8 @@ def ray_part(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=24)
-    parser.add_argument("--concurrency", type=int, default=12)
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cycles", type=int, default=200, help="lease cycles per side in the overhead part")

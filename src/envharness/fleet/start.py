@@ -64,7 +64,11 @@ def open_fleet(
 
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        import os
+
+        # a Ray of our own gets enough logical CPUs for the servers asked for (they need not match cores)
+        own = {} if ray_address else {"num_cpus": max(os.cpu_count() or 1, int(servers * server_cpus + 0.999))}
+        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False, **own)
     try:
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= server_cpus]
         one_per_node = len(nodes) >= servers
