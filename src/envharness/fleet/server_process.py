@@ -33,10 +33,15 @@ _LISTENING = re.compile(r"listening on (http://\S+)")
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+try:  # loaded here, not in the forked child (where loading a library can deadlock)
+    _LIBC: Any = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec: no allocation, no imports
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def tagged_pids(tag: str) -> list[int]:
@@ -88,7 +93,7 @@ class WatchedServer:
         self._seen = threading.Event()
         self._stopping = False
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        text=True, env=env, preexec_fn=_die_with_parent)
+                                        text=True, env=env, start_new_session=True, preexec_fn=_die_with_parent)
         self.tag = tag
         threading.Thread(target=self._read_output, daemon=True, name="envharness-fleet-output").start()
         try:

@@ -244,7 +244,9 @@ def build_browsergym_rollout_func(
     **kwargs: Any,
 ) -> RolloutFunc:
     """`build_trl_rollout_func` for BrowserGym: one client per episode from `client_factory`,
-    model text such as `click('13')` parsed into browser tool calls."""
+    model text such as `click('13')` parsed into browser tool calls. `client_factory` may be a
+    `ClientPool` or a fleet's pool (`EnvFleet.client_pool()`, `FleetRouter(urls)`), which
+    spreads the episodes over many servers."""
     from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
 
     options = dict(session_factory_kwargs or {})
