@@ -234,7 +234,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=200, help="lease cycles per side in the overhead part")
     parser.add_argument("--ray", action="store_true", help="also time a Ray restart (needs root for `unshare --net`)")
     parser.add_argument("--ray-inside", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--only", choices=["scale", "overhead", "detect"], help="one part only")
+    parser.add_argument("--only", choices=["scale", "overhead", "detect", "ray"], help="one part only")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on `kill` too
     if args.ray_inside:
@@ -242,7 +242,7 @@ def main() -> None:
     for name, part in (("scale", scale), ("overhead", overhead), ("detect", detect)):
         if args.only in (None, name):
             part(args)
-    if args.ray:
+    if args.ray or args.only == "ray":
         ray_part(args)
 
 

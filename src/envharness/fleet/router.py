@@ -308,11 +308,27 @@ class FleetRouter:
         endpoints = [e if isinstance(e, Endpoint) else Endpoint(str(e)) for e in found]
         self._drop_idle(self._set_endpoints([Endpoint(http_base(e.url), e.node_id, e.generation) for e in endpoints]))
 
+    async def _refresh_forever(self) -> None:
+        """Re-read the server list apart from the health polls (a Ray call may wait on a restart)."""
+        while not self._closed:
+            await self._refresh_endpoints()
+            await asyncio.sleep(self.poll_interval_s)
+
     async def _poll_forever(self) -> None:
         self._wake = asyncio.Event()
+        refresher = asyncio.create_task(self._refresh_forever()) if self._source is not None else None
+        try:
+            await self._poll_loop()
+        finally:
+            if refresher is not None:
+                refresher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await refresher
+
+    async def _poll_loop(self) -> None:
+        assert self._wake is not None
         async with httpx.AsyncClient(timeout=self.health_timeout_s, headers=auth_headers(self._token), trust_env=False) as http:
             while not self._closed:
-                await self._refresh_endpoints()
                 with self._lock:
                     servers = list(self._servers.values())
                 await asyncio.gather(*(self._poll(http, s) for s in servers))
