@@ -57,3 +57,22 @@ def test_train_flags_are_checked_before_anything_starts():
         train.config_from_args(parser.parse_args(["--servers", "2", "--env-url", "http://a:1"]))
     with pytest.raises(ValueError, match="--ray-address needs --servers"):
         train.config_from_args(parser.parse_args(["--ray-address", "auto"]))
+
+
+def test_train_over_two_servers_runs_every_episode(tmp_path):
+    import os
+
+    from envharness.harness import read_records
+    from envharness.integrations.trl.training import TRAIN_SERVER_OPTIONS
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    out = tmp_path / "run"
+    with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as a, LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as b:
+        code = main(["train", "--model", "tiny", "--steps", "1", "--save-steps", "1", "--output-dir", str(out),
+                     "--num-generations", "2", "--groups-per-step", "2", "--max-completion-length", "8",
+                     "--env-urls", f"{a.base_url},{b.base_url}"])
+        opened = [httpx.get(f"{s.base_url}/health").json()["sessions_opened"] for s in (a, b)]
+    assert code == 0
+    records = read_records(out / "episodes.jsonl")
+    assert len(records) == 4 and all(r.error is None and not r.metrics.get("infra_failure") for r in records)
+    assert all(n > 0 for n in opened), "the episodes were spread over both servers"
