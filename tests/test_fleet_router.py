@@ -217,6 +217,25 @@ def test_no_server_left_fails_fast_with_a_clear_error(three_servers):
             router().reset()
 
 
+def test_a_hung_server_is_taken_out_and_rejoins_when_it_answers_again(three_servers):
+    urls = [s.base_url for s in three_servers]
+    hung = three_servers[2]
+    with FleetRouter(urls, client_class=AsyncEchoEnv, poll_interval_s=0.2, health_timeout_s=0.5) as router:
+        router.wait_ready(timeout_s=30)
+        os.kill(hung.process.pid, signal.SIGSTOP)  # alive, but answers nothing
+        try:
+            wait_until(lambda: hung.base_url not in router.healthy_urls(), timeout_s=30)
+            leases = [router() for _ in range(4)]
+            for lease in leases:
+                lease.reset()
+            assert hung.base_url not in {lease.url for lease in leases}
+        finally:
+            os.kill(hung.process.pid, signal.SIGCONT)
+        wait_until(lambda: hung.base_url in router.healthy_urls(), timeout_s=30)
+        for lease in leases:
+            lease.close()
+
+
 def test_eval_tables_leave_infrastructure_failures_unscored():
     records = [
         {"task": "a", "env_reward": 1.0},
