@@ -222,10 +222,10 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
         if jobs:
             loading = None if backend is not None else _load_backend(config)
             # all three finish before a failure is raised, so `finally` stops whatever did start
-            started = await asyncio.gather(_start_server(config), loading or _none(), _open_fleet(config, fleet), return_exceptions=True)
-            server, loaded, router = [None if isinstance(x, BaseException) else x for x in started]
+            parts = await asyncio.gather(_start_server(config), loading or _none(), _open_fleet(config, fleet), return_exceptions=True)
+            server, loaded, router = [None if isinstance(x, BaseException) else x for x in parts]
             owned_backend = loaded
-            failure = next((x for x in started if isinstance(x, BaseException)), None)
+            failure = next((x for x in parts if isinstance(x, BaseException)), None)
             if failure is not None:
                 raise failure
             base_url = config.env_url or (server.base_url if server else "")
