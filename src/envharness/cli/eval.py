@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="put the page's screenshot into every prompt (default: when the model is a vision model)")
     parser.add_argument("--screenshot-max-side", type=int, default=_D.screenshot_max_side,
                         help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)")
+    # fleet (issue 13): episodes spread over many browser servers, with failover
+    parser.add_argument("--env-urls", type=options.names, default=[],
+                        help="comma-separated running `envharness serve browsergym` servers to spread episodes over (no Ray needed)")
+    parser.add_argument("--servers", type=int, default=0, help="run N browser servers on Ray and spread episodes over them")
+    parser.add_argument("--ray-address", default=None,
+                        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -86,6 +92,9 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         vision=args.vision,
         screenshot_max_side=args.screenshot_max_side or None,
         record_tokens=args.record_tokens,
+        env_urls=args.env_urls,
+        servers=args.servers,
+        ray_address=args.ray_address,
     )
 
 
@@ -117,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
     print()
     for name, path in result.paths.items():
         print(f"  {name + ':':10s}{path}")
+    lost = sum(s.infra_failures for s in result.stats if s.task != "all")
+    if lost:
+        print(f"warning: {lost} episode(s) lost to a dead environment server, left out of the scores; --resume reruns them",
+              file=sys.stderr)
     crashed = sum(1 for r in result.records if r.get("error"))
     if crashed:
         print(f"warning: {crashed} episode(s) crashed (see `error` in episodes.jsonl); --resume reruns them", file=sys.stderr)

@@ -52,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-to", default=d.report_to, choices=list(REPORT_TO),
                         help="experiment tracker (default none: nothing leaves the machine); tensorboard writes "
                              "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline")
+    # fleet (issue 13): episodes spread over many browser servers, with failover
+    parser.add_argument("--env-urls", type=options.names, default=[],
+                        help="comma-separated running `envharness serve browsergym` servers to spread episodes over (no Ray needed)")
+    parser.add_argument("--servers", type=int, default=0, help="run N browser servers on Ray and spread episodes over them")
+    parser.add_argument("--ray-address", default=None,
+                        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -69,6 +75,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("--minutes must be positive")
     if args.temperature <= 0:
         raise ValueError("--temperature must be positive (GRPO needs sampling)")
+    if sum(map(bool, (args.env_url, args.env_urls, args.servers))) > 1 or args.servers < 0:
+        raise ValueError("give one of --env-url, --env-urls and --servers (N >= 1)")
+    if args.ray_address and not args.servers:
+        raise ValueError("--ray-address needs --servers")
     return TrainConfig(
         tasks=args.tasks,
         model=args.model,
@@ -93,6 +103,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         use_vllm=args.use_vllm,
         threads=args.threads,
         report_to=args.report_to,
+        env_urls=args.env_urls,
+        servers=args.servers,
+        ray_address=args.ray_address,
     )
 
 

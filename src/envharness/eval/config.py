@@ -64,6 +64,11 @@ class EvalConfig:
     #: Keep each episode's exact token ids (prompt_ids, completion_ids, logprobs, env_mask) in
     #: episodes.jsonl, as training sees them (conversation prompt styles only).
     record_tokens: bool = False
+    #: A fleet instead of one server (issue 13): running servers' urls, or N servers on Ray
+    #: (`ray_address`: the cluster; None starts Ray here). Not part of the run's identity.
+    env_urls: list[str] = field(default_factory=list)
+    servers: int = 0
+    ray_address: str | None = None
 
     def check(self) -> None:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
@@ -101,9 +106,13 @@ class EvalConfig:
                                  "a per-step prompt is a fresh token sequence every step")
         if self.resume and self.overwrite:
             raise EvalSetupError("--resume and --overwrite contradict each other")
+        if sum(map(bool, (self.env_url, self.env_urls, self.servers))) > 1:
+            raise EvalSetupError("give one of --env-url, --env-urls and --servers")
+        if self.servers < 0 or (self.ray_address and not self.servers):
+            raise EvalSetupError("--servers must be positive, and --ray-address needs --servers")
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("resume", "overwrite", "progress", "env_url"):
+        for key in ("resume", "overwrite", "progress", "env_url", "env_urls", "servers", "ray_address"):
             data.pop(key)
         return data

@@ -11,6 +11,7 @@ the HTML report and the plot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
@@ -97,7 +98,7 @@ def token_counter(backend: Any) -> Callable[[str], int]:
 
 
 async def _start_server(config: EvalConfig) -> Any:
-    if config.env_url:
+    if config.env_url or config.env_urls or config.servers:
         return None
     from envharness.core.launchers import launch_local
 
@@ -150,8 +151,9 @@ def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Jo
     return record
 
 
-async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str) -> None:
-    """Run `jobs` through the harness, appending each finished episode to the run's JSONL."""
+async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str, fleet: Any = None) -> None:
+    """Run `jobs` through the harness, appending each finished episode to the run's JSONL
+    (`fleet`: a `FleetRouter` whose servers share the episodes, instead of `base_url`)."""
     from envharness.envs.browsergym.client import AsyncBrowserGymEnv
     from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
 
@@ -163,7 +165,8 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
     tapes: dict[str, EpisodeTape] = {}
     # The transcript opens with the style's step-1 prompt: what train's rollout gives the model.
     factory = BrowserGymSessionFactory(
-        client_factory=lambda: RecordingClient(AsyncBrowserGymEnv(base_url, screenshot_array=False), folder.path, tapes),
+        client_factory=lambda: RecordingClient(fleet.async_client() if fleet else AsyncBrowserGymEnv(base_url, screenshot_array=False),
+                                               folder.path, tapes),
         tools=config.actions,
         # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
         reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "png" if vision else "jpeg",
@@ -238,14 +241,21 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     done = finished_keys(existing) & wanted
     jobs = [j for j in plan_jobs(config) if (j.task, j.seed) not in done]
     server = owned_backend = None
+    fleet = contextlib.ExitStack()
     try:
         if jobs:
             loading = None if backend is not None else _load_backend(config)
-            server, loaded = await asyncio.gather(_start_server(config), loading or _none())
+            # all three finish before a failure is raised, so `finally` stops whatever did start
+            parts = await asyncio.gather(_start_server(config), loading or _none(), _open_fleet(config, fleet), return_exceptions=True)
+            server, loaded, router = [None if isinstance(x, BaseException) else x for x in parts]
             owned_backend = loaded
-            base_url = config.env_url or server.base_url
-            await run_jobs(config, folder, jobs, backend or loaded, base_url)
+            failure = next((x for x in parts if isinstance(x, BaseException)), None)
+            if failure is not None:
+                raise failure
+            base_url = config.env_url or (server.base_url if server else "")
+            await run_jobs(config, folder, jobs, backend or loaded, base_url, fleet=router)
     finally:
+        await asyncio.to_thread(fleet.close)
         if owned_backend is not None:
             await owned_backend.aclose()
         if server is not None:
@@ -258,6 +268,20 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
 
 async def _none() -> None:
     return None
+
+
+async def _open_fleet(config: EvalConfig, stack: contextlib.ExitStack) -> Any:
+    """The fleet router for `--env-urls` / `--servers` (None for one server), closed with `stack`."""
+    if not (config.env_urls or config.servers):
+        return None
+    from envharness.fleet.start import open_fleet
+
+    fleet = open_fleet("browsergym", env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
+                       max_sessions=max(64, 2 * config.concurrency))
+    try:
+        return await asyncio.to_thread(stack.enter_context, fleet)
+    except (ValueError, RuntimeError, TimeoutError) as exc:
+        raise EvalSetupError(f"cannot start the environment fleet: {exc}") from exc
 
 
 def run_eval(config: EvalConfig, *, backend: Any = None) -> EvalResult:

@@ -2,8 +2,11 @@
 tokens, time. Computed from the run's episode records (plain dicts, as read from JSONL).
 
 An episode succeeded when the environment's reward is positive (MiniWoB: 1.0 on success).
-Episodes that crashed (`error` set: a dead server, a model that raised) count as failures,
-and are also counted apart so a broken run is not mistaken for a weak model.
+Episodes that crashed (`error` set: a model that raised, a timeout) count as failures,
+and are also counted apart so a broken run is not mistaken for a weak model. Episodes lost
+to the infrastructure (their server died or was taken out: `metrics.infra_failure`) are not
+scored at all: they are left out of `episodes`, the success rate and the means, and counted
+in `infra_failures` (`--resume` reruns them).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import math
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any, Iterable
+
+from envharness.harness.failures import is_infra_failure
 
 Z95 = 1.959963984540054
 
@@ -58,6 +63,8 @@ class TaskStats:
     mean_tokens: float
     mean_seconds: float
     errors: int
+    #: Episodes lost to a dead or removed server: not scored, not in `episodes`.
+    infra_failures: int = 0
 
     @property
     def success_rate(self) -> float:
@@ -65,6 +72,8 @@ class TaskStats:
 
 
 def task_stats(task: str, records: list[dict[str, Any]]) -> TaskStats:
+    lost = sum(1 for r in records if is_infra_failure(r))
+    records = [r for r in records if not is_infra_failure(r)]
     n = len(records)
     wins = sum(map(is_success, records))
     low, high = wilson_interval(wins, n)
@@ -80,6 +89,7 @@ def task_stats(task: str, records: list[dict[str, Any]]) -> TaskStats:
         mean_tokens=avg([episode_tokens(r) for r in records]),
         mean_seconds=avg([episode_seconds(r) for r in records]),
         errors=sum(1 for r in records if r.get("error")),
+        infra_failures=lost,
     )
 
 
@@ -97,7 +107,8 @@ def summarize(records: Iterable[dict[str, Any]], tasks: list[str] | None = None)
 
 def format_table(rows: list[TaskStats]) -> str:
     """A fixed-width table for the terminal."""
-    header = ("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors")
+    infra = any(r.infra_failures for r in rows)  # the column appears only when a server was lost
+    header = ("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors") + (("infra",) if infra else ())
     lines = [header]
     for r in rows:
         lines.append(
@@ -112,6 +123,7 @@ def format_table(rows: list[TaskStats]) -> str:
                 f"{r.mean_seconds:.1f}s",
                 str(r.errors),
             )
+            + ((str(r.infra_failures),) if infra else ())
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = []

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from envharness.harness.concurrency import run_coroutine_sync
+from envharness.harness.failures import note_failure
 from envharness.harness.model_step import ModelStep, call_model_step
 from envharness.harness.session import call_session
 from envharness.harness.tokens import TokenAssembler
@@ -75,6 +76,7 @@ class MCPHarnessAdapter(HarnessAdapter):
             stop_reason = await self._loop(model_step, session, limits, result, tokens, messages, timings)
         except Exception as exc:
             result.error = f"{type(exc).__name__}: {exc}"
+            note_failure(result.metrics, exc)  # a lost server is not the policy's reward 0
             stop_reason = "error"
         result.messages = list(messages)
         result.prompt_ids, result.completion_ids = tokens.prompt_ids, tokens.completion_ids

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from envharness.harness.adapter import HarnessAdapter, MCPHarnessAdapter
 from envharness.harness.concurrency import run_coroutine_sync, run_sync, worker_threads
+from envharness.harness.failures import INFRA_FAILURE_KEY, is_infra_failure, note_failure
 from envharness.harness.model_step import BatchingModelStep, ModelStep
 from envharness.harness.session import call_session, create_session
 from envharness.harness.tool_parsing import ToolCallParser, parse_json_tool_calls
@@ -119,6 +120,7 @@ async def run_episode(
     except TimeoutError:
         _fail(rollout, f"TimeoutError: episode took longer than {timeout_s} s")
     except Exception as exc:
+        note_failure(rollout.metrics, exc)
         _fail(rollout, f"{type(exc).__name__}: {exc}")
     finally:
         if session is not None:
@@ -230,6 +232,15 @@ def _placeholder_tokens(trainer: Any) -> dict[str, list] | None:
     return {"prompt_ids": [eos if pad is None else pad], "completion_ids": [eos], "logprobs": [0.0], "env_mask": [0]}
 
 
+def rollout_metrics(results: Sequence[HarnessRolloutResult]) -> dict[str, float]:
+    """A batch's counts: episodes, failed ones, and those failed for infrastructure (a lost
+    server: not a real reward of 0) with their fraction."""
+    n = len(results)
+    infra = sum(1 for r in results if is_infra_failure(r))
+    return {"episodes": n, "failed": sum(1 for r in results if r.error is not None), "infra_failures": infra,
+            "infra_failure_fraction": infra / n if n else 0.0}
+
+
 def build_harness_rollout_func(
     *,
     session_factory: Any,
@@ -253,7 +264,9 @@ def build_harness_rollout_func(
 
     A failed episode keeps its exact tokens up to the failure, but its `env_mask` is all 0,
     so a crashed server or a timeout teaches the policy nothing (`train_on_failed=True` keeps
-    the mask, and so the loss on its model tokens with reward 0).
+    the mask, and so the loss on its model tokens with reward 0). Episodes whose server was
+    lost are flagged `infra_failure: True` in their `verify_metrics`;
+    `rollout_func.last_metrics` counts the last batch's episodes, errors and infra failures.
     """
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -282,7 +295,11 @@ def build_harness_rollout_func(
             metrics = dict(r.verify.metrics) if r.verify is not None else {}
             if r.error is not None:
                 metrics["error"] = r.error
+            if is_infra_failure(r):
+                metrics[INFRA_FAILURE_KEY] = True
             out["verify_metrics"].append(metrics)
+        rollout_func.last_metrics = rollout_metrics(results)  # type: ignore[attr-defined]
         return out
 
+    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
     return rollout_func

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -35,6 +36,7 @@ from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest
 
 RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
+log = logging.getLogger(__name__)
 
 
 # -- prompts: which task (and seed) an episode plays ---------------------------------------
@@ -226,12 +228,17 @@ def build_trl_rollout_func(
             on_result=on_result,
         )
         out = inner(prompts, trainer)
+        rollout_func.last_metrics = inner.last_metrics  # type: ignore[attr-defined]
+        if inner.last_metrics.get("infra_failures"):
+            log.warning("%d of %d episodes lost to a dead environment server (masked out, reward 0)",
+                        inner.last_metrics["infra_failures"], inner.last_metrics["episodes"])
         ordered = [results[i] for i in range(len(prompts))]
         out["step_rewards"] = [_step_rewards(r) for r in ordered]
         out["success"] = [_success(r) for r in ordered]
         return out
 
     rollout_func.records = writer  # type: ignore[attr-defined]
+    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
     return rollout_func
 
 
@@ -244,7 +251,9 @@ def build_browsergym_rollout_func(
     **kwargs: Any,
 ) -> RolloutFunc:
     """`build_trl_rollout_func` for BrowserGym: one client per episode from `client_factory`,
-    model text such as `click('13')` parsed into browser tool calls."""
+    model text such as `click('13')` parsed into browser tool calls. `client_factory` may be a
+    `ClientPool` or a fleet's pool (`EnvFleet.client_pool()`, `FleetRouter(urls)`), which
+    spreads the episodes over many servers."""
     from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
 
     options = dict(session_factory_kwargs or {})

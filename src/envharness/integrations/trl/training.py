@@ -61,6 +61,11 @@ class TrainConfig:
     threads: int | None = None
     #: Experiment tracker: "none", "tensorboard", "trackio" (local) or "wandb" (see tracking.py).
     report_to: str = "none"
+    #: A fleet instead of one server (issue 13): running servers' urls, or N servers on Ray
+    #: (`ray_address`: the cluster; None starts Ray here).
+    env_urls: list[str] = field(default_factory=list)
+    servers: int = 0
+    ray_address: str | None = None
 
 
 @dataclass
@@ -138,11 +143,20 @@ TRAIN_SERVER_OPTIONS: dict[str, Any] = {"pruned_html": False, "extra_properties"
 
 
 @contextlib.contextmanager
-def browser_clients(env_url: str | None = None) -> Iterator[Callable[[], Any]]:
+def browser_clients(env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
+                    ray_address: str | None = None) -> Iterator[Callable[[], Any]]:
     """A factory of pooled browser clients (one lease per episode) on `env_url`, or on a
-    browsergym server started on loopback for the duration of the block."""
+    browsergym server started on loopback for the duration of the block; with `env_urls` or
+    `servers`, a fleet router spreading the episodes over many servers (`envharness.fleet`)."""
     from envharness.envs.browsergym import BrowserGymEnv
 
+    if env_urls or servers:
+        from envharness.fleet.start import open_fleet
+
+        with open_fleet("browsergym", env_urls=env_urls or [], servers=servers, ray_address=ray_address,
+                        env_options=TRAIN_SERVER_OPTIONS) as router:
+            yield router
+        return
     with contextlib.ExitStack() as stack:
         if not env_url:
             from envharness.core.launchers import LocalServer
@@ -213,7 +227,8 @@ def train(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    with contextlib.nullcontext(client_factory) if client_factory else browser_clients(config.env_url) as make_client:
+    with contextlib.nullcontext(client_factory) if client_factory else browser_clients(
+            config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address) as make_client:
         records_path = out / "episodes.jsonl"
         rollout_func = build_browsergym_rollout_func(
             make_client,
