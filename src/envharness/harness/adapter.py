@@ -79,6 +79,7 @@ class MCPHarnessAdapter(HarnessAdapter):
         result.messages = list(messages)
         result.prompt_ids, result.completion_ids = tokens.prompt_ids, tokens.completion_ids
         result.logprobs, result.env_mask = tokens.logprobs, tokens.env_mask
+        result.images, result.image_token_counts = tokens.images, tokens.image_token_counts
         result.metrics.setdefault("turns", len(result.turns))
         result.metrics.setdefault("tool_calls", len(result.tool_trace))
         result.metrics["tool_errors"] = sum(1 for e in result.tool_trace if e.result.error)

