@@ -172,3 +172,25 @@ def test_settings_that_cannot_be_exact_are_refused(tmp_path):
             check_exact_settings(grpo_config(config, **overrides))
     with pytest.raises(VisionTrainingError, match="Qwen2/2.5/3-VL"):
         check_processor(build_tiny_vlm("idefics3")[1])
+
+
+def test_envharness_train_runs_a_vision_model_end_to_end(tmp_path, capsys):
+    """`envharness train --model <VLM dir>`: screenshots in the episodes, a saved model that loads back."""
+    from envharness.cli import main as cli_main
+    from envharness.harness import read_records
+    from envharness.models import load_backend
+    from envharness.models.tiny_vlm import save_tiny_vlm
+    from envharness.models.transformers_vision import TransformersVisionBackend
+
+    model_dir = save_tiny_vlm("qwen2-vl", tmp_path / "vlm")
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--steps", "1", "--output-dir", str(out), "--num-generations", "2",
+            "--groups-per-step", "1", "--max-completion-length", "6", "--max-turns", "2", "--screenshot-max-side", "120"]
+    assert cli_main([*args, "--beta", "0.04"]) == 1
+    assert "beta != 0" in capsys.readouterr().err
+    assert cli_main(args) == 0
+    records = read_records(out / "episodes.jsonl")
+    assert len(records) == 2 and all(r.error is None for r in records)
+    assert all(r.metrics.get("images", 0) >= 1 for r in records)  # the policy saw screenshots
+    backend = load_backend(str(out / "final"))
+    assert isinstance(backend, TransformersVisionBackend)

@@ -3,6 +3,7 @@
     envharness train --task click-test --steps 30                 # SmolLM2-135M-Instruct, full fine-tune
     envharness train --task click-button --lora --minutes 20 --output-dir runs/cb
     envharness train --model ./my-model --env-url http://127.0.0.1:8000 --reward success --reward sum
+    envharness train --model ./my-qwen2-vl --max-turns 2                # a vision-language model: screenshots
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
 and `reward_curve.png` in `--output-dir`.
@@ -43,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", choices=["compact", "default"], default=d.prompt, help="prompt style (compact suits small models)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest when other jobs share the cores)")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
+    # -- vision policies (issue 11): `--model <VLM directory>` or `--model tiny-vlm` trains on screenshots --
+    parser.add_argument("--screenshot-max-side", type=int, default=d.screenshot_max_side,
+                        help="vision models: longest side of the screenshots they see, in pixels")
+    parser.add_argument("--vision-page-text", choices=["elements", "axtree", "none"], default=d.vision_page_text,
+                        help="vision models: page text shown beside the screenshot")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -81,6 +87,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         prompt=args.prompt,
         use_vllm=args.use_vllm,
         threads=args.threads,
+        screenshot_max_side=getattr(args, "screenshot_max_side", _DEFAULTS.screenshot_max_side),
+        vision_page_text=getattr(args, "vision_page_text", _DEFAULTS.vision_page_text),
     )
 
 
