@@ -24,7 +24,7 @@ from envharness.models.tiny_vlm import build_tiny_vlm, save_tiny_vlm
 from envharness.models.transformers_vision import TransformersVisionBackend
 from envharness.models.vision_processors import placeholder_counts
 
-ARCHS = ["qwen2-vl", "qwen3-vl", "idefics3"]
+ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "idefics3"]
 
 
 def screenshot(seed: int, size: tuple[int, int] = (160, 210)) -> Image.Image:

@@ -4,7 +4,8 @@ No VLM weights can be downloaded here, so tests build their own: a byte-level BP
 trained from scratch on a few lines of web-agent text (Qwen's special tokens), a ChatML
 template that writes one image placeholder per image part, a real image processor and
 processor class, and a real model class (`Qwen2VLForConditionalGeneration`,
-`Qwen3VLForConditionalGeneration`, `Idefics3ForConditionalGeneration`) from a small config
+`Qwen2_5_VLForConditionalGeneration`, `Qwen3VLForConditionalGeneration`,
+`Idefics3ForConditionalGeneration`) from a small config
 with random weights. `save_tiny_vlm(arch, dir)` writes a directory that `load_backend(dir)`
 and `envharness train --model dir` load like any real checkpoint. The outputs are random:
 these models exercise the code paths (pixels, placeholders, logprobs), not vision quality.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-ARCHITECTURES = ("qwen2-vl", "qwen3-vl", "idefics3")
+ARCHITECTURES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "idefics3")
 
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 IDEFICS_SPECIALS = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]
@@ -62,7 +63,8 @@ def image_only_processor_class(arch: str) -> type:
     """The processor class for `arch`, without a video slot (torchvision cannot load here)."""
     from envharness.models.vision_processors import image_only_processor_class as cls_for
 
-    return cls_for({"qwen2-vl": "Qwen2VLProcessor", "qwen3-vl": "Qwen3VLProcessor", "idefics3": "Idefics3Processor"}[arch])
+    names = {"qwen2-vl": "Qwen2VLProcessor", "qwen2.5-vl": "Qwen2_5_VLProcessor", "qwen3-vl": "Qwen3VLProcessor", "idefics3": "Idefics3Processor"}
+    return cls_for(names[arch])
 
 
 def build_tiny_vlm(arch: str = "qwen2-vl", seed: int = 0) -> tuple[Any, Any]:
@@ -78,13 +80,20 @@ def build_tiny_vlm(arch: str = "qwen2-vl", seed: int = 0) -> tuple[Any, Any]:
 
 
 def _qwen(arch: str) -> tuple[Any, Any]:
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+    )
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tok = build_tokenizer(QWEN_SPECIALS)
     tok.chat_template = _QWEN_TEMPLATE
     ids = {name: tok.convert_tokens_to_ids(name) for name in QWEN_SPECIALS}
-    patch = 14 if arch == "qwen2-vl" else 16
+    patch = 16 if arch == "qwen3-vl" else 14
     image_processor = Qwen2VLImageProcessorPil(min_pixels=(2 * patch) ** 2, max_pixels=(8 * patch) ** 2, patch_size=patch, merge_size=2)
     special = dict(
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
@@ -101,6 +110,14 @@ def _qwen(arch: str) -> tuple[Any, Any]:
             text_config=text, vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, mlp_ratio=2, patch_size=patch), **special
         )
         model_cls = Qwen2VLForConditionalGeneration
+    elif arch == "qwen2.5-vl":
+        text["rope_scaling"] = {"type": "mrope", "mrope_section": [1, 1, 2], "rope_type": "default"}
+        vision = dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=32, patch_size=patch,
+            window_size=56, fullatt_block_indexes=[1],
+        )
+        config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **special)
+        model_cls = Qwen2_5_VLForConditionalGeneration
     else:
         text.update(head_dim=8, rope_scaling={"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True})
         vision = dict(

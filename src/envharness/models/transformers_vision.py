@@ -171,8 +171,9 @@ class TransformersVisionBackend:
             do_sample=False, num_beams=1, max_new_tokens=max(p.max_tokens for p in sampling),
             eos_token_id=sorted(self._eos_ids) or None, pad_token_id=self._pad_id,
         )
-        saved_config, was_training = self.model.generation_config, self.model.training
-        self.model.generation_config = GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=self._pad_id)
+        owner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft wraps it
+        saved_config, was_training = owner.generation_config, self.model.training
+        owner.generation_config = GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=self._pad_id)
         self.model.eval()
         try:
             self.model.generate(
@@ -180,7 +181,7 @@ class TransformersVisionBackend:
                 stopping_criteria=StoppingCriteriaList([_RowsDone(rows)]),
             )
         finally:
-            self.model.generation_config = saved_config
+            owner.generation_config = saved_config
             self.model.train(was_training)
         return [self._generation(p, row) for p, row in zip(prompts, rows)]
 
