@@ -39,13 +39,13 @@ def reply_length(completions, **kwargs):
     return [float(len(c)) for c in completions]
 
 
-def run_one_step(trainer_cls, server_url, tmp_path):
+def run_one_step(trainer_cls, server_url, tmp_path, arch="qwen2-vl"):
     """One GRPO step; returns what the rollout handed TRL and what the loss pass received."""
     from envharness.envs.browsergym import AsyncBrowserGymEnv
     from envharness.integrations.trl.vision import build_vision_rollout_func
     from envharness.models.tiny_vlm import build_tiny_vlm
 
-    model, processor = build_tiny_vlm("qwen2-vl", seed=0)
+    model, processor = build_tiny_vlm(arch, seed=0)
     torch.manual_seed(0)
     rollout_func = build_vision_rollout_func(
         functools.partial(AsyncBrowserGymEnv, base_url=server_url), default_task="click-test", limits=HarnessRunLimits(max_turns=2)
@@ -105,11 +105,13 @@ def loss_vs_sampling(handed: dict, loss_passes: list[dict]) -> float:
     return worst
 
 
-def test_vision_grpo_step_gives_the_loss_pass_the_screenshots_and_exact_logprobs(server_url, tmp_path):
+@pytest.mark.parametrize("arch", ["qwen2-vl", "idefics3"])
+def test_vision_grpo_step_gives_the_loss_pass_the_screenshots_and_exact_logprobs(server_url, tmp_path, arch):
     from envharness.integrations.trl.vision import VisionGRPOTrainer
+    from envharness.models.vision_processors import image_token_id
 
-    handed, loss_passes, changed, processor = run_one_step(VisionGRPOTrainer, server_url, tmp_path)
-    image_token = processor.image_token_id
+    handed, loss_passes, changed, processor = run_one_step(VisionGRPOTrainer, server_url, tmp_path, arch)
+    image_token = image_token_id(processor)
     rows = len(handed["prompt_ids"])
     assert rows == 4
     two_screenshots = 0
@@ -122,7 +124,8 @@ def test_vision_grpo_step_gives_the_loss_pass_the_screenshots_and_exact_logprobs
         two_screenshots += len(images) == 2
     assert two_screenshots >= 1, "expected two-turn episodes with a screenshot per turn"
     assert loss_passes and all(p["pixels"] for p in loss_passes)
-    assert sum(sum(p["num_images"]) for p in loss_passes) == sum(len(x) for x in handed["episode_images"])
+    if arch == "qwen2-vl":  # patches of every image, counted per row (Idefics3: one block of tiles per row)
+        assert sum(sum(p["num_images"]) for p in loss_passes) == sum(len(x) for x in handed["episode_images"])
     assert loss_vs_sampling(handed, loss_passes) < 1e-5
     assert changed, "the optimizer step changed no weight"
 
@@ -170,8 +173,9 @@ def test_settings_that_cannot_be_exact_are_refused(tmp_path):
                              ({"steps_per_generation": 2}, "aligned")]:
         with pytest.raises(VisionTrainingError, match=words):
             check_exact_settings(grpo_config(config, **overrides))
-    with pytest.raises(VisionTrainingError, match="Qwen2/2.5/3-VL"):
-        check_processor(build_tiny_vlm("idefics3")[1])
+    check_processor(build_tiny_vlm("idefics3")[1])  # both pixel layouts are supported
+    with pytest.raises(VisionTrainingError, match="image processor"):
+        check_processor(build_tiny_vlm("qwen2-vl")[1].tokenizer)
 
 
 def test_envharness_train_runs_a_vision_model_end_to_end(tmp_path, capsys):

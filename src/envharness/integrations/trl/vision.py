@@ -19,9 +19,15 @@ What cannot be exact yet is refused (`check_exact_settings`): logprobs TRL compu
 `_generate_and_score_completions` without the pixels (a reference model for `beta != 0`,
 old logprobs when generation is not aligned with optimizer steps or `num_iterations > 1`),
 vLLM generation (it samples on its own engine, without our images), and top-k/top-p
-(sampling logprobs are then of the truncated distribution, the loss's are not). Processors
-whose pixels are indexed per tile (Idefics3, SmolVLM) are refused too: TRL 1.16 slices them
-by image count, which mixes rows up; the Qwen2/2.5/3-VL family (`image_grid_thw`) is supported.
+(sampling logprobs are then of the truncated distribution, the loss's are not).
+
+Two pixel layouts are supported. Qwen2/2.5/3-VL (`image_grid_thw`): patches of all images
+concatenated, `num_images` per row, which TRL uses to slice and to split for gradient
+accumulation. Idefics3-style processors (`image_seq_len`): `pixel_values` has one block of
+tiles per row (padded with empty tiles, which the model drops); TRL 1.16 slices such tensors
+by image count when their first dimension equals `sum(num_images)`, so the trainer passes
+`num_images = [1] * rows` (one block per row), which makes that slicing the row slicing it
+must be. Other layouts are refused.
 
 This overrides TRL private methods (`_generate`, `_generate_and_score_completions`); it is
 written for trl 1.16 and checked by tests against the installed version.
@@ -72,11 +78,11 @@ def check_processor(processor: Any) -> None:
     """Refuse processors this trainer cannot hand exact pixels to TRL's loss pass for."""
     if not hasattr(processor, "image_processor"):
         raise VisionTrainingError(f"vision GRPO needs the model's processor (with an image processor), got {type(processor).__name__}")
-    if getattr(processor, "image_seq_len", None) is not None or not hasattr(processor.image_processor, "merge_size"):
+    if getattr(processor, "image_seq_len", None) is None and not hasattr(processor.image_processor, "merge_size"):
         raise VisionTrainingError(
-            f"{type(processor).__name__}: vision GRPO supports Qwen2/2.5/3-VL-style processors (image_grid_thw); "
-            "per-tile pixels (Idefics3, SmolVLM) are sliced by image count in TRL 1.16's loss pass, which mixes rows up. "
-            "Evaluate such models with `envharness eval`; train a Qwen-VL-style model."
+            f"{type(processor).__name__}: vision GRPO supports Qwen2/2.5/3-VL-style (image_grid_thw) and Idefics3-style "
+            "(image_seq_len) processors; this one lays its pixels out otherwise, which TRL's loss pass may slice wrongly. "
+            "Evaluate such models with `envharness eval`."
         )
 
 
@@ -152,7 +158,8 @@ def attach_pixels(processor: Any, prompt_ids: torch.Tensor, completion_ids: torc
             )
     extra = image_inputs(processor, [list(r) for r in images], ids)
     if "pixel_values" in extra:
-        extra["num_images"] = [len(r) for r in images]
+        tiled = getattr(processor, "image_seq_len", None) is not None  # one block of tiles per row: see the module docstring
+        extra["num_images"] = [1] * len(images) if tiled else [len(r) for r in images]
     return {k: v.to(ids.device) if isinstance(v, torch.Tensor) else v for k, v in extra.items()}
 
 
