@@ -154,3 +154,33 @@ def test_load_backend_picks_the_vision_backend_for_a_vlm_directory(tmp_path):
     assert isinstance(backend, TransformersVisionBackend)
     gen = backend.generate_blocking([GenerationRequest(messages=[user("Goal", screenshot(3))], sampling=SamplingParams(max_tokens=3, seed=0))])[0]
     assert gen.image_token_counts and len(gen.completion_ids) <= 3
+
+
+@pytest.mark.slow
+def test_embedded_demo_vlm_speaks_like_smollm2_and_its_logprobs_are_exact():
+    """`embedded-vlm`: SmolLM2's language (same greedy answer with a screenshot in the prompt),
+    pixels that reach the model (another screenshot, other logprobs), exact sampling logprobs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # on shared cores, 1 thread is ~20x faster than fighting for 2
+    try:
+        backend = load_backend("embedded-vlm")
+        assert "UNTRAINED VISION" in backend.name
+        question = {"type": "text", "text": "What is the capital of France?"}
+        system = {"role": "system", "content": "You are a helpful assistant."}
+        page = screenshot(7)
+        greedy = backend.generate_blocking(
+            [GenerationRequest(messages=[system, {"role": "user", "content": [{"type": "image", "image": page}, question]}],
+                               sampling=SamplingParams(temperature=0, max_tokens=12))]
+        )[0]
+        assert "Paris" in greedy.text and greedy.image_token_counts == [49]
+        sampled = backend.generate_blocking(
+            [GenerationRequest(messages=[system, {"role": "user", "content": [{"type": "image", "image": page}, question]}],
+                               sampling=SamplingParams(temperature=1.0, max_tokens=6, seed=1))]
+        )[0]
+        # 30 fp32 layers: cached decoding vs one plain forward sum in different orders (measured 1.1e-5);
+        # another screenshot moves them by orders of magnitude more
+        exact = max_diff(backend.score(sampled.prompt_ids, sampled.completion_ids, [page]), sampled.logprobs)
+        assert exact < 1e-4
+        assert max_diff(backend.score(sampled.prompt_ids, sampled.completion_ids, [screenshot(8)]), sampled.logprobs) > 100 * exact
+    finally:
+        torch.set_num_threads(threads)

