@@ -69,6 +69,28 @@ def per_architecture() -> None:
         print(f"| {arch} | {params:,} | {gens[0].image_token_counts[0]} | {exact:.1e} | {other:.1e} | {statistics.median(times):.2f} | {statistics.median(score_times):.3f} |")
 
 
+def demo_model() -> None:
+    from envharness.models import load_backend
+    from envharness.models.base import GenerationRequest, SamplingParams
+
+    started = time.perf_counter()
+    backend = load_backend("embedded-vlm")
+    loaded = time.perf_counter() - started
+    page = screenshot(7)
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": [{"type": "image", "image": page}, {"type": "text", "text": "What is the capital of France?"}]}]
+    started = time.perf_counter()
+    greedy = backend.generate_blocking([GenerationRequest(messages=messages, sampling=SamplingParams(temperature=0, max_tokens=12))])[0]
+    greedy_s = time.perf_counter() - started
+    sampled = backend.generate_blocking([GenerationRequest(messages=messages, sampling=SamplingParams(max_tokens=6, seed=1))])[0]
+    exact = max(abs(a - b) for a, b in zip(backend.score(sampled.prompt_ids, sampled.completion_ids, [page]), sampled.logprobs))
+    other = max(abs(a - b) for a, b in zip(backend.score(sampled.prompt_ids, sampled.completion_ids, [screenshot(8)]), sampled.logprobs))
+    print("\n| embedded-vlm (SmolLM2-135M + untrained Idefics3 vision) | value |\n|---|---|")
+    print(f"| load (cached SmolLM2) | {loaded:.1f} s |\n| greedy answer with a screenshot | {greedy.text!r} ({greedy_s:.1f} s, 12 tokens) |")
+    print(f"| placeholder tokens / screenshot | {greedy.image_token_counts[0]} |")
+    print(f"| max sampling−scoring logprob | {exact:.1e} |\n| same tokens, another screenshot | {other:.1e} |")
+
+
 def grpo_step() -> None:
     from test_trl_vision import loss_vs_sampling, run_one_step
     from trl import GRPOTrainer
@@ -107,5 +129,6 @@ def tokens_by_size() -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     per_architecture()
+    demo_model()
     grpo_step()
     tokens_by_size()
