@@ -42,7 +42,8 @@ def test_screenshot_forms_all_become_the_same_image():
 
 def test_first_prompt_has_goal_elements_and_the_screenshot_last():
     messages = vision_prompt(observation((200, 0, 0)), "click-test", ["click", "noop"], VisionPromptConfig(max_side=100))
-    assert [m["role"] for m in messages] == ["system", "user"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]  # a worked example first
+    assert [m["role"] for m in vision_prompt(observation((0, 0, 0)), "t", ["click"], VisionPromptConfig(example=False))] == ["system", "user"]
     parts = messages[-1]["content"]
     assert parts[0]["type"] == "text" and "Goal: Click the button." in parts[0]["text"] and "[13] button 'Click Me!'" in parts[0]["text"]
     assert parts[-1]["type"] == "image" and max(parts[-1]["image"].size) == 100  # shrunk, aspect kept

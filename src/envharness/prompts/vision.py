@@ -46,6 +46,9 @@ class VisionPromptConfig:
     #: Bound on the page text: elements listed, or characters of the AXTree.
     max_elements: int = 40
     max_axtree_chars: int = 4000
+    #: Show one worked example (text only) as an earlier turn: small models answer in the
+    #: action format only when they have seen it once.
+    example: bool = True
 
     def __post_init__(self) -> None:
         if self.page_text not in ("elements", "axtree", "none"):
@@ -123,12 +126,20 @@ def observation_parts(observation: Any, config: VisionPromptConfig, *, header: s
     return parts
 
 
+EXAMPLE = [
+    {"role": "user", "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'\nScreenshot: (none)"},
+    {"role": "assistant", "content": "click('4')"},
+]
+
+
 def vision_prompt(observation: Any, task: Any, tool_names: Sequence[str], config: VisionPromptConfig | None = None) -> list[Message]:
-    """The first prompt of an episode: system text, then the goal, page text and screenshot."""
+    """The first prompt of an episode: system text, (a worked example,) then the goal, page
+    text and screenshot."""
     config = config or VisionPromptConfig()
     goal = _field(observation, "goal") or (task if isinstance(task, str) else "")
     return [
         {"role": "system", "content": system_text(tool_names)},
+        *(EXAMPLE if config.example else []),
         {"role": "user", "content": observation_parts(observation, config, header=f"Goal: {goal}")},
     ]
 
