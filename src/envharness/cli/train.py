@@ -4,6 +4,7 @@
     envharness train --tasks click-button --lora --minutes 20 --out runs/cb
     envharness train --model ./my-model --env-url http://127.0.0.1:8000 --reward success --reward sum
     envharness eval --prompt compact --model runs/cb/final        # evaluate it on the prompt it learned
+    envharness train --model ./my-qwen2-vl --max-turns 2          # a vision-language model: screenshots
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
 and `reward_curve.png` in `--out` (old spelling: `--output-dir`).
@@ -58,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers", type=int, default=0, help="run N browser servers on Ray and spread episodes over them")
     parser.add_argument("--ray-address", default=None,
                         help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
+    # -- vision policies (issue 11): `--model <VLM directory>` or `--model tiny-vlm` trains on screenshots --
+    parser.add_argument("--screenshot-max-side", type=int, default=d.screenshot_max_side,
+                        help="vision models: longest side of the screenshots they see, in pixels")
+    parser.add_argument("--vision-page-text", choices=["elements", "axtree", "none"], default=d.vision_page_text,
+                        help="vision models: page text shown beside the screenshot")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -106,6 +112,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         env_urls=args.env_urls,
         servers=args.servers,
         ray_address=args.ray_address,
+        screenshot_max_side=args.screenshot_max_side,
+        vision_page_text=args.vision_page_text,
     )
 
 

@@ -34,9 +34,12 @@ from envharness.harness.types import (
 TOOL_ERRORS = (KeyError, ValueError, TypeError)
 
 
-def tool_message_content(result: ToolResult) -> str:
-    """What the model reads for a tool result: its data as text, an error first when present."""
+def tool_message_content(result: ToolResult) -> str | list[dict[str, Any]]:
+    """What the model reads for a tool result: its data as text, an error first when present.
+    Data given as content parts (text and image parts, `models/images.py`) stays parts."""
     data = result.data
+    if isinstance(data, list) and data and all(isinstance(p, dict) and p.get("type") in ("text", "image") for p in data):
+        return ([{"type": "text", "text": f"Error: {result.error}\n"}] if result.error else []) + list(data)
     text = "" if data is None else data if isinstance(data, str) else json.dumps(data, sort_keys=True, default=str)
     if result.error:
         return f"Error: {result.error}" + (f"\n{text}" if text else "")
@@ -81,6 +84,7 @@ class MCPHarnessAdapter(HarnessAdapter):
         result.messages = list(messages)
         result.prompt_ids, result.completion_ids = tokens.prompt_ids, tokens.completion_ids
         result.logprobs, result.env_mask = tokens.logprobs, tokens.env_mask
+        result.images, result.image_token_counts = tokens.images, tokens.image_token_counts
         result.metrics.setdefault("turns", len(result.turns))
         result.metrics.setdefault("tool_calls", len(result.tool_trace))
         result.metrics["tool_errors"] = sum(1 for e in result.tool_trace if e.result.error)

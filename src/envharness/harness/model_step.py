@@ -208,4 +208,7 @@ class EpisodeModelStep:
             completion_ids=list(gen.completion_ids),
             logprobs=list(gen.logprobs),
             metadata={"finish_reason": gen.finish_reason, **gen.metadata},
+            images=list(gen.images),
+            image_token_counts=list(gen.image_token_counts),
+            image_token_id=gen.image_token_id,
         )

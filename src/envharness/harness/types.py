@@ -55,6 +55,11 @@ class ModelStepResult:
     logprobs: list[float] = field(default_factory=list)
     #: Backend extras (finish_reason, timings); kept in episode records.
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Vision models: the images the prompt added since the previous turn, in placeholder
+    #: order, their placeholder token counts, and the placeholder token (`Generation`'s).
+    images: list[Any] = field(default_factory=list)
+    image_token_counts: list[int] = field(default_factory=list)
+    image_token_id: int | None = None
 
 
 @dataclass
@@ -124,6 +129,10 @@ class HarnessRolloutResult:
     logprobs: list[float] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
     turns: list[ModelStepResult] = field(default_factory=list)
+    #: The images of the assembled sequence, in placeholder order, with their placeholder
+    #: counts (what a trainer needs to give the loss pass the pixels the policy saw).
+    images: list[Any] = field(default_factory=list)
+    image_token_counts: list[int] = field(default_factory=list)
     # Filled by `run_episodes` (absent from OpenEnv's result, which leaves them to the caller):
     task: Any = None
     seed: int | None = None

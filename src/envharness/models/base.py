@@ -51,6 +51,13 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prefix_ids: list[int] | None = None
 
+    @property
+    def images(self) -> list[Any]:
+        """The images of the conversation (image parts, `models/images.py`), in placeholder order."""
+        from envharness.models.images import messages_images
+
+        return messages_images(self.messages)
+
 
 @dataclass
 class Generation:
@@ -62,6 +69,13 @@ class Generation:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = "stop"
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Vision backends: the images this turn's prompt added after `prefix_ids` (all of them
+    #: without a prefix), in placeholder order, and how many placeholder tokens
+    #: (`image_token_id`) each became in `prompt_ids`, as the image processor counts them.
+    #: A trainer rebuilds the pixels of a sequence from these (see integrations/trl/vision.py).
+    images: list[Any] = field(default_factory=list)
+    image_token_counts: list[int] = field(default_factory=list)
+    image_token_id: int | None = None
 
 
 @runtime_checkable

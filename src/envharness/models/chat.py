@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from envharness.models.base import Message
+from envharness.models.images import refuse_images
 
 _SENTINEL = "\x00ENVHARNESS_TURN\x00"
 
@@ -97,10 +98,24 @@ def prompt_ids(
     tools: list[dict[str, Any]] | None = None,
     prefix_ids: list[int] | None = None,
 ) -> list[int]:
-    """Exact prompt tokens for the next assistant turn; they start with `prefix_ids` when given."""
+    """Exact prompt tokens for the next assistant turn; they start with `prefix_ids` when given.
+
+    For text models: a conversation with image parts is refused (`ImagesNotSupportedError`);
+    vision backends render through `new_prompt_text` with their processor."""
+    refuse_images(getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__, messages)
+    return list(prefix_ids or []) + encode(tokenizer, new_prompt_text(tokenizer, messages, tools, prefix_ids))
+
+
+def new_prompt_text(
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict[str, Any]] | None = None,
+    prefix_ids: list[int] | None = None,
+) -> str:
+    """The templated text to tokenize after `prefix_ids` (the whole prompt without them)."""
     full = render(tokenizer, messages, tools)
     if not prefix_ids:
-        return encode(tokenizer, full)
+        return full
     last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
     if last is None:
         raise ValueError("prefix_ids given but the conversation has no previous assistant turn")
@@ -110,7 +125,7 @@ def prompt_ids(
             "the chat template is not prefix-preserving (rendering more messages changed earlier text); "
             "exact multi-turn tokens are impossible with it"
         )
-    return list(prefix_ids) + encode(tokenizer, _missing_turn_end(tokenizer, prefix_ids) + full[len(before) :])
+    return _missing_turn_end(tokenizer, prefix_ids) + full[len(before) :]
 
 
 def _missing_turn_end(tokenizer: Any, prefix_ids: list[int]) -> str:

@@ -193,6 +193,7 @@ def build_trl_rollout_func(
     include_tokens_in_records: bool = False,
     backend_factory: Callable[[Any], Any] = trainer_backend,
     harness_adapter: Any = None,
+    with_images: bool = False,
 ) -> RolloutFunc:
     """A TRL 1.16 `rollout_func(prompts, trainer)` that plays one harness episode per prompt.
 
@@ -200,6 +201,9 @@ def build_trl_rollout_func(
     `send_tools=False` keeps tool specs out of the chat template (text-action prompts).
     `max_concurrency` (default: all prompts at once) bounds episodes in flight. `records`:
     a JSONL path (or writer) receiving every episode, with `metrics.train_step`.
+    `with_images=True` (vision policies) adds, per row, the images of its token sequence in
+    placeholder order (`episode_images`) and their placeholder counts (`image_token_counts`),
+    which `integrations/trl/vision.py` hands to the loss pass.
     """
     limits = limits or HarnessRunLimits()
     writer = EpisodeRecordWriter(records, include_tokens=include_tokens_in_records) if isinstance(records, (str, Path)) else records
@@ -235,6 +239,9 @@ def build_trl_rollout_func(
         ordered = [results[i] for i in range(len(prompts))]
         out["step_rewards"] = [_step_rewards(r) for r in ordered]
         out["success"] = [_success(r) for r in ordered]
+        if with_images:  # a row without tokens of its own (TRL's placeholder) shows no images
+            out["episode_images"] = [list(r.images) if r.completion_ids else [] for r in ordered]
+            out["image_token_counts"] = [list(r.image_token_counts) if r.completion_ids else [] for r in ordered]
         return out
 
     rollout_func.records = writer  # type: ignore[attr-defined]

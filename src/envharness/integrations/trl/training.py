@@ -30,6 +30,8 @@ from envharness.prompts.text import tokenizer_counter
 class TrainConfig:
     tasks: list[str] = field(default_factory=lambda: ["click-test"])
     #: "embedded" (SmolLM2-135M-Instruct, offline), "tiny" (random, for tests), or a path / hub id.
+    #: A vision-language model directory (or "tiny-vlm[:qwen2-vl|qwen3-vl]") trains on screenshots
+    #: with `VisionGRPOTrainer` (integrations/trl/vision.py).
     model: str = "embedded"
     output_dir: str = "runs/train"
     lora: bool = False
@@ -66,6 +68,11 @@ class TrainConfig:
     env_urls: list[str] = field(default_factory=list)
     servers: int = 0
     ray_address: str | None = None
+    # -- vision policies (integrations/trl/vision.py) --
+    #: Longest side of the screenshots shown to a vision model, in pixels.
+    screenshot_max_side: int | None = 448
+    #: Page text beside the screenshot: "elements", "axtree" or "none".
+    vision_page_text: str = "elements"
 
 
 @dataclass
@@ -215,6 +222,9 @@ def train(
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
 
     _check(config)
+    from envharness.integrations.trl import vision as vision_grpo
+
+    is_vlm = vision_grpo.is_vision_spec(config.model) if model is None else hasattr(tokenizer, "image_processor")
     if config.threads:
         import torch
 
@@ -223,23 +233,30 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
     if model is None:
-        model, tokenizer = load_model(config.model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+        model, tokenizer = vision_grpo.load_vision_model(config.model) if is_vlm else load_model(config.model)
+    text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor holds one
+    if text_tokenizer.pad_token is None:
+        text_tokenizer.pad_token = text_tokenizer.eos_token
 
     with contextlib.nullcontext(client_factory) if client_factory else browser_clients(
             config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address) as make_client:
         records_path = out / "episodes.jsonl"
-        rollout_func = build_browsergym_rollout_func(
-            make_client,
-            default_task=config.tasks[0],
-            limits=HarnessRunLimits(max_turns=config.max_turns),
-            records=records_path,
-            session_factory_kwargs=prompt_options(config.prompt, tokenizer),
-        )
+        if is_vlm:
+            rollout_func = vision_grpo.build_vision_rollout_func(
+                make_client, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=records_path,
+                vision=vision_grpo.VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
+            )
+        else:
+            rollout_func = build_browsergym_rollout_func(
+                make_client,
+                default_task=config.tasks[0],
+                limits=HarnessRunLimits(max_turns=config.max_turns),
+                records=records_path,
+                session_factory_kwargs=prompt_options(config.prompt, tokenizer),
+            )
         # one prompt per group; with a time budget, TRL cycles through this many pages
         num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)
-        trainer = GRPOTrainer(
+        trainer = (vision_grpo.VisionGRPOTrainer if is_vlm else GRPOTrainer)(
             model=model,
             processing_class=tokenizer,
             reward_funcs=[REWARD_FUNCS[r] for r in config.rewards],
