@@ -111,3 +111,27 @@ def test_vision_is_on_for_backends_that_see_unless_told_otherwise():
     assert not uses_vision(config, ScriptedBackend()) and not uses_vision(config, SimpleNamespace(processor=object()))
     assert not uses_vision(EvalConfig(out="x", vision=False), local_vlm)
     assert uses_vision(EvalConfig(out="x", vision=True), ScriptedBackend())
+
+
+def test_eval_plays_the_vision_conversation_train_trains_on(tmp_path, capsys):
+    """`eval --prompt vision` runs the conversation `train --model <VLM>` plays: the opening
+    shows the first screenshot and every tool result the next one, each recorded by file."""
+    out = tmp_path / "vlm"
+    code = main(["eval", "--no-progress", "--model", "tiny-vlm", "--prompt", "vision", "--tasks", "click-test",
+                 "--episodes", "1", "--max-steps", "2", "--max-new-tokens", "4", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    record = json.loads((out / "episodes.jsonl").read_text().splitlines()[0])
+    assert not record["error"], record["error"]
+    for step in record["steps"]:
+        images = [p["image"] for m in step["prompt"] if isinstance(m["content"], list) for p in m["content"] if p["type"] == "image"]
+        assert len(images) == step["index"], "one screenshot per observation so far, in order"
+        assert all((out / image).is_file() for image in images)
+        assert step["prompt"][-1]["role"] == ("user" if step["index"] == 1 else "tool")
+
+
+def test_text_conversations_and_vision_flags_must_agree(tmp_path):
+    with pytest.raises(EvalSetupError, match="does not show screenshots"):
+        from envharness.eval.runner import vision_for
+        from envharness.prompts import get_prompt_style
+
+        vision_for(get_prompt_style("compact"), EvalConfig(out=str(tmp_path), vision=True), backend=None)

@@ -40,7 +40,7 @@ class ConversationModelStep:
         self.tape.steps.append(
             StepRecord(
                 index=len(self.tape.steps) + 1,
-                prompt=[dict(m) for m in messages],
+                prompt=self.tape.conversation_for_record(messages),
                 completion=result.response.content or "",
                 action=_call_text(call.name, call.args) if call is not None else "",
                 parse_error=(call.metadata.get("parse_error") if call is not None else "no action in the reply"),

@@ -71,6 +71,9 @@ class EpisodeTape:
     page: _Page = field(default_factory=_Page)
     #: Screenshot after the last step (the page the episode ended on).
     final_screenshot: str | None = None
+    #: Leave the screenshot on the observation (a conversation prompt that shows it, "vision");
+    #: otherwise the harness and its records never carry the image, only the saved file.
+    keep_screenshots: bool = False
     _shots: int = 0
 
     def _save_screenshot(self, observation: Any) -> str | None:
@@ -83,7 +86,8 @@ class EpisodeTape:
         target = self.run_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-        observation.screenshot = None  # the harness and its records never carry the image
+        if not self.keep_screenshots:
+            observation.screenshot = None  # the harness and its records never carry the image
         return relative.as_posix()
 
     def observe(self, result: Any, *, step_elapsed_s: float | None = None) -> None:
@@ -135,6 +139,26 @@ class EpisodeTape:
             out.append(message)
         return out
 
+    def conversation_for_record(self, messages: list[Message]) -> list[Message]:
+        """A conversation's messages as JSON can hold them: its images are the episode's
+        screenshots in order (one per observation, shrunk for the model), so the i-th image part
+        names the i-th saved screenshot."""
+        out, shots = [], 0
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, list):
+                parts = []
+                for part in content:
+                    if isinstance(part, dict) and part.get("type") == "image":
+                        name = Path("screenshots") / (self.episode_id or "episode")
+                        found = sorted(p.name for p in (self.run_dir / name).glob(f"{shots:03d}.*")) if self.run_dir else []
+                        part = {"type": "image", "image": (name / found[0]).as_posix() if found else "(screenshot)"}
+                        shots += 1
+                    parts.append(part)
+                message = {**message, "content": parts}
+            out.append(dict(message))
+        return out
+
     def _image_file(self, image: Any, page_image: Any) -> str:
         if image is page_image and self.page.screenshot:
             return self.page.screenshot
@@ -158,9 +182,9 @@ class RecordingClient:
     """An async env client that notes every observation on a tape (and registers the tape
     under its episode id at reset, so the runner finds it when the episode ends)."""
 
-    def __init__(self, client: Any, run_dir: Path, registry: dict[str, EpisodeTape]):
+    def __init__(self, client: Any, run_dir: Path, registry: dict[str, EpisodeTape], *, keep_screenshots: bool = False):
         self.client = client
-        self.tape = EpisodeTape(run_dir=run_dir)
+        self.tape = EpisodeTape(run_dir=run_dir, keep_screenshots=keep_screenshots)
         self._registry = registry
 
     async def reset(self, **kwargs: Any) -> Any:

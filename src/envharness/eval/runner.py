@@ -159,30 +159,35 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
 
     style = get_prompt_style(config.prompt)
     count_tokens = token_counter(backend)
-    vision = uses_vision(config, backend)
+    vision = vision_for(style, config, backend)
     if vision and not config.screenshots:
         raise EvalSetupError(f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)")
     tapes: dict[str, EpisodeTape] = {}
     # The transcript opens with the style's step-1 prompt: what train's rollout gives the model.
-    factory = BrowserGymSessionFactory(
+    session_options: dict[str, Any] = dict(
         client_factory=lambda: RecordingClient(fleet.async_client() if fleet else AsyncBrowserGymEnv(base_url, screenshot_array=False),
-                                               folder.path, tapes),
+                                               folder.path, tapes, keep_screenshots=style.vision),
         tools=config.actions,
         # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
         reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "png" if vision else "jpeg",
                       "pruned_html": False, "extra_properties": False},
-        prompt_builder=opening_builder(style, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
-                                       history_steps=config.history_steps),
     )
+    if style.vision:  # the conversation `train --model <VLM>` plays: every tool result carries the new screenshot
+        from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
+        from envharness.prompts.vision import VisionPromptConfig
+
+        factory = VisionBrowserGymSessionFactory(vision=VisionPromptConfig(max_side=config.screenshot_max_side), **session_options)
+    else:
+        factory = BrowserGymSessionFactory(
+            prompt_builder=opening_builder(style, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
+                                           history_steps=config.history_steps),
+            **session_options,
+        )
     wait = config.batch_wait_s
     if wait is None:
         wait = 2.0 if getattr(backend, "tokenizer", None) is not None else 0.05
     batcher = BatchingModelStep(backend, max_wait_s=wait, send_tools=False, tool_call_parser=build_browsergym_action_tool_call)
     if style.conversation:  # the conversation train's rollout plays, turn for turn
-        if vision:
-            raise EvalSetupError(f"--prompt {config.prompt} is a text conversation; a vision policy sees the page "
-                                 "through --prompt default (the screenshot in every step's prompt), or pass --no-vision")
-
         def model_step(session: Any) -> Any:
             return ConversationModelStep(batcher, session.client.tape)
     else:  # a fresh prompt every step
@@ -218,6 +223,19 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
             )
         finally:
             progress.close()
+
+
+def vision_for(style: Any, config: EvalConfig, backend: Any) -> bool:
+    """Whether the model is shown screenshots. A conversation style decides for itself ("vision"
+    shows them, as `train --model <VLM>` did; the text ones do not, whatever the model); a
+    per-step style adds the screenshot to each prompt when `uses_vision` says so."""
+    if not style.conversation:
+        return uses_vision(config, backend)
+    if config.vision is not None and config.vision != style.vision:
+        raise EvalSetupError(f"--prompt {style.name} {'shows' if style.vision else 'does not show'} screenshots: "
+                             f"drop --{'no-' if style.vision else ''}vision, or choose --prompt "
+                             f"{'compact' if style.vision else 'vision'} (or default, a per-step prompt)")
+    return style.vision
 
 
 def uses_vision(config: EvalConfig, backend: Any) -> bool:

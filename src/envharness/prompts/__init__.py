@@ -14,6 +14,9 @@ an episode the same way:
 
     text.py     the per-step prompt ("default")
     compact.py  the short conversation prompt for small models ("compact")
+    vision.py   the conversation prompt for vision-language models ("vision": the newest
+                screenshot in the newest message, tool results carry the next one)
+    screenshot.py  `add_screenshot`: any per-step prompt plus the page's screenshot
 
 Adding a style is one call, e.g. in prompts/vision.py plus one import line below:
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from envharness.prompts.compact import compact_prompt
+from envharness.prompts.vision import vision_prompt
 from envharness.prompts.text import (
     PromptBuilder,
     PromptContext,
@@ -47,6 +51,9 @@ class PromptStyle:
     description: str
     step: PromptBuilder | None = None
     opening: OpeningBuilder | None = None
+    #: The episode shows the model screenshots: the opening and every tool result carry the
+    #: page's image (`envs/browsergym/vision_session.py`); only vision models can take it.
+    vision: bool = False
 
     def __post_init__(self) -> None:
         if (self.step is None) == (self.opening is None):
@@ -131,6 +138,8 @@ def harness_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[M
 register_prompt_style(PromptStyle("default", "per-step: goal, URL, AXTree, last steps and error, fresh each step", step=default_prompt))
 register_prompt_style(PromptStyle("compact", "conversation: goal + named elements, then tool results; suits small models", opening=compact_prompt))
 register_prompt_style(PromptStyle("harness", "conversation: the seed tutorial's instructions + full page, then tool results", opening=harness_prompt))
+register_prompt_style(PromptStyle("vision", "conversation for vision models: screenshot + named elements, then each action's outcome "
+                                  "with the new screenshot (what `train --model <VLM>` trains on)", opening=vision_prompt, vision=True))
 
 __all__ = [
     "OpeningBuilder",

@@ -225,6 +225,12 @@ def train(
     from envharness.integrations.trl import vision as vision_grpo
 
     is_vlm = vision_grpo.is_vision_spec(config.model) if model is None else hasattr(tokenizer, "image_processor")
+    if is_vlm and config.prompt not in ("vision", TrainConfig.prompt):
+        raise TrainSetupError(f"a vision-language model trains on --prompt vision (screenshots in every turn), not {config.prompt!r}")
+    if not is_vlm and _prompt_style(config.prompt).vision:
+        raise TrainSetupError(f"--prompt vision shows screenshots: {config.model!r} is not a vision-language model")
+    if is_vlm:
+        config.prompt = "vision"  # recorded in train_config.json: `eval --prompt vision` plays what was trained
     if config.threads:
         import torch
 
