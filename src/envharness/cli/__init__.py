@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                                      f"install the extras: pip install 'envharness[all]'")
             continue
         module.add_arguments(sp)
-        sp.set_defaults(_run=module.run)
+        sp.set_defaults(_run=module.run, _argv=argv)  # _argv: for the resume line of an interrupted run
     args = parser.parse_args(argv)
     if getattr(args, "_missing", None):
         print(args._missing, file=sys.stderr)

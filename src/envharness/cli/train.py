@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", choices=["compact", "default"], default=d.prompt, help="prompt style (compact suits small models)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest when other jobs share the cores)")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
+    # resuming (issue 17)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in --output-dir (records and curve continue)")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -58,6 +61,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("--minutes must be positive")
     if args.temperature <= 0:
         raise ValueError("--temperature must be positive (GRPO needs sampling)")
+    if args.resume and not args.output_dir:
+        raise ValueError("--resume needs --output-dir (the run folder to continue)")
     return TrainConfig(
         tasks=args.tasks or ["click-test"],
         model=args.model,
@@ -81,6 +86,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         prompt=args.prompt,
         use_vllm=args.use_vllm,
         threads=args.threads,
+        resume=args.resume,
     )
 
 
@@ -93,13 +99,25 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
     from envharness.integrations.trl.training import TrainSetupError, train
 
-    try:
-        result = train(config)
-    except TrainSetupError as exc:
-        print(f"envharness train: {exc}", file=sys.stderr)
-        return 1
+    with InterruptGuard() as guard:
+        try:
+            result = train(config)
+        except TrainSetupError as exc:
+            print(f"envharness train: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
+            from envharness.integrations.trl.resume import count_step_records, latest_checkpoint
+
+            argv = getattr(args, "_argv", None)
+            latest = latest_checkpoint(config.output_dir)
+            if latest is None:  # nothing to resume from: the same command starts over
+                command = resume_command(argv, out_flag="--output-dir", out=config.output_dir).removesuffix(" --resume")
+                return say_interrupted("train", guard, f"nothing (no step finished) in {config.output_dir}", command)
+            kept = f"{latest.step} step(s) in {latest.path} and their {count_step_records(config.output_dir, latest.step)} episode record(s)"
+            return say_interrupted("train", guard, kept, resume_command(argv, out_flag="--output-dir", out=config.output_dir))
     print(f"trained {result.steps} steps in {result.seconds:.0f}s")
     print(f"  model:        {result.final_model_dir}")
     print(f"  episodes:     {result.records_path}")

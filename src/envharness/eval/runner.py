@@ -100,18 +100,17 @@ def token_counter(backend: Any) -> Callable[[str], int]:
 async def _start_server(config: EvalConfig) -> Any:
     if config.env_url:
         return None
-    from envharness.core.launchers import launch_local
+    from envharness.core.launchers import launch_local_async
 
-    return await asyncio.to_thread(
-        launch_local, "browsergym", server_args=["--max-sessions", str(max(64, 2 * config.concurrency))]
-    )
+    return await launch_local_async("browsergym", server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
 
 
 async def _load_backend(config: EvalConfig) -> Any:
+    from envharness.core.lifecycle import in_daemon_thread
     from envharness.models import load_backend
 
-    try:
-        return await asyncio.to_thread(load_backend, config.model)
+    try:  # a daemon thread: an interrupted run does not wait for the model to finish loading
+        return await in_daemon_thread(load_backend, config.model)
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
         raise EvalSetupError(f"cannot load model {config.model!r}: {exc}") from exc
 
@@ -217,9 +216,14 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     server = owned_backend = None
     try:
         if jobs:
-            loading = None if backend is not None else _load_backend(config)
-            server, loaded = await asyncio.gather(_start_server(config), loading or _none())
-            owned_backend = loaded
+            starting = asyncio.ensure_future(_start_server(config))  # the server starts while the model loads
+            try:
+                owned_backend = loaded = None if backend is not None else await _load_backend(config)
+                server = await starting
+            finally:
+                if not starting.done():  # loading failed or was interrupted: stop the server too
+                    starting.cancel()
+                    await asyncio.gather(starting, return_exceptions=True)
             base_url = config.env_url or server.base_url
             await run_jobs(config, folder, jobs, backend or loaded, base_url)
     finally:
@@ -233,13 +237,18 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     return EvalResult(folder, stats, records, ran=len(jobs), skipped=len(done), seconds=time.perf_counter() - started, paths=paths)
 
 
-async def _none() -> None:
-    return None
-
-
 def run_eval(config: EvalConfig, *, backend: Any = None) -> EvalResult:
     """Synchronous `run_eval_async` (for scripts and the CLI)."""
     return asyncio.run(run_eval_async(config, backend=backend))
+
+
+def count_finished(config: EvalConfig) -> int:
+    """Episodes of this run's plan that its folder holds (what an interrupted run kept)."""
+    wanted = {(j.task, j.seed) for j in plan_jobs(config)}
+    try:
+        return len(finished_keys(read_episodes(RunFolder(Path(config.out)).episodes)) & wanted)
+    except (OSError, ValueError):
+        return 0
 
 
 def write_outputs(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]) -> dict[str, Path]:

@@ -55,6 +55,8 @@ class TrainConfig:
     #: torch CPU threads (None: torch's default). On a machine shared with other jobs, 1 thread
     #: avoids OpenMP threads waiting on each other: ~10x faster generation measured on 2 busy cores.
     threads: int | None = None
+    #: Continue from the latest checkpoint in `output_dir` (see `integrations/trl/resume.py`).
+    resume: bool = False
 
 
 @dataclass
@@ -79,7 +81,10 @@ def load_model(spec: str) -> tuple[Any, Any]:
         return embedded.tiny_test_model()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
+    try:
+        return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError) as exc:  # the hub library's long story, cut to its first line
+        raise TrainSetupError(f"cannot load model {spec!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
 def prompt_options(style: str) -> dict[str, Any]:
@@ -153,9 +158,38 @@ class TrainSetupError(RuntimeError):
     """A run that cannot start as configured (said in words for the command line)."""
 
 
-def _check(config: TrainConfig) -> None:
+def check_model_spec(spec: str) -> None:
+    """Refuse, in words, a model that cannot be loaded: a missing directory, one without
+    `config.json`, or a name that is neither a path nor a hub id."""
+    if spec in ("embedded", "tiny"):
+        return
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not any((path / name).is_file() for name in ("config.json", "adapter_config.json")):
+            raise TrainSetupError(f"--model {spec}: not a model directory (no config.json in it)")
+        return
+    if path.exists():
+        raise TrainSetupError(f"--model {spec}: a file, not a model directory")
+    if spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or "" in spec.split("/"):
+        raise TrainSetupError(f"--model {spec}: no model directory there "
+                              "(use 'embedded', 'tiny', a model directory or a hub id org/name)")
+
+
+def _check(config: TrainConfig, *, model_given: bool = False) -> Any:
+    """Every setting checked before anything slow starts; returns the checkpoint to resume from."""
     import importlib.util
 
+    from envharness.envs.browsergym import miniwob
+    from envharness.integrations.trl.resume import plan_resume
+
+    if not model_given:
+        check_model_spec(config.model)
+    try:
+        config.tasks = [miniwob.check_task(task) for task in config.tasks]
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    if config.env_url and not config.env_url.startswith(("http://", "https://")):
+        raise TrainSetupError(f"--env-url must be an http(s) URL, got {config.env_url!r}")
     unknown = [r for r in config.rewards if r not in REWARD_FUNCS]
     if unknown:
         raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(REWARD_FUNCS)}")
@@ -165,6 +199,10 @@ def _check(config: TrainConfig) -> None:
             "use_vllm needs vLLM and a CUDA GPU (pip install 'trl[vllm]'; start `trl vllm-serve --model ...` "
             "for server mode). This machine has neither: train without use_vllm."
         )
+    try:
+        return plan_resume(config.output_dir, asdict(config), config.resume)
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
 
 
 def train(
@@ -179,15 +217,19 @@ def train(
     """Run GRPO as configured; see the module docstring for what lands in `output_dir`."""
     from trl import GRPOTrainer
 
+    from envharness.harness.records import EpisodeRecordWriter
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
+    from envharness.integrations.trl.resume import StepBoundary, save_finished_steps, trim_to_step
 
-    _check(config)
+    checkpoint = _check(config, model_given=model is not None)
     if config.threads:
         import torch
 
         torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if checkpoint is not None:  # the steps after the checkpoint will be played again
+        trim_to_step(out, checkpoint.step)
     (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
     if model is None:
         model, tokenizer = load_model(config.model)
@@ -200,7 +242,7 @@ def train(
             make_client,
             default_task=config.tasks[0],
             limits=HarnessRunLimits(max_turns=config.max_turns),
-            records=records_path,
+            records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
             session_factory_kwargs=prompt_options(config.prompt),
         )
         # one prompt per group; with a time budget, TRL cycles through this many pages
@@ -213,11 +255,16 @@ def train(
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
             rollout_func=rollout_func,
             peft_config=_lora_config(config) if config.lora else None,
-            callbacks=[ProgressCallback(out / "train_log.jsonl"), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
+            callbacks=[ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
         )
+        boundary = StepBoundary()
+        trainer.add_callback(boundary)
         started = time.perf_counter()
         try:
-            trainer.train()
+            trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the finished steps, then stop
+            save_finished_steps(trainer, boundary)
+            raise
         finally:
             rollout_func.records.close()
         seconds = time.perf_counter() - started
