@@ -113,6 +113,11 @@ class StepBoundary(TrainerCallback):
 def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | None:
     """On an interrupt: checkpoint the steps finished since the last checkpoint, when the
     weights in memory are a step boundary's. Returns the newest checkpoint."""
+    for callback in trainer.callback_handler.callbacks:  # transformers' tqdm bar: close it before the last line
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+            callback.training_bar = None
     out = Path(trainer.args.output_dir)
     latest = latest_checkpoint(out)
     step = int(trainer.state.global_step)
