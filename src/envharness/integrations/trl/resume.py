@@ -22,7 +22,7 @@ from transformers import TrainerCallback
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 #: Settings a resumed run may change; every other one must match the first run's.
-RESUMABLE_CHANGES = frozenset({"max_steps", "minutes", "threads", "env_url", "output_dir", "resume"})
+RESUMABLE_CHANGES = frozenset({"max_steps", "minutes", "threads", "env_url", "output_dir", "resume", "save_steps"})
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ def latest_checkpoint(output_dir: str | Path) -> Checkpoint | None:
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """`key: old -> new` for each setting that differs and may not change on resume."""
-    keys = sorted((set(old) | set(new)) - RESUMABLE_CHANGES)
+    """`key: old -> new` for each setting that differs and may not change on resume (a
+    setting the old run did not record, added to envharness since, is not compared)."""
+    keys = sorted((set(old) & set(new)) - RESUMABLE_CHANGES)
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
