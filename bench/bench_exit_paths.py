@@ -34,6 +34,8 @@ if sys.argv[1] == "os_exit":
     os._exit(1)
 time.sleep(600)
 """
+TRAIN = ["train", "--model", "tiny", "--lora", "--steps", "6", "--save-steps", "5", "--num-generations", "2",
+         "--groups-per-step", "1", "--max-completion-length", "8", "--threads", "1"]
 EVAL = ["eval", "--model", "scripted", "--tasks", "click-test,click-button", "--episodes", "5", "--concurrency", "1",
         "--no-progress", "--no-screenshots"]
 
@@ -64,6 +66,9 @@ def run_case(src: str, name: str, grace_s: float, work: Path) -> dict:
     elif how == "bad-model":
         argv = [sys.executable, "-c", CLI, *EVAL, "--model", "/nonexistent/model", "--out", str(run_dir)]
         ready = lambda: True  # noqa: E731
+    elif kind == "train":  # ended during step 3 (2 finished, no periodic checkpoint yet)
+        argv = [sys.executable, "-c", CLI, *TRAIN, "--output-dir", str(run_dir)]
+        ready = lambda: "[train] step 2/6" in out.read_text()  # noqa: E731
     else:
         argv = [sys.executable, "-c", CLI, *EVAL, "--out", str(run_dir)]
         episodes = run_dir / "episodes.jsonl"
@@ -91,7 +96,8 @@ def run_case(src: str, name: str, grace_s: float, work: Path) -> dict:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     text = out.read_text(errors="replace")
-    return {"code": code, "exit_s": exited_s, "left": len(left), "clean_s": clean_s,
+    checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*")) if kind == "train" else []
+    return {"code": code, "exit_s": exited_s, "left": len(left), "clean_s": clean_s, "checkpoints": checkpoints, "kind": kind,
             "traceback": "Traceback" in text, "resume_line": "Resume with:" in text}
 
 
@@ -99,6 +105,7 @@ def fmt(r: dict) -> str:
     gone = f"{r['left']} left after {r['clean_s']:.0f}s" if r["left"] else f"none left at {r['clean_s']:.1f}s"
     notes = ", traceback" if r["traceback"] else ""
     notes += ", resume line" if r["resume_line"] else ""
+    notes += f", kept {','.join(r['checkpoints']) or 'no checkpoint'}" if "checkpoints" in r and r.get("kind") == "train" else ""
     return f"rc {r['code']}, exit {r['exit_s']:.1f}s, {gone}{notes}"
 
 
@@ -107,7 +114,7 @@ def main() -> None:
     parser.add_argument("--src", action="append", help="source folder(s) to compare (default: ./src)")
     parser.add_argument("--grace", type=float, default=20.0, help="seconds to wait for processes to go")
     parser.add_argument("--cases", default="script:os_exit,script:SIGKILL,script:SIGTERM,eval:bad-model,"
-                                           "eval:ctrl-c,eval:SIGTERM,eval:SIGKILL")
+                                           "eval:ctrl-c,eval:SIGTERM,eval:SIGKILL,train:SIGTERM")
     args = parser.parse_args()
     sources = [str(Path(s).resolve()) for s in (args.src or ["src"])]
     with tempfile.TemporaryDirectory(prefix="envharness-exit-") as work:
