@@ -97,7 +97,7 @@ def watch_process(pid: int, on_exit: Callable[[], None], *, poll_s: float = 0.5)
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid` in the process tree (children first), from /proc."""
+    """Every process below `pid` in the process tree (each before its own children), from /proc."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
