@@ -3,6 +3,7 @@
     envharness train --task click-test --steps 30                 # SmolLM2-135M-Instruct, full fine-tune
     envharness train --task click-button --lora --minutes 20 --output-dir runs/cb
     envharness train --model ./my-model --env-url http://127.0.0.1:8000 --reward success --reward sum
+    envharness train --task click-button --lora --output-dir runs/cb --resume   # go on after Ctrl-C, SIGTERM, SIGKILL
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
 and `reward_curve.png` in `--output-dir`.
