@@ -61,7 +61,7 @@ def test_eval_with_a_model_it_cannot_load_stops_its_server(jobs, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "ctrl-c"])
 def test_eval_interrupted_keeps_finished_episodes_and_says_how_to_resume(jobs, tmp_path, sig, code):
     out = tmp_path / "run"
     job = jobs([*EVAL, "--out", str(out)])
@@ -93,7 +93,7 @@ def test_eval_killed_leaves_nothing_and_resume_finishes_the_run(jobs, tmp_path):
 
 
 # -- train -----------------------------------------------------------------------------
-@pytest.mark.parametrize("args,message", [
+@pytest.mark.parametrize("args,message", ids=["missing-model", "relative-model", "task", "env-url", "resume-no-dir"], argvalues=[
     (["--model", "/nonexistent/model"], "--model /nonexistent/model: no model directory there"),
     (["--model", "./not/a/model/dir"], "no model directory there"),
     (["--task", "no-such-task"], "no-such-task"),

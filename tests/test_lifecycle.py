@@ -71,7 +71,7 @@ def test_from_local_server_goes_with_a_script_that_ends(jobs, how):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
 def test_from_local_server_goes_with_a_script_killed_by_a_signal(jobs, sig):
     job = jobs(["wait"], script=SCRIPT)
     job.wait_for_output("ready")
