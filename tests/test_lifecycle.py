@@ -105,7 +105,7 @@ def test_serve_stops_when_the_process_it_watches_exits(jobs, tmp_path):
         watched.wait()
 
 
-def test_serve_refuses_to_start_for_a_parent_already_gone(jobs):
+def test_serve_stops_at_once_when_the_process_it_watches_is_already_gone(jobs):
     gone = subprocess.Popen(["true"])
     gone.wait()
     job = jobs(["serve", "echo", "--port", "0", "--exit-with-parent", str(gone.pid)])
