@@ -7,6 +7,7 @@ torch or TRL. Benchmarks live in `bench/` (`make bench`).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 
@@ -20,6 +21,7 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="envharness", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,12 +38,15 @@ def main(argv: list[str] | None = None) -> int:
                                      f"install the extras: pip install 'envharness[all]'")
             continue
         module.add_arguments(sp)
-        sp.set_defaults(_run=module.run)
+        sp.set_defaults(_run=module.run, _argv=argv)  # _argv: for the resume line of an interrupted run
     args = parser.parse_args(argv)
     if getattr(args, "_missing", None):
         print(args._missing, file=sys.stderr)
         return 2
-    return int(args._run(args) or 0)
+    code = int(args._run(args) or 0)
+    if from_command_line:  # the process ends next: its teardown need not garbage-collect a model's
+        gc.freeze()        # heap object by object (~9 s after `train` on 2 busy cores, 0 s frozen)
+    return code
 
 
 if __name__ == "__main__":

@@ -112,13 +112,21 @@ def run(args: argparse.Namespace) -> int:
     from envharness.eval.runner import run_eval
     from envharness.eval.stats import format_table
 
+    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
+
     config = config_from_args(args)
-    try:
-        options.set_threads(args.threads)
-        result = run_eval(config)
-    except ValueError as exc:  # EvalSetupError, or an unreadable run folder
-        print(f"envharness eval: {exc}", file=sys.stderr)
-        return 2
+    with InterruptGuard() as guard:
+        try:
+            options.set_threads(args.threads)
+            result = run_eval(config)
+        except ValueError as exc:  # EvalSetupError, or an unreadable run folder
+            print(f"envharness eval: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished episodes are already on disk
+            from envharness.eval.runner import count_finished
+
+            kept = f"{count_finished(config)} finished episode(s) in {config.out}/episodes.jsonl"
+            return say_interrupted("eval", guard, kept, resume_command(getattr(args, "_argv", None), out_flag="--out", out=config.out))
     print()
     print(f"{config.model} on {len(config.tasks)} task(s), {config.episodes} episode(s) each "
           f"({result.ran} run now, {result.skipped} from before) in {result.seconds:.0f}s")

@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     # issue 14: the page to play by hand at /web (off unless asked; MCP at /mcp is always on)
     parser.add_argument("--web", action="store_true", help="serve a page at /web to play the environment by hand")
+    # lifecycle (issue 17): never outlive the job that started the server
+    parser.add_argument("--exit-with-parent", type=int, default=None, metavar="PID",
+                        help="stop (closing every browser) when process PID exits; PID is usually the parent's")
+    parser.add_argument("--shutdown-timeout", type=float, default=20.0,
+                        help="seconds a stop may take before the server kills its browsers and exits (default 20)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was
     # there before; a no-op one lets the process report the clean stop and exit 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
+    from envharness.core.lifecycle import bound_shutdown, exit_with_parent
+
+    if args.exit_with_parent is not None:
+        exit_with_parent(args.exit_with_parent, lambda: setattr(server, "should_exit", True), name="envharness serve")
+    bound_shutdown(lambda: server.should_exit, args.shutdown_timeout)
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@
     envharness train --model ./my-model --env-url http://127.0.0.1:8000 --reward success --reward sum
     envharness eval --prompt compact --model runs/cb/final        # evaluate it on the prompt it learned
     envharness train --model ./my-qwen2-vl --max-turns 2          # a vision-language model: screenshots
+    envharness train --tasks click-button --lora --out runs/cb --resume   # go on after Ctrl-C, SIGTERM, SIGKILL
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
 and `reward_curve.png` in `--out` (old spelling: `--output-dir`).
@@ -64,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vision models: longest side of the screenshots they see, in pixels")
     parser.add_argument("--vision-page-text", choices=["elements", "axtree", "none"], default=d.vision_page_text,
                         help="vision models: page text shown beside the screenshot")
+    # resuming (issue 17)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in --out (records and curve continue)")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -85,6 +89,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("give one of --env-url, --env-urls and --servers (N >= 1)")
     if args.ray_address and not args.servers:
         raise ValueError("--ray-address needs --servers")
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out (the run folder to continue)")
     return TrainConfig(
         tasks=args.tasks,
         model=args.model,
@@ -114,6 +120,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         ray_address=args.ray_address,
         screenshot_max_side=args.screenshot_max_side,
         vision_page_text=args.vision_page_text,
+        resume=args.resume,
     )
 
 
@@ -126,13 +133,25 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
     from envharness.integrations.trl.training import TrainSetupError, train
 
-    try:
-        result = train(config)
-    except TrainSetupError as exc:
-        print(f"envharness train: {exc}", file=sys.stderr)
-        return 1
+    with InterruptGuard() as guard:
+        try:
+            result = train(config)
+        except TrainSetupError as exc:
+            print(f"envharness train: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
+            from envharness.integrations.trl.resume import count_step_records, latest_checkpoint
+
+            argv = getattr(args, "_argv", None)
+            latest = latest_checkpoint(config.output_dir)
+            if latest is None:  # nothing to resume from: the same command starts over
+                command = resume_command(argv, out_flag="--out", out=config.output_dir).removesuffix(" --resume")
+                return say_interrupted("train", guard, f"nothing (no step finished) in {config.output_dir}", command)
+            kept = f"{latest.step} step(s) in {latest.path} and their {count_step_records(config.output_dir, latest.step)} episode record(s)"
+            return say_interrupted("train", guard, kept, resume_command(argv, out_flag="--out", out=config.output_dir))
     print(f"trained {result.steps} steps in {result.seconds:.0f}s")
     print(f"  model:        {result.final_model_dir}")
     print(f"  episodes:     {result.records_path}")

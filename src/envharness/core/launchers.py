@@ -8,6 +8,7 @@ clients' `from_local` / `from_docker_image` / `from_hub` own one and stop it on 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import json
 import os
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 import httpx
@@ -118,13 +120,21 @@ class LocalServer:
 
 # -- subprocess -----------------------------------------------------------------------
 class ServerProcess:
-    """`envharness serve NAME` in a child process; `stop()` shuts it down gracefully."""
+    """`envharness serve NAME` in a child process; `stop()` shuts it down gracefully.
+
+    The child never outlives this process: it is stopped at interpreter exit, and it stops
+    by itself when this process dies in any way (see `core/lifecycle.py`). Setting `cancel`
+    (a `threading.Event`) while it starts stops it and raises `LaunchError`.
+    """
 
     def __init__(self, name: str, *, host: str = "127.0.0.1", token: str | None = None,
                  options: dict[str, Any] | None = None, server_args: list[str] | None = None,
-                 startup_timeout_s: float = 60.0, env_vars: dict[str, str] | None = None) -> None:
+                 startup_timeout_s: float = 60.0, env_vars: dict[str, str] | None = None,
+                 cancel: threading.Event | None = None) -> None:
+        from envharness.core.lifecycle import spawn
+
         command = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())",
-                   "serve", name, "--host", host, "--port", "0", *(server_args or [])]
+                   "serve", name, "--host", host, "--port", "0", "--exit-with-parent", str(os.getpid()), *(server_args or [])]
         for key, value in (options or {}).items():
             command += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         env = {**os.environ, **{k: str(v) for k, v in (env_vars or {}).items()}}  # e.g. OpenEnv's BROWSERGYM_* settings
@@ -134,13 +144,23 @@ class ServerProcess:
         self.output: collections.deque[str] = collections.deque(maxlen=40)
         self._url_seen = threading.Event()
         self.base_url = ""
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        text=True, env=env)
+        cancel = cancel or threading.Event()
+        self.process = spawn(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             text=True, env=env)
+        _LIVE.add(self)
         threading.Thread(target=self._read_output, name=f"envharness-serve-{name}-output", daemon=True).start()
         try:
-            if not self._url_seen.wait(startup_timeout_s) or not self.base_url:
+            deadline = time.monotonic() + startup_timeout_s
+            while not self._url_seen.wait(0.1) and time.monotonic() < deadline and not cancel.is_set():
+                pass
+            if cancel.is_set():
+                raise LaunchError(f"`envharness serve {name}` start was cancelled")
+            if not self.base_url:
                 raise LaunchError(f"`envharness serve {name}` did not start: {self._tail()}")
-            wait_for_health(self.base_url, token=token, timeout_s=startup_timeout_s, alive=lambda: self.process.poll() is None)
+            wait_for_health(self.base_url, token=token, timeout_s=startup_timeout_s,
+                            alive=lambda: self.process.poll() is None and not cancel.is_set())
+            if cancel.is_set():
+                raise LaunchError(f"`envharness serve {name}` start was cancelled")
         except BaseException:
             self.stop()
             raise
@@ -168,11 +188,39 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        _LIVE.discard(self)
+
+
+#: Servers started by this process and not stopped yet: stopped at interpreter exit.
+_LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_servers() -> None:
+    for server in list(_LIVE):
+        server.stop(timeout_s=10.0)
 
 
 def launch_local(name: str, **kwargs: Any) -> ServerProcess:
     """Start `envharness serve NAME` on a free loopback port and wait for /health."""
     return ServerProcess(name, **kwargs)
+
+
+async def launch_local_async(name: str, **kwargs: Any) -> ServerProcess:
+    """`launch_local` for async code, safe to cancel: a cancelled start stops the server
+    before the cancellation goes on (nothing is left running for nobody to stop)."""
+    cancel = threading.Event()
+    future = asyncio.get_running_loop().run_in_executor(None, lambda: ServerProcess(name, cancel=cancel, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        cancel.set()
+        try:
+            server = await future  # returns (or raises LaunchError) promptly once cancelled
+        except BaseException:
+            raise asyncio.CancelledError from None
+        await asyncio.to_thread(server.stop)
+        raise
 
 
 # -- Docker ---------------------------------------------------------------------------

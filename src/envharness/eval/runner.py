@@ -100,18 +100,17 @@ def token_counter(backend: Any) -> Callable[[str], int]:
 async def _start_server(config: EvalConfig) -> Any:
     if config.env_url or config.env_urls or config.servers:
         return None
-    from envharness.core.launchers import launch_local
+    from envharness.core.launchers import launch_local_async
 
-    return await asyncio.to_thread(
-        launch_local, "browsergym", server_args=["--max-sessions", str(max(64, 2 * config.concurrency))]
-    )
+    return await launch_local_async("browsergym", server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
 
 
 async def _load_backend(config: EvalConfig) -> Any:
+    from envharness.core.lifecycle import in_daemon_thread
     from envharness.models import load_backend
 
-    try:
-        return await asyncio.to_thread(load_backend, config.model)
+    try:  # a daemon thread: an interrupted run does not wait for the model to finish loading
+        return await in_daemon_thread(load_backend, config.model)
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
         raise EvalSetupError(f"cannot load model {config.model!r}: {exc}") from exc
 
@@ -262,14 +261,18 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     fleet = contextlib.ExitStack()
     try:
         if jobs:
-            loading = None if backend is not None else _load_backend(config)
-            # all three finish before a failure is raised, so `finally` stops whatever did start
-            parts = await asyncio.gather(_start_server(config), loading or _none(), _open_fleet(config, fleet), return_exceptions=True)
-            server, loaded, router = [None if isinstance(x, BaseException) else x for x in parts]
-            owned_backend = loaded
-            failure = next((x for x in parts if isinstance(x, BaseException)), None)
-            if failure is not None:
-                raise failure
+            # the server (or the fleet) starts while the model loads; if loading fails or the run
+            # is interrupted, a start still under way is cancelled (which stops what it started)
+            starting = asyncio.ensure_future(_start_server(config))
+            opening = asyncio.ensure_future(_open_fleet(config, fleet))
+            try:
+                owned_backend = loaded = None if backend is not None else await _load_backend(config)
+                await asyncio.gather(starting, opening)
+            finally:
+                for task in (starting, opening):
+                    task.cancel()  # nothing happens to a finished one
+                await asyncio.gather(starting, opening, return_exceptions=True)
+                server, router = _result(starting), _result(opening)
             base_url = config.env_url or (server.base_url if server else "")
             await run_jobs(config, folder, jobs, backend or loaded, base_url, fleet=router)
     finally:
@@ -284,8 +287,11 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     return EvalResult(folder, stats, records, ran=len(jobs), skipped=len(done), seconds=time.perf_counter() - started, paths=paths)
 
 
-async def _none() -> None:
-    return None
+def _result(task: "asyncio.Future[Any]") -> Any:
+    """A finished task's result; None when it failed or was cancelled."""
+    if task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()
 
 
 async def _open_fleet(config: EvalConfig, stack: contextlib.ExitStack) -> Any:
@@ -305,6 +311,15 @@ async def _open_fleet(config: EvalConfig, stack: contextlib.ExitStack) -> Any:
 def run_eval(config: EvalConfig, *, backend: Any = None) -> EvalResult:
     """Synchronous `run_eval_async` (for scripts and the CLI)."""
     return asyncio.run(run_eval_async(config, backend=backend))
+
+
+def count_finished(config: EvalConfig) -> int:
+    """Episodes of this run's plan that its folder holds (what an interrupted run kept)."""
+    wanted = {(j.task, j.seed) for j in plan_jobs(config)}
+    try:
+        return len(finished_keys(read_episodes(RunFolder(Path(config.out)).episodes)) & wanted)
+    except (OSError, ValueError):
+        return 0
 
 
 def write_outputs(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]) -> dict[str, Path]:

@@ -15,10 +15,11 @@ from transformers import TrainerCallback
 class ProgressCallback(TrainerCallback):
     """Prints reward and success per step and appends TRL's logs to a JSONL file."""
 
-    def __init__(self, log_path: str | Path, stream: Any = None):
+    def __init__(self, log_path: str | Path, stream: Any = None, *, append: bool = False):
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.write_text("")
+        if not append:  # a resumed run continues the log
+            self.log_path.write_text("")
         self.stream = stream or sys.stderr
         self._started = time.perf_counter()
 

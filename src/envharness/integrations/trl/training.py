@@ -73,6 +73,8 @@ class TrainConfig:
     screenshot_max_side: int | None = 448
     #: Page text beside the screenshot: "elements", "axtree" or "none".
     vision_page_text: str = "elements"
+    #: Continue from the latest checkpoint in `output_dir` (see `integrations/trl/resume.py`).
+    resume: bool = False
 
 
 @dataclass
@@ -97,7 +99,10 @@ def load_model(spec: str) -> tuple[Any, Any]:
         return embedded.tiny_test_model()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
+    try:
+        return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError) as exc:  # the hub library's long story, cut to its first line
+        raise TrainSetupError(f"cannot load model {spec!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
 def prompt_options(style: str, tokenizer: Any = None) -> dict[str, Any]:
@@ -185,9 +190,38 @@ def _prompt_style(style: str) -> Any:
         raise TrainSetupError(str(exc)) from None
 
 
-def _check(config: TrainConfig) -> None:
+def check_model_spec(spec: str) -> None:
+    """Refuse, in words, a model that cannot be loaded: a missing directory, one without
+    `config.json`, or a name that is neither a path nor a hub id."""
+    if spec in ("embedded", "tiny", "embedded-vlm") or spec.split(":")[0] == "tiny-vlm":
+        return
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not any((path / name).is_file() for name in ("config.json", "adapter_config.json")):
+            raise TrainSetupError(f"--model {spec}: not a model directory (no config.json in it)")
+        return
+    if path.exists():
+        raise TrainSetupError(f"--model {spec}: a file, not a model directory")
+    if spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or "" in spec.split("/"):
+        raise TrainSetupError(f"--model {spec}: no model directory there "
+                              "(use 'embedded', 'tiny', a model directory or a hub id org/name)")
+
+
+def _check(config: TrainConfig, *, model_given: bool = False) -> Any:
+    """Every setting checked before anything slow starts; returns the checkpoint to resume from."""
     import importlib.util
 
+    from envharness.envs.browsergym import miniwob
+    from envharness.integrations.trl.resume import plan_resume
+
+    if not model_given:
+        check_model_spec(config.model)
+    try:
+        config.tasks = [miniwob.check_task(task) for task in config.tasks]
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    if config.env_url and not config.env_url.startswith(("http://", "https://")):
+        raise TrainSetupError(f"--env-url must be an http(s) URL, got {config.env_url!r}")
     unknown = [r for r in config.rewards if r not in REWARD_FUNCS]
     if unknown:
         raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(REWARD_FUNCS)}")
@@ -205,6 +239,10 @@ def _check(config: TrainConfig) -> None:
             "use_vllm needs vLLM and a CUDA GPU (pip install 'trl[vllm]'; start `trl vllm-serve --model ...` "
             "for server mode). This machine has neither: train without use_vllm."
         )
+    try:
+        return plan_resume(config.output_dir, asdict(config), config.resume)
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
 
 
 def train(
@@ -219,9 +257,10 @@ def train(
     """Run GRPO as configured; see the module docstring for what lands in `output_dir`."""
     from trl import GRPOTrainer
 
+    from envharness.harness.records import EpisodeRecordWriter
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
+    from envharness.integrations.trl.resume import StepBoundary, save_finished_steps, trim_to_step
 
-    _check(config)
     from envharness.integrations.trl import vision as vision_grpo
 
     is_vlm = vision_grpo.is_vision_spec(config.model) if model is None else hasattr(tokenizer, "image_processor")
@@ -231,12 +270,15 @@ def train(
         raise TrainSetupError(f"--prompt vision shows screenshots: {config.model!r} is not a vision-language model")
     if is_vlm:
         config.prompt = "vision"  # recorded in train_config.json: `eval --prompt vision` plays what was trained
+    checkpoint = _check(config, model_given=model is not None)
     if config.threads:
         import torch
 
         torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if checkpoint is not None:  # the steps after the checkpoint will be played again
+        trim_to_step(out, checkpoint.step)
     (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
     if model is None:
         model, tokenizer = vision_grpo.load_vision_model(config.model) if is_vlm else load_model(config.model)
@@ -249,7 +291,7 @@ def train(
         records_path = out / "episodes.jsonl"
         if is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
-                make_client, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=records_path,
+                make_client, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
                 vision=vision_grpo.VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
             )
         else:
@@ -257,7 +299,7 @@ def train(
                 make_client,
                 default_task=config.tasks[0],
                 limits=HarnessRunLimits(max_turns=config.max_turns),
-                records=records_path,
+                records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
                 session_factory_kwargs=prompt_options(config.prompt, tokenizer),
             )
         # one prompt per group; with a time budget, TRL cycles through this many pages
@@ -270,11 +312,16 @@ def train(
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
             rollout_func=rollout_func,
             peft_config=_lora_config(config) if config.lora else None,
-            callbacks=[ProgressCallback(out / "train_log.jsonl"), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
+            callbacks=[ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
         )
+        boundary = StepBoundary()
+        trainer.add_callback(boundary)
         started = time.perf_counter()
         try:
-            trainer.train()
+            trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep the finished steps, then stop
+            save_finished_steps(trainer, boundary)
+            raise
         finally:
             rollout_func.records.close()
         seconds = time.perf_counter() - started

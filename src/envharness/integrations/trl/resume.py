@@ -1,0 +1,150 @@
+"""Resuming a GRPO run from its output folder, and keeping finished steps when it stops.
+
+A run folder holds `checkpoint-N/` folders (TRL/transformers checkpoints: weights,
+optimizer, scheduler, RNG, `trainer_state.json` written last), `episodes.jsonl` (each
+episode tagged with `metrics.train_step`, the step whose rollout played it) and
+`train_log.jsonl`. Resuming from checkpoint-N keeps exactly the first N steps of both
+files, so a step replayed after a kill is never counted twice, and TRL continues the
+learning curve from the checkpoint's log history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+#: Settings a resumed run may change; every other one must match the first run's.
+RESUMABLE_CHANGES = frozenset({"max_steps", "minutes", "threads", "env_url", "output_dir", "resume", "save_steps"})
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    step: int
+
+
+def latest_checkpoint(output_dir: str | Path) -> Checkpoint | None:
+    """The newest complete checkpoint (its `trainer_state.json`, written last, reads back)."""
+    found: list[Checkpoint] = []
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    for entry in folder.iterdir():
+        match = _CHECKPOINT.match(entry.name)
+        if not match or not entry.is_dir():
+            continue
+        try:
+            state = json.loads((entry / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            continue  # killed while saving: not usable
+        found.append(Checkpoint(entry, int(state.get("global_step", match.group(1)))))
+    return max(found, key=lambda c: c.step, default=None)
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`key: old -> new` for each setting that differs and may not change on resume (a
+    setting the old run did not record, added to envharness since, is not compared)."""
+    keys = sorted((set(old) & set(new)) - RESUMABLE_CHANGES)
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def _rewrite_jsonl(path: Path, keep: Any) -> int:
+    """Keep the lines `keep(entry)` accepts (a torn last line is dropped); returns how many."""
+    if not path.exists():
+        return 0
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if keep(entry):
+            kept.append(line)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+    return len(kept)
+
+
+def trim_to_step(output_dir: str | Path, step: int) -> int:
+    """Cut `episodes.jsonl` and `train_log.jsonl` back to the first `step` steps; returns
+    the episodes kept. Records of step k carry `metrics.train_step == k - 1`."""
+    out = Path(output_dir)
+    _rewrite_jsonl(out / "train_log.jsonl", lambda e: e.get("step", 0) <= step and "train_runtime" not in e)
+    return _rewrite_jsonl(out / "episodes.jsonl", lambda e: (e.get("metrics") or {}).get("train_step", step) < step)
+
+
+def count_step_records(output_dir: str | Path, step: int) -> int:
+    """Episode records of the first `step` steps in `episodes.jsonl`."""
+    count = 0
+    try:
+        with (Path(output_dir) / "episodes.jsonl").open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    count += (json.loads(line).get("metrics") or {}).get("train_step", step) < step
+                except (ValueError, AttributeError):
+                    continue
+    except OSError:
+        return 0
+    return count
+
+
+class StepBoundary(TrainerCallback):
+    """Knows whether the weights in memory are exactly those after `state.global_step`
+    steps (they are, except between the optimizer step and the step's end)."""
+
+    def __init__(self) -> None:
+        self.updating = False
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.updating = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.updating = False
+
+
+def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | None:
+    """On an interrupt: checkpoint the steps finished since the last checkpoint, when the
+    weights in memory are a step boundary's. Returns the newest checkpoint."""
+    for callback in trainer.callback_handler.callbacks:  # transformers' tqdm bar: close it before the last line
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+            callback.training_bar = None
+    out = Path(trainer.args.output_dir)
+    latest = latest_checkpoint(out)
+    step = int(trainer.state.global_step)
+    if step > 0 and not boundary.updating and (latest is None or latest.step < step):
+        trainer._save_checkpoint(trainer.model, trial=None)
+        latest = latest_checkpoint(out)
+    return latest
+
+
+def plan_resume(output_dir: str | Path, config: dict[str, Any], resume: bool) -> Checkpoint | None:
+    """The checkpoint to resume from (None: a fresh run), or ValueError saying why the
+    folder cannot be used as asked. Nothing is changed on disk."""
+    out = Path(output_dir)
+    latest = latest_checkpoint(out)
+    if not resume:
+        if latest is not None:
+            raise ValueError(f"{out} already holds a run (checkpoint-{latest.step}): pass --resume to continue it, "
+                             "or choose another --output-dir")
+        return None
+    if latest is None:
+        raise ValueError(f"--resume: no complete checkpoint in {out} (a run saves one every --save-steps steps)")
+    try:
+        old = json.loads((out / "train_config.json").read_text())
+    except (OSError, ValueError):
+        old = None
+    changes = config_changes(old, config) if isinstance(old, dict) else []
+    if changes:
+        raise ValueError(f"--resume: {out} was trained with other settings ({'; '.join(changes)})")
+    return latest

@@ -1,0 +1,97 @@
+"""A job in a subprocess, tagged so that /proc shows exactly the processes it started.
+
+Every process of the job (the command, its `envharness serve`, the Playwright driver,
+Chromium) inherits `ENVHARNESS_TEST_TAG=<unique>` in its environment; `tagged()` finds
+them wherever they were reparented to, and nothing else running on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+CLI = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())"]
+
+
+def tagged_processes(tag: str) -> dict[int, str]:
+    """pid -> command line of every live (non-zombie) process whose environment has `tag`."""
+    needle = f"ENVHARNESS_TEST_TAG={tag}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                continue
+            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+class Job:
+    """`Job(args, tmp_path)` runs `envharness ARGS` (or `python SCRIPT` with `script=`)."""
+
+    def __init__(self, args: list[str], tmp_path: Path, *, script: str | None = None) -> None:
+        self.tag = uuid.uuid4().hex
+        self.log_path = tmp_path / f"job-{self.tag[:8]}.log"
+        env = dict(os.environ, ENVHARNESS_TEST_TAG=self.tag, TRL_EXPERIMENTAL_SILENCE="1", PYTHONUNBUFFERED="1")
+        command = [sys.executable, "-c", script, *args] if script is not None else [*CLI, *args]
+        with self.log_path.open("w") as log:
+            # its own session: a Ctrl-C goes to the job's process group, as a terminal sends it
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True)
+
+    @property
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_until(self, predicate: Callable[[], bool], timeout_s: float = 240.0, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the job exited ({self.proc.returncode}) before {what}:\n{self.output[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout_s:.0f}s:\n{self.output[-3000:]}")
+            time.sleep(0.2)
+
+    def wait_for_output(self, text: str, timeout_s: float = 240.0) -> None:
+        self.wait_until(lambda: text in self.output, timeout_s, what=repr(text))
+
+    def signal(self, sig: int, *, group: bool = False) -> None:
+        if group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout_s: float = 120.0) -> int:
+        return self.proc.wait(timeout_s)
+
+    def tagged(self) -> dict[int, str]:
+        return tagged_processes(self.tag)
+
+    def assert_nothing_left(self, within_s: float = 30.0) -> None:
+        """Every process of the job is gone within `within_s` (a guard against hangs; it takes ~1-2 s)."""
+        deadline = time.monotonic() + within_s
+        while (left := self.tagged()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"left running: {left}"
+
+    def kill_all(self) -> None:
+        """Clean-up after a failed test: the job's own processes only."""
+        for pid in self.tagged():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
