@@ -59,6 +59,7 @@ class Make:
     why: str = ""
 
 
+TINY_TRAIN = {"--num-generations": "2", "--groups-per-step": "1", "--max-new-tokens": "4", "--threads": "1"}
 TINY_EVAL = {"--episodes": "1", "--max-steps": "2", "--max-new-tokens": "8", "--concurrency": "2", "--no-progress": None}
 
 # README line -> how it runs here. One line per README command.
@@ -76,6 +77,16 @@ COVERED: dict[str, Run | Serve | Make] = {
     "envharness eval --model runs/train/final --prompt compact --tasks click-test --out runs/trained":
         Run(TINY_EVAL, expect=("runs/trained/summary.json",)),
     "envharness eval --compare runs/mine runs/trained": Run(says="click-test"),
+    # vision policies: the README's VLM directory is a tiny random Qwen2-VL here
+    "envharness train --model ./my-qwen2-vl --tasks click-test --max-turns 2 --screenshot-max-side 448":
+        Run({"--model": "tiny-vlm:qwen2-vl", **TINY_TRAIN, "--out": "runs/vlm-dir"}, expect=("runs/vlm-dir/final",)),
+    "envharness train --model tiny-vlm --steps 2": Run({**TINY_TRAIN, "--steps": "1", "--out": "runs/tiny-vlm"}, expect=("runs/tiny-vlm/final",)),
+    "envharness train --model embedded-vlm --threads 1":
+        Run({**TINY_TRAIN, "--steps": "1", "--max-turns": "1", "--out": "runs/embedded-vlm"}, expect=("runs/embedded-vlm/final",)),
+    "envharness eval --model tiny-vlm --prompt vision --tasks click-test --episodes 2 --out runs/vlm":
+        Run(TINY_EVAL, expect=("runs/vlm/report.html",)),
+    "envharness train --model tiny-vlm --steps 1 --report-to tensorboard --out runs/vlm-train":
+        Run(TINY_TRAIN, expect=("runs/vlm-train/final", "runs/vlm-train/runs")),
     ".venv/bin/python examples/train_click_test.py --task click-button --minutes 38 --eval-episodes 32 "
     "--num-generations 8 --groups-per-step 1 --lr 3e-5 --max-completion-length 12 --threads 1":
         Run({"--minutes": "0.01", "--eval-episodes": "2", "--no-greedy-eval": None, "--num-generations": "2",
