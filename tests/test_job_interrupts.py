@@ -98,11 +98,11 @@ def test_eval_killed_leaves_nothing_and_resume_finishes_the_run(jobs, tmp_path):
     (["--model", "./not/a/model/dir"], "no model directory there"),
     (["--task", "no-such-task"], "no-such-task"),
     (["--env-url", "localhost:8000"], "--env-url must be an http(s) URL"),
-    (["--resume"], "--resume needs --output-dir"),
+    (["--resume"], "--resume needs --out"),
 ])
 def test_train_refuses_bad_arguments_in_one_line_before_starting(tmp_path, capsys, args, message):
     out = tmp_path / "run"
-    extra = [] if "--resume" in args else ["--output-dir", str(out)]
+    extra = [] if "--resume" in args else ["--out", str(out)]
     assert cli_main(["train", *args, *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("envharness train: ") and message in err and len(err.strip().splitlines()) == 1, err
@@ -111,26 +111,26 @@ def test_train_refuses_bad_arguments_in_one_line_before_starting(tmp_path, capsy
 
 def test_train_refuses_a_used_folder_without_resume_and_resume_without_a_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli_main(["train", "--model", "tiny", "--output-dir", str(out), "--resume"]) == 2
+    assert cli_main(["train", "--model", "tiny", "--out", str(out), "--resume"]) == 2
     assert "--resume: no complete checkpoint in" in capsys.readouterr().err
     (out / "checkpoint-3").mkdir(parents=True)
     (out / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
-    assert cli_main(["train", "--model", "tiny", "--output-dir", str(out)]) == 2
+    assert cli_main(["train", "--model", "tiny", "--out", str(out)]) == 2
     assert "already holds a run (checkpoint-3): pass --resume" in capsys.readouterr().err
     (out / "train_config.json").write_text(json.dumps({"model": "embedded", "tasks": ["click-test"]}))
-    assert cli_main(["train", "--model", "tiny", "--output-dir", str(out), "--resume"]) == 2
+    assert cli_main(["train", "--model", "tiny", "--out", str(out), "--resume"]) == 2
     assert "was trained with other settings (model: 'embedded' -> 'tiny'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_train_sigterm_checkpoints_finished_steps_and_says_how_to_resume(jobs, tmp_path):
     out = tmp_path / "run"
-    job = jobs([*TRAIN, "--steps", "6", "--save-steps", "5", "--output-dir", str(out)])
+    job = jobs([*TRAIN, "--steps", "6", "--save-steps", "5", "--out", str(out)])
     job.wait_for_output("[train] step 2/6", timeout_s=400)
     job.signal(signal.SIGTERM)
     assert job.wait() == 143
     argv = resume_line(job.output, "train")
-    assert argv[-3:] == ["--output-dir", str(out), "--resume"]
+    assert argv[-3:] == ["--out", str(out), "--resume"]
     latest = latest_checkpoint(out)  # saved at the interrupt: no periodic save came before step 5
     assert latest is not None and 2 <= latest.step < 6
     assert f"kept {latest.step} step(s) in {latest.path}" in job.output
@@ -140,7 +140,7 @@ def test_train_sigterm_checkpoints_finished_steps_and_says_how_to_resume(jobs, t
 @pytest.mark.slow
 def test_train_killed_then_resumed_ends_at_the_requested_steps_counting_none_twice(jobs, tmp_path):
     out = tmp_path / "run"
-    job = jobs([*TRAIN, "--steps", "3", "--output-dir", str(out)])
+    job = jobs([*TRAIN, "--steps", "3", "--out", str(out)])
     job.wait_until(lambda: latest_checkpoint(out) is not None, timeout_s=400, what="a first checkpoint")
     job.signal(signal.SIGKILL)
     job.wait()
@@ -148,7 +148,7 @@ def test_train_killed_then_resumed_ends_at_the_requested_steps_counting_none_twi
     killed_at = latest_checkpoint(out).step
     assert killed_at < 3
 
-    resumed = jobs([*TRAIN, "--steps", "3", "--output-dir", str(out), "--resume"])
+    resumed = jobs([*TRAIN, "--steps", "3", "--out", str(out), "--resume"])
     assert resumed.wait(400) == 0, resumed.output[-3000:]
     assert f"[train] step {killed_at + 1}/3" in resumed.output and "trained 3 steps" in resumed.output
     steps = sorted(r["metrics"]["train_step"] for r in records(out / "episodes.jsonl"))
@@ -165,8 +165,11 @@ def test_resume_command_names_the_folder_and_drops_contradictions():
     argv = ["eval", "--model", "scripted", "--overwrite", "--out=runs/a", "--episodes", "3"]
     assert resume_command(argv, out_flag="--out", out="runs/a") == \
         "envharness eval --model scripted --episodes 3 --out runs/a --resume"
-    assert resume_command(["train", "--resume", "--output-dir", "x y"], out_flag="--output-dir", out="x y") == \
-        "envharness train --output-dir 'x y' --resume"
+    assert resume_command(["train", "--resume", "--out", "x y"], out_flag="--out", out="x y") == \
+        "envharness train --out 'x y' --resume"
+    # the old spelling of the run folder's flag is replaced, not repeated
+    assert resume_command(["train", "--output-dir", "runs/t", "--steps", "3"], out_flag="--out", out="runs/t") == \
+        "envharness train --steps 3 --out runs/t --resume"
 
 
 def test_trim_to_step_keeps_exactly_the_checkpointed_steps(tmp_path):
