@@ -33,7 +33,7 @@ def test_a_missing_tracker_is_refused_before_anything_loads(tracker, tmp_path, c
     with pytest.raises(TrackerUnavailableError, match=f"pip install {tracker}"):
         check_report_to(tracker)
     rc = cli_main(["train", "--model", "tiny", "--report-to", tracker, "--output-dir", str(tmp_path / "run")])
-    assert rc == 1
+    assert rc == 2  # refused before anything loads, like any bad argument
     assert f"--report-to {tracker} needs the {tracker} package, which is not installed: pip install {tracker}" in capsys.readouterr().err
 
 

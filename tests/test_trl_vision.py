@@ -190,7 +190,7 @@ def test_envharness_train_runs_a_vision_model_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", "--model", str(model_dir), "--steps", "1", "--output-dir", str(out), "--num-generations", "2",
             "--groups-per-step", "1", "--max-completion-length", "6", "--max-turns", "2", "--screenshot-max-side", "120"]
-    assert cli_main([*args, "--beta", "0.04"]) == 1
+    assert cli_main([*args, "--beta", "0.04"]) == 2  # a setting refused before anything loads: exit 2, as every bad argument
     assert "beta != 0" in capsys.readouterr().err
     assert cli_main(args) == 0
     records = read_records(out / "episodes.jsonl")
