@@ -21,7 +21,7 @@ from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.rollout import build_browsergym_rollout_func, task_dataset
 from envharness.integrations.trl.rewards import REWARD_FUNCS
-from envharness.prompts.compact import compact_prompt
+from envharness.prompts.compact import compact_prompt, compact_tool_result
 
 
 @dataclass
@@ -85,7 +85,7 @@ def load_model(spec: str) -> tuple[Any, Any]:
 def prompt_options(style: str) -> dict[str, Any]:
     """`BrowserGymSessionFactory` options for a prompt style ("compact" or "default")."""
     if style == "compact":
-        return {"prompt_builder": compact_prompt}
+        return {"prompt_builder": compact_prompt, "observation_text": compact_tool_result}
     if style == "default":
         return {}
     raise TrainSetupError(f"unknown prompt style {style!r}; choose 'compact' or 'default'")
@@ -180,6 +180,7 @@ def train(
     from trl import GRPOTrainer
 
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
+    from envharness.integrations.trl.step_timing import StepTimer
 
     _check(config)
     if config.threads:
@@ -196,12 +197,14 @@ def train(
 
     with contextlib.nullcontext(client_factory) if client_factory else browser_clients(config.env_url) as make_client:
         records_path = out / "episodes.jsonl"
+        timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
         rollout_func = build_browsergym_rollout_func(
             make_client,
             default_task=config.tasks[0],
             limits=HarnessRunLimits(max_turns=config.max_turns),
             records=records_path,
             session_factory_kwargs=prompt_options(config.prompt),
+            backend_factory=timer.backend_factory,
         )
         # one prompt per group; with a time budget, TRL cycles through this many pages
         num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)
@@ -211,9 +214,9 @@ def train(
             reward_funcs=[REWARD_FUNCS[r] for r in config.rewards],
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
-            rollout_func=rollout_func,
+            rollout_func=timer.wrap(rollout_func),
             peft_config=_lora_config(config) if config.lora else None,
-            callbacks=[ProgressCallback(out / "train_log.jsonl"), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
+            callbacks=[timer.callback(), ProgressCallback(out / "train_log.jsonl"), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
         )
         started = time.perf_counter()
         try:
