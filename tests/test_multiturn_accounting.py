@@ -86,30 +86,44 @@ def test_loss_time_logprobs_and_masks_over_three_turns(server_url, tmp_path):
     scored, at_loss = {}, []
     generate_and_score = trainer._generate_and_score_completions
     trainer._generate_and_score_completions = lambda inputs: scored.update(generate_and_score(inputs)) or scored
-    per_token_logps = trainer._get_per_token_logps_and_entropies
+    compute_loss, per_token_logps = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
 
-    def capture(*args, **kwargs):
+    def capture_inputs(model, inputs):  # the batch the loss sees (TRL shuffles rows before it)
+        at_loss.append({k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        return compute_loss(model, inputs)
+
+    def capture_logps(*args, **kwargs):
         result = per_token_logps(*args, **kwargs)
         if torch.is_grad_enabled():  # the loss's own forward pass (the one that is differentiated)
-            at_loss.append(result[0].detach().clone())
+            at_loss[-1]["logps"] = result[0].detach().clone()
         return result
 
-    trainer._get_per_token_logps_and_entropies = capture
+    trainer._compute_loss, trainer._get_per_token_logps_and_entropies = capture_inputs, capture_logps
     trainer.train()
 
-    assert len(at_loss) == 1 and at_loss[0].shape == scored["completion_ids"].shape
-    loss_mask = scored["completion_mask"] * scored["tool_mask"]  # what TRL's loss sums over
+    assert len(at_loss) == 1 and at_loss[0]["logps"].shape == at_loss[0]["completion_ids"].shape
+    loss = at_loss[0]
+    loss_mask = loss["completion_mask"] * loss["tool_mask"]  # what TRL's loss sums over
+    used = set()
     for i in range(4):
         ids, sampled, env_mask = handed["completion_ids"][i], handed["logprobs"][i], handed["env_mask"][i]
+        prompt = handed["prompt_ids"][i]
         model_turns, page_parts = runs(env_mask, 1), runs(env_mask, 0)
         assert len(model_turns) == TURNS and len(page_parts) == TURNS - 1, env_mask  # model, page, model, page, model
         assert len(handed["step_rewards"][i]) == TURNS
         assert scored["completion_ids"][i, : len(ids)].tolist() == ids
+        # This episode's row in the loss batch: same prompt, same completion.
+        rows = [r for r in range(len(loss["completion_ids"])) if r not in used
+                and loss["completion_ids"][r, : len(ids)].tolist() == ids and int(loss["completion_mask"][r].sum()) == len(ids)
+                and loss["prompt_ids"][r][loss["prompt_mask"][r].bool()].tolist() == prompt]
+        assert rows, f"episode {i} is not in the loss batch"
+        r = rows[0]
+        used.add(r)
         # Every model token of every turn is in the loss; no page token is.
-        assert loss_mask[i, : len(ids)].tolist() == env_mask
-        assert int(loss_mask[i, len(ids) :].sum()) == 0
+        assert loss_mask[r, : len(ids)].tolist() == env_mask
+        assert int(loss_mask[r, len(ids) :].sum()) == 0
         # TRL's loss-time logprobs over the whole sequence equal the sampling logprobs, turn by turn.
-        recomputed = at_loss[0][i, : len(ids)].tolist()
+        recomputed = loss["logps"][r, : len(ids)].tolist()
         for start, end in model_turns:
             diffs = [abs(recomputed[t] - sampled[t]) for t in range(start, end)]
             assert max(diffs) < 1e-3, (i, start, diffs)

@@ -8,8 +8,11 @@ import torch
 
 from envharness.models.base import GenerationRequest, SamplingParams
 from envharness.models.embedded import tiny_test_model
+from envharness.models.prefix_cache import common_prefix
 from envharness.models.sampling import processed_logprobs
 from envharness.models.transformers_backend import TransformersBackend
+
+pytestmark = pytest.mark.timeout(900)  # seconds on an idle machine; only a hang should reach this
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +21,8 @@ def model_and_tokenizer():
 
 
 def conversation(user: str) -> list[dict]:
-    return [{"role": "system", "content": "You control a web browser."}, {"role": "user", "content": user}]
+    system = "You control a web browser. Reply with exactly one action per turn, e.g. click('<bid>')."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def reference_logprobs(model, prompt_ids, completion_ids, temperature=1.0) -> torch.Tensor:
@@ -48,11 +52,14 @@ def two_turns(backend: TransformersBackend) -> tuple[list, list]:
 def test_shared_prompts_and_earlier_turns_are_prefilled_once(model_and_tokenizer):
     backend = TransformersBackend(*model_and_tokenizer)
     first, second = two_turns(backend)
-    distinct_first = {tuple(g.prompt_ids) for g in first}
+    distinct_first = sorted({tuple(g.prompt_ids) for g in first})
     assert len(distinct_first) == 2
-    turn1_tokens = sum(len(p) for p in distinct_first)
+    shared = common_prefix([list(p) for p in distinct_first])  # system message, "Goal: "
+    assert len(shared) > 16
+    turn1_tokens = len(shared) + sum(len(p) - len(shared) for p in distinct_first)
     turn2_new = sum(len(g.prompt_ids) - len(f.prompt_ids) - len(f.completion_ids) + 1 for f, g in zip(first, second))
-    # Turn 1: each distinct page once; turn 2: only the tokens after what turn 1 fed back.
+    # Turn 1: the shared start once, then each distinct page's own part once; turn 2: only
+    # the tokens after what turn 1 fed back.
     assert backend.prefill_tokens == turn1_tokens + turn2_new
     assert backend.prefill_tokens < sum(len(g.prompt_ids) for g in first + second) / 2
 
@@ -86,3 +93,16 @@ def test_a_weight_update_drops_the_cache(model_and_tokenizer):
     (again,) = backend.generate_from_ids([prompt], [SamplingParams(max_tokens=3, seed=3)])
     want = reference_logprobs(model, again.prompt_ids, again.completion_ids)
     assert torch.allclose(torch.tensor(again.logprobs), want, atol=1e-4)
+
+
+def test_a_new_page_reuses_the_shared_start_of_earlier_prompts(model_and_tokenizer):
+    """Evaluation rebuilds each step's prompt: the system message and example are not run again."""
+    model, _ = model_and_tokenizer
+    backend = TransformersBackend(*model_and_tokenizer)
+    (a,) = backend.generate_blocking([GenerationRequest(conversation("Goal: click OK"), sampling=SamplingParams(max_tokens=3, seed=0))])
+    before = backend.prefill_tokens
+    (b,) = backend.generate_blocking([GenerationRequest(conversation("Goal: type hi"), sampling=SamplingParams(max_tokens=3, seed=0))])
+    shared = len(common_prefix([a.prompt_ids, b.prompt_ids]))
+    assert shared > 16 and backend.prefill_tokens - before == len(b.prompt_ids) - shared
+    want = reference_logprobs(model, b.prompt_ids, b.completion_ids)
+    assert torch.allclose(torch.tensor(b.logprobs), want, atol=1e-4)

@@ -1,9 +1,10 @@
 """Key/value caches of earlier sequences, so a prompt that extends one is not prefilled again.
 
 A multi-turn episode's turn N+1 prompt is exactly turn N's prompt + completion + the new
-messages (`chat.prompt_ids` with `prefix_ids`). `PrefixCache` keeps, for each sequence a
-backend decoded, the keys/values of its tokens; `lookup(prompt)` returns the longest stored
-sequence that is a prefix of `prompt`, so only the new tokens go through the model.
+messages (`chat.prompt_ids` with `prefix_ids`), and the prompts of one prompt style share a
+long start (system message, worked example). `PrefixCache` keeps, for each sequence a
+backend decoded, the keys/values of its tokens; `lookup(prompt)` returns the longest start
+`prompt` shares with a stored sequence, so only the rest goes through the model.
 
 The stored tensors are only valid for the weights that computed them: every lookup checks
 the in-place version counters of a few parameters (an optimizer step bumps them) and drops
@@ -54,17 +55,27 @@ class PrefixCache:
         self._tokens = 0
 
     def lookup(self, prompt: list[int]) -> CachedPrefix | None:
-        """The longest stored sequence that is a strict prefix of `prompt` (at least one
-        token must remain to be run), or None."""
+        """The longest run of tokens `prompt` shares with a stored sequence, as a prefix whose
+        keys/values can be reused (at least one token of `prompt` is left to run), or None.
+        A shared start is enough: causal attention makes the keys/values of the first n tokens
+        depend on those n tokens only."""
         self._check_weights()
-        best: CachedPrefix | None = None
+        best, best_n = None, 0
         for key, entry in self._entries.items():
-            n = len(key)
-            if n < len(prompt) and (best is None or n > len(best.tokens)) and tuple(prompt[:n]) == key:
-                best = entry
-        if best is not None:
-            self._entries.move_to_end(best.tokens)
-        return best
+            n = _common_length(key, prompt, min(len(key), len(prompt) - 1))
+            if n > best_n:
+                best, best_n = entry, n
+        if best is None:
+            return None
+        self._entries.move_to_end(best.tokens)
+        self.hits += best_n
+        if best_n == len(best.tokens):
+            return best
+        return CachedPrefix(best.tokens[:best_n], [(k[:, :best_n], v[:, :best_n]) for k, v in best.layers])
+
+    def covered(self, tokens: list[int]) -> int:
+        """How many leading tokens of `tokens` a stored sequence already holds."""
+        return max((_common_length(key, tokens, min(len(key), len(tokens))) for key in self._entries), default=0)
 
     def store(self, tokens: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Keep `layers` (already sliced to `tokens`, cloned off the batch) for later lookups."""
@@ -80,6 +91,29 @@ class PrefixCache:
         while self._tokens > self.max_tokens:
             _, old = self._entries.popitem(last=False)
             self._tokens -= len(old.tokens)
+
+
+def _common_length(a: tuple[int, ...] | list[int], b: list[int], limit: int) -> int:
+    """Length of the common start of `a` and `b`, at most `limit`."""
+    if limit <= 0 or a[0] != b[0]:
+        return 0
+    lo, hi = 0, limit  # bisect on slice equality: C-speed comparisons, log(limit) of them
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tuple(a[:mid]) == tuple(b[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def common_prefix(prompts: list[list[int]]) -> list[int]:
+    """The tokens every prompt starts with."""
+    first = prompts[0]
+    n = min(len(p) for p in prompts)
+    for p in prompts[1:]:
+        n = _common_length(first, p, n)
+    return first[:n]
 
 
 def cache_layers(past: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:

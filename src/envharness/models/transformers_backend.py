@@ -24,7 +24,10 @@ import torch
 
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
-from envharness.models.prefix_cache import PrefixCache, build_past, cache_layers
+from envharness.models.prefix_cache import PrefixCache, build_past, cache_layers, common_prefix
+
+#: A shared start shorter than this is not worth its own forward pass.
+_MIN_SHARED_START = 16
 from envharness.models.sampling import processed_logprobs, sample_token
 
 
@@ -105,6 +108,14 @@ class TransformersBackend:
 
     @torch.inference_mode()
     def _decode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
+        was_training = self.model.training
+        self.model.eval()  # no dropout while sampling; a trainer's model goes back to training after
+        try:
+            return self._decode_in_eval_mode(prompts, sampling)
+        finally:
+            self.model.train(was_training)
+
+    def _decode_in_eval_mode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
         rows = [_Row(p, _generator(p.seed)) for p in sampling]
         device = _device(self.model)
         # Prefill only what has not been run: each distinct prompt once (the episodes of a GRPO
@@ -113,6 +124,8 @@ class TransformersBackend:
         distinct: dict[tuple[int, ...], int] = {}
         owner = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         unique = [list(p) for p in distinct]
+        if self.prefix_cache is not None and len(unique) > 1:
+            self._prefill_shared_start(unique)
         cached = [self.prefix_cache.lookup(p) if self.prefix_cache is not None else None for p in unique]
         hits = [len(c.tokens) if c is not None else 0 for c in cached]
         input_ids, mask = _left_padded([p[n:] for p, n in zip(unique, hits)], self._pad_id)
@@ -128,30 +141,39 @@ class TransformersBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
         prompt_width = mask.shape[1]
         expand = torch.tensor(owner, dtype=torch.long, device=device) if len(unique) < len(prompts) else None
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for _ in range(max(p.max_tokens for p in sampling)):
-                result = self.model(
-                    input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                    past_key_values=past, use_cache=True, logits_to_keep=1,
-                )
-                past = result.past_key_values
-                logits = result.logits[:, -1, :]
-                if expand is not None:  # after the shared prefill: one row per request from now on
-                    past.reorder_cache(expand)
-                    logits, mask, positions, expand = logits[expand], mask[expand], positions[expand], None
-                next_ids = [self._step(row, logits[i]) for i, row in enumerate(rows)]
-                if all(row.finish_reason for row in rows):
-                    break
-                input_ids = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
-                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
-                positions = positions[:, -1:] + 1
-            if self.prefix_cache is not None and past is not None:
-                self._remember(prompts, rows, past, mask[:, :prompt_width])
-        finally:
-            self.model.train(was_training)
+        for _ in range(max(p.max_tokens for p in sampling)):
+            result = self.model(
+                input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                past_key_values=past, use_cache=True, logits_to_keep=1,
+            )
+            past = result.past_key_values
+            logits = result.logits[:, -1, :]
+            if expand is not None:  # after the shared prefill: one row per request from now on
+                past.reorder_cache(expand)
+                logits, mask, positions, expand = logits[expand], mask[expand], positions[expand], None
+            next_ids = [self._step(row, logits[i]) for i, row in enumerate(rows)]
+            if all(row.finish_reason for row in rows):
+                break
+            input_ids = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
+            positions = positions[:, -1:] + 1
+        if self.prefix_cache is not None and past is not None:
+            self._remember(prompts, rows, past, mask[:, :prompt_width])
         return [self._generation(p, row) for p, row in zip(prompts, rows)]
+
+    def _prefill_shared_start(self, prompts: list[list[int]]) -> None:
+        """Run the start every prompt of the batch shares (system message, worked example,
+        ...) once, as its own sequence, so each row then prefills only what is its own."""
+        shared = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]
+        if len(shared) < _MIN_SHARED_START or self.prefix_cache.covered(shared) >= len(shared):
+            return
+        ids = torch.tensor([shared], dtype=torch.long, device=_device(self.model))
+        past = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+        self.prefill_tokens += len(shared)
+        try:
+            self.prefix_cache.store(shared, [(k[0], v[0]) for k, v in cache_layers(past)])
+        except TypeError:
+            self.prefix_cache = None  # a cache layout we do not know: decode without reuse
 
     def _remember(self, prompts: list[list[int]], rows: list[_Row], past: Any, prompt_mask: torch.Tensor) -> None:
         """Store each row's keys/values (prompt + every completion token fed back) for later turns."""
