@@ -50,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--entropy-coef", type=float, default=0.0, help="TRL's entropy bonus (0: none)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on busy shared cores)")
     p.add_argument("--output-dir", default=None)
+    p.add_argument("--reuse-before", default=None,
+                   help="results_before.json of an earlier run with the same tasks, prompt, turns, temperature and seeds "
+                        "(the base model does not change: skip measuring it again)")
     p.add_argument("--docs-png", default=None, help="also copy the curve here (e.g. docs/multiturn_curve.png)")
     return p.parse_args(argv)
 
@@ -147,7 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     overrides = {"entropy_coef": args.entropy_coef} if args.entropy_coef else {}
     with browser_clients() as make_client:
-        before = measure(model, tokenizer, make_client, config, tasks, seeds, out, "before")
+        if args.reuse_before:
+            before = json.loads(Path(args.reuse_before).read_text())
+            for src in Path(args.reuse_before).parent.glob("eval_before_*.jsonl"):
+                shutil.copyfile(src, out / src.name)
+        else:
+            before = measure(model, tokenizer, make_client, config, tasks, seeds, out, "before")
         (out / "results_before.json").write_text(json.dumps(before, indent=2))
         result = train(config, model=model, tokenizer=tokenizer, client_factory=make_client, **overrides)
         after = measure(result.model, tokenizer, make_client, config, tasks, seeds, out, "after")
@@ -177,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         "total_seconds": round(time.perf_counter() - started, 1),
         "config": dataclasses.asdict(config),
         "entropy_coef": args.entropy_coef,
+        "before_reused_from": args.reuse_before,
+        "no_signal_steps_skipped": sum(1 for h in steps if h.get("no_signal_skipped")),
     }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print("\n" + table(tasks, before, after, len(seeds)))

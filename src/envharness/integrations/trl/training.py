@@ -55,6 +55,9 @@ class TrainConfig:
     #: torch CPU threads (None: torch's default). On a machine shared with other jobs, 1 thread
     #: avoids OpenMP threads waiting on each other: ~10x faster generation measured on 2 busy cores.
     threads: int | None = None
+    #: Skip TRL's loss forward/backward on a batch whose advantages are all 0 (exact with
+    #: beta 0 and no entropy bonus: that loss and its gradient are 0); see no_signal.py.
+    skip_no_signal: bool = True
 
 
 @dataclass
@@ -180,6 +183,7 @@ def train(
     from trl import GRPOTrainer
 
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
+    from envharness.integrations.trl.no_signal import skip_batches_without_signal
     from envharness.integrations.trl.step_timing import StepTimer
 
     _check(config)
@@ -218,6 +222,8 @@ def train(
             peft_config=_lora_config(config) if config.lora else None,
             callbacks=[timer.callback(), ProgressCallback(out / "train_log.jsonl"), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
         )
+        if config.skip_no_signal:
+            skip_batches_without_signal(trainer)
         started = time.perf_counter()
         try:
             trainer.train()
