@@ -160,13 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         result = train(config, model=model, tokenizer=tokenizer, client_factory=make_client, **overrides)
         after = measure(result.model, tokenizer, make_client, config, tasks, seeds, out, "after")
     (out / "results_after.json").write_text(json.dumps(after, indent=2))
+    # the progress log has every step's keys, including the StepTimer split added at log time
+    history = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines() if line.strip()]
     try:
-        curve = plot_curve(result.log_history, out / "curve.png", f"GRPO, {args.max_turns} turns, on {', '.join(tasks)}")
+        curve = plot_curve(history, out / "curve.png", f"GRPO, {args.max_turns} turns, on {', '.join(tasks)}")
         if args.docs_png and curve:
             shutil.copyfile(curve, args.docs_png)
     except Exception as exc:  # a plotting problem must not lose the numbers
         print(f"[plot] failed: {exc}", file=sys.stderr)
-    steps = [h for h in result.log_history if "reward" in h]
+    steps = [h for h in history if "reward" in h]
     timing_keys = ("time/step_s", "time/generate_s", "time/env_s", "time/train_s", "tokens/prefill")
     results = {
         "tasks": tasks,
