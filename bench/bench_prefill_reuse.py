@@ -47,6 +47,7 @@ def baseline_backend_class(ref: str) -> Any:
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("baseline_transformers_backend", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module.TransformersBackend
 
