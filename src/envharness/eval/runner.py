@@ -180,6 +180,7 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
         factory = BrowserGymSessionFactory(
             prompt_builder=opening_builder(style, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
                                            history_steps=config.history_steps),
+            observation_text=style.observation_text,
             **session_options,
         )
     wait = config.batch_wait_s

@@ -1,7 +1,9 @@
 """A local Hugging Face causal LM as a batched `ModelBackend` with exact tokens and logprobs.
 
 All requests of a batch are decoded together (left-padded, one forward pass per new token,
-KV cache), each with its own temperature, top-k/top-p, token budget, stop strings and seed.
+KV cache; identical prompts, such as the episodes of a GRPO group, are prefilled once, and a
+prompt that extends an earlier sequence, such as the next turn of an episode, prefills only its
+new tokens: see `prefix_cache.py`), each with its own temperature, top-k/top-p, token budget, stop strings and seed.
 The decoding loop is ours rather than `model.generate` so that the distribution a token is
 sampled from and the logprob reported for it are the same tensor (see `sampling.py`); a
 separate forward pass over `prompt_ids + completion_ids` reproduces the logprobs.
@@ -23,7 +25,11 @@ import torch
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.images import refuse_images
+from envharness.models.prefix_cache import PrefixCache, build_past, cache_layers, common_prefix
 from envharness.models.sampling import processed_logprobs, sample_token
+
+#: A shared start shorter than this is not worth its own forward pass.
+_MIN_SHARED_START = 16
 
 
 @dataclass
@@ -41,7 +47,9 @@ class _Row:
 class TransformersBackend:
     """`await backend.generate([GenerationRequest])` on a local transformers causal LM."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_size: int = 32):
+    def __init__(
+        self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_size: int = 32, prefix_cache_tokens: int = 8192
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
@@ -50,6 +58,9 @@ class TransformersBackend:
         self._eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._pad_id = int(pad if pad is not None else 0)
+        self.prefill_tokens = 0  # prompt tokens run through the model (after sharing), for stats
+        #: Keys/values of earlier turns, so turn N+1 prefills only its new tokens (0 turns it off).
+        self.prefix_cache = PrefixCache(model, prefix_cache_tokens) if prefix_cache_tokens > 0 else None
 
     @classmethod
     def from_pretrained(
@@ -100,36 +111,87 @@ class TransformersBackend:
 
     @torch.inference_mode()
     def _decode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
-        rows = [_Row(p, _generator(p.seed)) for p in sampling]
-        device = _device(self.model)
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         was_training = self.model.training
-        self.model.eval()
+        self.model.eval()  # no dropout while sampling; a trainer's model goes back to training after
         try:
-            past = None
-            for _ in range(max(p.max_tokens for p in sampling)):
-                result = self.model(
-                    input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                    past_key_values=past, use_cache=True, logits_to_keep=1,
-                )
-                past = result.past_key_values
-                logits = result.logits[:, -1, :]
-                next_ids = [self._step(row, logits[i]) for i, row in enumerate(rows)]
-                if all(row.finish_reason for row in rows):
-                    break
-                input_ids = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
-                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
-                positions = positions[:, -1:] + 1
+            return self._decode_in_eval_mode(prompts, sampling)
         finally:
             self.model.train(was_training)
+
+    def _decode_in_eval_mode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
+        rows = [_Row(p, _generator(p.seed)) for p in sampling]
+        device = _device(self.model)
+        # Prefill only what has not been run: each distinct prompt once (the episodes of a GRPO
+        # group start from the same page; its cache is copied to every row sharing it), and
+        # only the tokens after the longest cached earlier sequence (turn N+1 extends turn N).
+        distinct: dict[tuple[int, ...], int] = {}
+        owner = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        unique = [list(p) for p in distinct]
+        if self.prefix_cache is not None and len(unique) > 1:
+            self._prefill_shared_start(unique)
+        cached = [self.prefix_cache.lookup(p) if self.prefix_cache is not None else None for p in unique]
+        hits = [len(c.tokens) if c is not None else 0 for c in cached]
+        input_ids, mask = _left_padded([p[n:] for p, n in zip(unique, hits)], self._pad_id)
+        self.prefill_tokens += int(mask.sum())
+        past = None
+        if max(hits):
+            past = build_past(self.model, cached, max(hits))
+            before = torch.zeros((len(unique), max(hits)), dtype=torch.long)
+            for i, n in enumerate(hits):
+                before[i, max(hits) - n :] = 1
+            mask = torch.cat([before, mask], dim=-1)
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+        prompt_width = mask.shape[1]
+        expand = torch.tensor(owner, dtype=torch.long, device=device) if len(unique) < len(prompts) else None
+        for _ in range(max(p.max_tokens for p in sampling)):
+            result = self.model(
+                input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                past_key_values=past, use_cache=True, logits_to_keep=1,
+            )
+            past = result.past_key_values
+            logits = result.logits[:, -1, :]
+            if expand is not None:  # after the shared prefill: one row per request from now on
+                past.reorder_cache(expand)
+                logits, mask, positions, expand = logits[expand], mask[expand], positions[expand], None
+            next_ids = [self._step(row, logits[i]) for i, row in enumerate(rows)]
+            if all(row.finish_reason for row in rows):
+                break
+            input_ids = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
+            positions = positions[:, -1:] + 1
+        if self.prefix_cache is not None and past is not None:
+            self._remember(prompts, rows, past, mask[:, :prompt_width])
         return [self._generation(p, row) for p, row in zip(prompts, rows)]
+
+    def _prefill_shared_start(self, prompts: list[list[int]]) -> None:
+        """Run the start every prompt of the batch shares (system message, worked example,
+        ...) once, as its own sequence, so each row then prefills only what is its own."""
+        shared = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]
+        if len(shared) < _MIN_SHARED_START or self.prefix_cache.covered(shared) >= len(shared):
+            return
+        ids = torch.tensor([shared], dtype=torch.long, device=_device(self.model))
+        past = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+        self.prefill_tokens += len(shared)
+        try:
+            self.prefix_cache.store(shared, [(k[0], v[0]) for k, v in cache_layers(past)])
+        except TypeError:
+            self.prefix_cache = None  # a cache layout we do not know: decode without reuse
+
+    def _remember(self, prompts: list[list[int]], rows: list[_Row], past: Any, prompt_mask: torch.Tensor) -> None:
+        """Store each row's keys/values (prompt + every completion token fed back) for later turns."""
+        try:
+            layers = cache_layers(past)
+        except TypeError:
+            self.prefix_cache = None  # a cache layout we do not know: decode without reuse
+            return
+        width = prompt_mask.shape[1]
+        for i, (prompt, row) in enumerate(zip(prompts, rows)):
+            fed = max(len(row.tokens) - 1, 0)
+            cols = torch.cat([prompt_mask[i].nonzero().flatten(), torch.arange(width, width + fed, device=prompt_mask.device)])
+            if len(cols) != len(prompt) + fed or width + fed > layers[0][0].shape[2]:
+                continue
+            self.prefix_cache.store(prompt + row.tokens[:fed], [(k[i][:, cols], v[i][:, cols]) for k, v in layers])
 
     def _step(self, row: _Row, logits: torch.Tensor) -> int:
         """Sample one token for a row still decoding; returns the id to feed next."""
@@ -164,6 +226,17 @@ class TransformersBackend:
             finish_reason=row.finish_reason or "length",
             metadata=metadata,
         )
+
+
+def _left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) with every prompt right-aligned (left padding)."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return input_ids, mask
 
 
 def _first_stop(text: str, stops: list[str]) -> str | None:

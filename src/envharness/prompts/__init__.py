@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from envharness.prompts.compact import compact_prompt
+from envharness.prompts.compact import compact_prompt, compact_tool_result
 from envharness.prompts.vision import vision_prompt
 from envharness.prompts.text import (
     PromptBuilder,
@@ -51,6 +51,9 @@ class PromptStyle:
     description: str
     step: PromptBuilder | None = None
     opening: OpeningBuilder | None = None
+    #: Conversation styles: how later turns' tool results show the page after an action
+    #: (None: the harness's default, the whole page text); eval and train use the same.
+    observation_text: Callable[[Any], str] | None = None
     #: The episode shows the model screenshots: the opening and every tool result carry the
     #: page's image (`envs/browsergym/vision_session.py`); only vision models can take it.
     vision: bool = False
@@ -136,7 +139,8 @@ def harness_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[M
 
 
 register_prompt_style(PromptStyle("default", "per-step: goal, URL, AXTree, last steps and error, fresh each step", step=default_prompt))
-register_prompt_style(PromptStyle("compact", "conversation: goal + named elements, then tool results; suits small models", opening=compact_prompt))
+register_prompt_style(PromptStyle("compact", "conversation: goal + named elements, then each action's elements; suits small models",
+                                  opening=compact_prompt, observation_text=compact_tool_result))
 register_prompt_style(PromptStyle("harness", "conversation: the seed tutorial's instructions + full page, then tool results", opening=harness_prompt))
 register_prompt_style(PromptStyle("vision", "conversation for vision models: screenshot + named elements, then each action's outcome "
                                   "with the new screenshot (what `train --model <VLM>` trains on)", opening=vision_prompt, vision=True))

@@ -79,7 +79,8 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
     `tools`: which actions the model may call (default the seed's five); `extra_tools` adds
     opt-in ones (`dblclick`, `select_option`, `press`, ...). `max_observation_chars` bounds
     the page text in each message (None: no bound). `prompt_builder(observation, task,
-    tool_names) -> messages` replaces the first prompt (e.g. a compact one for small models).
+    tool_names) -> messages` replaces the first prompt (e.g. a compact one for small models);
+    `observation_text(observation) -> str` replaces the page text of later turns' tool results.
     """
 
     def __init__(
@@ -92,6 +93,7 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         reset_kwargs: dict[str, Any] | None = None,
         max_observation_chars: int | None = 12000,
         prompt_builder: Callable[[Any, Any, list[str]], list[Message]] | None = None,
+        observation_text: Callable[[Any], str] | None = None,
     ):
         names = list(dict.fromkeys([*tools, *extra_tools]))
         unknown = [n for n in names if n not in ACTION_TOOLS]
@@ -104,6 +106,7 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         self._reset_kwargs = dict(reset_kwargs or {})
         self._max_chars = max_observation_chars
         self._prompt_builder = prompt_builder
+        self._observation_text = observation_text
 
     def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> StepEnvSessionAdapter:
         return self._session_for(self._client_factory(), task, seed, episode_id)
@@ -155,8 +158,11 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
     def _tool_result(self, name: str, arguments: dict[str, Any], result: Any, state: Any) -> ToolResult:
         obs = result.observation
         error = _field(obs, "last_action_error") or None
-        text = format_observation(obs, max_chars=self._max_chars, with_error=False)
-        text += f"\n\nReward: {result.reward}  Done: {bool(result.done)}"
+        if self._observation_text is not None:
+            text = self._observation_text(obs)
+        else:
+            text = format_observation(obs, max_chars=self._max_chars, with_error=False)
+            text += f"\n\nReward: {result.reward}  Done: {bool(result.done)}"
         return ToolResult(
             data=text,
             done=bool(result.done),

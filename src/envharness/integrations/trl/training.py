@@ -75,6 +75,9 @@ class TrainConfig:
     vision_page_text: str = "elements"
     #: Continue from the latest checkpoint in `output_dir` (see `integrations/trl/resume.py`).
     resume: bool = False
+    #: Skip TRL's loss forward/backward on a batch whose advantages are all 0 (exact with
+    #: beta 0 and no entropy bonus: that loss and its gradient are 0); see no_signal.py.
+    skip_no_signal: bool = True
 
 
 @dataclass
@@ -109,7 +112,11 @@ def prompt_options(style: str, tokenizer: Any = None) -> dict[str, Any]:
     """`BrowserGymSessionFactory` options for a prompt style of `envharness.prompts`: the
     opening messages `envharness eval --prompt STYLE` also gives (page text budgets counted
     with `tokenizer`, as eval counts them with the model's)."""
-    return {"prompt_builder": opening_builder(_prompt_style(style), count_tokens=tokenizer_counter(tokenizer))}
+    chosen = _prompt_style(style)
+    options: dict[str, Any] = {"prompt_builder": opening_builder(chosen, count_tokens=tokenizer_counter(tokenizer))}
+    if chosen.observation_text is not None:  # how later turns show the page (compact: its elements)
+        options["observation_text"] = chosen.observation_text
+    return options
 
 
 def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
@@ -260,6 +267,8 @@ def train(
     from envharness.harness.records import EpisodeRecordWriter
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
     from envharness.integrations.trl.resume import StepBoundary, save_finished_steps, trim_to_step
+    from envharness.integrations.trl.no_signal import skip_batches_without_signal
+    from envharness.integrations.trl.step_timing import StepTimer
 
     from envharness.integrations.trl import vision as vision_grpo
 
@@ -289,9 +298,11 @@ def train(
     with contextlib.nullcontext(client_factory) if client_factory else browser_clients(
             config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address) as make_client:
         records_path = out / "episodes.jsonl"
+        timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
         if is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
                 make_client, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
+                backend_factory=functools.partial(timer.backend_factory, inner_factory=vision_grpo.vision_trainer_backend),
                 vision=vision_grpo.VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
             )
         else:
@@ -301,6 +312,7 @@ def train(
                 limits=HarnessRunLimits(max_turns=config.max_turns),
                 records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
                 session_factory_kwargs=prompt_options(config.prompt, tokenizer),
+                backend_factory=timer.backend_factory,
             )
         # one prompt per group; with a time budget, TRL cycles through this many pages
         num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)
@@ -310,12 +322,14 @@ def train(
             reward_funcs=[REWARD_FUNCS[r] for r in config.rewards],
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
-            rollout_func=rollout_func,
+            rollout_func=timer.wrap(rollout_func),
             peft_config=_lora_config(config) if config.lora else None,
-            callbacks=[ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
+            callbacks=[timer.callback(), ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
         )
         boundary = StepBoundary()
         trainer.add_callback(boundary)
+        if config.skip_no_signal:
+            skip_batches_without_signal(trainer)
         started = time.perf_counter()
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)

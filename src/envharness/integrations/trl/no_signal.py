@@ -1,0 +1,42 @@
+"""Skip the loss of a GRPO batch that carries no learning signal.
+
+When every group of a batch got the same reward for all its episodes (`frac_reward_zero_std`
+= 1, typical while a small model has not yet found any success), every advantage is 0. With
+`beta = 0` and no entropy bonus, GRPO's loss is then exactly 0 and so is its gradient, yet TRL
+still runs the forward and backward pass over the whole batch: on a 2-core CPU that is 80-90 %
+of such a step (measured: 172-486 s of 212-542 s, SmolLM2-135M, 8 two-turn episodes). Here
+that pass is skipped: the loss is a zero that touches no parameter, so no gradient exists and
+the optimizer leaves the weights (and its moments) as they are. Steps with signal are
+untouched. Skipped steps are logged as `no_signal_skipped: 1` and carry no loss-time metrics
+(entropy, clip ratios).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def skip_batches_without_signal(trainer: Any) -> bool:
+    """Wrap `trainer.compute_loss` so a batch whose advantages are all 0 costs nothing.
+    Returns False (and changes nothing) when the loss is not zero there (beta > 0, an entropy
+    bonus), where skipping would not be exact."""
+    import torch
+
+    args = trainer.args
+    if getattr(args, "beta", 0.0) != 0.0 or getattr(args, "entropy_coef", 0.0) or getattr(args, "use_adaptive_entropy", False):
+        return False
+    compute_loss = trainer.compute_loss
+    skipped = {"count": 0}
+
+    def compute_loss_or_skip(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        advantages = inputs.get("advantages")
+        if isinstance(advantages, torch.Tensor) and not bool(advantages.abs().gt(0).any()):
+            skipped["count"] += 1
+            trainer._metrics["train"]["no_signal_skipped"].append(1.0)
+            return torch.zeros((), requires_grad=True)  # backward() reaches no parameter
+        trainer._metrics["train"]["no_signal_skipped"].append(0.0)
+        return compute_loss(model, inputs, *args, **kwargs)
+
+    trainer.compute_loss = compute_loss_or_skip
+    trainer.no_signal_skipped = skipped
+    return True

@@ -1,0 +1,103 @@
+"""Where a GRPO step's time goes: generation, environment, and the loss forward/backward.
+
+    timer = StepTimer()
+    rollout_func = build_browsergym_rollout_func(..., backend_factory=timer.backend_factory)
+    trainer = GRPOTrainer(..., rollout_func=timer.wrap(rollout_func), callbacks=[timer.callback(), ...])
+
+Every logged step then carries `time/generate_s` (inside the model backend: prefill and
+decoding), `time/env_s` (the rest of the rollout: resets, browser actions, harness), `time/train_s`
+(the rest of the step: TRL's loss forward, backward, optimizer), `time/step_s` and
+`tokens/prefill` (prompt tokens run through the model after shared-prompt reuse).
+Measured, not estimated: the backend call and the rollout call are timed where they happen.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+
+
+@dataclass
+class _Totals:
+    generate_s: float = 0.0
+    rollout_s: float = 0.0
+    prefill_tokens: int = 0
+    step_started: float = 0.0
+
+
+class _TimedBackend:
+    """A `ModelBackend` that adds its `generate` wall time to the step's totals."""
+
+    def __init__(self, inner: Any, totals: _Totals):
+        self._inner, self._totals = inner, totals
+        self.name = getattr(inner, "name", "timed")
+
+    async def generate(self, requests: list[Any]) -> list[Any]:
+        started = time.perf_counter()
+        before = getattr(self._inner, "prefill_tokens", 0)
+        try:
+            return await self._inner.generate(requests)
+        finally:
+            self._totals.generate_s += time.perf_counter() - started
+            self._totals.prefill_tokens += getattr(self._inner, "prefill_tokens", 0) - before
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class StepTimer:
+    """Collects one GRPO step's time split; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.totals = _Totals()
+        self.history: list[dict[str, float]] = []
+
+    def backend_factory(self, trainer: Any, inner_factory: Callable[[Any], Any] | None = None) -> Any:
+        from envharness.integrations.trl.rollout import trainer_backend
+
+        return _TimedBackend((inner_factory or trainer_backend)(trainer), self.totals)
+
+    def wrap(self, rollout_func: Callable[[list[Any], Any], dict[str, list[Any]]]) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
+        def timed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+            started = time.perf_counter()
+            try:
+                return rollout_func(prompts, trainer)
+            finally:
+                self.totals.rollout_s += time.perf_counter() - started
+
+        timed.records = getattr(rollout_func, "records", None)  # type: ignore[attr-defined]
+        return timed
+
+    def callback(self) -> TrainerCallback:
+        return _StepTimingCallback(self)
+
+
+class _StepTimingCallback(TrainerCallback):
+    def __init__(self, timer: StepTimer):
+        self.timer = timer
+        self._last: dict[str, float] | None = None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.timer.totals = t = self.timer.totals
+        t.generate_s = t.rollout_s = 0.0
+        t.prefill_tokens = 0
+        t.step_started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        t = self.timer.totals
+        step_s = time.perf_counter() - t.step_started
+        self._last = {
+            "time/step_s": round(step_s, 2),
+            "time/generate_s": round(t.generate_s, 2),
+            "time/env_s": round(t.rollout_s - t.generate_s, 2),
+            "time/train_s": round(step_s - t.rollout_s, 2),
+            "tokens/prefill": t.prefill_tokens,
+        }
+        self.timer.history.append(self._last)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if logs is not None and self._last is not None and "loss" in logs:
+            logs.update(self._last)

@@ -1,0 +1,151 @@
+"""Key/value caches of earlier sequences, so a prompt that extends one is not prefilled again.
+
+A multi-turn episode's turn N+1 prompt is exactly turn N's prompt + completion + the new
+messages (`chat.prompt_ids` with `prefix_ids`), and the prompts of one prompt style share a
+long start (system message, worked example). `PrefixCache` keeps, for each sequence a
+backend decoded, the keys/values of its tokens; `lookup(prompt)` returns the longest start
+`prompt` shares with a stored sequence, so only the rest goes through the model.
+
+The stored tensors are only valid for the weights that computed them: every lookup checks
+the in-place version counters of a few parameters (an optimizer step bumps them) and drops
+everything when they moved. Entries are evicted least-recently-used beyond `max_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class CachedPrefix:
+    """One sequence's keys/values: per layer a (key, value) pair of shape (heads, tokens, dim)."""
+
+    tokens: tuple[int, ...]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class PrefixCache:
+    """An LRU store of per-sequence key/value tensors, keyed by exact token ids."""
+
+    def __init__(self, model: Any, max_tokens: int = 8192):
+        self.max_tokens = max_tokens
+        self._model = model
+        self._entries: OrderedDict[tuple[int, ...], CachedPrefix] = OrderedDict()
+        self._tokens = 0
+        self._version: tuple[int, ...] | None = None
+        self.hits = 0  # prompt tokens served from the cache, for stats
+
+    def _weights_version(self) -> tuple[int, ...]:
+        params = list(self._model.parameters())
+        probe = params[:1] + params[len(params) // 2 : len(params) // 2 + 1] + params[-1:]
+        return tuple(p._version for p in probe) + tuple(id(p) for p in probe)
+
+    def _check_weights(self) -> None:
+        version = self._weights_version()
+        if version != self._version:
+            self.clear()
+            self._version = version
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._tokens = 0
+
+    def lookup(self, prompt: list[int]) -> CachedPrefix | None:
+        """The longest run of tokens `prompt` shares with a stored sequence, as a prefix whose
+        keys/values can be reused (at least one token of `prompt` is left to run), or None.
+        A shared start is enough: causal attention makes the keys/values of the first n tokens
+        depend on those n tokens only."""
+        self._check_weights()
+        best, best_n = None, 0
+        for key, entry in self._entries.items():
+            n = _common_length(key, prompt, min(len(key), len(prompt) - 1))
+            if n > best_n:
+                best, best_n = entry, n
+        if best is None:
+            return None
+        self._entries.move_to_end(best.tokens)
+        self.hits += best_n
+        if best_n == len(best.tokens):
+            return best
+        return CachedPrefix(best.tokens[:best_n], [(k[:, :best_n], v[:, :best_n]) for k, v in best.layers])
+
+    def covered(self, tokens: list[int]) -> int:
+        """How many leading tokens of `tokens` a stored sequence already holds."""
+        return max((_common_length(key, tokens, min(len(key), len(tokens))) for key in self._entries), default=0)
+
+    def store(self, tokens: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Keep `layers` (already sliced to `tokens`, cloned off the batch) for later lookups."""
+        if not tokens or len(tokens) > self.max_tokens:
+            return
+        self._check_weights()
+        key = tuple(tokens)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return
+        self._entries[key] = CachedPrefix(key, layers)
+        self._tokens += len(key)
+        while self._tokens > self.max_tokens:
+            _, old = self._entries.popitem(last=False)
+            self._tokens -= len(old.tokens)
+
+
+def _common_length(a: tuple[int, ...] | list[int], b: list[int], limit: int) -> int:
+    """Length of the common start of `a` and `b`, at most `limit`."""
+    if limit <= 0 or a[0] != b[0]:
+        return 0
+    lo, hi = 0, limit  # bisect on slice equality: C-speed comparisons, log(limit) of them
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tuple(a[:mid]) == tuple(b[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def common_prefix(prompts: list[list[int]]) -> list[int]:
+    """The tokens every prompt starts with."""
+    first = prompts[0]
+    n = min(len(p) for p in prompts)
+    for p in prompts[1:]:
+        n = _common_length(first, p, n)
+    return first[:n]
+
+
+def cache_layers(past: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of a transformers cache, each (batch, heads, tokens, dim)."""
+    layers = getattr(past, "layers", None)
+    if layers is None:
+        raise TypeError(f"unsupported cache type {type(past).__name__}")
+    out = []
+    for layer in layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if keys is None or values is None:
+            raise TypeError(f"unsupported cache layer {type(layer).__name__}")
+        out.append((keys, values))
+    return out
+
+
+def build_past(model: Any, prefixes: list[CachedPrefix | None], width: int) -> Any:
+    """A `DynamicCache` holding each row's cached prefix right-aligned in `width` columns
+    (zeros before it, to be masked out), or None when no row has one."""
+    from transformers import DynamicCache
+
+    if width == 0:
+        return None
+    template = next(p for p in prefixes if p is not None)
+    past = DynamicCache(config=getattr(model, "config", None))
+    for index, (k0, v0) in enumerate(template.layers):
+        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[2]))
+        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[2]))
+        for row, prefix in enumerate(prefixes):
+            if prefix is not None:
+                k, v = prefix.layers[index]
+                keys[row, :, width - k.shape[1] :] = k
+                values[row, :, width - v.shape[1] :] = v
+        past.update(keys, values, index)
+    return past

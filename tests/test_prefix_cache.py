@@ -1,0 +1,108 @@
+"""Prefill reuse in TransformersBackend: shared prompts and earlier turns are not run again,
+and the logprobs stay those of one plain forward pass over the whole sequence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from envharness.models.base import GenerationRequest, SamplingParams
+from envharness.models.embedded import tiny_test_model
+from envharness.models.prefix_cache import common_prefix
+from envharness.models.sampling import processed_logprobs
+from envharness.models.transformers_backend import TransformersBackend
+
+pytestmark = pytest.mark.timeout(900)  # seconds on an idle machine; only a hang should reach this
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    return tiny_test_model()
+
+
+def conversation(user: str) -> list[dict]:
+    system = "You control a web browser. Reply with exactly one action per turn, e.g. click('<bid>')."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def reference_logprobs(model, prompt_ids, completion_ids, temperature=1.0) -> torch.Tensor:
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1]
+    return processed_logprobs(logits, temperature, 0, 1.0).gather(-1, torch.tensor(completion_ids)[:, None])[:, 0]
+
+
+def two_turns(backend: TransformersBackend) -> tuple[list, list]:
+    """A group of four episodes on one page (plus one on another), then each one's second turn."""
+    pages = ["Goal: click OK\n[4] button 'OK'"] * 4 + ["Goal: type hello\n[7] textbox ''"]
+    first = backend.generate_blocking(
+        [GenerationRequest(conversation(p), sampling=SamplingParams(max_tokens=5, seed=i)) for i, p in enumerate(pages)]
+    )
+    second = backend.generate_blocking([
+        GenerationRequest(
+            conversation(p) + [{"role": "assistant", "content": g.text}, {"role": "tool", "content": f"Elements:\n[{i}] button 'Next'"}],
+            sampling=SamplingParams(max_tokens=4, seed=10 + i),
+            prefix_ids=g.prompt_ids + g.completion_ids,
+        )
+        for i, (p, g) in enumerate(zip(pages, first))
+    ])
+    return first, second
+
+
+def test_shared_prompts_and_earlier_turns_are_prefilled_once(model_and_tokenizer):
+    backend = TransformersBackend(*model_and_tokenizer)
+    first, second = two_turns(backend)
+    distinct_first = sorted({tuple(g.prompt_ids) for g in first})
+    assert len(distinct_first) == 2
+    shared = common_prefix([list(p) for p in distinct_first])  # system message, "Goal: "
+    assert len(shared) > 16
+    turn1_tokens = len(shared) + sum(len(p) - len(shared) for p in distinct_first)
+    turn2_new = sum(len(g.prompt_ids) - len(f.prompt_ids) - len(f.completion_ids) + 1 for f, g in zip(first, second))
+    # Turn 1: the shared start once, then each distinct page's own part once; turn 2: only
+    # the tokens after what turn 1 fed back.
+    assert backend.prefill_tokens == turn1_tokens + turn2_new
+    assert backend.prefill_tokens < sum(len(g.prompt_ids) for g in first + second) / 2
+
+
+def test_logprobs_with_reuse_equal_one_plain_forward_pass(model_and_tokenizer):
+    model, _ = model_and_tokenizer
+    backend = TransformersBackend(*model_and_tokenizer)
+    for gen in [g for pair in zip(*two_turns(backend)) for g in pair]:
+        want = reference_logprobs(model, gen.prompt_ids, gen.completion_ids)
+        assert torch.allclose(torch.tensor(gen.logprobs), want, atol=1e-4), (gen.logprobs, want)
+
+
+def test_reuse_samples_what_a_backend_without_it_samples(model_and_tokenizer):
+    with_reuse = two_turns(TransformersBackend(*model_and_tokenizer))
+    without = two_turns(TransformersBackend(*model_and_tokenizer, prefix_cache_tokens=0))
+    for a, b in zip(with_reuse[0] + with_reuse[1], without[0] + without[1]):
+        assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_a_weight_update_drops_the_cache(model_and_tokenizer):
+    model, tokenizer = tiny_test_model(seed=1)  # its own copy: the update below must not leak
+    backend = TransformersBackend(model, tokenizer)
+    first, _ = two_turns(backend)
+    with torch.no_grad():  # what an optimizer step does: an in-place update
+        for param in model.parameters():
+            param.add_(0.01 * torch.randn_like(param))
+    g = first[0]
+    prompt = g.prompt_ids + g.completion_ids + [g.completion_ids[0]]
+    assert backend.prefix_cache.lookup(prompt) is None
+    (again,) = backend.generate_from_ids([prompt], [SamplingParams(max_tokens=3, seed=3)])
+    want = reference_logprobs(model, again.prompt_ids, again.completion_ids)
+    assert torch.allclose(torch.tensor(again.logprobs), want, atol=1e-4)
+
+
+def test_a_new_page_reuses_the_shared_start_of_earlier_prompts(model_and_tokenizer):
+    """Evaluation rebuilds each step's prompt: the system message and example are not run again."""
+    model, _ = model_and_tokenizer
+    backend = TransformersBackend(*model_and_tokenizer)
+    (a,) = backend.generate_blocking([GenerationRequest(conversation("Goal: click OK"), sampling=SamplingParams(max_tokens=3, seed=0))])
+    before = backend.prefill_tokens
+    (b,) = backend.generate_blocking([GenerationRequest(conversation("Goal: type hi"), sampling=SamplingParams(max_tokens=3, seed=0))])
+    shared = len(common_prefix([a.prompt_ids, b.prompt_ids]))
+    assert shared > 16 and backend.prefill_tokens - before == len(b.prompt_ids) - shared
+    want = reference_logprobs(model, b.prompt_ids, b.completion_ids)
+    assert torch.allclose(torch.tensor(b.logprobs), want, atol=1e-4)
