@@ -66,6 +66,9 @@ class BrowserGymConfig:
     # 500 ms, which busy machines (many sessions on few cores) exceed for ordinary clicks.
     action_timeout_ms: float = 3000.0
     fast_reset: bool = True
+    # Check element actions in one round trip and fail at once with the reason when the element
+    # can never become actionable (actionability.py); False: Playwright's polling checks only.
+    fast_actions: bool = True
 
 
 @dataclass
@@ -161,7 +164,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             self._context.on("page", self._on_new_page)
             self._actx = ActionContext(self._context, self._main_page, self._guard,
                                        noop_wait_ms=self.config.noop_wait_ms,
-                                       element_timeout_ms=self.config.action_timeout_ms)
+                                       element_timeout_ms=self.config.action_timeout_ms,
+                                       fast_actions=self.config.fast_actions)
             self._loaded_task = None
         for page in list(self._context.pages):
             if page is not self._main_page:
