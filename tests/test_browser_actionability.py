@@ -37,7 +37,7 @@ FIXTURE_HTML = """
 </div>
 <button id="events">Events</button>
 <button id="moving" style="position:relative" onclick="window.log.push('moving')">Moving</button>
-<div id="late" style="display:none" onclick="window.log.push('late')">Late</div>
+<input type="checkbox" id="hidden-checked" checked style="display:none">
 """
 
 SETUP_JS = """html => {
@@ -124,7 +124,7 @@ async def test_good_actions_run_and_checks_do_not_change_what_a_click_does(env):
         bids = await fixture_page(env, fast=fast)
         steps = [f"click('{bids['shown']}')", f"dblclick('{bids['events']}')",
                  f"click('{bids['events']}', button='right')", f"click('{bids['events']}', modifiers=['Shift'])",
-                 f"hover('{bids['events']}')"]
+                 f"hover('{bids['events']}')", f"check('{bids['hidden-checked']}')"]  # already checked: nothing to do
         for action in steps:
             obs = await env.step_async(A(action))
             assert obs.last_action_error == "", (fast, action, obs.last_action_error)

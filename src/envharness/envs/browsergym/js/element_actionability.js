@@ -154,11 +154,23 @@ async function element_actionability(bid, action, bid_attr, timeout_ms) {
         if (!found.length) return fail("missing", `Could not find element with bid "${bid}"`, false);
         if (found.length > 1) return fail("ambiguous", `${found.length} elements have bid "${bid}"`, false);
         const el = found[0];
+        const control = retarget(el, "follow-label");
+        let already = false;
+        if (action === "check" || action === "uncheck") {  // Playwright asks this first, of any element
+            let checked = null;
+            if (control.nodeName === "INPUT" && ["checkbox", "radio"].includes(control.type)) checked = control.checked;
+            else if (["checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio", "option", "treeitem"]
+                     .includes(control.getAttribute("role") || "")) {
+                checked = (control.getAttribute("aria-checked") || "").toLowerCase() === "true";
+            }
+            if (checked === null) return fail("notcheckbox", `${name} is not a checkbox or radio button`, false);
+            already = checked === (action === "check");
+            if (already) return {ok: true, already: true};  // nothing to do, visible or not
+        }
         if (NEEDS_VISIBLE.has(action)) {
             const why = whyInvisible(el);
             if (why) return fail("hidden", `${name} is not visible (${why})`, animating([el]));
         }
-        const control = retarget(el, "follow-label");
         if (NEEDS_ENABLED.has(action) && disabled(control)) {
             return fail("disabled", control === el ? `${name} is disabled` : `${name} is disabled (its control ${describe(control)} is)`,
                         animating([el]));
@@ -166,19 +178,6 @@ async function element_actionability(bid, action, bid_attr, timeout_ms) {
         if (NEEDS_EDITABLE.has(action) && ["INPUT", "TEXTAREA", "SELECT"].includes(control.nodeName)
             && control.hasAttribute("readonly")) {
             return fail("readonly", `${name} is read-only`, false);
-        }
-        let already = false;
-        if (action === "check" || action === "uncheck") {
-            const box = control;
-            let checked = null;
-            if (box.nodeName === "INPUT" && ["checkbox", "radio"].includes(box.type)) checked = box.checked;
-            else if (["checkbox", "radio", "switch", "menuitemcheckbox", "menuitemradio", "option", "treeitem"]
-                     .includes(box.getAttribute("role") || "")) {
-                checked = (box.getAttribute("aria-checked") || "").toLowerCase() === "true";
-            }
-            if (checked === null) return fail("notcheckbox", `${name} is not a checkbox or radio button`, false);
-            already = checked === (action === "check");
-            if (already) return {ok: true, already: true};
         }
         if (!POINTER.has(action)) return {ok: true, already};
         const before = el.getBoundingClientRect();
