@@ -203,19 +203,22 @@ def _browsergym_worker(miniwob_url: str, session: int, steps: int, probes: int, 
             env = make(task)
         try:
             obs, _ = env.reset(seed=GROUP_SEED if group else episode)
+            for _ in range(MAX_STEPS):
+                kind, action = policy.act(task, obs["goal"], flatten_axtree_to_str(obs["axtree_object"]))
+                start = time.perf_counter()
+                obs, _, terminated, truncated, _ = env.step(action)
+                log[kind].append(time.perf_counter() - start)
+                taken += 1
+                if terminated or truncated or taken >= steps:
+                    break
         except Exception:  # BrowserGym's 5 s page time-out, on a machine this busy: count it, go on
             failed += 1
             if not group:
                 env.close()
+            else:  # a fresh environment: gymnasium's checker refuses a step after a failed reset
+                env.close()
+                env = make(GROUP_TASK)
             continue
-        for _ in range(MAX_STEPS):
-            kind, action = policy.act(task, obs["goal"], flatten_axtree_to_str(obs["axtree_object"]))
-            start = time.perf_counter()
-            obs, _, terminated, truncated, _ = env.step(action)
-            log[kind].append(time.perf_counter() - start)
-            taken += 1
-            if terminated or truncated or taken >= steps:
-                break
         episode += 1
         if not group:
             env.close()
@@ -240,9 +243,17 @@ def bench_browsergym(levels: list[int], steps: int, probes: int) -> dict:
                                    group, barrier, queue)) for s in range(level)]
         for p in procs:
             p.start()
-        results = [queue.get(timeout=1800) for _ in procs]
+        results = []
+        for _ in procs:
+            try:
+                results.append(queue.get(timeout=900))
+            except Exception:  # a worker died: report the others
+                progress("a BrowserGym worker gave no result")
+                break
         for p in procs:
             p.join(timeout=120)
+            if p.is_alive():
+                p.kill()
         return results
 
     try:
