@@ -17,9 +17,12 @@ demo: setup
 test: setup
 	LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
 
-# The three benchmarks of bench/README.md (about 10 minutes): browser, rollouts, server.
+# The benchmarks of bench/README.md (about 30 minutes): browser, RL-shaped policy mix, step
+# breakdown, rollouts, server.
 bench: setup
 	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python bench/bench_browser.py
+	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python bench/bench_rl.py
+	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python bench/bench_step_breakdown.py
 	PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python bench/bench_rollout.py
 	$(BIN)/python bench/bench_server.py
 

@@ -12,8 +12,9 @@ import pytest
 from envharness.core.launchers import LocalServer
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.02) -> Any:
-    """Poll `predicate` until it is truthy; fail the test with its last value otherwise."""
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, interval_s: float = 0.02) -> Any:
+    """Poll `predicate` until it is truthy; fail the test with its last value otherwise. The
+    limit is a hang guard, far above what a slow or busy machine needs."""
     deadline = time.monotonic() + timeout_s
     value = predicate()
     while not value and time.monotonic() < deadline:
@@ -36,7 +37,7 @@ def server_tasks(server: LocalServer) -> set[asyncio.Task]:
         return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
 
     assert server.loop is not None
-    return asyncio.run_coroutine_threadsafe(probe(), server.loop).result(timeout=5)
+    return asyncio.run_coroutine_threadsafe(probe(), server.loop).result(timeout=60)
 
 
 @pytest.fixture(scope="module")

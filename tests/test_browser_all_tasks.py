@@ -1,10 +1,16 @@
-"""Every one of the 125 MiniWoB++ tasks resets and steps without error (one browser, 4 sessions),
-and restarting a task in place shows what loading its page shows (bids included)."""
+"""Every one of the 125 MiniWoB++ tasks resets and steps without error, and restarting a task in
+place shows what loading its page shows (bids included).
+
+One test per task, so that each reports on its own and a slow machine meets no suite-wide limit.
+The checks themselves run four at a time (one browser, four sessions) in the background from
+the first test on; each test waits for its task's result.
+"""
 
 import asyncio
 import difflib
 
 import pytest
+import pytest_asyncio
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.factory import make_environment_factory
@@ -40,25 +46,43 @@ def _diff(before: str, after: str) -> list[str]:
     return list(difflib.unified_diff(before.splitlines(), after.splitlines(), "page load", "in place", n=1, lineterm=""))[:20]
 
 
-@pytest.mark.slow
-async def test_all_125_tasks_reset_and_step():
-    tasks = miniwob.all_tasks()
-    assert len(tasks) == 125
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def task_checks(request):
+    """task -> future of its problems, checked by SESSIONS workers in the background (only the
+    tasks whose tests were selected)."""
+    selected = [item.callspec.params["task"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_task_resets_and_steps"]
+    loop = asyncio.get_running_loop()
+    futures = {task: loop.create_future() for task in selected}
+    todo = list(selected)
     factory = make_environment_factory()
-    envs = [factory() for _ in range(SESSIONS)]
-    try:
-        async def worker(env, mine):
-            found = []
-            for task in mine:
-                found += await _check_task(env, task)
-            return found
+    envs = [factory() for _ in range(min(SESSIONS, len(todo)) or 1)]
 
-        results = await asyncio.gather(*(worker(env, tasks[i::SESSIONS]) for i, env in enumerate(envs)))
+    async def worker(env):
+        while todo:
+            task = todo.pop(0)
+            try:
+                futures[task].set_result(await _check_task(env, task))
+            except Exception as e:  # reported by that task's test
+                futures[task].set_exception(e)
+
+    workers = [asyncio.create_task(worker(env)) for env in envs]
+    try:
+        yield futures
     finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
         for env in envs:
             await env.close_async()
         await factory.aclose()
-    problems = [p for found in results for p in found]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("task", miniwob.all_tasks())
+async def test_task_resets_and_steps(task_checks, task):
+    problems = await task_checks[task]
     assert not problems, "\n".join(problems)
 
 

@@ -14,6 +14,11 @@ Each test plays two episodes of its task in one session on both sides: the first
 the second restarts it in place on our side while BrowserGym loads a fresh page again; both must
 give BrowserGym's observations, bids included.
 
+Wrong actions (`test_same_outcome_of_wrong_actions_as_browsergym`): bids of hidden, disabled and
+covered elements, bids not on the page, malformed strings. BrowserGym waits 500 ms and reports
+Playwright's time-out; we fail at once with the reason in words. Both must report an error, give
+the same reward, done flag and AXTree, and then play on to the same end.
+
 BrowserGym runs with its fast settings (``slow_mo=0``, no pre-observation delay), as ours does:
 MiniWoB computes rewards synchronously, so the delays change timing only. A BrowserGym step whose
 own 500 ms element wait timed out (machine load) is repeated, see `browsergym_step`.
@@ -44,6 +49,26 @@ EPISODES = [
     ("click-collapsible", 12, 112), ("click-button-sequence", 13, 113),
 ]
 MAX_STEPS = 8
+
+#: task -> (seed, [(wrong action, words our error must contain)]), played one after another in
+#: one episode. The bids are those the pages give (the same on both sides: the AXTree comparison
+#: after reset checks them).
+WRONG_ACTIONS = {
+    "click-test": (0, [
+        ("click('999')", 'ValueError: Could not find element with bid "999"'),
+        ("click('1')", "ElementNotActionable: element 1 is not visible (display: none)"),
+        ("fill('2', 'x')", "ElementNotActionable: element 2 is not visible (display: none)"),
+        ("dblclick('2')", "element 2 is not visible"),
+        ("click('13'", "ValueError: invalid action: not a valid action call"),
+        ("press_button('13')", "ValueError: invalid action: unknown action 'press_button'"),
+    ]),
+    "click-collapsible": (3, [("click('18')", "element 18 is not visible (display: none)")]),
+    "click-dialog": (3, [("click('14')", "element 14 is covered by element "),
+                         ("hover('16')", "element 16 is covered by element ")]),
+    "sign-agreement": (3, [("click('18')", "ElementNotActionable: element 18 is disabled"),
+                           ("fill('16', 'x')", "ElementNotActionable: element 16 is disabled")]),
+    "enter-text-2": (6, [("fill('13', 'x')", "is not an <input>, <textarea> or [contenteditable] element")]),
+}
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -119,17 +144,21 @@ def browsergym_step(bg, action: str, tries: int = 3) -> tuple:
     return obs, reward, terminated, truncated
 
 
-def play_episode(bg, ours, task: str, seed: int) -> None:
-    """Reset both to `task`/`seed`, compare, then step both with the scripted solution to the end."""
+def reset_both(bg, ours, task: str, seed: int):
+    """Reset both to `task`/`seed` and compare the observations; returns ours."""
     bg_obs, _ = bg.reset(seed=seed)
-    result = ours.reset(task=task, seed=seed)
-    obs = result.observation
+    obs = ours.reset(task=task, seed=seed).observation
     assert obs.goal == bg_obs["goal"]
     texts = browsergym_texts(bg_obs)
     assert normalize(obs.axtree_txt) == texts["axtree"]
     assert obs.pruned_html == texts["html"]
     assert obs.focused_element_bid == bg_obs["focused_element_bid"]
     assert obs.metadata["browsergym_obs"]["extra_element_properties"] == bg_obs["extra_element_properties"]
+    return obs
+
+
+def solve_both(bg, ours, task: str, seed: int, obs) -> None:
+    """Step both with the scripted solution to the end, comparing every step."""
     done, steps = False, 0
     while not done:
         steps += 1
@@ -146,6 +175,11 @@ def play_episode(bg, ours, task: str, seed: int) -> None:
     assert result.reward == 1.0
 
 
+def play_episode(bg, ours, task: str, seed: int) -> None:
+    """Reset both to `task`/`seed`, compare, then step both with the scripted solution to the end."""
+    solve_both(bg, ours, task, seed, reset_both(bg, ours, task, seed))
+
+
 @pytest.mark.parametrize(("task", "seed", "second_seed"), EPISODES)
 def test_same_episodes_as_browsergym(browsergym_make, server, task, seed, second_seed):
     bg = browsergym_make(task)
@@ -153,6 +187,33 @@ def test_same_episodes_as_browsergym(browsergym_make, server, task, seed, second
     try:
         play_episode(bg, ours, task, seed)  # our page is loaded
         play_episode(bg, ours, task, second_seed)  # our page restarts in place
+    finally:
+        ours.close()
+        bg.close()
+
+
+@pytest.mark.parametrize("task", list(WRONG_ACTIONS))
+def test_same_outcome_of_wrong_actions_as_browsergym(browsergym_make, server, task):
+    """Wrong actions fail on both sides without touching the page, and the episode plays on."""
+    from envharness.envs.browsergym.solutions import SOLVED_TASKS
+
+    seed, wrong = WRONG_ACTIONS[task]
+    bg = browsergym_make(task)
+    ours = BrowserGymEnv(server.base_url)
+    try:
+        obs = reset_both(bg, ours, task, seed)
+        for action, reason in wrong:
+            bg_obs, bg_reward, bg_terminated, bg_truncated, _ = bg.step(action)
+            result = ours.step(BrowserGymAction(action_str=action))
+            obs = result.observation
+            assert reason in obs.last_action_error, action
+            assert bg_obs["last_action_error"], action
+            assert (result.reward, result.done) == (bg_reward, bg_terminated or bg_truncated), action
+            assert (result.reward, result.done) == (0.0, False), action
+            assert normalize(obs.axtree_txt) == browsergym_texts(bg_obs)["axtree"], action
+            assert obs.focused_element_bid == bg_obs["focused_element_bid"], action
+        if task in SOLVED_TASKS:
+            solve_both(bg, ours, task, seed, obs)
     finally:
         ours.close()
         bg.close()

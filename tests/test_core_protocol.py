@@ -25,7 +25,7 @@ def ws_url(server: LocalServer) -> str:
 
 def ask(ws, message) -> dict:
     ws.send(message if isinstance(message, (str, bytes)) else json.dumps(message))
-    return json.loads(ws.recv(timeout=10))
+    return json.loads(ws.recv(timeout=60))
 
 
 # -- episodes -------------------------------------------------------------------------
@@ -171,13 +171,16 @@ def test_environment_exceptions_become_execution_errors():
 
 
 class SlowEcho(EchoEnvironment):
-    """Each step takes a while; records whether it finished and whether it was closed."""
+    """Each step takes a while (far longer than a reset, even on a busy machine); records whether
+    it started, finished and whether it was closed."""
 
+    steps_started = 0
     steps_finished = 0
     closed = 0
 
     def step(self, action: EchoAction) -> EchoObservation:
-        time.sleep(0.5)
+        type(self).steps_started += 1
+        time.sleep(2.0)
         type(self).steps_finished += 1
         return super().step(action)
 
@@ -186,11 +189,12 @@ class SlowEcho(EchoEnvironment):
 
 
 def test_client_vanishing_mid_step_frees_the_session():
+    SlowEcho.steps_started = SlowEcho.steps_finished = SlowEcho.closed = 0
     with LocalServer(create_app(SlowEcho)) as server:
         ws = connect(ws_url(server))
         ask(ws, {"type": "reset"})
         ws.send(json.dumps({"type": "step", "data": {"message": "bye"}}))
-        time.sleep(0.1)  # the step is running in the server now
+        wait_until(lambda: SlowEcho.steps_started == 1)  # the step is running in the server now
         ws.socket.shutdown(socket.SHUT_RDWR)  # vanish without a close handshake
         ws.socket.close()
         wait_until(lambda: SlowEcho.closed == 1 and health(server)["live_environments"] == 0)
@@ -220,14 +224,14 @@ def test_many_frames_in_flight_are_answered_in_order(echo_server):
         ask(ws, {"type": "reset"})
         for i in range(20):
             ws.send(json.dumps({"type": "step", "data": {"message": f"m{i}"}}))
-        replies = [json.loads(ws.recv(timeout=10)) for _ in range(20)]
+        replies = [json.loads(ws.recv(timeout=60)) for _ in range(20)]
         assert [r["data"]["observation"]["echoed_message"] for r in replies] == [f"m{i}" for i in range(20)]
         assert [r["data"]["observation"]["metadata"]["step"] for r in replies] == list(range(1, 21))
 
 
 async def test_message_timeout_on_the_client():
     with LocalServer(create_app(SlowEcho)) as server:
-        async with AsyncEnvClient(server.base_url, message_timeout_s=0.1) as env:
+        async with AsyncEnvClient(server.base_url, message_timeout_s=1.0) as env:  # reset: well under; step: 2 s
             await env.reset()
             with pytest.raises(TimeoutError, match="No reply to 'step'"):
                 await env.step({"message": "slow"})

@@ -96,7 +96,8 @@ def test_environment_without_concurrency_gets_one_session():
 
 def test_idle_timeout_frees_a_silent_session():
     CountingEcho.live = 0
-    with LocalServer(create_app(CountingEcho, idle_timeout_s=0.4)) as server, EchoEnv(server.base_url) as env:
+    # 2 s: the health check right after reset must come before the session times out, even on a busy machine
+    with LocalServer(create_app(CountingEcho, idle_timeout_s=2.0)) as server, EchoEnv(server.base_url) as env:
         env.reset()
         assert health(server)["active_sessions"] == 1 and CountingEcho.live == 1
         wait_until(lambda: health(server)["active_sessions"] == 0)
@@ -109,13 +110,13 @@ def test_idle_timeout_frees_a_silent_session():
 
 class SlowStepEcho(EchoEnvironment):
     def step(self, action: EchoAction):
-        time.sleep(1.0)
+        time.sleep(3.0)
         return super().step(action)
 
 
 def test_a_step_longer_than_the_idle_timeout_is_not_cut():
     """The idle clock runs between calls, not during them."""
-    with LocalServer(create_app(SlowStepEcho, idle_timeout_s=0.3)) as server, EchoEnv(server.base_url) as env:
+    with LocalServer(create_app(SlowStepEcho, idle_timeout_s=1.0)) as server, EchoEnv(server.base_url) as env:
         env.reset()
         assert env.step(EchoAction(message="slow")).observation.echoed_message == "slow"
         assert env.state().step_count == 1
@@ -145,7 +146,7 @@ def test_token_protects_every_endpoint():
             assert env.step(EchoAction(message="ok")).reward == pytest.approx(0.2)
         with connect(url.replace("http", "ws") + f"/ws?token={token}") as ws:  # browsers cannot set headers
             ws.send(json.dumps({"type": "reset"}))
-            assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+            assert json.loads(ws.recv(timeout=60))["type"] == "observation"
         wait_until(lambda: httpx.get(url + "/health", headers={"Authorization": f"Bearer {token}"}).json()["active_sessions"] == 0)
 
 
@@ -187,7 +188,7 @@ class RendezvousEcho(EchoEnvironment):
     """Steps meet at a barrier: they finish only if two sessions step at the same time.
     Within a session, it records how many of its own calls overlap."""
 
-    barrier = threading.Barrier(2, timeout=10)
+    barrier = threading.Barrier(2, timeout=60)
 
     def __init__(self) -> None:
         super().__init__()
@@ -220,8 +221,8 @@ async def test_sessions_run_concurrently_and_calls_into_one_are_serialized():
             assert [r.observation.echoed_message for r in results] == ["meet", "meet"]  # no barrier timeout
         with connect(server.base_url.replace("http", "ws") + "/ws") as ws:  # pipeline 10 steps into one session
             ws.send(json.dumps({"type": "reset"}))
-            ws.recv(timeout=10)
+            ws.recv(timeout=60)
             for i in range(10):
                 ws.send(json.dumps({"type": "step", "data": {"message": f"s{i}"}}))
-            assert all(json.loads(ws.recv(timeout=10))["type"] == "observation" for _ in range(10))
+            assert all(json.loads(ws.recv(timeout=60))["type"] == "observation" for _ in range(10))
         assert made[-1].max_inside == 1 and made[-1].state.step_count == 10

@@ -15,7 +15,7 @@ from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_b
 from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, build_harness_rollout_func, run_episodes
 from envharness.models.scripted import ScriptedBackend
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(900)  # a hang guard: both tests take well under a minute
 
 # Solved by the scripted policy in one or two actions each.
 TASKS = ["click-test", "click-button", "enter-text", "focus-text", "click-checkboxes", "click-tab", "click-dialog"]
@@ -53,16 +53,25 @@ async def test_waiting_episodes_share_backend_calls_on_the_real_browser(server_u
     assert sum(backend.calls) == steps and len(backend.calls) < steps
 
 
+class SeededSessionFactory(BrowserGymSessionFactory):
+    """Prompts are {"task", "seed"} dicts: every episode's page is fixed, so are its rewards."""
+
+    async def create_async(self, task=None, seed=None, episode_id=None):
+        return await super().create_async(task, task["seed"], episode_id)
+
+
 def test_a_session_dying_mid_episode_leaves_the_other_15_intact(server_url):
     """16 episodes, 8 in flight, through the TRL rollout function and the tutorial's sync
     client. One episode's connection to the server is closed after its first model turn, so
     its first tool call raises: its reward is 0 and its metrics carry the error; the other 15
-    earn their rewards, in prompt order."""
+    earn their rewards, in prompt order. Seeds are fixed and the turn limit leaves room for the
+    longest of them (click-checkboxes ticks up to 6 boxes, then submits)."""
     backend = CountingScriptedBackend()
     batcher = BatchingModelStep(backend, tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
     doomed = "click-dialog"  # the one prompt with this task
-    prompts = [TASKS[i % 6] for i in range(16)]
-    prompts[9] = doomed
+    tasks = [TASKS[i % 6] for i in range(16)]
+    tasks[9] = doomed
+    prompts = [{"task": task, "seed": i} for i, task in enumerate(tasks)]
 
     class CutsTheConnection:
         """The episode's own batched step, which closes the session's client after its turn."""
@@ -79,10 +88,10 @@ def test_a_session_dying_mid_episode_leaves_the_other_15_intact(server_url):
             self.step.close()
 
     rollout_func = build_harness_rollout_func(
-        session_factory=BrowserGymSessionFactory(client_factory=lambda: BrowserGymEnv(base_url=server_url)),
+        session_factory=SeededSessionFactory(client_factory=lambda: BrowserGymEnv(base_url=server_url)),
         harness_adapter=MCPHarnessAdapter(),
         model_step_builder=lambda trainer, session: CutsTheConnection(session) if session.task == doomed else batcher.for_episode(),
-        limits=HarnessRunLimits(max_turns=5),
+        limits=HarnessRunLimits(max_turns=10),
         max_concurrency=8,
     )
     out = rollout_func(prompts, None)
@@ -91,5 +100,5 @@ def test_a_session_dying_mid_episode_leaves_the_other_15_intact(server_url):
     errors = [m.get("error") for m in out["verify_metrics"]]
     assert errors[:9] + errors[10:] == [None] * 15
     assert errors[9] == "RuntimeError: This client is closed"
-    assert [m.get("task_name") for m in out["verify_metrics"]] == prompts[:9] + [None] + prompts[10:]
+    assert [m.get("task_name") for m in out["verify_metrics"]] == tasks[:9] + [None] + tasks[10:]
     assert batcher._live == 0

@@ -20,6 +20,7 @@ gets a new context from the relaunched browser.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -66,6 +67,9 @@ class BrowserGymConfig:
     # 500 ms, which busy machines (many sessions on few cores) exceed for ordinary clicks.
     action_timeout_ms: float = 3000.0
     fast_reset: bool = True
+    # Check element actions in one round trip and fail at once with the reason when the element
+    # can never become actionable (actionability.py); False: Playwright's polling checks only.
+    fast_actions: bool = True
 
 
 @dataclass
@@ -161,7 +165,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             self._context.on("page", self._on_new_page)
             self._actx = ActionContext(self._context, self._main_page, self._guard,
                                        noop_wait_ms=self.config.noop_wait_ms,
-                                       element_timeout_ms=self.config.action_timeout_ms)
+                                       element_timeout_ms=self.config.action_timeout_ms,
+                                       fast_actions=self.config.fast_actions)
             self._loaded_task = None
         for page in list(self._context.pages):
             if page is not self._main_page:
@@ -202,8 +207,17 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         try:
             if self.config.pre_observation_delay_ms > 0:
                 await self._actx.page.wait_for_timeout(self.config.pre_observation_delay_ms)
-            await self._actx.page.wait_for_load_state("domcontentloaded")  # as BrowserGym, if navigating
-            status = await self._validate()
+            # Reward and observation are read together (one round trip's wait, not three); when the
+            # page is still loading a document (a navigation), wait for its DOM as BrowserGym does
+            # and read again.
+            status, captured = await asyncio.gather(self._validate(), self._capture(), return_exceptions=True)
+            if isinstance(status, BaseException):
+                raise status
+            if not status.ready:  # what was captured may be of the old document, or have failed
+                await self._actx.page.wait_for_load_state("domcontentloaded")
+                status, captured = await asyncio.gather(self._validate(), self._capture())
+            elif isinstance(captured, BaseException):
+                raise captured
         except Exception as e:
             self._raise_if_lost(e)
             raise
@@ -216,26 +230,37 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         done = status.done or truncated or self._actx.infeasible
         ep.done = done
         self._state.cum_reward += status.reward
-        return await self._observe(reward=status.reward, done=done, last_action=action_str, error=error,
-                                   info=status.info, truncated=truncated)
+        return self._build(captured, reward=status.reward, done=done, last_action=action_str, error=error,
+                           info=status.info, truncated=truncated)
 
     async def _validate(self) -> miniwob.TaskStatus:
         if self._actx.page is not self._main_page or self._main_page.is_closed():
-            return miniwob.TaskStatus(0.0, True, {"error": "invalid page, terminating task"})
+            return miniwob.TaskStatus(0.0, True, {"error": "invalid page, terminating task"}, ready=False)
         return await miniwob.task_status(self._main_page, self._episode.task)
 
     # -- observation -----------------------------------------------------------------------
     async def _observe(self, *, reward: float, done: bool, last_action: str, error: str,
                        info: dict[str, Any], truncated: bool = False) -> BrowserGymObservation:
-        ep = self._episode
-        page = self._actx.page
         try:
-            raw = dict(await extract_page_observation(page, ep.parts))
-            pages = self._context.pages
-            titles = [await p.title() for p in pages]
+            captured = await self._capture()
         except Exception as e:
             self._raise_if_lost(e)
             raise
+        return self._build(captured, reward=reward, done=done, last_action=last_action, error=error,
+                           info=info, truncated=truncated)
+
+    async def _capture(self) -> tuple[Any, dict[str, Any], list[Any], list[str]]:
+        """What the page shows: (active page, observation parts, pages, their titles)."""
+        page = self._actx.page
+        pages = list(self._context.pages)
+        raw, *titles = await asyncio.gather(extract_page_observation(page, self._episode.parts),
+                                            *(p.title() for p in pages))
+        return page, dict(raw), pages, titles
+
+    def _build(self, captured: tuple[Any, dict[str, Any], list[Any], list[str]], *, reward: float, done: bool,
+               last_action: str, error: str, info: dict[str, Any], truncated: bool = False) -> BrowserGymObservation:
+        ep = self._episode
+        page, raw, pages, titles = captured
         axtree_txt = raw.pop("axtree_txt", "") or ""
         pruned_html = raw.pop("pruned_html", "") or ""
         screenshot = raw.pop("screenshot", None)

@@ -11,8 +11,12 @@ Documented differences from BrowserGym:
 - ``goto`` (and any request a page makes) may reach only the environment's own pages and
   the configured allowed hosts.
 - ``upload_file`` / ``mouse_upload_file`` are refused (they would read the server's disk).
-- element actions wait up to `ActionContext.element_timeout_ms` (environment option
-  ``action_timeout_ms``, 3000 by default) where BrowserGym waits 500 ms.
+- element actions on main-frame bids are checked first in one round trip (`actionability`):
+  one that can never become actionable (hidden, disabled, covered, read-only) fails at once
+  with the reason in words; one that is animating is waited for up to
+  `ActionContext.element_timeout_ms` (environment option ``action_timeout_ms``, 3000 by
+  default; BrowserGym waits 500 ms for anything). Clicks and hovers then dispatch the mouse
+  input at the checked point. ``fast_actions=False`` restores Playwright's locator actions.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from envharness.envs.browsergym.actionability import pointer_action, require_actionable
 from envharness.envs.browsergym.actions import ParsedAction
 from envharness.envs.browsergym.engine import HostGuard
 
@@ -37,6 +42,7 @@ class ActionContext:
     noop_wait_ms: float = 0.0
     element_timeout_ms: float = 3000.0
     infeasible: bool = False
+    fast_actions: bool = True  # False: Playwright's locator actions (polling checks) only
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -86,21 +92,41 @@ async def noop(ctx: ActionContext, wait_ms: float | None) -> None:
 
 
 # -- element actions --------------------------------------------------------------------
+async def _checked(ctx: ActionContext, bid: str, action: str) -> None:
+    """Fail fast when `bid` cannot take `action` (the Playwright call that follows is then quick)."""
+    if ctx.fast_actions:
+        await require_actionable(ctx.page, bid, action, ctx.element_timeout_ms)
+
+
+async def _pointer(ctx: ActionContext, bid: str, action: str, **kwargs: Any) -> bool:
+    """Click/dblclick/hover at the checked point; False when Playwright's locator must do it."""
+    if not ctx.fast_actions:
+        return False
+    return await pointer_action(ctx.page, bid, action, timeout_ms=ctx.element_timeout_ms, **kwargs)
+
+
 async def click(ctx: ActionContext, bid: str, button: str, modifiers: tuple[str, ...]) -> None:
+    if await _pointer(ctx, bid, "click", button=button, modifiers=modifiers):
+        return
     elem = await get_elem_by_bid(ctx.page, bid)
     await elem.click(button=button, modifiers=list(modifiers), timeout=ctx.element_timeout_ms)
 
 
 async def dblclick(ctx: ActionContext, bid: str, button: str, modifiers: tuple[str, ...]) -> None:
+    if await _pointer(ctx, bid, "dblclick", button=button, modifiers=modifiers):
+        return
     elem = await get_elem_by_bid(ctx.page, bid)
     await elem.dblclick(button=button, modifiers=list(modifiers), timeout=ctx.element_timeout_ms)
 
 
 async def hover(ctx: ActionContext, bid: str) -> None:
+    if await _pointer(ctx, bid, "hover"):
+        return
     await (await get_elem_by_bid(ctx.page, bid)).hover(timeout=ctx.element_timeout_ms)
 
 
 async def fill(ctx: ActionContext, bid: str, value: str, enable_autocomplete_menu: bool) -> None:
+    await _checked(ctx, bid, "fill")
     elem = await get_elem_by_bid(ctx.page, bid)
     timeout = ctx.element_timeout_ms
     if not enable_autocomplete_menu:
@@ -115,18 +141,22 @@ async def fill(ctx: ActionContext, bid: str, value: str, enable_autocomplete_men
 
 
 async def clear(ctx: ActionContext, bid: str) -> None:
+    await _checked(ctx, bid, "clear")
     await (await get_elem_by_bid(ctx.page, bid)).clear(timeout=ctx.element_timeout_ms)
 
 
 async def check(ctx: ActionContext, bid: str) -> None:
+    await _checked(ctx, bid, "check")
     await (await get_elem_by_bid(ctx.page, bid)).check(timeout=ctx.element_timeout_ms)
 
 
 async def uncheck(ctx: ActionContext, bid: str) -> None:
+    await _checked(ctx, bid, "uncheck")
     await (await get_elem_by_bid(ctx.page, bid)).uncheck(timeout=ctx.element_timeout_ms)
 
 
 async def select_option(ctx: ActionContext, bid: str, options: str | tuple[str, ...]) -> None:
+    await _checked(ctx, bid, "select_option")
     elem = await get_elem_by_bid(ctx.page, bid)
     await elem.select_option(options if isinstance(options, str) else list(options), timeout=ctx.element_timeout_ms)
 
@@ -140,11 +170,9 @@ async def focus(ctx: ActionContext, bid: str) -> None:
 
 
 async def drag_and_drop(ctx: ActionContext, from_bid: str, to_bid: str) -> None:
-    source = await get_elem_by_bid(ctx.page, from_bid)
-    await source.hover(timeout=ctx.element_timeout_ms)
+    await hover(ctx, from_bid)
     await ctx.page.mouse.down()
-    target = await get_elem_by_bid(ctx.page, to_bid)
-    await target.hover(timeout=ctx.element_timeout_ms)
+    await hover(ctx, to_bid)
     await ctx.page.mouse.up()
 
 

@@ -214,7 +214,7 @@ _CLEAR_PAGE_STATE_JS = r"""() => {
 }"""
 
 _STATUS_JS = """() => [WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON, WOB_DONE_GLOBAL,
-                   WOB_EPISODE_ID, WOB_TASK_READY]"""
+                   WOB_EPISODE_ID, WOB_TASK_READY, document.readyState !== 'loading']"""
 
 
 async def start_episode(page: Any, task: str, seed: int | None, *, reload: bool,
@@ -241,13 +241,14 @@ class TaskStatus:
     reward: float
     done: bool
     info: dict[str, Any]
+    ready: bool = True  # False: the page's document is still loading (its DOM is not complete)
 
 
 async def task_status(page: Any, task: str) -> TaskStatus:
     """Reward and done as ``AbstractMiniwobTask.validate``: leaving the task page ends the episode."""
     if page.url != task_url(task):
-        return TaskStatus(0.0, True, {"error": "invalid url, terminating task"})
-    values = await page.evaluate(_STATUS_JS)
+        return TaskStatus(0.0, True, {"error": "invalid url, terminating task"}, ready=False)
+    *values, ready = await page.evaluate(_STATUS_JS)
     keys = ("REWARD_GLOBAL", "RAW_REWARD_GLOBAL", "REWARD_REASON", "DONE_GLOBAL", "EPISODE_ID", "TASK_READY")
     info = dict(zip(keys, values))
-    return TaskStatus(float(info["RAW_REWARD_GLOBAL"] > 0), bool(info["DONE_GLOBAL"]), info)
+    return TaskStatus(float(info["RAW_REWARD_GLOBAL"] > 0), bool(info["DONE_GLOBAL"]), info, ready=bool(ready))
