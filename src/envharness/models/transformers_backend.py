@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,22 +25,12 @@ from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.images import refuse_images
 from envharness.models.prefix_cache import PrefixCache, build_past, cache_layers, common_prefix
-from envharness.models.sampling import processed_logprobs, sample_token
+from envharness.models.decoding import DecodingRow, decode_step, eos_ids, model_device, row_text
 
 #: A shared start shorter than this is not worth its own forward pass.
 _MIN_SHARED_START = 16
 
 
-@dataclass
-class _Row:
-    """One sequence being decoded."""
-
-    params: SamplingParams
-    generator: torch.Generator | None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    stop: str | None = None
 
 
 class TransformersBackend:
@@ -55,7 +44,7 @@ class TransformersBackend:
         self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
         self.max_batch_size = max_batch_size
         self._lock = threading.Lock()
-        self._eos_ids = _eos_ids(model, tokenizer)
+        self._eos_ids = eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._pad_id = int(pad if pad is not None else 0)
         self.prefill_tokens = 0  # prompt tokens run through the model (after sharing), for stats
@@ -119,8 +108,8 @@ class TransformersBackend:
             self.model.train(was_training)
 
     def _decode_in_eval_mode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
-        rows = [_Row(p, _generator(p.seed)) for p in sampling]
-        device = _device(self.model)
+        rows = [DecodingRow.start(p) for p in sampling]
+        device = model_device(self.model)
         # Prefill only what has not been run: each distinct prompt once (the episodes of a GRPO
         # group start from the same page; its cache is copied to every row sharing it), and
         # only the tokens after the longest cached earlier sequence (turn N+1 extends turn N).
@@ -170,7 +159,7 @@ class TransformersBackend:
         shared = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]
         if len(shared) < _MIN_SHARED_START or self.prefix_cache.covered(shared) >= len(shared):
             return
-        ids = torch.tensor([shared], dtype=torch.long, device=_device(self.model))
+        ids = torch.tensor([shared], dtype=torch.long, device=model_device(self.model))
         past = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
         self.prefill_tokens += len(shared)
         try:
@@ -178,7 +167,7 @@ class TransformersBackend:
         except TypeError:
             self.prefix_cache = None  # a cache layout we do not know: decode without reuse
 
-    def _remember(self, prompts: list[list[int]], rows: list[_Row], past: Any, prompt_mask: torch.Tensor) -> None:
+    def _remember(self, prompts: list[list[int]], rows: list[DecodingRow], past: Any, prompt_mask: torch.Tensor) -> None:
         """Store each row's keys/values (prompt + every completion token fed back) for later turns."""
         try:
             layers = cache_layers(past)
@@ -193,30 +182,12 @@ class TransformersBackend:
                 continue
             self.prefix_cache.store(prompt + row.tokens[:fed], [(k[i][:, cols], v[i][:, cols]) for k, v in layers])
 
-    def _step(self, row: _Row, logits: torch.Tensor) -> int:
+    def _step(self, row: DecodingRow, logits: torch.Tensor) -> int:
         """Sample one token for a row still decoding; returns the id to feed next."""
-        if row.finish_reason:
-            return self._pad_id
-        p = row.params
-        logprobs = processed_logprobs(logits.float().cpu(), p.temperature, p.top_k, p.top_p)
-        token = sample_token(logprobs, p.temperature, row.generator)
-        row.tokens.append(token)
-        row.logprobs.append(float(logprobs[token]))
-        if token in self._eos_ids:
-            row.finish_reason = "stop"
-        elif p.stop:
-            text = self.tokenizer.decode(row.tokens, skip_special_tokens=False)
-            hit = _first_stop(text, p.stop)
-            if hit is not None:
-                row.finish_reason, row.stop = "stop", hit
-        if not row.finish_reason and len(row.tokens) >= p.max_tokens:
-            row.finish_reason = "length"
-        return token
+        return decode_step(row, logits, self.tokenizer, self._eos_ids, self._pad_id)
 
-    def _generation(self, prompt: list[int], row: _Row) -> Generation:
-        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
-        if row.stop is not None and row.stop in text:
-            text = text[: text.index(row.stop) + len(row.stop)]  # the stop string ends the text
+    def _generation(self, prompt: list[int], row: DecodingRow) -> Generation:
+        text = row_text(row, self.tokenizer)
         metadata = {"stop": row.stop} if row.stop is not None else {}
         return Generation(
             text=text,
@@ -239,31 +210,4 @@ def _left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, t
     return input_ids, mask
 
 
-def _first_stop(text: str, stops: list[str]) -> str | None:
-    """The stop string that ends earliest in `text`, if any occurs."""
-    found = [(text.index(s) + len(s), s) for s in stops if s and s in text]
-    return min(found)[1] if found else None
 
-
-def _generator(seed: int | None) -> torch.Generator | None:
-    """A per-request RNG, so a seeded request samples the same tokens in any batch."""
-    if seed is None:
-        return None
-    gen = torch.Generator()
-    gen.manual_seed(int(seed))
-    return gen
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids: set[int] = set()
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (config_eos, tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(int(v) for v in value)
-    return ids
-
-
-def _device(model: Any) -> torch.device:
-    return next(model.parameters()).device

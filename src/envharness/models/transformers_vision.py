@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,7 +30,8 @@ from transformers import LogitsProcessor, StoppingCriteria
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.images import messages_images
-from envharness.models.sampling import processed_logprobs, sample_token
+from envharness.models.decoding import DecodingRow, decode_step, eos_ids, model_device, row_text
+from envharness.models.sampling import processed_logprobs
 from envharness.models.vision_processors import image_inputs, image_token_id, load_processor, placeholder_counts
 
 
@@ -44,14 +45,6 @@ class VisionPrompt:
     new_counts: list[int]
 
 
-@dataclass
-class _Row:
-    params: SamplingParams
-    generator: torch.Generator | None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    stop: str | None = None
 
 
 class _TemplateView:
@@ -87,7 +80,7 @@ class TransformersVisionBackend:
         self.image_token_id = image_token_id(processor)
         self._view = _TemplateView(processor)
         self._lock = threading.Lock()
-        self._eos_ids = _eos_ids(model, self.tokenizer)
+        self._eos_ids = eos_ids(model, self.tokenizer)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self._pad_id = int(pad if pad is not None else 0)
 
@@ -138,7 +131,7 @@ class TransformersVisionBackend:
         for i, seq in enumerate(sequences):
             input_ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
             mask[i, width - len(seq) :] = 1
-        device = _device(self.model)
+        device = model_device(self.model)
         inputs = {"input_ids": input_ids, "attention_mask": mask, **image_inputs(self.processor, images, input_ids)}
         return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
@@ -164,7 +157,7 @@ class TransformersVisionBackend:
     def _decode(self, prompts: list[VisionPrompt], sampling: list[SamplingParams]) -> list[Generation]:
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        rows = [_Row(p, _generator(p.seed)) for p in sampling]
+        rows = [DecodingRow.start(p) for p in sampling]
         inputs = self.model_inputs([p.ids for p in prompts], [p.images for p in prompts])
         sampler = _Sampler(self, rows)
         config = GenerationConfig(
@@ -185,30 +178,12 @@ class TransformersVisionBackend:
             self.model.train(was_training)
         return [self._generation(p, row) for p, row in zip(prompts, rows)]
 
-    def sample_step(self, row: _Row, logits: torch.Tensor) -> int:
+    def sample_step(self, row: DecodingRow, logits: torch.Tensor) -> int:
         """Sample one token for a row still decoding (its logprob from the same tensor)."""
-        if row.finish_reason:
-            return self._pad_id
-        p = row.params
-        logprobs = processed_logprobs(logits.float().cpu(), p.temperature, p.top_k, p.top_p)
-        token = sample_token(logprobs, p.temperature, row.generator)
-        row.tokens.append(token)
-        row.logprobs.append(float(logprobs[token]))
-        if token in self._eos_ids:
-            row.finish_reason = "stop"
-        elif p.stop:
-            text = self.tokenizer.decode(row.tokens, skip_special_tokens=False)
-            hit = _first_stop(text, p.stop)
-            if hit is not None:
-                row.finish_reason, row.stop = "stop", hit
-        if not row.finish_reason and len(row.tokens) >= p.max_tokens:
-            row.finish_reason = "length"
-        return token
+        return decode_step(row, logits, self.tokenizer, self._eos_ids, self._pad_id)
 
-    def _generation(self, prompt: VisionPrompt, row: _Row) -> Generation:
-        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
-        if row.stop is not None and row.stop in text:
-            text = text[: text.index(row.stop) + len(row.stop)]
+    def _generation(self, prompt: VisionPrompt, row: DecodingRow) -> Generation:
+        text = row_text(row, self.tokenizer)
         return Generation(
             text=text,
             prompt_ids=list(prompt.ids),
@@ -241,7 +216,7 @@ class TransformersVisionBackend:
 class _Sampler(LogitsProcessor):
     """The logits processor: samples each row itself and leaves `generate` one choice (greedy)."""
 
-    def __init__(self, backend: TransformersVisionBackend, rows: list[_Row]):
+    def __init__(self, backend: TransformersVisionBackend, rows: list[DecodingRow]):
         self.backend, self.rows = backend, rows
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -254,35 +229,11 @@ class _Sampler(LogitsProcessor):
 class _RowsDone(StoppingCriteria):
     """Stopping criterion: a row is done when our sampler says so (eos, stop string, budget)."""
 
-    def __init__(self, rows: list[_Row]):
+    def __init__(self, rows: list[DecodingRow]):
         self.rows = rows
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
         return torch.tensor([row.finish_reason is not None for row in self.rows], dtype=torch.bool, device=input_ids.device)
 
 
-def _first_stop(text: str, stops: list[str]) -> str | None:
-    found = [(text.index(s) + len(s), s) for s in stops if s and s in text]
-    return min(found)[1] if found else None
 
-
-def _generator(seed: int | None) -> torch.Generator | None:
-    if seed is None:
-        return None
-    gen = torch.Generator()
-    gen.manual_seed(int(seed))
-    return gen
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids: set[int] = set()
-    for value in (getattr(getattr(model, "generation_config", None), "eos_token_id", None), tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(int(v) for v in value)
-    return ids
-
-
-def _device(model: Any) -> torch.device:
-    return next(model.parameters()).device
