@@ -87,6 +87,10 @@ COVERED: dict[str, Run | Serve | Make] = {
         Run(TINY_EVAL, expect=("runs/vlm/report.html",)),
     "envharness train --model tiny-vlm --steps 1 --report-to tensorboard --out runs/vlm-train":
         Run(TINY_TRAIN, expect=("runs/vlm-train/final", "runs/vlm-train/runs")),
+    ".venv/bin/python examples/train_multiturn.py --tasks click-button-sequence --max-turns 2 --minutes 27 --eval-episodes 32 "
+    "--num-generations 8 --groups-per-step 1 --lr 3e-5 --max-completion-length 12 --threads 1":
+        Run({"--minutes": "0.01", "--max-steps": "1", "--eval-episodes": "1", "--num-generations": "2",
+             "--max-completion-length": "4", "--output-dir": "runs/multiturn"}, expect=("runs/multiturn/results.json",)),
     ".venv/bin/python examples/train_click_test.py --task click-button --minutes 38 --eval-episodes 32 "
     "--num-generations 8 --groups-per-step 1 --lr 3e-5 --max-completion-length 12 --threads 1":
         Run({"--minutes": "0.01", "--eval-episodes": "2", "--no-greedy-eval": None, "--num-generations": "2",
@@ -137,7 +141,10 @@ def argv_for(tokens: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def recipe(target: str) -> list[str]:
     """The recipe lines of a make target and its prerequisites, without running anything."""
-    out = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # run from inside `make test`, make would also print "make[1]: Entering directory ..."
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout
     return [line for line in out.replace("\\\n", " ").splitlines() if line.strip()]
 
 

@@ -102,7 +102,8 @@ def prompt_ids(
 
     For text models: a conversation with image parts is refused (`ImagesNotSupportedError`);
     vision backends render through `new_prompt_text` with their processor."""
-    refuse_images(getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__, messages)
+    if not getattr(tokenizer, "accepts_images", False):  # a processor-backed tokenizer renders them itself
+        refuse_images(getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__, messages)
     return list(prefix_ids or []) + encode(tokenizer, new_prompt_text(tokenizer, messages, tools, prefix_ids))
 
 

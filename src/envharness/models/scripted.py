@@ -17,7 +17,8 @@ from envharness.models.base import Generation, GenerationRequest, Message
 from envharness.models.images import refuse_images
 
 _GOAL = re.compile(r"^[ \t]*Goal:[ \t]*(.+)$", re.MULTILINE)
-_TREE_HEADER = re.compile(r"^[^\n]*(?:accessibility tree|axtree)[^\n]*:[ \t]*\n", re.IGNORECASE | re.MULTILINE)
+# the AXTree block of the harness/eval prompts, or the compact prompt's "Elements:" lines (same `[bid] role 'name'` form)
+_TREE_HEADER = re.compile(r"^[^\n]*(?:accessibility tree|axtree|elements)[^\n]*:[ \t]*\n", re.IGNORECASE | re.MULTILINE)
 _ROOT = re.compile(r"^[ \t]*(?:\[\w+\][ \t]*)?RootWebArea\b", re.MULTILINE)
 FALLBACK_ACTION = "noop()"
 

@@ -36,6 +36,9 @@ class ImagePromptTokenizer:
     text expands its image placeholders with the images they stand for (the conversation's
     last ones: earlier images are already inside `prefix_ids`)."""
 
+    #: `chat.prompt_ids` lets image parts through: this tokenizer expands them into placeholders.
+    accepts_images = True
+
     def __init__(self, processor: Any, images: list[Any]):
         self._processor = processor
         self._images = images
