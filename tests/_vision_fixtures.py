@@ -11,15 +11,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-QWEN_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from envharness.models.tiny_vlm import QWEN_SPECIALS, QWEN_TEMPLATE  # the tokenizer conventions of the tiny VLMs
+
 _CORPUS = [
     "You control a web browser. Reply with exactly one action, e.g. click('13').",
     "Goal: Click the button. Elements: [13] button 'Click Me!' textbox step url http://miniwob.local/",

@@ -31,6 +31,7 @@ _QWEN_TEMPLATE = (
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+QWEN_TEMPLATE = _QWEN_TEMPLATE  # public: test fixtures build processors on the same template
 _IDEFICS_TEMPLATE = _QWEN_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "<image>")
 
 _CORPUS = [
