@@ -1,10 +1,23 @@
-"""Environment names -> factories, for `envharness serve NAME` and `LocalServer(NAME)`.
+"""What each environment registers, and the lookup every generic layer uses.
 
-A registry target is either an `Environment` subclass (options become constructor
-arguments) or a function taking the options and returning an environment factory (any
-callable returning an `Environment`; an async `aclose()` on it runs at shutdown). Targets
-are imported lazily, so `echo` never imports Playwright. Besides the names below,
-`module.path:attribute` serves any importable target.
+An environment is one `EnvSpec`: its name, the server-side factory, and where the generic
+layers find the parts that are specific to it (its client, how an agent plays it, its MCP
+tools, its `/web` page info). Every part is a lazy ``"module.path:attribute"`` string, so
+`echo` never imports Playwright and the core never imports an environment: eval, train,
+MCP, `/web` and the fleet ask the spec, never test an environment by name.
+
+A registry target (`EnvSpec.environment`) is either an `Environment` subclass (options
+become constructor arguments) or a function taking the options and returning an environment
+factory (any callable returning an `Environment`; an async `aclose()` on it runs at
+shutdown). Besides the registered names, `module.path:attribute` serves any importable
+target, or an `EnvSpec` of the user's own.
+
+    register_environment(EnvSpec(
+        name="mygame",
+        environment="mypkg.env:MyGameEnvironment",
+        client="mypkg.client:AsyncMyGameEnv",
+        harness="mypkg.harness:HARNESS",        # an `envharness.harness.EnvHarness`
+    ))
 """
 
 from __future__ import annotations
@@ -12,24 +25,115 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 from envharness.core.environment import Environment
 from envharness.core.sessions import EnvFactory
 
-ENVIRONMENTS: dict[str, str] = {
-    "echo": "envharness.envs.echo.environment:EchoEnvironment",
-    "browsergym": "envharness.envs.browsergym.factory:make_environment_factory",
-}
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment as the generic layers see it. Parts are ``"module:attribute"``."""
+
+    name: str
+    #: Server side: an `Environment` subclass, or ``options -> factory``.
+    environment: str
+    #: The async client class (`AsyncEnvClient` subclass) that parses its observations.
+    client: str = "envharness.core.client:AsyncEnvClient"
+    #: How an agent plays it (`envharness.harness.EnvHarness`): sessions, tool-call parser,
+    #: tasks, prompt styles, scripted policy, reward functions. None: no eval/train support.
+    harness: str | None = None
+    #: ``(EnvDescription) -> EnvToolset`` for `/mcp`; None: the generic reset/step/state tools.
+    mcp_toolset: str | None = None
+    #: ``() -> dict`` merged into `/web/info` (``tasks``, ``actions`` with examples).
+    web_info: str | None = None
+    #: One line for `--help` and listings.
+    summary: str = ""
+
+    def load(self, part: str) -> Any:
+        """The object a part names (None when the spec leaves it out)."""
+        target = getattr(self, part)
+        return None if target is None else load_target(target)
+
+
+def load_target(target: str) -> Any:
+    """Import ``"module.path:attribute"`` (dotted attributes allowed)."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise KeyError(f"{target!r} is not module.path:attribute")
+    value: Any = importlib.import_module(module_name)
+    for name in attribute.split("."):
+        value = getattr(value, name)
+    return value
+
+
+ENVIRONMENTS: dict[str, EnvSpec] = {}
+
+
+def register_environment(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
+    """Make `spec.name` servable (`envharness serve NAME`) and playable (eval, train, MCP)."""
+    if spec.name in ENVIRONMENTS and not replace:
+        raise ValueError(f"environment {spec.name!r} is already registered")
+    if not spec.name or ":" in spec.name:
+        raise ValueError(f"an environment name must be non-empty and have no ':' (got {spec.name!r})")
+    ENVIRONMENTS[spec.name] = spec
+    return spec
+
+
+register_environment(EnvSpec(
+    name="echo",
+    environment="envharness.envs.echo.environment:EchoEnvironment",
+    client="envharness.envs.echo.client:AsyncEchoEnv",
+    summary="echoes each message back (the template for new environments)",
+))
+register_environment(EnvSpec(
+    name="browsergym",
+    environment="envharness.envs.browsergym.factory:make_environment_factory",
+    client="envharness.envs.browsergym.client:AsyncBrowserGymEnv",
+    harness="envharness.envs.browsergym.agent:HARNESS",
+    mcp_toolset="envharness.envs.browsergym.mcp_tools:BrowserGymToolset",
+    web_info="envharness.envs.browsergym.agent:web_info",
+    summary="MiniWoB++ in Chromium, BrowserGym's actions and observations",
+))
+register_environment(EnvSpec(
+    name="textarena",
+    environment="envharness.envs.textarena.factory:make_environment_factory",
+    client="envharness.envs.textarena.client:AsyncTextArenaEnv",
+    harness="envharness.envs.textarena.agent:HARNESS",
+    mcp_toolset="envharness.envs.textarena.mcp_tools:TextArenaToolset",
+    web_info="envharness.envs.textarena.agent:web_info",
+    summary="TextArena's single-player text games (Wordle-v0 by default)",
+))
+
+
+def get_spec(name: str) -> EnvSpec:
+    """The spec of a registered name, or of ``module:attribute`` (an `EnvSpec` there is
+    used as it is; anything else is the server-side target of a spec with no other parts)."""
+    if name in ENVIRONMENTS:
+        return ENVIRONMENTS[name]
+    if ":" not in name:
+        raise KeyError(f"Unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))} (or module.path:attribute)")
+    target = load_target(name)
+    if isinstance(target, EnvSpec):
+        return target
+    return EnvSpec(name=name, environment=name)
 
 
 def resolve(name: str) -> Any:
-    """The registry target for `name` (a registered name or `module:attribute`)."""
-    target = ENVIRONMENTS.get(name, name)
-    if ":" not in target:
-        raise KeyError(f"Unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))} (or module.path:attribute)")
-    module_name, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
+    """The server-side registry target for `name` (a registered name or `module:attribute`)."""
+    spec = get_spec(name)
+    return load_target(spec.environment)
+
+
+def env_harness(name: str) -> Any:
+    """How agents play `name` (an `EnvHarness`); a clear error when it has none."""
+    spec = get_spec(name)
+    harness = spec.load("harness")
+    if harness is None:
+        raise KeyError(f"environment {name!r} registers no harness (tasks, tools, prompts): it can be served, "
+                       "not evaluated or trained")
+    return harness
 
 
 def make_factory(name: str, **options: Any) -> EnvFactory:
@@ -44,3 +148,6 @@ def make_factory(name: str, **options: Any) -> EnvFactory:
             raise ValueError(f"Bad options for {name}: {exc}") from None
         return functools.partial(target, **options)
     return target(**options)
+
+
+__all__ = ["ENVIRONMENTS", "EnvSpec", "env_harness", "get_spec", "load_target", "make_factory", "register_environment", "resolve"]
