@@ -13,7 +13,7 @@ from envharness.prompts.text import (
     load_prompt_builder,
     truncate_to_tokens,
 )
-from envharness.models.scripted import find_goal_and_tree
+from envharness.envs.browsergym.scripted import find_goal_and_tree
 
 # Real AXTree texts of MiniWoB pages (seed 1), as the browser env returns them.
 CLICK_TEST = ("Click the button.", "RootWebArea 'Click Test Task', focused, url='http://miniwob.local/miniwob/click-test.html'\n\t[13] button 'Click Me!'")

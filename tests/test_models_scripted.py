@@ -9,7 +9,8 @@ import pytest
 from envharness.envs.browsergym.harness import action_instructions, format_observation
 from envharness.models import load_backend
 from envharness.models.base import GenerationRequest
-from envharness.models.scripted import ScriptedBackend, find_goal_and_tree
+from envharness.envs.browsergym.scripted import find_goal_and_tree, scripted_action
+from envharness.models.scripted import ScriptedBackend
 
 CLICK_TEST_TREE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"
 OTHER_TREE = "RootWebArea 'Click Button Task', focused\n\t[20] button 'no'\n\t[21] button 'yes'"
@@ -51,7 +52,7 @@ async def test_answers_with_the_solution_or_a_noop_and_a_reason():
         seen.append((goal, tree))
         return "click('21')" if "yes" in goal else None
 
-    backend = ScriptedBackend(solve=solve)
+    backend = ScriptedBackend(lambda messages: scripted_action(messages, solve=solve))
     gens = await backend.generate(
         [
             GenerationRequest(harness_conversation()),

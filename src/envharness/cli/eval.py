@@ -1,4 +1,4 @@
-"""`envharness eval`: evaluate a model on MiniWoB++ tasks and write a report.
+"""`envharness eval`: evaluate a model on an environment's tasks (MiniWoB++ by default) and write a report.
 
     envharness eval                                           # embedded SmolLM2-135M, default task set
     envharness eval --model scripted --tasks click-test,enter-text --episodes 10
@@ -7,6 +7,7 @@
     envharness eval --out runs/gpt --resume                   # finish an interrupted run
     envharness eval --compare runs/smol runs/gpt              # per-task side by side
     envharness eval --model openai:qwen-vl@http://127.0.0.1:8000/v1 --vision   # screenshots in the prompts
+    envharness eval --env textarena --tasks Wordle-v0 --model scripted        # another environment
 
 Writes to `--out` (default runs/eval-<time>): episodes.jsonl, report.html,
 success_rate.png, summary.json, screenshots/. Prints the per-task table and the paths.
@@ -19,15 +20,16 @@ import sys
 import time
 
 from envharness.cli import options
-from envharness.eval.config import DEFAULT_TASKS, EvalConfig
+from envharness.eval.config import EvalConfig
 
 _D = EvalConfig(out="")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # shared with train (and mcp): same names, same choices (envharness.cli.options)
+    options.add_env(parser)
     options.add_model(parser, _D.model)
-    options.add_tasks(parser, DEFAULT_TASKS)
+    options.add_tasks(parser)
     options.add_prompt(parser, _D.prompt)
     options.add_out(parser, "episodes.jsonl, report.html, success_rate.png, summary.json", "runs/eval-<time>")
     options.add_env_url(parser)
@@ -40,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=_D.episodes, help="episodes per task, seeds SEED..SEED+N-1 (default %(default)s)")
     parser.add_argument("--axtree-tokens", type=int, default=_D.axtree_tokens, help="token budget of the page text in a prompt (default %(default)s)")
     parser.add_argument("--history-steps", type=int, default=_D.history_steps, help="earlier steps recalled in a prompt (default %(default)s)")
-    parser.add_argument("--actions", type=options.names, default=list(_D.actions), help="comma-separated actions the model may use")
+    parser.add_argument("--actions", type=options.names, default=[],
+                        help="comma-separated actions (tools) the model may use (default: the environment's)")
     parser.add_argument("--concurrency", type=int, default=_D.concurrency, help="episodes in flight at once (default %(default)s)")
     parser.add_argument("--batch-wait", type=float, default=None,
                         help="seconds a batch of model calls waits for episodes still in the browser "
@@ -61,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)")
     # fleet (issue 13): episodes spread over many browser servers, with failover
     parser.add_argument("--env-urls", type=options.names, default=[],
-                        help="comma-separated running `envharness serve browsergym` servers to spread episodes over (no Ray needed)")
-    parser.add_argument("--servers", type=int, default=0, help="run N browser servers on Ray and spread episodes over them")
+                        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)")
+    parser.add_argument("--servers", type=int, default=0, help="run N environment servers on Ray and spread episodes over them")
     parser.add_argument("--ray-address", default=None,
                         help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
 
@@ -70,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
     return EvalConfig(
         out=args.out or time.strftime("runs/eval-%Y%m%d-%H%M%S"),
+        env=args.env,
         tasks=args.tasks,
         episodes=args.episodes,
         model=args.model,

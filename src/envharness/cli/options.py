@@ -16,7 +16,7 @@ from typing import Any, Sequence
 #: What `--model` accepts, in every command (each command says which it cannot use).
 MODEL_SPECS = (
     "embedded (SmolLM2-135M-Instruct, offline), tiny (random weights, for smoke tests), scripted "
-    "(the scripted MiniWoB policy; eval only), a model directory (e.g. a `train --out X` run's X/final) "
+    "(the environment's scripted policy; eval only), a model directory (e.g. a `train --out X` run's X/final) "
     "or hub id, openai:MODEL@BASE_URL, trl-vllm:URL (eval only)"
 )
 
@@ -36,9 +36,19 @@ class _ExtendNames(argparse.Action):
         setattr(namespace, self.dest, items + names(values))
 
 
-def add_tasks(parser: argparse.ArgumentParser, default: Sequence[str]) -> None:
+def add_env(parser: argparse.ArgumentParser) -> None:
+    from envharness.core.registry import ENVIRONMENTS
+
+    known = ", ".join(f"{n} ({s.summary})" if s.summary else n for n, s in ENVIRONMENTS.items() if s.harness)
+    parser.add_argument("--env", default="browsergym", metavar="NAME",
+                        help=f"the environment: {known}, or module.path:attribute of an EnvSpec (default: browsergym)")
+
+
+def add_tasks(parser: argparse.ArgumentParser, default: Sequence[str] = ()) -> None:
+    shown = ",".join(default) if default else "the environment's default tasks"
     parser.add_argument("--tasks", "--task", dest="tasks", action=_ExtendNames, default=list(default), metavar="TASK[,TASK]",
-                        help=f"MiniWoB tasks, comma-separated and/or repeated (default: {','.join(default)})")
+                        help=f"the environment's tasks, comma-separated and/or repeated; a split name or `all` takes "
+                             f"every task of it (default: {shown})")
 
 
 def add_model(parser: argparse.ArgumentParser, default: str) -> None:
@@ -49,19 +59,9 @@ def add_prompt(parser: argparse.ArgumentParser, default: str) -> None:
     from envharness.prompts import prompt_styles
 
     styles = "; ".join(f"{s.name}: {s.description}" for s in prompt_styles())
-    parser.add_argument("--prompt", default=default, type=_prompt_spec, metavar="STYLE",
-                        help=f"prompt style, the same in eval and train ({styles}), or module.path:function "
-                             f"(default: {default})")
-
-
-def _prompt_spec(text: str) -> str:
-    from envharness.prompts import prompt_names
-
-    text = text.strip()
-    if text in prompt_names() or ":" in text:
-        return text
-    raise argparse.ArgumentTypeError(f"unknown prompt style {text!r}; choose from {', '.join(prompt_names())} "
-                                     "or give module.path:function")
+    parser.add_argument("--prompt", default=default, type=str.strip, metavar="STYLE",
+                        help=f"prompt style of the environment, the same in eval and train (the browser's: {styles}), "
+                             f"or module.path:function (default: {default or 'the environment default'})")
 
 
 def add_out(parser: argparse.ArgumentParser, what: str, default_text: str) -> None:
@@ -71,7 +71,7 @@ def add_out(parser: argparse.ArgumentParser, what: str, default_text: str) -> No
 
 def add_env_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-url", default=None, metavar="URL",
-                        help="a running `envharness serve browsergym` (default: start one on loopback)")
+                        help="a running `envharness serve ENV` (default: start one on loopback)")
 
 
 def add_seed(parser: argparse.ArgumentParser, default: int, help_text: str) -> None:
@@ -80,7 +80,7 @@ def add_seed(parser: argparse.ArgumentParser, default: int, help_text: str) -> N
 
 def add_max_turns(parser: argparse.ArgumentParser, default: int) -> None:
     parser.add_argument("--max-turns", "--max-steps", dest="max_turns", type=int, default=default, metavar="N",
-                        help="model turns (browser actions) per episode (default %(default)s)")
+                        help="model turns (actions, moves) per episode (default %(default)s)")
 
 
 def add_max_new_tokens(parser: argparse.ArgumentParser, default: int) -> None:
@@ -113,7 +113,9 @@ OPTION_ENV_PREFIX = "ENVHARNESS_OPTION_"
 
 
 def add_env_selection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="environment: echo, browsergym, or module.path:attribute")
+    from envharness.core.registry import ENVIRONMENTS
+
+    parser.add_argument("name", help=f"environment: {', '.join(ENVIRONMENTS)}, or module.path:attribute")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help=f"environment option (repeatable; also ${OPTION_ENV_PREFIX}<KEY>)")
 

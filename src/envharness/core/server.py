@@ -14,7 +14,7 @@ import hmac
 import json
 import logging
 import socket
-from typing import Any
+from typing import Any, Sequence
 
 import uvicorn
 from fastapi import FastAPI, Request, WebSocket
@@ -27,10 +27,9 @@ from envharness.core.protocol import (
     StepMessage, StepRequest, error_message, observation_message, parse_client_message, serialize_observation,
     state_message, validation_error,
 )
-from envharness.core.sessions import EnvFactory, Session, SessionManager
+from envharness.core.sessions import EnvFactory, Session, SessionManager, checked, run_reset, run_step
 from envharness.core.types import Observation, State
-from envharness.mcp.mount import mount_mcp
-from envharness.web import mount_web
+from envharness.core.mounts import AppMount, resolve_mounts
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +48,7 @@ def create_app(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     mcp: bool = True,
     web: bool = False,
+    mounts: Sequence[AppMount] = (),
 ) -> FastAPI:
     """A FastAPI app serving `env_factory()` environments over OpenEnv's wire.
 
@@ -56,6 +56,7 @@ def create_app(
     <token>` (WebSockets may pass `?token=` instead). `idle_timeout_s=None` disables the
     idle timeout. Messages over `max_message_bytes` get MESSAGE_TOO_LARGE. `mcp`: serve the
     environment's tools at `/mcp` (when the `mcp` SDK is installed); `web`: the page at `/web`.
+    `mounts`: more features to add (`core/mounts.py`); the core knows none of them by import.
     """
     manager = SessionManager(env_factory, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
     env_name = name or getattr(env_factory, "__name__", type(env_factory).__name__)
@@ -64,7 +65,9 @@ def create_app(
     async def lifespan(app: FastAPI):
         manager.start()
         try:
-            async with app.state.mcp.running() if app.state.mcp else contextlib.nullcontext():
+            async with contextlib.AsyncExitStack() as running:
+                for context in contexts:  # what a mount runs while the app does (MCP's session manager)
+                    await running.enter_async_context(context())
                 yield
         finally:
             await manager.shutdown()
@@ -73,9 +76,13 @@ def create_app(
     app = FastAPI(title=f"envharness: {env_name}", lifespan=lifespan, **docs)
     app.state.sessions = manager
     app.state.max_message_bytes = max_message_bytes
-    app.state.mcp = mount_mcp(app, manager, env_name) if mcp else None  # MCP: envharness/mcp/
-    if web:
-        mount_web(app, manager)  # the page to play by hand: envharness/web/
+    app.state.env_name = env_name
+    app.state.mcp = None
+    contexts = []
+    for mount in resolve_mounts(mcp=mcp, web=web, extra=mounts):
+        running = mount(app, manager, env_name)
+        if running is not None:
+            contexts.append(running)
 
     def authorized(conn: HTTPConnection) -> bool:
         if token is None:
@@ -213,31 +220,6 @@ def create_app(
         return state_message(checked(await session.env.state_async(), State, "state"))
 
     return app
-
-
-async def run_reset(session: Session, options: dict[str, Any]) -> Observation:
-    observation = await session.env.reset_async(**options)
-    session.has_reset, session.step_count = True, 0
-    return checked(observation, Observation, "reset")
-
-
-async def run_step(session: Session, action_data: dict[str, Any]) -> Observation:
-    if not session.has_reset:
-        raise ProtocolError(ErrorCode.NOT_RESET, "Call reset before step: this session has no episode yet")
-    action_type = type(session.env).action_type
-    try:
-        action = action_type.model_validate(action_data)
-    except ValidationError as exc:
-        raise validation_error(f"Invalid action for {action_type.__name__}", exc) from None
-    observation = await session.env.step_async(action)
-    session.step_count += 1
-    return checked(observation, Observation, "step")
-
-
-def checked(value: Any, expected: type, what: str) -> Any:
-    if not isinstance(value, expected):
-        raise ProtocolError(ErrorCode.EXECUTION_ERROR, f"The environment's {what} returned {type(value).__name__}, not {expected.__name__}")
-    return value
 
 
 def too_large(size: int, limit: int) -> ProtocolError:

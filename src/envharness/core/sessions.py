@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from envharness.core.environment import Environment
-from envharness.core.protocol import ErrorCode, ProtocolError
+from pydantic import ValidationError
+
+from envharness.core.protocol import ErrorCode, ProtocolError, validation_error
 from envharness.core.types import Action, EnvironmentMetadata, Observation, State
 
 log = logging.getLogger(__name__)
@@ -211,3 +213,29 @@ class SessionManager:
             log.exception("closing %s failed", type(env).__name__)
         finally:
             self.live_environments -= 1
+
+
+# -- one call on one session, shared by /ws, HTTP and /mcp ---------------------------------
+async def run_reset(session: Session, options: dict[str, Any]) -> Observation:
+    observation = await session.env.reset_async(**options)
+    session.has_reset, session.step_count = True, 0
+    return checked(observation, Observation, "reset")
+
+
+async def run_step(session: Session, action_data: dict[str, Any]) -> Observation:
+    if not session.has_reset:
+        raise ProtocolError(ErrorCode.NOT_RESET, "Call reset before step: this session has no episode yet")
+    action_type = type(session.env).action_type
+    try:
+        action = action_type.model_validate(action_data)
+    except ValidationError as exc:
+        raise validation_error(f"Invalid action for {action_type.__name__}", exc) from None
+    observation = await session.env.step_async(action)
+    session.step_count += 1
+    return checked(observation, Observation, "step")
+
+
+def checked(value: Any, expected: type, what: str) -> Any:
+    if not isinstance(value, expected):
+        raise ProtocolError(ErrorCode.EXECUTION_ERROR, f"The environment's {what} returned {type(value).__name__}, not {expected.__name__}")
+    return value

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES
-
-#: A small MiniWoB++ set: clicking, typing, forms; all solved by the scripted policy.
+#: The browser's default tasks (each environment's are `EnvHarness.default_tasks`).
 DEFAULT_TASKS = (
     "click-test",
     "click-button",
@@ -27,22 +25,27 @@ class EvalSetupError(ValueError):
 @dataclass
 class EvalConfig:
     out: str
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
+    env: str = "browsergym"
+    #: Task names, split names or `all` (the environment's listing); empty: its default tasks.
+    tasks: list[str] = field(default_factory=list)
     episodes: int = 5
     #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
     model: str = "embedded"
-    #: A prompt style of `envharness.prompts` ('default', 'compact', 'harness', ...: the same
+    #: A prompt style of the environment ('default', 'compact', 'harness', ...: the same
     #: names as `envharness train --prompt`) or 'module.path:function' (a per-step builder).
-    prompt: str = "default"
+    #: Empty: the environment's default.
+    prompt: str = ""
     temperature: float = 0.0
     max_steps: int = 5
     max_new_tokens: int = 32
     axtree_tokens: int = 1024
     history_steps: int = 4
-    actions: list[str] = field(default_factory=lambda: list(DEFAULT_TOOL_NAMES))
+    #: The tools the model may call; empty: the environment's default tools.
+    actions: list[str] = field(default_factory=list)
     concurrency: int = 8
     seed: int = 0
-    #: A running `envharness serve browsergym`; None starts one on loopback for the run.
+    #: A running `envharness serve ENV`; None starts one on loopback for the run.
     env_url: str | None = None
     resume: bool = False
     overwrite: bool = False
@@ -72,31 +75,38 @@ class EvalConfig:
 
     def check(self) -> None:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
-        from envharness.envs.browsergym import miniwob
+        from envharness.core.registry import env_harness
 
+        try:
+            harness = env_harness(self.env)
+        except (KeyError, ImportError, AttributeError) as exc:
+            raise EvalSetupError(f"--env {self.env}: {exc}") from None
         positive = ("episodes", "max_steps", "max_new_tokens", "axtree_tokens", "concurrency")
         for name in positive:
             if getattr(self, name) < 1:
                 raise EvalSetupError(f"--{name.replace('_', '-')} must be at least 1")
         if self.history_steps < 0 or self.temperature < 0 or (self.batch_wait_s or 0) < 0:
             raise EvalSetupError("--history-steps, --temperature and --batch-wait must not be negative")
-        if not self.tasks:
-            raise EvalSetupError("no tasks given")
-        try:
-            self.tasks = [miniwob.check_task(task) for task in self.tasks]  # `miniwob.x` -> `x`
-        except ValueError as exc:
-            raise EvalSetupError(str(exc)) from None
         if len(set(self.tasks)) != len(self.tasks):
             raise EvalSetupError("a task is listed twice")
-        unknown = [a for a in self.actions if a not in ACTION_TOOLS]
-        if unknown:
-            raise EvalSetupError(f"unknown action(s) {', '.join(unknown)}; known: {', '.join(ACTION_TOOLS)}")
+        try:  # split names and `all` expand; `miniwob.x` -> `x`
+            self.tasks = harness.task_list().expand(self.tasks or harness.default_tasks, harness.check_task)
+        except ValueError as exc:
+            raise EvalSetupError(str(exc)) from None
+        if not self.tasks:
+            raise EvalSetupError("no tasks given")
+        self.actions = list(self.actions or harness.default_tools or [])
+        try:  # the session factory knows its tools: an unknown one is refused here, before anything starts
+            harness.session_factory(lambda: None, tools=self.actions)
+        except (ValueError, KeyError) as exc:
+            raise EvalSetupError(f"--actions: {exc}") from None
         from envharness.prompts import get_prompt_style
 
         try:
-            style = get_prompt_style(self.prompt)
+            style = get_prompt_style(self.prompt, self.env)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
+        self.prompt = style.name
         if self.vision and not self.screenshots:
             raise EvalSetupError("--vision shows the model the page's screenshot: drop --no-screenshots")
         if self.screenshot_max_side is not None and self.screenshot_max_side < 28:

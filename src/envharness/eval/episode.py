@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from envharness.envs.browsergym.action_text import DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
 from envharness.prompts.screenshot import add_screenshot
 from envharness.prompts.text import PromptBuilder, PromptContext, StepSummary, approximate_tokens
 from envharness.harness.model_step import BatchingModelStep
+from envharness.harness.tool_parsing import ToolCallParser
 from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
 from envharness.models.base import GenerationRequest, SamplingParams
 
@@ -74,6 +74,8 @@ class EpisodeTape:
     #: Leave the screenshot on the observation (a conversation prompt that shows it, "vision");
     #: otherwise the harness and its records never carry the image, only the saved file.
     keep_screenshots: bool = False
+    #: An observation -> (goal, page text): the environment's `EnvHarness.describe_observation`.
+    describe: Callable[[Any], tuple[str, str]] | None = None
     _shots: int = 0
 
     def _save_screenshot(self, observation: Any) -> str | None:
@@ -95,7 +97,8 @@ class EpisodeTape:
         obs = result.observation
         shot = self._save_screenshot(obs)
         error = getattr(obs, "last_action_error", "") or ""
-        self.page = _Page(goal=obs.goal or self.page.goal, url=obs.url, axtree=obs.axtree_txt or obs.text, error=error, screenshot=shot)
+        goal, text = (self.describe or describe_observation)(obs)
+        self.page = _Page(goal=goal or self.page.goal, url=getattr(obs, "url", "") or "", axtree=text, error=error, screenshot=shot)
         self.final_screenshot = shot
         if step_elapsed_s is not None and self.steps and not self.steps[-1].executed:
             last = self.steps[-1]
@@ -182,9 +185,10 @@ class RecordingClient:
     """An async env client that notes every observation on a tape (and registers the tape
     under its episode id at reset, so the runner finds it when the episode ends)."""
 
-    def __init__(self, client: Any, run_dir: Path, registry: dict[str, EpisodeTape], *, keep_screenshots: bool = False):
+    def __init__(self, client: Any, run_dir: Path, registry: dict[str, EpisodeTape], *, keep_screenshots: bool = False,
+                 describe: Callable[[Any], tuple[str, str]] | None = None):
         self.client = client
-        self.tape = EpisodeTape(run_dir=run_dir, keep_screenshots=keep_screenshots)
+        self.tape = EpisodeTape(run_dir=run_dir, keep_screenshots=keep_screenshots, describe=describe)
         self._registry = registry
 
     async def reset(self, **kwargs: Any) -> Any:
@@ -197,7 +201,7 @@ class RecordingClient:
         return result
 
     async def step(self, action: Any) -> Any:
-        self.tape.note_action(getattr(action, "action_str", str(action)))
+        self.tape.note_action(action_text(action))
         started = time.perf_counter()
         result = await self.client.step(action)
         self.tape.observe(result, step_elapsed_s=time.perf_counter() - started)
@@ -218,7 +222,9 @@ class PromptSettings:
     count_tokens: Callable[[str], int] = approximate_tokens
     axtree_token_budget: int = 1024
     history_steps: int = 4
-    tool_names: tuple[str, ...] = DEFAULT_TOOL_NAMES
+    tool_names: tuple[str, ...] = ()
+    #: The model's reply -> its action (`EnvHarness.tool_call_parser`).
+    tool_call_parser: ToolCallParser | None = None
     #: Put the page's screenshot into the last user turn (vision policies).
     vision: bool = False
     screenshot_max_side: int | None = None
@@ -275,7 +281,8 @@ class EvalModelStep:
             params.seed = zlib.crc32(f"{self.tape.episode_id}/{len(self.tape.steps)}".encode())
         started = time.perf_counter()
         gen = await self._batcher.generate(GenerationRequest(messages=prompt, sampling=params))
-        call = build_browsergym_action_tool_call(gen.text)
+        call = self.prompts.tool_call_parser(gen.text)
+        call = call[0] if isinstance(call, list) else call
         self.tape.steps.append(
             StepRecord(
                 index=len(self.tape.steps) + 1,
@@ -297,6 +304,31 @@ class EvalModelStep:
             logprobs=list(gen.logprobs),
             metadata={"finish_reason": gen.finish_reason, **gen.metadata},
         )
+
+
+def describe_observation(observation: Any) -> tuple[str, str]:
+    """(goal, page text) of any observation: the common field names, else its fields as JSON."""
+    get = observation.get if isinstance(observation, dict) else (lambda k, d=None: getattr(observation, k, d))
+    goal = get("goal", "") or ""
+    text = get("axtree_txt", "") or get("text", "") or get("prompt", "") or ""
+    if not text and hasattr(observation, "model_dump"):
+        import json
+
+        text = json.dumps(observation.model_dump(exclude={"reward", "done", "metadata"}), default=str)
+    return goal, text
+
+
+def action_text(action: Any) -> str:
+    """An action as the step record shows it: its one field's value (`action_str`, `message`),
+    else its fields as JSON."""
+    if hasattr(action, "model_dump"):
+        fields = action.model_dump(exclude={"metadata"}, exclude_defaults=True)
+        if len(fields) == 1:
+            return str(next(iter(fields.values())))
+        import json
+
+        return json.dumps(fields, default=str)
+    return str(action)
 
 
 def _call_text(name: str, args: dict[str, Any]) -> str:

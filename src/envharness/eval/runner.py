@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -102,7 +103,7 @@ async def _start_server(config: EvalConfig) -> Any:
         return None
     from envharness.core.launchers import launch_local_async
 
-    return await launch_local_async("browsergym", server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
+    return await launch_local_async(config.env, server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
 
 
 async def _load_backend(config: EvalConfig) -> Any:
@@ -110,7 +111,8 @@ async def _load_backend(config: EvalConfig) -> Any:
     from envharness.models import load_backend
 
     try:  # a daemon thread: an interrupted run does not wait for the model to finish loading
-        return await in_daemon_thread(load_backend, config.model)
+        options = {"env": config.env} if config.model == "scripted" else {}  # the environment's scripted policy
+        return await in_daemon_thread(functools.partial(load_backend, config.model, **options))
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
         raise EvalSetupError(f"cannot load model {config.model!r}: {exc}") from exc
 
@@ -153,10 +155,11 @@ def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Jo
 async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str, fleet: Any = None) -> None:
     """Run `jobs` through the harness, appending each finished episode to the run's JSONL
     (`fleet`: a `FleetRouter` whose servers share the episodes, instead of `base_url`)."""
-    from envharness.envs.browsergym.client import AsyncBrowserGymEnv
-    from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
+    from envharness.core.registry import env_harness, get_spec
 
-    style = get_prompt_style(config.prompt)
+    harness = env_harness(config.env)
+    client_class = get_spec(config.env).load("client")
+    style = get_prompt_style(config.prompt, config.env)
     count_tokens = token_counter(backend)
     vision = vision_for(style, config, backend)
     if vision and not config.screenshots:
@@ -164,20 +167,17 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
     tapes: dict[str, EpisodeTape] = {}
     # The transcript opens with the style's step-1 prompt: what train's rollout gives the model.
     session_options: dict[str, Any] = dict(
-        client_factory=lambda: RecordingClient(fleet.async_client() if fleet else AsyncBrowserGymEnv(base_url, screenshot_array=False),
-                                               folder.path, tapes, keep_screenshots=style.vision),
+        client_factory=lambda: RecordingClient(fleet.async_client() if fleet else _client(client_class, base_url),
+                                               folder.path, tapes, keep_screenshots=style.vision,
+                                               describe=harness.describe_observation),
         tools=config.actions,
         # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
-        reset_kwargs={"screenshot": config.screenshots, "screenshot_format": "png" if vision else "jpeg",
-                      "pruned_html": False, "extra_properties": False},
+        reset_kwargs=reset_options(harness, config, vision),
     )
     if style.vision:  # the conversation `train --model <VLM>` plays: every tool result carries the new screenshot
-        from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
-        from envharness.prompts.vision import VisionPromptConfig
-
-        factory = VisionBrowserGymSessionFactory(vision=VisionPromptConfig(max_side=config.screenshot_max_side), **session_options)
+        factory = style.session_factory(vision_max_side=config.screenshot_max_side, **session_options)
     else:
-        factory = BrowserGymSessionFactory(
+        factory = harness.session_factory(
             prompt_builder=opening_builder(style, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
                                            history_steps=config.history_steps),
             observation_text=style.observation_text,
@@ -186,14 +186,15 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
     wait = config.batch_wait_s
     if wait is None:
         wait = 2.0 if getattr(backend, "tokenizer", None) is not None else 0.05
-    batcher = BatchingModelStep(backend, max_wait_s=wait, send_tools=False, tool_call_parser=build_browsergym_action_tool_call)
+    batcher = BatchingModelStep(backend, max_wait_s=wait, send_tools=False, tool_call_parser=harness.tool_call_parser)
     if style.conversation:  # the conversation train's rollout plays, turn for turn
         def model_step(session: Any) -> Any:
             return ConversationModelStep(batcher, session.client.tape)
     else:  # a fresh prompt every step
         prompts = PromptSettings(builder=style.step, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
                                  history_steps=config.history_steps, tool_names=tuple(config.actions),
-                                 vision=vision, screenshot_max_side=config.screenshot_max_side)
+                                 vision=vision, screenshot_max_side=config.screenshot_max_side,
+                                 tool_call_parser=harness.tool_call_parser)
 
         def model_step(session: Any) -> Any:
             return EvalModelStep(batcher, session.client.tape, prompts)
@@ -223,6 +224,24 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
             )
         finally:
             progress.close()
+
+
+def _client(client_class: Any, base_url: str) -> Any:
+    """The environment's async client; the browser's keeps screenshots encoded (the tape saves them)."""
+    try:
+        return client_class(base_url, screenshot_array=False)
+    except TypeError:
+        return client_class(base_url)
+
+
+def reset_options(harness: Any, config: EvalConfig, vision: bool) -> dict[str, Any]:
+    """What every reset asks of the environment: its harness's options, and screenshots when
+    the environment takes them (a vision model sees exact pixels, PNG as the seeds send; the
+    report alone makes do with JPEG)."""
+    options = dict(harness.reset_kwargs)
+    if harness.screenshots:
+        options.update(screenshot=config.screenshots, screenshot_format="png" if vision else "jpeg")
+    return options
 
 
 def vision_for(style: Any, config: EvalConfig, backend: Any) -> bool:
@@ -301,7 +320,7 @@ async def _open_fleet(config: EvalConfig, stack: contextlib.ExitStack) -> Any:
         return None
     from envharness.fleet.start import open_fleet
 
-    fleet = open_fleet("browsergym", env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
+    fleet = open_fleet(config.env, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
                        max_sessions=max(64, 2 * config.concurrency))
     try:
         return await asyncio.to_thread(stack.enter_context, fleet)

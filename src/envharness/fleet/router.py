@@ -494,13 +494,10 @@ async def _close_all(clients: list[Any]) -> None:
 
 
 def default_client_class(env: str) -> type[AsyncEnvClient]:
-    """The async client that parses `env`'s observations (the generic one otherwise)."""
-    if env == "browsergym":
-        from envharness.envs.browsergym.client import AsyncBrowserGymEnv
+    """The async client that parses `env`'s observations (its `EnvSpec.client`)."""
+    from envharness.core.registry import get_spec
 
-        return AsyncBrowserGymEnv
-    if env == "echo":
-        from envharness.envs.echo.client import AsyncEchoEnv
-
-        return AsyncEchoEnv
-    return AsyncEnvClient
+    try:
+        return get_spec(env).load("client")
+    except KeyError:
+        return AsyncEnvClient

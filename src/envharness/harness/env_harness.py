@@ -90,6 +90,8 @@ class EnvHarness:
     train_server_options: Mapping[str, Any] = field(default_factory=dict)
     #: Options every eval/train reset sends (observation parts the prompts read).
     reset_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: The environment takes `screenshot` / `screenshot_format` reset options (eval saves them).
+    screenshots: bool = False
     #: An observation -> (goal, page text) for eval's step records and report.
     describe_observation: Callable[[Any], tuple[str, str]] | None = None
 

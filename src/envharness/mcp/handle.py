@@ -10,7 +10,7 @@ from __future__ import annotations
 import anyio
 
 from envharness.core.protocol import ErrorCode, ProtocolError, ResetRequest
-from envharness.core.sessions import Session, SessionManager
+from envharness.core.sessions import Session, SessionManager, run_reset, run_step
 from envharness.core.types import Observation, State
 
 
@@ -40,7 +40,6 @@ class EnvSessionHandle:
 
     async def reset(self, options: dict) -> Observation:
         """Reset options are checked as /ws checks them (raises pydantic's ValidationError)."""
-        from envharness.core.server import run_reset
 
         options = ResetRequest.model_validate(options).model_dump(exclude_unset=True)
         session = await self._live(opening=True)
@@ -50,7 +49,6 @@ class EnvSessionHandle:
         return self.last
 
     async def step(self, action_data: dict) -> Observation:
-        from envharness.core.server import run_step
 
         session = await self._live(opening=False)
         async with self.manager.activity(session):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
@@ -42,7 +42,7 @@ class McpEndpoint:
         from envharness.mcp.server import ToolsetProvider, build_server
 
         self.manager = manager
-        self.provider = ToolsetProvider(manager)
+        self.provider = ToolsetProvider(manager, name)
         self.server = build_server(manager, name, self.provider)
         self.dialect = OpenEnvDialect(manager, self.provider)
         self._http = None
@@ -84,8 +84,9 @@ class McpEndpoint:
         await self._http.handle_request(scope, receive, send)
 
 
-def mount_mcp(app: FastAPI, manager: SessionManager, name: str) -> McpEndpoint | None:
-    """Add `/mcp` to `app`; None (and a log line) when the `mcp` SDK is not installed."""
+def mount_mcp(app: FastAPI, manager: SessionManager, name: str) -> Callable[[], Any] | None:
+    """Add `/mcp` to `app` (the endpoint is `app.state.mcp`); returns what runs while the app
+    runs. None (and a log line) when the `mcp` SDK is not installed."""
     try:
         endpoint = McpEndpoint(manager, name)
     except ImportError as exc:
@@ -93,7 +94,8 @@ def mount_mcp(app: FastAPI, manager: SessionManager, name: str) -> McpEndpoint |
         return None
     for path in ("/mcp", "/mcp/"):
         app.add_route(path, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
-    return endpoint
+    app.state.mcp = endpoint  # /ws sessions may share an MCP session's environment
+    return endpoint.running
 
 
 async def _read_body(receive: Receive) -> bytes | None:

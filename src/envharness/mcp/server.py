@@ -27,19 +27,20 @@ INSTRUCTIONS = ("Each MCP session owns one environment session. Call `reset` fir
 class ToolsetProvider:
     """The environment's toolset, worked out once from the first environment the server makes."""
 
-    def __init__(self, manager: SessionManager) -> None:
+    def __init__(self, manager: SessionManager, env: str | None = None) -> None:
         self.manager = manager
+        self.env = env
         self._toolset: EnvToolset | None = None
 
     async def get(self) -> EnvToolset:
         if self._toolset is None:
-            self._toolset = toolset_for(await self.manager.describe())
+            self._toolset = toolset_for(await self.manager.describe(), self.env)
         return self._toolset
 
 
 def build_server(manager: SessionManager, name: str, provider: ToolsetProvider | None = None) -> Server:
     """A `Server` whose every session gets its own `EnvSessionHandle`, closed when the session ends."""
-    provider = provider or ToolsetProvider(manager)
+    provider = provider or ToolsetProvider(manager, name)
 
     @contextlib.asynccontextmanager
     async def per_session(_: Server) -> AsyncIterator[EnvSessionHandle]:

@@ -2,7 +2,7 @@
 
 `EnvToolset` is the interface; `StepToolset` serves any environment (reset, step with the
 action's own JSON schema, state); environments with a better vocabulary bring their own
-(the browser's is `envs/browsergym/mcp_tools.py`). `run_tool` is the one entry point that
+(the browser's is `envs/browsergym/mcp_tools.py`, named by its `EnvSpec.mcp_toolset`). `run_tool` is the one entry point that
 both the SDK server and the OpenEnv dialect use: lookup, schema check, errors as
 `isError` results (never a crashed session).
 """
@@ -94,11 +94,15 @@ def observation_result(observation: Observation) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))], structuredContent=payload)
 
 
-def toolset_for(description: EnvDescription) -> EnvToolset:
-    """The browser's own tools for BrowserGym actions; the generic ones for everything else."""
-    for cls in description.action_type.__mro__:
-        if f"{cls.__module__}.{cls.__qualname__}" == "envharness.envs.browsergym.models.BrowserGymAction":
-            from envharness.envs.browsergym.mcp_tools import BrowserGymToolset
+def toolset_for(description: EnvDescription, env: str | None = None) -> EnvToolset:
+    """The environment's own tools (`EnvSpec.mcp_toolset` of `env`); the generic ones otherwise."""
+    if env:
+        from envharness.core.registry import get_spec
 
-            return BrowserGymToolset()
+        try:
+            make = get_spec(env).load("mcp_toolset")
+        except KeyError:
+            make = None
+        if make is not None:
+            return make(description)
     return StepToolset(description)

@@ -1,78 +1,33 @@
-"""A scripted policy as a `ModelBackend`, for benchmarks and smoke runs.
+"""A scripted policy as a `ModelBackend`, for benchmarks, smoke runs and demonstrations.
 
-It reads the latest goal and accessibility tree from the conversation it is given (the
-`Goal: ...` line and the AXTree block that the BrowserGym harness and the eval prompts
-write, or a JSON observation with `goal`/`axtree_txt`) and answers with the action of
-`envharness.envs.browsergym.solutions.solve(goal, axtree_txt)`, e.g. `click('13')`.
-No tokens: the token fields stay empty.
+The policy is the environment's (`EnvHarness.scripted_policy`, e.g. the browser's MiniWoB
+solutions or a Wordle solver): the conversation so far -> the next reply's text. When it
+has no move (it raises ValueError) the reply is the environment's fallback with the reason
+in `Generation.metadata["error"]`. No tokens: the token fields stay empty.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any, Callable
+from typing import Callable
 
 from envharness.models.base import Generation, GenerationRequest, Message
 from envharness.models.images import refuse_images
 
-_GOAL = re.compile(r"^[ \t]*Goal:[ \t]*(.+)$", re.MULTILINE)
-# the AXTree block of the harness/eval prompts, or the compact prompt's "Elements:" lines (same `[bid] role 'name'` form)
-_TREE_HEADER = re.compile(r"^[^\n]*(?:accessibility tree|axtree|elements)[^\n]*:[ \t]*\n", re.IGNORECASE | re.MULTILINE)
-_ROOT = re.compile(r"^[ \t]*(?:\[\w+\][ \t]*)?RootWebArea\b", re.MULTILINE)
+#: The reply when the policy has no move (the browser's no-op; other environments' policies
+#: return their own fallback instead of raising).
 FALLBACK_ACTION = "noop()"
-
-
-def _text(message: Message) -> str:
-    content = message.get("content")
-    if isinstance(content, list):  # multimodal parts: keep the text ones
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
-
-
-def _from_json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
-        return {}
-    if isinstance(value, dict):
-        value = value.get("observation", value) if isinstance(value.get("observation"), dict) else value
-        return value
-    return {}
-
-
-def _tree(text: str) -> str | None:
-    """The AXTree block of a message: after its header (or from `RootWebArea`) to a blank line."""
-    header = _TREE_HEADER.search(text)
-    start = header.end() if header else (m.start() if (m := _ROOT.search(text)) else None)
-    if start is None:
-        return None
-    block = re.split(r"\n[ \t]*\n", text[start:], maxsplit=1)[0]
-    return block.strip("\n") or None
-
-
-def find_goal_and_tree(messages: list[Message]) -> tuple[str | None, str | None]:
-    """The newest goal and the newest AXTree in the conversation (either may be missing)."""
-    goal = tree = None
-    for message in reversed(messages):
-        text = _text(message)
-        obs = _from_json(text)
-        if goal is None:
-            goal = obs.get("goal") or (m.group(1).strip() if (m := _GOAL.search(text)) else None)
-        if tree is None:
-            tree = obs.get("axtree_txt") or _tree(text)
-        if goal and tree:
-            break
-    return goal, tree
+ScriptedPolicy = Callable[[list[Message]], "str | None"]
 
 
 class ScriptedBackend:
-    """Answers every request with the scripted solution's next action."""
+    """Answers every request with the scripted policy's next move."""
 
     name = "scripted"
 
-    def __init__(self, solve: Callable[[str, str], str | None] | None = None):
-        self._solve = solve
+    def __init__(self, policy: ScriptedPolicy | None = None, *, env: str = "browsergym", fallback: str = FALLBACK_ACTION):
+        self._policy = policy
+        self.env = env
+        self.fallback = fallback
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         for r in requests:
@@ -80,22 +35,24 @@ class ScriptedBackend:
         return [self._answer(r.messages) for r in requests]
 
     def _answer(self, messages: list[Message]) -> Generation:
-        goal, tree = find_goal_and_tree(messages)
-        if not goal or not tree:
-            missing = " and ".join(n for n, v in (("goal", goal), ("accessibility tree", tree)) if not v)
-            return Generation(text=FALLBACK_ACTION, metadata={"error": f"no {missing} in the conversation"})
-        action = self.solve(goal, tree)
+        try:
+            action = self.policy(list(messages))
+        except ValueError as exc:
+            return Generation(text=self.fallback, metadata={"error": str(exc)})
         if not action:
-            return Generation(text=FALLBACK_ACTION, metadata={"error": "no scripted solution for this goal"})
+            return Generation(text=self.fallback, metadata={"error": "the scripted policy has no move"})
         return Generation(text=action)
 
     @property
-    def solve(self) -> Callable[[str, str], str | None]:
-        if self._solve is None:
-            from envharness.envs.browsergym.solutions import solve
+    def policy(self) -> ScriptedPolicy:
+        if self._policy is None:
+            from envharness.core.registry import env_harness
 
-            self._solve = solve
-        return self._solve
+            policy = env_harness(self.env).scripted_policy
+            if policy is None:
+                raise ValueError(f"environment {self.env!r} has no scripted policy")
+            self._policy = policy
+        return self._policy
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -28,8 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from envharness.prompts.compact import compact_prompt, compact_tool_result
-from envharness.prompts.vision import vision_prompt
 from envharness.prompts.text import (
     PromptBuilder,
     PromptContext,
@@ -55,8 +53,12 @@ class PromptStyle:
     #: (None: the harness's default, the whole page text); eval and train use the same.
     observation_text: Callable[[Any], str] | None = None
     #: The episode shows the model screenshots: the opening and every tool result carry the
-    #: page's image (`envs/browsergym/vision_session.py`); only vision models can take it.
+    #: page's image (`prompts/vision_session.py`); only vision models can take it.
     vision: bool = False
+    #: Builds the episode's session factory instead of the environment's own (same arguments
+    #: as `EnvHarness.session_factory`, plus ``vision_max_side``): a style whose tool results
+    #: are more than text (the browser's "vision" style: every result carries a screenshot).
+    session_factory: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if (self.step is None) == (self.opening is None):
@@ -67,35 +69,57 @@ class PromptStyle:
         return self.opening is not None
 
 
-_STYLES: dict[str, PromptStyle] = {}
+#: The environment whose styles `--prompt` means when no environment is named (the browser's,
+#: the first environment envharness had).
+DEFAULT_ENV = "browsergym"
+_STYLES: dict[str, dict[str, PromptStyle]] = {}
 
 
-def register_prompt_style(style: PromptStyle, *, replace: bool = False) -> PromptStyle:
-    """Make `style` available to `--prompt` in eval and train."""
-    if style.name in _STYLES and not replace:
+def _styles(env: str | None) -> dict[str, PromptStyle]:
+    """The styles of `env`: those its harness registers (`EnvHarness.prompt_styles`), plus any
+    added with `register_prompt_style(..., env=env)`."""
+    env = env or DEFAULT_ENV
+    if env not in _STYLES:
+        from envharness.core.registry import env_harness, load_target
+
+        harness = env_harness(env)
+        _STYLES[env] = dict(load_target(harness.prompt_styles)) if harness.prompt_styles else {}
+    return _STYLES[env]
+
+
+def register_prompt_style(style: PromptStyle, *, env: str | None = None, replace: bool = False) -> PromptStyle:
+    """Make `style` available to `--prompt` in eval and train, for `env` (default: the browser)."""
+    styles = _styles(env)
+    if style.name in styles and not replace:
         raise ValueError(f"prompt style {style.name!r} is already registered")
     if ":" in style.name or not style.name:
         raise ValueError(f"a prompt style name must be non-empty and have no ':' (got {style.name!r})")
-    _STYLES[style.name] = style
+    styles[style.name] = style
     return style
 
 
-def prompt_styles() -> list[PromptStyle]:
-    return list(_STYLES.values())
+def prompt_styles(env: str | None = None) -> list[PromptStyle]:
+    return list(_styles(env).values())
 
 
-def prompt_names() -> list[str]:
-    return list(_STYLES)
+def prompt_names(env: str | None = None) -> list[str]:
+    return list(_styles(env))
 
 
-def get_prompt_style(spec: str | None) -> PromptStyle:
-    """A registered style by name (None/'' -> 'default'), or 'module.path:function' as a
-    per-step style (a `PromptBuilder`). Raises ValueError naming the choices."""
-    spec = (spec or "default").strip()
-    if spec in _STYLES:
-        return _STYLES[spec]
+def get_prompt_style(spec: str | None, env: str | None = None) -> PromptStyle:
+    """A style of `env` by name (None/'' -> the environment's default), or 'module.path:function'
+    as a per-step style (a `PromptBuilder`). Raises ValueError naming the choices."""
+    styles = _styles(env)
+    if not (spec or "").strip():
+        from envharness.core.registry import env_harness
+
+        spec = env_harness(env or DEFAULT_ENV).default_prompt
+    spec = spec.strip()
+    if spec in styles:
+        return styles[spec]
     if ":" not in spec:
-        raise ValueError(f"unknown prompt style {spec!r}; choose from {', '.join(_STYLES)} or give module.path:function")
+        raise ValueError(f"unknown prompt style {spec!r}{f' for {env}' if env and env != DEFAULT_ENV else ''}; "
+                         f"choose from {', '.join(styles)} or give module.path:function")
     return PromptStyle(spec, "a user prompt builder", step=load_prompt_builder(spec))
 
 
@@ -131,28 +155,13 @@ def opening_builder(
     return opening
 
 
-def harness_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
-    """The seed tutorial's prompt (`BrowserGymSessionFactory`'s own): instructions, then the page."""
-    from envharness.envs.browsergym.harness import action_instructions, format_observation
-
-    return [{"role": "user", "content": action_instructions(tool_names) + "\n\n" + format_observation(observation, task=task, max_chars=12000)}]
-
-
-register_prompt_style(PromptStyle("default", "per-step: goal, URL, AXTree, last steps and error, fresh each step", step=default_prompt))
-register_prompt_style(PromptStyle("compact", "conversation: goal + named elements, then each action's elements; suits small models",
-                                  opening=compact_prompt, observation_text=compact_tool_result))
-register_prompt_style(PromptStyle("harness", "conversation: the seed tutorial's instructions + full page, then tool results", opening=harness_prompt))
-register_prompt_style(PromptStyle("vision", "conversation for vision models: screenshot + named elements, then each action's outcome "
-                                  "with the new screenshot (what `train --model <VLM>` trains on)", opening=vision_prompt, vision=True))
-
 __all__ = [
     "OpeningBuilder",
     "PromptContext",
     "PromptStyle",
-    "compact_prompt",
+    "DEFAULT_ENV",
     "default_prompt",
     "get_prompt_style",
-    "harness_prompt",
     "opening_builder",
     "prompt_names",
     "prompt_styles",

@@ -52,7 +52,7 @@ def _action_tools() -> list[types.Tool]:
 class BrowserGymToolset(EnvToolset):
     """reset, observation, and one tool per BrowserGym action (the seed's five first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, description: Any = None) -> None:
         self._tools = [RESET_TOOL, OBSERVATION_TOOL, *_action_tools()]
 
     def tools(self) -> list[types.Tool]:

@@ -1,0 +1,85 @@
+"""How agents play the browser: the `EnvHarness` that eval, train, the scripted policy, MCP
+and `/web` find through the `browsergym` `EnvSpec` (core/registry.py).
+
+Everything MiniWoB- or BrowserGym-specific that a generic layer needs is reached from here:
+the session factory (BrowserGym actions as tools), the action-text parser, the task list,
+the prompt styles (`prompts/browsergym.py`), the scripted solutions and the page info.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
+from envharness.envs.browsergym.harness import BrowserGymSessionFactory
+from envharness.envs.browsergym.scripted import scripted_action
+from envharness.harness.env_harness import EnvHarness, TaskList
+
+#: A small MiniWoB++ set: clicking, typing, forms; all solved by the scripted policy.
+DEFAULT_TASKS = (
+    "click-test",
+    "click-button",
+    "click-checkboxes",
+    "click-dialog",
+    "focus-text",
+    "enter-text",
+    "enter-password",
+    "login-user",
+)
+
+EXAMPLE_VALUES = {"bid": "12", "text": "hello", "direction": "down", "wait_ms": 500, "button": "left", "key": "Enter",
+                  "key_comb": "Control+a", "options": "Option 1", "from_bid": "12", "to_bid": "14", "x": 50, "y": 80,
+                  "url": "http://miniwob.local/miniwob/click-test.html", "reason": "the page has no such button"}
+
+
+def task_list() -> TaskList:
+    """All 125 MiniWoB++ tasks; `default` is eval's small set."""
+    return TaskList(tasks=tuple(miniwob.all_tasks()), splits={"default": DEFAULT_TASKS})
+
+
+def describe_observation(observation: Any) -> tuple[str, str]:
+    """(goal, page text) of a browser observation, for eval's records."""
+    get = observation.get if isinstance(observation, dict) else (lambda k, d=None: getattr(observation, k, d))
+    return get("goal", "") or "", get("axtree_txt", "") or get("text", "") or ""
+
+
+def browser_actions() -> list[dict[str, str]]:
+    """Each BrowserGym action with its signature and an example, the seed's five first."""
+    names = [*DEFAULT_TOOL_NAMES, *(n for n in ACTION_TOOLS if n not in DEFAULT_TOOL_NAMES)]
+    actions = []
+    for name in names:
+        tool = ACTION_TOOLS[name]
+        signature = ", ".join(p if p not in tool.optional else f"{p}?" for p, _ in tool.params)
+        example = tool.action_string({p: EXAMPLE_VALUES[p] for p, _ in tool.params if p not in tool.optional})
+        actions.append({"name": name, "signature": f"{name}({signature})", "description": tool.description, "example": example})
+    return actions
+
+
+def web_info() -> dict[str, Any]:
+    """What `/web` shows for the browser: a task picker, screenshots, clickable `[bid]`s."""
+    return {"tasks": list(miniwob.all_tasks()), "default_task": "click-test", "actions": browser_actions(),
+            "action_field": "action_str", "goal_field": "goal", "text_field": "axtree_txt", "bids": True,
+            "screenshots": True,
+            "action_note": "Several actions on separate lines run in order. Element ids are the [bid]s of the page text."}
+
+
+HARNESS = EnvHarness(
+    env="browsergym",
+    session_factory=BrowserGymSessionFactory,
+    tool_call_parser=build_browsergym_action_tool_call,
+    task_list=task_list,
+    check_task=miniwob.check_task,
+    default_tasks=DEFAULT_TASKS,
+    prompt_styles="envharness.prompts.browsergym:STYLES",
+    default_prompt="default",
+    train_prompt="compact",
+    default_tools=tuple(DEFAULT_TOOL_NAMES),
+    scripted_policy=scripted_action,
+    # the prompts read only the accessibility tree, so the pruned HTML and element properties
+    # are not computed; a click on a bid that is not on the page fails after 1 s instead of 3 s
+    train_server_options={"pruned_html": False, "extra_properties": False, "action_timeout_ms": 1000.0},
+    reset_kwargs={"pruned_html": False, "extra_properties": False},
+    screenshots=True,
+    describe_observation=describe_observation,
+)
