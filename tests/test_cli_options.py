@@ -42,9 +42,22 @@ def test_the_options_reach_each_command_config():
     trained = train_cli.config_from_args(parse(train_cli, SHARED))
     assert (trained.tasks, trained.output_dir, trained.max_turns, trained.max_completion_length, trained.prompt) == \
         (["click-test", "click-button", "enter-text"], "runs/x", 3, 7, "compact")
-    # defaults are each command's own, and a given --tasks replaces them
-    assert parse(train_cli, []).tasks == ["click-test"] and len(parse(eval_cli, []).tasks) == 8
+    # defaults are each command's own (the environment's, resolved when the run is checked), and
+    # a given --tasks replaces them
+    from envharness.eval.config import DEFAULT_TASKS
+    from envharness.integrations.trl.training import _check
+
+    evaluated = eval_cli.config_from_args(parse(eval_cli, ["--out", "x"]))
+    evaluated.check()
+    assert evaluated.tasks == list(DEFAULT_TASKS) and evaluated.prompt == "default" and evaluated.env == "browsergym"
+    trained = train_cli.config_from_args(parse(train_cli, ["--model", "tiny"]))
+    _check(trained)
+    assert trained.tasks == ["click-test"] and trained.prompt == "compact"
     assert parse(eval_cli, ["--task", "focus-text"]).tasks == ["focus-text"]
+    # `all` and split names take the environment's listing
+    everything = eval_cli.config_from_args(parse(eval_cli, ["--out", "x", "--tasks", "all"]))
+    everything.check()
+    assert len(everything.tasks) == 125
 
 
 def test_train_refuses_models_it_cannot_train_in_words(capsys):

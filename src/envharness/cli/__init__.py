@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         module.add_arguments(sp)
         sp.set_defaults(_run=module.run, _argv=argv)  # _argv: for the resume line of an interrupted run
+        if hasattr(module, "check_args"):  # choices that depend on other flags (--prompt on --env)
+            sp.set_defaults(_check=lambda args, sp=sp, check=module.check_args: check(sp, args))
     args = parser.parse_args(argv)
+    if getattr(args, "_check", None):
+        args._check(args)
     if getattr(args, "_missing", None):
         print(args._missing, file=sys.stderr)
         return 2

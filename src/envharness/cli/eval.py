@@ -102,6 +102,10 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     )
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    options.check_prompt(parser, args)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.compare:
         from envharness.eval.compare import compare_table

@@ -64,6 +64,18 @@ def add_prompt(parser: argparse.ArgumentParser, default: str) -> None:
                              f"or module.path:function (default: {default or 'the environment default'})")
 
 
+def check_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse an unknown `--prompt` of `--env` as argparse refuses a bad choice (exit 2)."""
+    from envharness.prompts import get_prompt_style
+
+    if not args.prompt:
+        return
+    try:
+        get_prompt_style(args.prompt, getattr(args, "env", None))
+    except (ValueError, KeyError, ImportError, AttributeError) as exc:
+        parser.error(f"argument --prompt: {exc}")
+
+
 def add_out(parser: argparse.ArgumentParser, what: str, default_text: str) -> None:
     parser.add_argument("--out", "--output-dir", dest="out", default=None, metavar="DIR",
                         help=f"run folder: {what} (default {default_text})")

@@ -1,4 +1,4 @@
-"""`envharness train`: GRPO (TRL) on MiniWoB++ tasks through the harness.
+"""`envharness train`: GRPO (TRL) on an environment's tasks (MiniWoB++ by default) through the harness.
 
     envharness train --tasks click-test --steps 30                # SmolLM2-135M-Instruct, full fine-tune
     envharness train --tasks click-button --lora --minutes 20 --out runs/cb
@@ -6,6 +6,7 @@
     envharness eval --prompt compact --model runs/cb/final        # evaluate it on the prompt it learned
     envharness train --model ./my-qwen2-vl --max-turns 2          # a vision-language model: screenshots
     envharness train --tasks click-button --lora --out runs/cb --resume   # go on after Ctrl-C, SIGTERM, SIGKILL
+    envharness train --env textarena --tasks Wordle-v0 --max-turns 6 --reward success --reward wordle_greens
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
 and `reward_curve.png` in `--out` (old spelling: `--output-dir`).
@@ -27,8 +28,9 @@ _DEFAULTS = TrainConfig()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     # shared with eval (and mcp): same names, same choices (envharness.cli.options)
+    options.add_env(parser)
     options.add_model(parser, d.model)
-    options.add_tasks(parser, d.tasks)
+    options.add_tasks(parser)
     options.add_prompt(parser, d.prompt)
     options.add_out(parser, "checkpoints, final/, episodes.jsonl, train_log.jsonl, reward_curve.png", "runs/train-<time>")
     options.add_env_url(parser)
@@ -47,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=d.learning_rate, help="learning rate")
     parser.add_argument("--beta", type=float, default=d.beta, help="KL coefficient (0: no reference model)")
     parser.add_argument("--loss-type", default=d.loss_type, help="TRL loss type (dapo, grpo, dr_grpo, bnpo, ...)")
-    parser.add_argument("--reward", dest="rewards", action="append", choices=["success", "sum", "mean", "max"], help="reward function(s) (default success)")
+    parser.add_argument("--reward", "--rewards", dest="rewards", action="append", metavar="NAME",
+                        help="reward function(s): success, sum, mean, max of the environment's reward, or one the "
+                             "environment adds (textarena: its shaped Wordle rewards); repeatable (default success)")
     parser.add_argument("--save-steps", type=int, default=d.save_steps, help="checkpoint every N steps")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
     # -- experiment tracking (issue 11) --
@@ -56,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline")
     # fleet (issue 13): episodes spread over many browser servers, with failover
     parser.add_argument("--env-urls", type=options.names, default=[],
-                        help="comma-separated running `envharness serve browsergym` servers to spread episodes over (no Ray needed)")
-    parser.add_argument("--servers", type=int, default=0, help="run N browser servers on Ray and spread episodes over them")
+                        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)")
+    parser.add_argument("--servers", type=int, default=0, help="run N environment servers on Ray and spread episodes over them")
     parser.add_argument("--ray-address", default=None,
                         help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
     # -- vision policies (issue 11): `--model <VLM directory>` or `--model tiny-vlm` trains on screenshots --
@@ -93,6 +97,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("--resume needs --out (the run folder to continue)")
     return TrainConfig(
         tasks=args.tasks,
+        env=args.env,
         model=args.model,
         output_dir=args.out or time.strftime("runs/train-%Y%m%d-%H%M%S"),
         lora=args.lora,
@@ -122,6 +127,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         vision_page_text=args.vision_page_text,
         resume=args.resume,
     )
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    options.check_prompt(parser, args)
 
 
 def run(args: argparse.Namespace) -> int:

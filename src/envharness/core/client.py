@@ -347,3 +347,8 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
             client._loop.stop()
             raise
         return client
+
+
+def sync_client_class(async_class: type[AsyncEnvClient]) -> type[EnvClient]:
+    """The sync client over `async_class` (an environment that names only its async client)."""
+    return type(async_class.__name__.removeprefix("Async") or "SyncClient", (EnvClient,), {"async_client_class": async_class})

@@ -249,6 +249,34 @@ def build_trl_rollout_func(
     return rollout_func
 
 
+def build_env_rollout_func(
+    env: str,
+    client_factory: Callable[[], Any],
+    *,
+    default_task: str | None = None,
+    tools: Sequence[str] | None = None,
+    session_factory_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> RolloutFunc:
+    """`build_trl_rollout_func` for a registered environment: its session factory (one client
+    per episode from `client_factory`) and its parser of model text into tool calls
+    (`EnvHarness`). `client_factory` may be a `ClientPool` or a fleet's pool (`FleetRouter`),
+    which spreads the episodes over many servers."""
+    from envharness.core.registry import env_harness
+
+    harness = env_harness(env)
+    options = dict(session_factory_kwargs or {})
+    if tools is not None:
+        options["tools"] = list(tools)
+    if harness.reset_kwargs and "reset_kwargs" not in options:
+        options["reset_kwargs"] = dict(harness.reset_kwargs)
+    factory = options.pop("session_factory_builder", harness.session_factory)(
+        client_factory, default_task=default_task or harness.default_tasks[0], **options)
+    kwargs.setdefault("tool_call_parser", harness.tool_call_parser)
+    kwargs.setdefault("send_tools", False)
+    return build_trl_rollout_func(factory, **kwargs)
+
+
 def build_browsergym_rollout_func(
     client_factory: Callable[[], Any],
     *,
@@ -257,19 +285,10 @@ def build_browsergym_rollout_func(
     session_factory_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> RolloutFunc:
-    """`build_trl_rollout_func` for BrowserGym: one client per episode from `client_factory`,
-    model text such as `click('13')` parsed into browser tool calls. `client_factory` may be a
-    `ClientPool` or a fleet's pool (`EnvFleet.client_pool()`, `FleetRouter(urls)`), which
-    spreads the episodes over many servers."""
-    from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
-
-    options = dict(session_factory_kwargs or {})
-    if tools is not None:
-        options["tools"] = list(tools)
-    factory = BrowserGymSessionFactory(client_factory=client_factory, default_task=default_task, **options)
-    kwargs.setdefault("tool_call_parser", build_browsergym_action_tool_call)
-    kwargs.setdefault("send_tools", False)
-    return build_trl_rollout_func(factory, **kwargs)
+    """`build_env_rollout_func("browsergym", ...)`: model text such as `click('13')` parsed into
+    browser tool calls."""
+    return build_env_rollout_func("browsergym", client_factory, default_task=default_task, tools=tools,
+                                  session_factory_kwargs=session_factory_kwargs, **kwargs)
 
 
 __all__ = [
@@ -277,6 +296,7 @@ __all__ = [
     "TRLVLLMGenerationBackend",
     "TaskPromptSessionFactory",
     "build_browsergym_rollout_func",
+    "build_env_rollout_func",
     "build_trl_rollout_func",
     "parse_task_prompt",
     "reward_max",

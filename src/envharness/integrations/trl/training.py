@@ -1,7 +1,8 @@
-"""One GRPO run on MiniWoB tasks, shared by `envharness train` and the learning experiment.
+"""One GRPO run on an environment's tasks (MiniWoB by default), shared by `envharness train`
+and the learning experiments.
 
-`train(TrainConfig(...))` loads the model, starts a browser server on loopback (unless
-given one), trains with TRL's `GRPOTrainer` through `build_browsergym_rollout_func`, and
+`train(TrainConfig(...))` loads the model, starts the environment's server on loopback (unless
+given one), trains with TRL's `GRPOTrainer` through `build_env_rollout_func`, and
 leaves in `output_dir`: checkpoints, the final model, `episodes.jsonl` (every episode of
 every step, in the shared records format), `train_log.jsonl` (TRL's logs) and
 `reward_curve.png`. Defaults fit a 2-core CPU: small groups, short completions, one turn.
@@ -19,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
-from envharness.integrations.trl.rollout import build_browsergym_rollout_func, task_dataset
+from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to, grpo_tracking_options
 from envharness.prompts import get_prompt_style, opening_builder
@@ -28,7 +29,10 @@ from envharness.prompts.text import tokenizer_counter
 
 @dataclass
 class TrainConfig:
-    tasks: list[str] = field(default_factory=lambda: ["click-test"])
+    #: Task names, split names or `all` of the environment; empty: its first default task.
+    tasks: list[str] = field(default_factory=list)
+    #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
+    env: str = "browsergym"
     #: "embedded" (SmolLM2-135M-Instruct, offline), "tiny" (random, for tests), or a path / hub id.
     #: A vision-language model directory (or "tiny-vlm[:qwen2-vl|qwen3-vl]") trains on screenshots
     #: with `VisionGRPOTrainer` (integrations/trl/vision.py).
@@ -51,12 +55,13 @@ class TrainConfig:
     rewards: list[str] = field(default_factory=lambda: ["success"])
     save_steps: int = 10
     seed: int = 0
-    #: URL of a running `envharness serve browsergym`; None starts one on loopback.
+    #: URL of a running `envharness serve ENV`; None starts one on loopback.
     env_url: str | None = None
-    #: A prompt style of `envharness.prompts` (the same names as `envharness eval --prompt`):
-    #: "compact" (goal + named elements + one worked example: small models can follow it),
-    #: "harness" (the seed tutorial's), "default" (eval's per-step prompt; one turn only).
-    prompt: str = "compact"
+    #: A prompt style of the environment (the same names as `envharness eval --prompt`); empty:
+    #: the environment's training style (the browser's "compact": goal + named elements + one
+    #: worked example, which small models can follow; "harness" the seed tutorial's; "default"
+    #: eval's per-step prompt, one turn only).
+    prompt: str = ""
     use_vllm: bool = False
     #: torch CPU threads (None: torch's default). On a machine shared with other jobs, 1 thread
     #: avoids OpenMP threads waiting on each other: ~10x faster generation measured on 2 busy cores.
@@ -108,11 +113,11 @@ def load_model(spec: str) -> tuple[Any, Any]:
         raise TrainSetupError(f"cannot load model {spec!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
-def prompt_options(style: str, tokenizer: Any = None) -> dict[str, Any]:
-    """`BrowserGymSessionFactory` options for a prompt style of `envharness.prompts`: the
-    opening messages `envharness eval --prompt STYLE` also gives (page text budgets counted
-    with `tokenizer`, as eval counts them with the model's)."""
-    chosen = _prompt_style(style)
+def prompt_options(style: str, tokenizer: Any = None, env: str | None = None) -> dict[str, Any]:
+    """Session factory options for a prompt style of the environment: the opening messages
+    `envharness eval --prompt STYLE` also gives (page text budgets counted with `tokenizer`,
+    as eval counts them with the model's)."""
+    chosen = _prompt_style(style, env)
     options: dict[str, Any] = {"prompt_builder": opening_builder(chosen, count_tokens=tokenizer_counter(tokenizer))}
     if chosen.observation_text is not None:  # how later turns show the page (compact: its elements)
         options["observation_text"] = chosen.observation_text
@@ -155,44 +160,71 @@ def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
     return GRPOConfig(**options)
 
 
-#: Server options for training: the prompts read only the accessibility tree, so the pruned
-#: HTML and element properties are not computed; a click on a bid that is not on the page
+def train_server_options(env: str = "browsergym") -> dict[str, Any]:
+    """The options `train` starts its own server of `env` with (`EnvHarness.train_server_options`)."""
+    from envharness.core.registry import env_harness
+
+    return dict(env_harness(env).train_server_options)
+
+
+#: The browser's training server options: the prompts read only the accessibility tree, so the
+#: pruned HTML and element properties are not computed; a click on a bid that is not on the page
 #: fails after 1 s instead of 3 s.
-TRAIN_SERVER_OPTIONS: dict[str, Any] = {"pruned_html": False, "extra_properties": False, "action_timeout_ms": 1000.0}
+TRAIN_SERVER_OPTIONS: dict[str, Any] = train_server_options("browsergym")
 
 
 @contextlib.contextmanager
-def browser_clients(env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
-                    ray_address: str | None = None) -> Iterator[Callable[[], Any]]:
-    """A factory of pooled browser clients (one lease per episode) on `env_url`, or on a
-    browsergym server started on loopback for the duration of the block; with `env_urls` or
-    `servers`, a fleet router spreading the episodes over many servers (`envharness.fleet`)."""
-    from envharness.envs.browsergym import BrowserGymEnv
+def env_clients(env: str = "browsergym", env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
+                ray_address: str | None = None) -> Iterator[Callable[[], Any]]:
+    """A factory of pooled clients of `env` (one lease per episode) on `env_url`, or on a server
+    started on loopback for the duration of the block; with `env_urls` or `servers`, a fleet
+    router spreading the episodes over many servers (`envharness.fleet`)."""
+    from envharness.core.client import sync_client_class
+    from envharness.core.registry import get_spec
 
+    options = train_server_options(env)
     if env_urls or servers:
         from envharness.fleet.start import open_fleet
 
-        with open_fleet("browsergym", env_urls=env_urls or [], servers=servers, ray_address=ray_address,
-                        env_options=TRAIN_SERVER_OPTIONS) as router:
+        with open_fleet(env, env_urls=env_urls or [], servers=servers, ray_address=ray_address, env_options=options) as router:
             yield router
         return
     with contextlib.ExitStack() as stack:
         if not env_url:
             from envharness.core.launchers import LocalServer
 
-            env_url = stack.enter_context(LocalServer("browsergym", **TRAIN_SERVER_OPTIONS)).base_url
-        pool = ClientPool(functools.partial(BrowserGymEnv, base_url=env_url))
+            env_url = stack.enter_context(LocalServer(env, **options)).base_url
+        pool = ClientPool(functools.partial(sync_client_class(get_spec(env).load("client")), base_url=env_url))
         stack.callback(pool.close)
         yield pool
+
+
+browser_clients = functools.partial(env_clients, "browsergym")
 
 
 class TrainSetupError(RuntimeError):
     """A run that cannot start as configured (said in words for the command line)."""
 
 
-def _prompt_style(style: str) -> Any:
+def _train_prompt(env: str) -> str:
+    from envharness.core.registry import env_harness
+
+    return env_harness(env).train_prompt
+
+
+def reward_functions(env: str = "browsergym") -> dict[str, Callable[..., Any]]:
+    """The rewards `--rewards` picks from: the generic ones (success, sum, mean, max of the
+    environment's own reward) and the environment's shaped ones (`EnvHarness.reward_functions`)."""
+    from envharness.core.registry import env_harness, load_target
+
+    harness = env_harness(env)
+    shaped = load_target(harness.reward_functions) if harness.reward_functions else {}
+    return {**REWARD_FUNCS, **shaped}
+
+
+def _prompt_style(style: str, env: str | None = None) -> Any:
     try:
-        return get_prompt_style(style)
+        return get_prompt_style(style, env)
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
 
@@ -218,21 +250,26 @@ def _check(config: TrainConfig, *, model_given: bool = False) -> Any:
     """Every setting checked before anything slow starts; returns the checkpoint to resume from."""
     import importlib.util
 
-    from envharness.envs.browsergym import miniwob
+    from envharness.core.registry import env_harness
     from envharness.integrations.trl.resume import plan_resume
 
     if not model_given:
         check_model_spec(config.model)
     try:
-        config.tasks = [miniwob.check_task(task) for task in config.tasks]
-    except ValueError as exc:
+        harness = env_harness(config.env)
+        config.tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
+    except (ValueError, KeyError, ImportError) as exc:
         raise TrainSetupError(str(exc)) from None
+    if not config.tasks:
+        raise TrainSetupError("no tasks given")
+    config.prompt = config.prompt or harness.train_prompt
     if config.env_url and not config.env_url.startswith(("http://", "https://")):
         raise TrainSetupError(f"--env-url must be an http(s) URL, got {config.env_url!r}")
-    unknown = [r for r in config.rewards if r not in REWARD_FUNCS]
+    known = reward_functions(config.env)
+    unknown = [r for r in config.rewards if r not in known]
     if unknown:
-        raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(REWARD_FUNCS)}")
-    if not _prompt_style(config.prompt).conversation and config.max_turns > 1:
+        raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(known)}")
+    if not _prompt_style(config.prompt, config.env).conversation and config.max_turns > 1:
         raise TrainSetupError(
             f"prompt style {config.prompt!r} builds a fresh prompt every step, so turns after the first are not one "
             "token sequence: train it with max_turns=1, or use a conversation style (compact, harness)"
@@ -273,9 +310,11 @@ def train(
     from envharness.integrations.trl import vision as vision_grpo
 
     is_vlm = vision_grpo.is_vision_spec(config.model) if model is None else hasattr(tokenizer, "image_processor")
-    if is_vlm and config.prompt not in ("vision", TrainConfig.prompt):
+    if is_vlm and config.prompt not in ("vision", "", "compact"):  # "" / compact: the browser's training default
         raise TrainSetupError(f"a vision-language model trains on --prompt vision (screenshots in every turn), not {config.prompt!r}")
-    if not is_vlm and _prompt_style(config.prompt).vision:
+    if not is_vlm:
+        config.prompt = config.prompt or _train_prompt(config.env)
+    if not is_vlm and _prompt_style(config.prompt, config.env).vision:
         raise TrainSetupError(f"--prompt vision shows screenshots: {config.model!r} is not a vision-language model")
     if is_vlm:
         config.prompt = "vision"  # recorded in train_config.json: `eval --prompt vision` plays what was trained
@@ -295,8 +334,8 @@ def train(
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
 
-    with contextlib.nullcontext(client_factory) if client_factory else browser_clients(
-            config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address) as make_client:
+    with contextlib.nullcontext(client_factory) if client_factory else env_clients(
+            config.env, config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address) as make_client:
         records_path = out / "episodes.jsonl"
         timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
         if is_vlm:
@@ -306,12 +345,13 @@ def train(
                 vision=vision_grpo.VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
             )
         else:
-            rollout_func = build_browsergym_rollout_func(
+            rollout_func = build_env_rollout_func(
+                config.env,
                 make_client,
                 default_task=config.tasks[0],
                 limits=HarnessRunLimits(max_turns=config.max_turns),
                 records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
-                session_factory_kwargs=prompt_options(config.prompt, tokenizer),
+                session_factory_kwargs=prompt_options(config.prompt, tokenizer, config.env),
                 backend_factory=timer.backend_factory,
             )
         # one prompt per group; with a time budget, TRL cycles through this many pages
@@ -319,7 +359,7 @@ def train(
         trainer = (vision_grpo.VisionGRPOTrainer if is_vlm else GRPOTrainer)(
             model=model,
             processing_class=tokenizer,
-            reward_funcs=[REWARD_FUNCS[r] for r in config.rewards],
+            reward_funcs=[reward_functions(config.env)[r] for r in config.rewards],
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
             rollout_func=timer.wrap(rollout_func),
@@ -359,14 +399,16 @@ def evaluate(
 ) -> float:
     """Success rate of `model` on `config.tasks[0]` over `seeds`, played exactly as in training
     (same prompt, turns, token budget; sampled at the training temperature)."""
-    from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
+    from envharness.core.registry import env_harness
     from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records
     from envharness.integrations.trl.rollout import TaskPromptSessionFactory
     from envharness.models.transformers_backend import TransformersBackend
 
     task = config.tasks[0]
-    factory = TaskPromptSessionFactory(BrowserGymSessionFactory(client_factory, default_task=task, **prompt_options(config.prompt, tokenizer)))
-    batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
+    harness = env_harness(config.env)
+    style = config.prompt or harness.train_prompt
+    factory = TaskPromptSessionFactory(harness.session_factory(client_factory, default_task=task, **prompt_options(style, tokenizer, config.env)))
+    batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=harness.tool_call_parser, send_tools=False)
     sampling = {"temperature": config.temperature, "max_tokens": config.max_completion_length}
     results = run_coroutine_sync(
         run_episodes(factory, [task] * len(seeds), seeds=seeds, backend=batcher,

@@ -192,7 +192,7 @@ def build_vision_rollout_func(
     (`VisionBrowserGymSessionFactory`), the trainer's VLM as the policy, and per row the
     episode's images and placeholder counts for the loss pass."""
     from envharness.envs.browsergym.harness import build_browsergym_action_tool_call
-    from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
+    from envharness.prompts.vision_session import VisionBrowserGymSessionFactory
 
     vision = vision or VisionPromptConfig()
     if vision.keep_screenshots is not None:
