@@ -12,7 +12,10 @@ retried: the action may already have run.
 (one server per episode; its task goes in `env_vars[task_var]` because such servers read
 their task at start), or -- new -- from a local envharness server that the connector
 starts once (`envharness serve NAME`, NAME the client's `env_name`) and shares between all episodes, one session
-each; there the task goes to `reset(task=...)`.
+each; there the task goes to `reset(task=...)`. A `docker_image` of an OpenEnv environment that
+envharness serves itself (`textarena-env:latest`, `browsergym-env`, `echo-env`) runs the same
+way where no Docker engine is at hand, one local server per distinct `env_vars` (a warning
+says so): the seed's Docker-based examples run here with only their imports changed.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ class EnvConnector:
         self.request_timeout_s = request_timeout_s
         self.default_headers = default_headers
         self.launch_options = launch_options
-        self._server: Any = None
+        self._servers: dict[tuple[tuple[str, str], ...], Any] = {}
         self._server_lock: asyncio.Lock | None = None
 
     @property
@@ -179,30 +182,55 @@ class EnvConnector:
         launch = cls.from_hub if mode == "hub" else cls.from_docker_image
         target = self.hub_repo_id if mode == "hub" else self.docker_image
         kwargs = _accepted(launch, {"provider": self.provider, "env_vars": env_vars or None, "port": self.docker_port})
-        return await call_maybe_async(launch, target, **kwargs)
+        try:
+            return await call_maybe_async(launch, target, **kwargs)
+        except Exception as exc:
+            from envharness.core.launchers import DockerUnavailableError
 
-    async def _local_server(self) -> Any:
-        """Start the shared local server (`envharness serve NAME`) on first use."""
-        if self._server is not None:
-            return self._server
+            if mode != "docker" or not isinstance(exc, DockerUnavailableError) or not self._serves_image(self.docker_image):
+                raise
+            server = await self._local_server(env_vars)
+            return cls(base_url=server.base_url)
+
+    def _env_name(self) -> str | None:
+        """The envharness environment the client names (`env_name`), if any."""
+        cls = self.env_client_cls
+        return getattr(cls, "env_name", None) or getattr(getattr(cls, "async_client_class", None), "env_name", None)
+
+    def _serves_image(self, image: str | None) -> bool:
+        """Whether `image` is OpenEnv's image of the environment the client names
+        (`<name>-env[:tag]`, optionally under a registry path)."""
+        name = self._env_name()
+        base = (image or "").rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+        return bool(name) and base in (f"{name}-env", f"{name}_env", f"openenv-{name}-env")
+
+    async def _local_server(self, env_vars: dict[str, str] | None = None) -> Any:
+        """Start a local server (`envharness serve NAME`, with `env_vars` in its environment)
+        on first use of those variables; later episodes share it."""
+        key = tuple(sorted((env_vars or {}).items()))
+        if key in self._servers:
+            return self._servers[key]
         if self._server_lock is None:
             self._server_lock = asyncio.Lock()
         async with self._server_lock:
-            if self._server is None:
+            if key not in self._servers:
                 from envharness.core.launchers import launch_local
 
-                cls = self.env_client_cls
-                name = getattr(cls, "env_name", None) or getattr(getattr(cls, "async_client_class", None), "env_name", None)
+                name = self._env_name()
                 if not name:
                     raise ValueError(
-                        f"{cls.__name__} names no envharness environment to start locally; pass env_base_url, "
-                        "docker_image, hub_repo_id or env_factory")
-                self._server = await asyncio.to_thread(launch_local, name, options=self.launch_options)
-                logger.info("started a local %s server at %s", name, self._server.base_url)
-        return self._server
+                        f"{self.env_client_cls.__name__} names no envharness environment to start locally; pass "
+                        "env_base_url, docker_image, hub_repo_id or env_factory")
+                if env_vars:
+                    logger.warning("no Docker engine: serving %s for image %s locally (envharness serve %s) with %s",
+                                   name, self.docker_image, name, ", ".join(f"{k}={v}" for k, v in key))
+                server = await asyncio.to_thread(launch_local, name, options=self.launch_options, env_vars=dict(key))
+                self._servers[key] = server
+                logger.info("started a local %s server at %s", name, server.base_url)
+        return self._servers[key]
 
     async def aclose(self) -> None:
-        """Stop the shared local server, if one was started."""
-        server, self._server, self._server_lock = self._server, None, None
-        if server is not None:
+        """Stop the local servers that were started."""
+        servers, self._servers, self._server_lock = list(self._servers.values()), {}, None
+        for server in servers:
             await asyncio.to_thread(server.stop)

@@ -12,6 +12,7 @@ same completion.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Callable
 
 from envharness.models import load_backend
@@ -93,11 +94,14 @@ class ModelResolver:
     """Builds each distinct model once per processor (the embedded model takes seconds to
     load: in a worker thread, so the event loop keeps running) and closes them at the end."""
 
-    def __init__(self, model: ModelBackend | str | None, policy_factory: Callable[..., Any] | None = None):
+    def __init__(self, model: ModelBackend | str | None, policy_factory: Callable[..., Any] | None = None,
+                 env: str | None = None):
         if model is not None and not isinstance(model, (str, ModelBackend)):
             raise TypeError(f"model must be an envharness ModelBackend or a spec string, not {type(model).__name__}")
         self.model = model
         self.policy_factory = policy_factory
+        #: The environment whose scripted policy `scripted` plays (the client's `env_name`).
+        self.env = env or "browsergym"
         self._backends: dict[Any, ModelBackend] = {}
         self._lock: asyncio.Lock | None = None
 
@@ -121,7 +125,8 @@ class ModelResolver:
         async with self._lock:
             if key not in self._backends:
                 if key[0] == "spec":
-                    self._backends[key] = await asyncio.to_thread(load_backend, key[1])
+                    options = {"env": self.env} if key[1] == "scripted" else {}
+                    self._backends[key] = await asyncio.to_thread(functools.partial(load_backend, key[1], **options))
                 else:
                     self._backends[key] = litellm_policy_backend(params, self.policy_factory)
             return self._backends[key]

@@ -156,7 +156,7 @@ class OpenEnvRolloutProcessor(RolloutProcessor):
             provider=provider, docker_port=docker_port, request_timeout_s=request_timeout_s,
             default_headers=default_headers, launch_options=dict(launch_options or {}),
         )
-        self.models = ModelResolver(model, policy_factory)
+        self.models = ModelResolver(model, policy_factory, env=self.connector._env_name())
         self._batchers: dict[Any, BatchingModelStep] = {}
         self._episode_counter = count()
 
