@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset
+from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to, grpo_tracking_options
 from envharness.prompts import get_prompt_style, opening_builder
@@ -200,10 +201,6 @@ def env_clients(env: str = "browsergym", env_url: str | None = None, *, env_urls
 
 
 browser_clients = functools.partial(env_clients, "browsergym")
-
-
-class TrainSetupError(RuntimeError):
-    """A run that cannot start as configured (said in words for the command line)."""
 
 
 def _train_prompt(env: str) -> str:

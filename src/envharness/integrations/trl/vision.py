@@ -42,7 +42,7 @@ import torch
 from trl import GRPOTrainer
 
 from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func
-from envharness.integrations.trl.training import TrainSetupError
+from envharness.integrations.trl.errors import TrainSetupError
 from envharness.models.vision_processors import image_inputs, image_token_id, is_vision_model_dir, load_processor, placeholder_counts
 from envharness.prompts.vision import VisionPromptConfig
 
