@@ -202,7 +202,7 @@ def test_bad_options_fail_before_anything_starts(tmp_path, capsys):
     for args, reason in [
         (["--tasks", "click-nothing"], "unknown MiniWoB task"),
         (["--episodes", "0"], "--episodes must be at least 1"),
-        (["--actions", "click,teleport"], "unknown action(s) teleport"),
+        (["--actions", "click,teleport"], "unknown BrowserGym tool(s) ['teleport']"),
         (["--prompt", "nowhere:builder"], "cannot import"),
     ]:
         code, _, err = eval_cli(capsys, "--model", "scripted", "--out", str(tmp_path / "bad"), *args)

@@ -68,7 +68,7 @@ class LocalServer:
 
     `LocalServer(app)` serves a FastAPI app; `LocalServer("echo", **env_options)` builds
     one from the registry (server settings: max_sessions, idle_timeout_s, token,
-    max_message_bytes). Use as a context manager, or call `close()`.
+    max_message_bytes, mcp, web). Use as a context manager, or call `close()`.
     """
 
     def __init__(self, app: FastAPI | str, *, host: str = "127.0.0.1", port: int = 0,
@@ -76,7 +76,8 @@ class LocalServer:
         if isinstance(app, str):
             from envharness.core.registry import make_factory
 
-            settings = {k: options.pop(k) for k in ("max_sessions", "idle_timeout_s", "token", "max_message_bytes") if k in options}
+            settings = {k: options.pop(k) for k in ("max_sessions", "idle_timeout_s", "token", "max_message_bytes", "mcp", "web")
+                        if k in options}
             app = create_app(make_factory(app, **options), name=app, **settings)
         elif options:
             raise TypeError(f"options {sorted(options)} only apply when LocalServer is given an environment name")
