@@ -14,7 +14,7 @@ import sys
 # command -> module with `add_arguments(parser)` and `run(args) -> int`
 COMMANDS = {
     "serve": ("envharness.cli.serve", "Serve an environment (OpenEnv-compatible WebSocket + HTTP)"),
-    "eval": ("envharness.cli.eval", "Evaluate a model on MiniWoB++ tasks and write a report"),
+    "eval": ("envharness.cli.eval", "Evaluate a model on an environment's tasks (MiniWoB++ by default) and write a report"),
     "train": ("envharness.cli.train", "Train a model with TRL's GRPO through the harness"),
     "mcp": ("envharness.cli.mcp", "Serve an environment's tools to an MCP client over stdio"),
 }

@@ -68,7 +68,7 @@ def check_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Refuse an unknown `--prompt` of `--env` as argparse refuses a bad choice (exit 2)."""
     from envharness.prompts import get_prompt_style
 
-    if not args.prompt:
+    if not args.prompt or ":" in args.prompt:  # module:function builders are imported when the run is checked
         return
     try:
         get_prompt_style(args.prompt, getattr(args, "env", None))
