@@ -92,7 +92,8 @@ def make_environment_factory(*, environ: Mapping[str, str] | None = None, **opti
         explicit = _json_or_text(explicit)
     if explicit is not None and not isinstance(explicit, dict):
         raise TextArenaConfigError(f"game_kwargs must be a JSON object, got {explicit!r}")
-    kwargs.update(explicit or {})
+    if explicit is not None:  # an explicit game_kwargs replaces the TEXTARENA_KW_* ones
+        kwargs = dict(explicit)
     for name in ("env_id", "num_players", "max_turns"):
         if name in options:
             merged[name] = options.pop(name)
