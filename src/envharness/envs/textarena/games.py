@@ -8,16 +8,20 @@
   dictionaries and POS-tags its word list), so each (game id, kwargs) is made once per process
   and every session gets a deep copy that shares the big read-only tables.
 - Randomness: textarena draws from the process-global ``random`` module (``State`` calls
-  ``random.seed``). Each session keeps its own RNG state, swapped in under one lock around
-  every reset and step, so concurrent sessions neither see nor disturb each other and the
-  same seed replays the same game, moves included.
+  ``random.seed``). The ``random`` name inside textarena's modules is replaced by a proxy
+  that sends each call to the calling session's own ``random.Random`` (a context variable
+  set around every reset and step), so concurrent sessions neither see nor disturb each
+  other, no lock is held (a 40 s Sokoban level generation stalls nobody else), and the same
+  seed replays the same game, moves included.
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import os
 import random
+import sys
 import threading
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -147,6 +151,8 @@ def make_game(env_id: str, kwargs: Mapping[str, Any]) -> Any:
                     proto = cls(**merged)
                 except TypeError as exc:
                     raise ValueError(f"{env_id} does not take these arguments: {exc}") from None
+                _route_randomness()
+                _route_captured(unwrap(proto))
                 _PROTOTYPES[key] = proto
     memo: dict[int, Any] = {}
     _shared(proto, memo)
@@ -179,31 +185,68 @@ def unwrap(game: Any) -> Any:
     return game
 
 
-# -- randomness: each session its own RNG, swapped in under one lock -------------------------
-_RNG_LOCK = threading.Lock()
+# -- randomness: each session its own `random.Random`, no lock ------------------------------
+_CURRENT: contextvars.ContextVar[random.Random | None] = contextvars.ContextVar("textarena_session_rng", default=None)
+#: The module-level functions of `random` that are methods of its hidden global instance.
+_RNG_FUNCTIONS = frozenset(name for name in dir(random) if getattr(getattr(random, name), "__self__", None) is random._inst)
+
+
+class _SessionRandomModule:
+    """Stands in for the `random` module inside textarena's modules: ``random.choice(...)``
+    runs on the calling session's own `random.Random` (outside a session, on the global one);
+    every other name (``random.Random``) is the real module's."""
+
+    def __getattr__(self, name: str) -> Any:
+        rng = _CURRENT.get()
+        if rng is not None and name in _RNG_FUNCTIONS:
+            return getattr(rng, name)
+        return getattr(random, name)
+
+
+_PROXY = _SessionRandomModule()
+
+
+def _route_randomness() -> None:
+    """Point the ``random`` name of every imported textarena module at the proxy (games are
+    imported lazily, so this runs again after each new game class is imported)."""
+    for name, module in list(sys.modules.items()):
+        if (name == "textarena" or name.startswith("textarena.")) and getattr(module, "random", None) is random:
+            module.random = _PROXY
+
+
+def _session_function(name: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(_PROXY, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+def _route_captured(game: Any) -> None:
+    """A game that kept a `random` function as an attribute (Secretary's ``value_sampler =
+    random.random``) gets one that calls the session's generator instead."""
+    for attr, value in list(vars(game).items()):
+        if getattr(value, "__self__", None) is random._inst and getattr(value, "__name__", "") in _RNG_FUNCTIONS:
+            setattr(game, attr, _session_function(value.__name__))
 
 
 class SessionRandom:
-    """One session's share of the global ``random`` module."""
+    """One session's randomness: textarena's ``random.seed``/``random.choice`` calls made while
+    `run` runs go to this session's own generator, so concurrent sessions never share state,
+    the same seed replays the same game (moves included), and the process's RNG is untouched."""
 
     def __init__(self) -> None:
-        self._state: Any = None
+        self._rng = random.Random()
 
     def run(self, seed: int | None, fn: Callable[[], T]) -> T:
-        """Run `fn` with the global RNG holding this session's state (re-seeded first when
-        `seed` is given); the process's own RNG state is put back afterwards."""
-        with _RNG_LOCK:
-            outer = random.getstate()
-            try:
-                if seed is not None:
-                    random.seed(seed)
-                elif self._state is not None:
-                    random.setstate(self._state)
-                result = fn()
-                self._state = random.getstate()
-                return result
-            finally:
-                random.setstate(outer)
+        """Run `fn` with this session's generator (re-seeded first when `seed` is given)."""
+        if seed is not None:
+            self._rng.seed(seed)
+        token = _CURRENT.set(self._rng)
+        try:
+            return fn()
+        finally:
+            _CURRENT.reset(token)
 
 
 def iter_games(ids: list[str]) -> Iterator[tuple[str, str]]:
