@@ -54,12 +54,23 @@ def inprocess_game(proto: object) -> object:
     return copy.deepcopy(proto, memo)
 
 
+def reset_game(game: object, seed: int) -> None:
+    """textarena's reset, plus what OpenEnv's wrapper adds: its LLMObservationWrapper keeps every
+    past episode's messages (`full_observations`), which would make each step slower."""
+    env = game
+    while env is not None:
+        if hasattr(env, "full_observations"):
+            env.full_observations = {}
+        env = env.__dict__.get("env")
+    game.reset(num_players=1, seed=seed)
+
+
 def inprocess_latency(proto: object, episodes: int) -> tuple[list[float], list[float]]:
     game = inprocess_game(proto)
     resets, steps = [], []
     for seed in range(episodes):
         t = time.perf_counter()
-        game.reset(num_players=1, seed=seed)
+        reset_game(game, seed)
         game.get_observation()
         resets.append(time.perf_counter() - t)
         for word in GUESSES:
@@ -77,7 +88,7 @@ def inprocess_throughput(proto: object, sessions: int, seconds: float) -> tuple[
     moves = [0] * sessions
     seeds = list(range(sessions))
     for i, g in enumerate(games_):
-        g.reset(num_players=1, seed=i)
+        reset_game(g, i)
     count, errors = 0, 0
     end = time.perf_counter() + seconds
     start = time.perf_counter()
@@ -90,7 +101,7 @@ def inprocess_throughput(proto: object, sessions: int, seconds: float) -> tuple[
                 moves[i] += 1
                 if done or moves[i] == len(GUESSES):
                     seeds[i] += sessions
-                    g.reset(num_players=1, seed=seeds[i])
+                    reset_game(g, seeds[i])
                     moves[i] = 0
             except Exception:
                 errors += 1

@@ -25,9 +25,9 @@ Adding a style is one call, e.g. in prompts/vision.py plus one import line below
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from envharness.harness.prompt_style import Message, OpeningBuilder, PromptStyle
 from envharness.prompts.text import (
     PromptBuilder,
     PromptContext,
@@ -35,39 +35,6 @@ from envharness.prompts.text import (
     default_prompt,
     load_prompt_builder,
 )
-
-Message = dict[str, Any]
-#: (first observation, task, enabled tool names) -> the episode's opening messages.
-OpeningBuilder = Callable[[Any, Any, list[str]], list[Message]]
-
-
-@dataclass(frozen=True)
-class PromptStyle:
-    """A named way to prompt: exactly one of `step` (per-step) or `opening` (conversation)."""
-
-    name: str
-    description: str
-    step: PromptBuilder | None = None
-    opening: OpeningBuilder | None = None
-    #: Conversation styles: how later turns' tool results show the page after an action
-    #: (None: the harness's default, the whole page text); eval and train use the same.
-    observation_text: Callable[[Any], str] | None = None
-    #: The episode shows the model screenshots: the opening and every tool result carry the
-    #: page's image (`prompts/vision_session.py`); only vision models can take it.
-    vision: bool = False
-    #: Builds the episode's session factory instead of the environment's own (same arguments
-    #: as `EnvHarness.session_factory`, plus ``vision_max_side``): a style whose tool results
-    #: are more than text (the browser's "vision" style: every result carries a screenshot).
-    session_factory: Callable[..., Any] | None = None
-
-    def __post_init__(self) -> None:
-        if (self.step is None) == (self.opening is None):
-            raise ValueError(f"prompt style {self.name!r} needs exactly one of step= (per-step) or opening= (conversation)")
-
-    @property
-    def conversation(self) -> bool:
-        return self.opening is not None
-
 
 #: The environment whose styles `--prompt` means when no environment is named (the browser's,
 #: the first environment envharness had).

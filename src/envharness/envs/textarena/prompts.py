@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from envharness.envs.textarena.harness import REPLY_HINT, feedback_text, opening_text
-from envharness.prompts import PromptStyle
+from envharness.harness.prompt_style import PromptStyle
 
 Message = dict[str, Any]
 

@@ -1,0 +1,44 @@
+"""`PromptStyle`: what a named prompt style is, defined below the environments so that an
+environment can declare its own styles (`EnvHarness.prompt_styles`) without importing the
+`prompts/` layer above it. The registry, the browser's styles and `opening_builder` live in
+`envharness.prompts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+Message = dict[str, Any]
+#: (first observation, task, enabled tool names) -> the episode's opening messages.
+OpeningBuilder = Callable[[Any, Any, list[str]], list[Message]]
+#: A per-step prompt: a `envharness.prompts.PromptContext` -> the step's messages.
+StepBuilder = Callable[[Any], list[Message]]
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """A named way to prompt: exactly one of `step` (per-step) or `opening` (conversation)."""
+
+    name: str
+    description: str
+    step: StepBuilder | None = None
+    opening: OpeningBuilder | None = None
+    #: Conversation styles: how later turns' tool results show the page after an action
+    #: (None: the harness's default, the whole page text); eval and train use the same.
+    observation_text: Callable[[Any], str] | None = None
+    #: The episode shows the model screenshots: the opening and every tool result carry the
+    #: page's image (`prompts/vision_session.py`); only vision models can take it.
+    vision: bool = False
+    #: Builds the episode's session factory instead of the environment's own (same arguments
+    #: as `EnvHarness.session_factory`, plus ``vision_max_side``): a style whose tool results
+    #: are more than text (the browser's "vision" style: every result carries a screenshot).
+    session_factory: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.step is None) == (self.opening is None):
+            raise ValueError(f"prompt style {self.name!r} needs exactly one of step= (per-step) or opening= (conversation)")
+
+    @property
+    def conversation(self) -> bool:
+        return self.opening is not None
