@@ -126,6 +126,10 @@ class ServerProcess:
     The child never outlives this process: it is stopped at interpreter exit, and it stops
     by itself when this process dies in any way (see `core/lifecycle.py`). Setting `cancel`
     (a `threading.Event`) while it starts stops it and raises `LaunchError`.
+
+    The one way envharness starts a server process and reads its output; a subclass changes
+    how the child is tied to its parent (`_parent_death_args`, `_popen_options`) and how it
+    ends (`_terminate`), as the fleet's `WatchedServer` does.
     """
 
     def __init__(self, name: str, *, host: str = "127.0.0.1", token: str | None = None,
@@ -135,7 +139,7 @@ class ServerProcess:
         from envharness.core.lifecycle import spawn
 
         command = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())",
-                   "serve", name, "--host", host, "--port", "0", "--exit-with-parent", str(os.getpid()), *(server_args or [])]
+                   "serve", name, "--host", host, "--port", "0", *self._parent_death_args(), *(server_args or [])]
         for key, value in (options or {}).items():
             command += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         env = {**os.environ, **{k: str(v) for k, v in (env_vars or {}).items()}}  # e.g. OpenEnv's BROWSERGYM_* settings
@@ -147,7 +151,7 @@ class ServerProcess:
         self.base_url = ""
         cancel = cancel or threading.Event()
         self.process = spawn(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             text=True, env=env)
+                             text=True, env=env, **self._popen_options())
         _LIVE.add(self)
         threading.Thread(target=self._read_output, name=f"envharness-serve-{name}-output", daemon=True).start()
         try:
@@ -166,6 +170,14 @@ class ServerProcess:
             self.stop()
             raise
 
+    def _parent_death_args(self) -> list[str]:
+        """`serve` flags that stop the child gracefully once this process is gone."""
+        return ["--exit-with-parent", str(os.getpid())]
+
+    def _popen_options(self) -> dict[str, Any]:
+        """Extra `Popen` options (a session of its own, a pre-exec hook) for subclasses."""
+        return {}
+
     def _read_output(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
@@ -182,6 +194,11 @@ class ServerProcess:
         return f"{status}; last output:\n" + "\n".join(self.output)
 
     def stop(self, timeout_s: float = 15.0) -> None:
+        """End the server (SIGTERM, SIGKILL after `timeout_s`); no longer stopped at exit."""
+        self._terminate(timeout_s)
+        _LIVE.discard(self)
+
+    def _terminate(self, timeout_s: float) -> None:
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -189,7 +206,6 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        _LIVE.discard(self)
 
 
 #: Servers started by this process and not stopped yet: stopped at interpreter exit.
