@@ -10,6 +10,7 @@ dropped silently (a text backend refuses them, a placeholder without an image is
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from envharness.models.base import GenerationRequest, SamplingParams
 from envharness.models.images import ImagesNotSupportedError
 from envharness.models.tiny_vlm import build_tiny_vlm, save_tiny_vlm
 from envharness.models.transformers_vision import TransformersVisionBackend
-from envharness.models.vision_processors import placeholder_counts
+from envharness.models.vision_processors import image_token_id, load_processor, placeholder_counts
 
 ARCHS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "idefics3"]
 
@@ -154,6 +155,25 @@ def test_load_backend_picks_the_vision_backend_for_a_vlm_directory(tmp_path):
     assert isinstance(backend, TransformersVisionBackend)
     gen = backend.generate_blocking([GenerationRequest(messages=[user("Goal", screenshot(3))], sampling=SamplingParams(max_tokens=3, seed=0))])[0]
     assert gen.image_token_counts and len(gen.completion_ids) <= 3
+
+
+@pytest.mark.parametrize("arch", ["qwen2-vl", "idefics3"])
+def test_a_model_folder_that_names_no_processor_class_loads_by_its_model_type(tmp_path, arch):
+    """Many checkpoints name no `processor_class`: transformers' own resolution (config.json's
+    model_type) decides, with the image-only fallback where the video slot cannot load."""
+    directory = save_tiny_vlm(arch, tmp_path / "vlm")
+    named = load_processor(str(directory))
+    for file in directory.glob("*.json"):
+        data = json.loads(file.read_text())
+        if isinstance(data, dict) and data.pop("processor_class", None) is not None:
+            file.write_text(json.dumps(data))
+    assert "processor_class" not in "".join(f.read_text() for f in directory.glob("*.json"))
+    unnamed = load_processor(str(directory))
+    assert type(unnamed).__name__.removeprefix("ImageOnly") == type(named).__name__.removeprefix("ImageOnly")
+    images = [screenshot(1), screenshot(2, (300, 120))]
+    assert placeholder_counts(unnamed, images) == placeholder_counts(named, images)
+    assert image_token_id(unnamed) == image_token_id(named)
+    assert isinstance(load_backend(str(directory)), TransformersVisionBackend)
 
 
 @pytest.mark.slow

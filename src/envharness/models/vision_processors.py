@@ -48,22 +48,39 @@ def image_only_processor_class(base_name: str) -> type:
 
 
 def load_processor(path: str, **kwargs: Any) -> Any:
-    """The processor of the VLM at `path`: `AutoProcessor`, else the image-only subclass of the
-    processor class the directory names (what works without torchvision)."""
+    """The processor of the VLM at `path`: `AutoProcessor` (which resolves the class from the
+    folder's `processor_class`, else from config.json's `model_type`), else the image-only
+    subclass of that class (what works without torchvision)."""
     from transformers import AutoProcessor
 
-    base_name = _processor_class_name(path)
-    if base_name and not base_name.startswith(_PREFIX):
+    named = _processor_class_name(path)
+    failure: BaseException | None = None
+    if not (named or "").startswith(_PREFIX):
         try:
             processor = AutoProcessor.from_pretrained(path, **kwargs)
             if hasattr(processor, "image_processor"):
                 return processor
-        except (ImportError, ValueError, TypeError, OSError, AttributeError):
-            pass
+        except (ImportError, ValueError, TypeError, OSError, AttributeError) as exc:
+            failure = exc
+    base_name = (named or _processor_class_for_model_type(path) or "").removeprefix(_PREFIX)
     if not base_name:
-        raise ValueError(f"{path}: no processor class found (processor_config.json / preprocessor_config.json)")
-    base_name = base_name.removeprefix(_PREFIX)
+        reason = f": AutoProcessor failed ({type(failure).__name__}: {failure})" if failure else ""
+        raise ValueError(f"{path}: no processor class found (processor_config.json / preprocessor_config.json, "
+                         f"or config.json's model_type){reason}")
     return image_only_processor_class(base_name).from_pretrained(path, **kwargs)
+
+
+def _processor_class_for_model_type(path: str) -> str | None:
+    """The processor class transformers maps config.json's `model_type` to (as `AutoProcessor`
+    does for a folder that names none), or None."""
+    try:
+        model_type = json.loads((Path(path) / "config.json").read_text()).get("model_type")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    name = PROCESSOR_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) else None
+    return name if isinstance(name, str) else None
 
 
 def _processor_class_name(path: str) -> str | None:
