@@ -34,6 +34,7 @@ from envharness.models.scripted import ScriptedBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "eval_protocol" / "test_openenv_browsergym_eval.py"
+TEXTARENA_EXAMPLE = ROOT / "examples" / "eval_protocol" / "test_openenv_textarena_eval.py"
 
 
 # -- the seed's example through eval-protocol's @evaluation_test ---------------------------
@@ -61,7 +62,7 @@ def network_trap():
     sock.close()
 
 
-def run_example(tmp_path: Path, trap_url: str, *ep_args: str) -> tuple[subprocess.CompletedProcess, list[EvaluationRow]]:
+def run_example(tmp_path: Path, trap_url: str, *ep_args: str, example: Path = EXAMPLE) -> tuple[subprocess.CompletedProcess, list[EvaluationRow]]:
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EP_") and "PROXY" not in k.upper()}
@@ -70,7 +71,7 @@ def run_example(tmp_path: Path, trap_url: str, *ep_args: str) -> tuple[subproces
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         env[name] = trap_url
     summary = tmp_path / "summary.json"
-    command = [sys.executable, "-m", "pytest", str(EXAMPLE), "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+    command = [sys.executable, "-m", "pytest", str(example), "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                "--ep-summary-json", str(summary), *ep_args]
     proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     logs = home / ".eval_protocol" / "logs.db"
@@ -93,6 +94,21 @@ def test_seed_example_scores_one_with_the_scripted_policy(tmp_path, network_trap
     assert row.messages[-1].content == "__ep_step_rewards__:[1.0]"
     assert row.execution_metadata.extra["task"] == "click-test" and row.execution_metadata.extra["done"]
     assert hits == [], f"eval-protocol, envharness or Chromium tried to reach the network: {hits}"
+
+
+def test_seed_textarena_example_wins_wordle_without_docker(tmp_path, network_trap):
+    """The page's `docker_image="textarena-env:latest"` with `TEXTARENA_*` variables: no Docker
+    engine here, so the image envharness serves itself runs as a local server with those variables."""
+    trap_url, hits = network_trap
+    proc, rows = run_example(tmp_path, trap_url, example=TEXTARENA_EXAMPLE)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "1 passed" in proc.stdout
+    assert len(rows) == 3 and json.loads((tmp_path / "summary.json").read_text())["agg_score"] == 1.0
+    for row in rows:
+        extra = row.execution_metadata.extra
+        assert row.evaluation_result.score == 1.0 and extra["done"]
+        assert extra["step_rewards"][-1] == 1.0 and 1 <= len(extra["step_rewards"]) <= 6  # Wordle: six guesses
+    assert hits == [], f"eval-protocol or envharness tried to reach the network: {hits}"
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@
     envharness eval --prompt compact --model runs/cb/final        # evaluate it on the prompt it learned
     envharness train --model ./my-qwen2-vl --max-turns 2          # a vision-language model: screenshots
     envharness train --tasks click-button --lora --out runs/cb --resume   # go on after Ctrl-C, SIGTERM, SIGKILL
-    envharness train --env textarena --tasks Wordle-v0 --max-turns 6 --reward success --reward wordle_greens
+    envharness train --env textarena --tasks Wordle-v0 --max-turns 6 --reward success --reward greens
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
 and `reward_curve.png` in `--out` (old spelling: `--output-dir`).

@@ -1,7 +1,8 @@
 """Per-task numbers of an eval run: success rate with its Wilson 95% interval, reward, steps,
 tokens, time. Computed from the run's episode records (plain dicts, as read from JSONL).
 
-An episode succeeded when the environment's reward is positive (MiniWoB: 1.0 on success).
+An episode succeeded when its session's `verify` says so (``metrics["success"]``), or else when
+the environment's reward is positive (MiniWoB: 1.0 on success).
 Episodes that crashed (`error` set: a model that raised, a timeout) count as failures,
 and are also counted apart so a broken run is not mistaken for a weak model. Episodes lost
 to the infrastructure (their server died or was taken out: `metrics.infra_failure`) are not
@@ -34,6 +35,11 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
 
 
 def is_success(record: dict[str, Any]) -> bool:
+    """The session's own verdict when its `verify` reports ``success`` (TextArena: reward >= 1,
+    since a lost Wordle still pays the share of letters found); otherwise a positive reward."""
+    verdict = (record.get("verify_metrics") or {}).get("success")
+    if verdict is not None:
+        return bool(verdict)
     return (record.get("env_reward") or 0.0) > 0
 
 

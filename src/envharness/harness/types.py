@@ -74,7 +74,11 @@ class ToolResult:
 
 @dataclass
 class VerifyResult:
-    """End-of-episode result. `env_reward` forwards the environment's reward, never invents one."""
+    """End-of-episode result. `env_reward` forwards the environment's reward, never invents one.
+
+    ``metrics["success"]``, when a session reports it, is the episode's verdict for eval's
+    success rate and train's ``success`` reward (an environment whose partial rewards are not
+    wins says so here); without it an episode succeeded when its reward is positive."""
 
     env_reward: float | None = None
     done: bool = False

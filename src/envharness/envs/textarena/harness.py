@@ -160,12 +160,14 @@ def _action(name: str, arguments: dict[str, Any]) -> Any:
 
 
 def _verify(transcript: list[Message], final_state: Any, last_result: Any, state: Any) -> VerifyResult:
-    """The game's reward; metrics: won (reward >= 1), moves, the game and its seed."""
+    """The game's reward; metrics: success and won (reward >= 1: a lost Wordle still pays the
+    share of letters found, which is not a win), moves, the game and its seed."""
     reward = None if last_result is None else last_result.reward
+    won = bool(reward is not None and reward >= 1.0)
     return VerifyResult(
         env_reward=reward,
         done=False if last_result is None else bool(last_result.done),
-        metrics={"won": bool(reward is not None and reward >= 1.0), "step_count": _field(state, "step_count") or 0,
+        metrics={"success": won, "won": won, "step_count": _field(state, "step_count") or 0,
                  "task_name": _field(state, "env_id") or "", "seed": _field(state, "seed")},
         artifacts={"final_state": to_plain(state), "transcript_length": len(transcript)})
 
