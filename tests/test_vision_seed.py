@@ -151,7 +151,7 @@ def test_seed_helpers_earn_the_scripted_reward_with_screenshots(monkeypatch):
 def test_openenv_variables_map_onto_options():
     assert options_from_environ({}) == {}
     assert options_from_environ({**OPENENV_VARS, "BROWSERGYM_TIMEOUT": "10000"}) == {
-        "task": "click-test", "headless": True, "screenshot": True,
+        "benchmark": "miniwob", "task": "click-test", "headless": True, "screenshot": True,
         "viewport": {"width": 400, "height": 300}, "page_timeout_ms": 10000,
     }
     # only one side given: the other is OpenEnv's default (1280x720)
@@ -160,7 +160,7 @@ def test_openenv_variables_map_onto_options():
 
 
 @pytest.mark.parametrize("name, value, reason", [
-    ("BROWSERGYM_BENCHMARK", "webarena", "miniwob only"),
+    ("BROWSERGYM_BENCHMARK", "webshop", "choose one of miniwob, openended, webarena"),
     ("BROWSERGYM_HEADLESS", "maybe", "expected true or false"),
     ("BROWSERGYM_VIEWPORT_WIDTH", "wide", "expected a number"),
     ("BROWSERGYM_TIMEOUT", "-5", "must be positive"),
@@ -170,13 +170,14 @@ def test_bad_openenv_variables_are_refused_clearly(name, value, reason):
         options_from_environ({name: value})
 
 
-def test_serve_refuses_a_benchmark_it_does_not_run(monkeypatch):
+def test_serve_refuses_a_benchmark_it_cannot_run_in_one_line(monkeypatch):
+    """webarena's package is an optional extra, not installed here: one line says which."""
     monkeypatch.setenv("BROWSERGYM_BENCHMARK", "webarena")
     done = subprocess.run([sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())",
                            "serve", "browsergym", "--port", "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "BROWSERGYM_BENCHMARK='webarena': this server runs miniwob only" in done.stderr
+    assert "BrowserGym benchmark 'webarena' needs the browsergym-webarena package: pip install 'envharness[webarena]'" in done.stderr
 
 
 def test_explicit_options_win_over_variables():

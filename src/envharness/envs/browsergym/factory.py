@@ -31,8 +31,9 @@ class BrowserGymEnvironmentFactory:
 
 
 def make_environment_factory(*, headless: bool | None = None, chromium_path: str | None = None,
-                             environ: Mapping[str, str] | None = None, **options: Any) -> BrowserGymEnvironmentFactory:
-    """The server registry's entry point: `options` are `BrowserGymConfig` fields, plus the
+                             environ: Mapping[str, str] | None = None, **options: Any) -> Any:
+    """The server registry's entry point. ``engine=browsergym`` (or a ``benchmark`` other than
+    miniwob) runs BrowserGym's own environments (`gym_engine`); otherwise `options` are `BrowserGymConfig` fields, plus the
     observation parts (``axtree``, ``pruned_html``, ``extra_properties``, ``screenshot``,
     ``screenshot_format``) as flat options. OpenEnv's ``BROWSERGYM_*`` variables in `environ`
     (default: this process's environment) fill in what the options leave unset (see
@@ -42,6 +43,14 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
         headless = from_environ.pop("headless", True)
     from_environ.pop("headless", None)
     options = {**from_environ, **options}
+    engine = options.pop("engine", "envharness")
+    if engine not in ("envharness", "browsergym"):
+        raise ValueError(f"engine={engine!r}: choose envharness (the fast MiniWoB engine) or browsergym (BrowserGym's own code)")
+    if engine == "browsergym" or options.get("benchmark", "miniwob") != "miniwob":
+        from envharness.envs.browsergym.gym_engine import make_gym_factory
+
+        return make_gym_factory(headless=headless, **options)
+    options.pop("benchmark", None)
     parts = {k: options.pop(k) for k in OBSERVATION_OPTIONS if k in options}
     fields = {f.name for f in dataclasses.fields(BrowserGymConfig)}
     unknown = set(options) - fields

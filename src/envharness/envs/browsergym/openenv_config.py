@@ -5,7 +5,9 @@ environment variables; a seed user's ``from_docker_image(..., env_vars={...})`` 
 exports should carry over. The ones that describe the environment map onto our options:
 
 ==============================  =====================================================
-``BROWSERGYM_BENCHMARK``        must be ``miniwob`` (the benchmark served here)
+``BROWSERGYM_BENCHMARK``        ``benchmark``: ``miniwob`` (default), or a benchmark that
+                                BrowserGym's engine runs (``openended``, ``webarena``, ...)
+``BROWSERGYM_ENGINE``           ``engine``: ``envharness`` (default) or ``browsergym`` (ours)
 ``BROWSERGYM_TASK_NAME``        ``task`` (the default task of each session)
 ``BROWSERGYM_HEADLESS``         ``headless`` (``true``/``false``)
 ``BROWSERGYM_VIEWPORT_WIDTH``   ``viewport["width"]`` (with HEIGHT; the other one
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-BENCHMARKS = ("miniwob",)
+#: Every benchmark a server can run (miniwob on either engine, the others on engine=browsergym).
+BENCHMARKS = ("miniwob", "openended", "webarena", "visualwebarena", "workarena", "assistantbench")
 #: OpenEnv's viewport when only one of width/height is set.
 OPENENV_VIEWPORT = {"width": 1280, "height": 720}
 _TRUE = {"true", "1", "yes", "on"}
@@ -59,8 +62,12 @@ def options_from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
     get = lambda name: (environ.get(name) or "").strip() or None  # noqa: E731 - empty means unset
     options: dict[str, Any] = {}
     benchmark = get("BROWSERGYM_BENCHMARK")
-    if benchmark is not None and benchmark.lower() not in BENCHMARKS:
-        raise OpenEnvConfigError(f"BROWSERGYM_BENCHMARK={benchmark!r}: this server runs {', '.join(BENCHMARKS)} only")
+    if benchmark is not None:
+        if benchmark.lower() not in BENCHMARKS:
+            raise OpenEnvConfigError(f"BROWSERGYM_BENCHMARK={benchmark!r}: choose one of {', '.join(BENCHMARKS)}")
+        options["benchmark"] = benchmark.lower()
+    if (engine := get("BROWSERGYM_ENGINE")) is not None:
+        options["engine"] = engine.lower()
     if (task := get("BROWSERGYM_TASK_NAME")) is not None:
         options["task"] = task
     if (headless := get("BROWSERGYM_HEADLESS")) is not None:
