@@ -3,6 +3,10 @@
 Every process of the job (the command, its `envharness serve`, the Playwright driver,
 Chromium) inherits `ENVHARNESS_TEST_TAG=<unique>` in its environment; `tagged()` finds
 them wherever they were reparented to, and nothing else running on the machine.
+
+A job starts with SIGINT at its default, as a command typed at a terminal does: a suite
+started in the background (`nohup make test &`, a script's `cmd &`) runs with SIGINT
+ignored, every child inherits that, and a Ctrl-C sent to the job would do nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ from pathlib import Path
 from typing import Callable
 
 CLI = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())"]
+
+
+def default_sigint() -> None:
+    """`preexec_fn` of a child that must stop on Ctrl-C even when this process ignores SIGINT
+    (an ignored signal stays ignored across exec; Python then installs no KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def tagged_processes(tag: str) -> dict[int, str]:
@@ -48,7 +58,7 @@ class Job:
         with self.log_path.open("w") as log:
             # its own session: a Ctrl-C goes to the job's process group, as a terminal sends it
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
+                                         env=env, start_new_session=True, preexec_fn=default_sigint)
 
     @property
     def output(self) -> str:
