@@ -28,6 +28,7 @@ _D = EvalConfig(out="")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # shared with train (and mcp): same names, same choices (envharness.cli.options)
     options.add_env(parser)
+    options.add_env_options(parser)
     options.add_model(parser, _D.model)
     options.add_tasks(parser)
     options.add_prompt(parser, _D.prompt)
@@ -74,6 +75,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
     return EvalConfig(
         out=args.out or time.strftime("runs/eval-%Y%m%d-%H%M%S"),
         env=args.env,
+        env_options=options.env_options(args.env_options),
         tasks=args.tasks,
         episodes=args.episodes,
         model=args.model,

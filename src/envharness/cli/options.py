@@ -44,6 +44,18 @@ def add_env(parser: argparse.ArgumentParser) -> None:
                         help=f"the environment: {known}, or module.path:attribute of an EnvSpec (default: browsergym)")
 
 
+def add_env_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env-option", dest="env_options", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the environment server (`serve NAME --option KEY=VALUE`): the server the run "
+                             "starts gets it, and the task list follows it (e.g. browsergym's tasks=mypkg.webtasks); "
+                             "with --env-url, say what that server was started with (repeatable)")
+
+
+def env_options(pairs: list[str]) -> dict[str, Any]:
+    """`--env-option KEY=VALUE` pairs as options (values parsed as JSON when they parse)."""
+    return collect_options(pairs, {}) if pairs else {}
+
+
 def add_tasks(parser: argparse.ArgumentParser, default: Sequence[str] = ()) -> None:
     shown = ",".join(default) if default else "the environment's default tasks"
     parser.add_argument("--tasks", "--task", dest="tasks", action=_ExtendNames, default=list(default), metavar="TASK[,TASK]",

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     # shared with eval (and mcp): same names, same choices (envharness.cli.options)
     options.add_env(parser)
+    options.add_env_options(parser)
     options.add_model(parser, d.model)
     options.add_tasks(parser)
     options.add_prompt(parser, d.prompt)
@@ -98,6 +99,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         tasks=args.tasks,
         env=args.env,
+        env_options=options.env_options(args.env_options),
         model=args.model,
         output_dir=args.out or time.strftime("runs/train-%Y%m%d-%H%M%S"),
         lora=args.lora,

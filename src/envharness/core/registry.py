@@ -126,14 +126,15 @@ def resolve(name: str) -> Any:
     return load_target(spec.environment)
 
 
-def env_harness(name: str) -> Any:
-    """How agents play `name` (an `EnvHarness`); a clear error when it has none."""
+def env_harness(name: str, options: dict[str, Any] | None = None) -> Any:
+    """How agents play `name` (an `EnvHarness`), on a server started with `options` (its tasks
+    may depend on them: `EnvHarness.for_options`); a clear error when it has none."""
     spec = get_spec(name)
     harness = spec.load("harness")
     if harness is None:
         raise KeyError(f"environment {name!r} registers no harness (tasks, tools, prompts): it can be served, "
                        "not evaluated or trained")
-    return harness
+    return harness.for_options(options) if options and hasattr(harness, "for_options") else harness
 
 
 def make_factory(name: str, **options: Any) -> EnvFactory:

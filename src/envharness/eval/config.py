@@ -27,6 +27,9 @@ class EvalConfig:
     out: str
     #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
     env: str = "browsergym"
+    #: Options of the environment server (`serve NAME --option`): the server the run starts
+    #: gets them, and the harness (its task list) follows them, e.g. browsergym's ``tasks``.
+    env_options: dict[str, Any] = field(default_factory=dict)
     #: Task names, split names or `all` (the environment's listing); empty: its default tasks.
     tasks: list[str] = field(default_factory=list)
     episodes: int = 5
@@ -78,8 +81,8 @@ class EvalConfig:
         from envharness.core.registry import env_harness
 
         try:
-            harness = env_harness(self.env)
-        except (KeyError, ImportError, AttributeError) as exc:
+            harness = env_harness(self.env, self.env_options)
+        except (KeyError, ImportError, AttributeError, ValueError) as exc:
             raise EvalSetupError(f"--env {self.env}: {exc}") from None
         positive = ("episodes", "max_steps", "max_new_tokens", "axtree_tokens", "concurrency")
         for name in positive:

@@ -103,7 +103,8 @@ async def _start_server(config: EvalConfig) -> Any:
         return None
     from envharness.core.launchers import launch_local_async
 
-    return await launch_local_async(config.env, server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
+    return await launch_local_async(config.env, options=config.env_options,
+                                    server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
 
 
 async def _load_backend(config: EvalConfig) -> Any:
@@ -111,7 +112,8 @@ async def _load_backend(config: EvalConfig) -> Any:
     from envharness.models import load_backend
 
     try:  # a daemon thread: an interrupted run does not wait for the model to finish loading
-        options = {"env": config.env} if config.model == "scripted" else {}  # the environment's scripted policy
+        # the environment's scripted policy (on a server with these options: e.g. web tasks' solutions)
+        options = {"env": config.env, "env_options": config.env_options} if config.model == "scripted" else {}
         return await in_daemon_thread(functools.partial(load_backend, config.model, **options))
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
         raise EvalSetupError(f"cannot load model {config.model!r}: {exc}") from exc
@@ -157,7 +159,7 @@ async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backe
     (`fleet`: a `FleetRouter` whose servers share the episodes, instead of `base_url`)."""
     from envharness.core.registry import env_harness, get_spec
 
-    harness = env_harness(config.env)
+    harness = env_harness(config.env, config.env_options)
     client_class = get_spec(config.env).load("client")
     style = get_prompt_style(config.prompt, config.env)
     count_tokens = token_counter(backend)
@@ -321,7 +323,7 @@ async def _open_fleet(config: EvalConfig, stack: contextlib.ExitStack) -> Any:
     from envharness.fleet.start import open_fleet
 
     fleet = open_fleet(config.env, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
-                       max_sessions=max(64, 2 * config.concurrency))
+                       max_sessions=max(64, 2 * config.concurrency), env_options=config.env_options or None)
     try:
         return await asyncio.to_thread(stack.enter_context, fleet)
     except (ValueError, RuntimeError, TimeoutError) as exc:

@@ -94,6 +94,16 @@ class EnvHarness:
     screenshots: bool = False
     #: An observation -> (goal, page text) for eval's step records and report.
     describe_observation: Callable[[Any], tuple[str, str]] | None = None
+    #: Server options -> the harness for a server started with them (the browser's ``tasks=``
+    #: changes its task list and scripted solutions); None: options change nothing here.
+    configure: Callable[[Mapping[str, Any]], "EnvHarness"] | None = None
+
+    def for_options(self, options: Mapping[str, Any] | None) -> "EnvHarness":
+        """This harness as it plays a server started with `options` (eval's and train's
+        ``--env-option``): `configure` applied, or itself."""
+        if not options or self.configure is None:
+            return self
+        return self.configure(options)
 
 
 __all__ = ["EnvHarness", "ScriptedPolicy", "SessionFactoryBuilder", "TaskList"]

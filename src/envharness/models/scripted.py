@@ -8,7 +8,7 @@ in `Generation.metadata["error"]`. No tokens: the token fields stay empty.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from envharness.models.base import Generation, GenerationRequest, Message
 from envharness.models.images import refuse_images
@@ -24,9 +24,11 @@ class ScriptedBackend:
 
     name = "scripted"
 
-    def __init__(self, policy: ScriptedPolicy | None = None, *, env: str = "browsergym", fallback: str = FALLBACK_ACTION):
+    def __init__(self, policy: ScriptedPolicy | None = None, *, env: str = "browsergym",
+                 env_options: dict[str, Any] | None = None, fallback: str = FALLBACK_ACTION):
         self._policy = policy
         self.env = env
+        self.env_options = dict(env_options or {})  # the server's options (the browser's web tasks)
         self.fallback = fallback
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
@@ -48,7 +50,7 @@ class ScriptedBackend:
         if self._policy is None:
             from envharness.core.registry import env_harness
 
-            policy = env_harness(self.env).scripted_policy
+            policy = env_harness(self.env, self.env_options).scripted_policy
             if policy is None:
                 raise ValueError(f"environment {self.env!r} has no scripted policy")
             self._policy = policy

@@ -8,25 +8,19 @@ the prompt styles (`prompts/browsergym.py`), the scripted solutions and the page
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import functools
+from typing import Any, Mapping
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
 from envharness.envs.browsergym.harness import BrowserGymSessionFactory
 from envharness.envs.browsergym.scripted import scripted_action
+from envharness.envs.browsergym.tasks import MINIWOB_DEFAULT_TASKS, TaskSet, load_task_set
 from envharness.harness.env_harness import EnvHarness, TaskList
 
 #: A small MiniWoB++ set: clicking, typing, forms; all solved by the scripted policy.
-DEFAULT_TASKS = (
-    "click-test",
-    "click-button",
-    "click-checkboxes",
-    "click-dialog",
-    "focus-text",
-    "enter-text",
-    "enter-password",
-    "login-user",
-)
+DEFAULT_TASKS = MINIWOB_DEFAULT_TASKS
 
 EXAMPLE_VALUES = {"bid": "12", "text": "hello", "direction": "down", "wait_ms": 500, "button": "left", "key": "Enter",
                   "key_comb": "Control+a", "options": "Option 1", "from_bid": "12", "to_bid": "14", "x": 50, "y": 80,
@@ -36,6 +30,27 @@ EXAMPLE_VALUES = {"bid": "12", "text": "hello", "direction": "down", "wait_ms": 
 def task_list() -> TaskList:
     """All 125 MiniWoB++ tasks; `default` is eval's small set."""
     return TaskList(tasks=tuple(miniwob.all_tasks()), splits={"default": DEFAULT_TASKS})
+
+
+def task_set_list(task_set: TaskSet) -> TaskList:
+    """A task set's tasks and splits (web tasks: theirs; `default` is all of them unless named)."""
+    return TaskList(tasks=task_set.all_tasks(), splits={"default": task_set.default_tasks(), **task_set.splits()})
+
+
+def configure(options: Mapping[str, Any]) -> EnvHarness:
+    """The harness for a server started with `options`: with ``tasks=`` (web tasks), their task
+    list, checks and scripted solutions; any other option changes nothing an agent sees."""
+    spec = options.get("tasks")
+    if spec is None:
+        return HARNESS
+    task_set = load_task_set(spec)  # ValueError saying why when it cannot be loaded
+    return dataclasses.replace(
+        HARNESS,
+        task_list=functools.partial(task_set_list, task_set),
+        check_task=task_set.check_task,
+        default_tasks=task_set.default_tasks(),
+        scripted_policy=functools.partial(scripted_action, solve=task_set.solve),
+    )
 
 
 def describe_observation(observation: Any) -> tuple[str, str]:
@@ -82,4 +97,5 @@ HARNESS = EnvHarness(
     reset_kwargs={"pruned_html": False, "extra_properties": False},
     screenshots=True,
     describe_observation=describe_observation,
+    configure=configure,
 )

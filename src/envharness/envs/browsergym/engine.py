@@ -17,7 +17,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from envharness.envs.browsergym.miniwob import MINIWOB_HOST, serve_miniwob_request
@@ -76,15 +76,18 @@ class NavigationBlocked(ValueError):
 
 
 class HostGuard:
-    """Which hosts a session may reach: MiniWoB's own origin plus `allowed_hosts`."""
+    """Which hosts a session may reach: the hosts its task set serves itself (`served`: host ->
+    route handler; default MiniWoB's own origin) plus `allowed_hosts`."""
 
-    def __init__(self, allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(self, allowed_hosts: Iterable[str] = (),
+                 served: Mapping[str, Callable[[Any], Awaitable[None]]] | None = None) -> None:
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.served = dict(served) if served is not None else {MINIWOB_HOST: serve_miniwob_request}
 
     def allows(self, url: str) -> bool:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
-        return parts.scheme in ("http", "https") and (host == MINIWOB_HOST or host in self.allowed_hosts)
+        return parts.scheme in ("http", "https") and (host in self.served or host in self.allowed_hosts)
 
     def check(self, url: str) -> None:
         """Raise `NavigationBlocked` with the reason when `url` may not be opened."""
@@ -93,18 +96,19 @@ class HostGuard:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise NavigationBlocked(f"navigation to {url[:100]!r} is blocked: only http(s) URLs may be opened")
-        allowed = ", ".join(sorted({MINIWOB_HOST, *self.allowed_hosts}))
+        allowed = ", ".join(sorted({*self.served, *self.allowed_hosts}))
         raise NavigationBlocked(
             f"navigation to host {parts.hostname!r} is blocked: this environment opens only {allowed} "
             "(set allowed_hosts when starting the server to allow more)"
         )
 
     async def route(self, route: Any) -> None:
-        """Context-wide request handler: serve MiniWoB files, pass allowed hosts, block the rest."""
+        """Context-wide request handler: serve the task set's files, pass allowed hosts, block the rest."""
         url = route.request.url
         host = (urlsplit(url).hostname or "").lower()
-        if host == MINIWOB_HOST:
-            await serve_miniwob_request(route)
+        handler = self.served.get(host)
+        if handler is not None:
+            await handler(route)
         elif self.allows(url):
             await route.continue_()
         else:

@@ -1,17 +1,19 @@
-"""`BrowserGymEnvironment`: MiniWoB++ in a shared Chromium, BrowserGym's actions and observations.
+"""`BrowserGymEnvironment`: MiniWoB++ (or the user's web tasks) in a shared Chromium, BrowserGym's
+actions and observations.
 
 One instance per session. It holds one browser context (from the shared `BrowserEngine`)
-with the task page, and:
+with the task page; the tasks come from a `TaskSet` (``tasks=``: MiniWoB by default, or a
+module of `WebTask`s, see tasks.py and webtasks.py), and:
 
 - ``reset(task=..., seed=..., **options)`` chooses the task per episode (``task_name`` is
   accepted too, as OpenEnv's harness sends it). The same task restarts in place (a few ms),
   with focus, scroll, bids and the accessibility cache cleared, so that its observation is
   the one a freshly loaded page gives (BrowserGym's); another task, a page an earlier episode
-  navigated away from, or a task in `miniwob.RELOAD_ON_RESET` is loaded afresh.
+  navigated away from, or a task the set cannot restart in place is loaded afresh.
   Options: the observation parts (``axtree``, ``pruned_html``, ``extra_properties``,
   ``screenshot``, ``screenshot_format``), ``max_steps`` and ``time_limit_s``.
 - ``step(BrowserGymAction(action_str=...))`` parses the string (never executes it as code),
-  runs it, and reports reward/done as BrowserGym's MiniWoB ``validate`` does. A bad action
+  runs it, and reports reward/done as the task set reads them (MiniWoB: as BrowserGym's ``validate``). A bad action
   costs a step and comes back as ``last_action_error``, never as a crash.
 
 If the browser dies, the session's next step raises `BrowserSessionLost`; its next reset
@@ -35,6 +37,7 @@ from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
 from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
+from envharness.envs.browsergym.tasks import TaskStatus, load_task_set
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +56,10 @@ class BrowserSessionLost(RuntimeError):
 class BrowserGymConfig:
     """Server-wide options (``envharness serve browsergym --option ...``)."""
 
-    task: str = "click-test"
-    viewport: dict[str, int] | None = None  # None: MiniWoB's 332x214, as BrowserGym
+    task: str | None = None  # None: the task set's first default task (MiniWoB: click-test)
+    #: The task set: "miniwob", or a module path of web tasks ("mypkg.webtasks[:TASKS]").
+    tasks: str = "miniwob"
+    viewport: dict[str, int] | None = None  # None: the task set's (MiniWoB's 332x214, as BrowserGym)
     observation: ObservationParts = field(default_factory=ObservationParts)
     allowed_hosts: tuple[str, ...] = ()
     max_steps: int | None = None
@@ -95,8 +100,9 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
     def __init__(self, engine: BrowserEngine, config: BrowserGymConfig | None = None) -> None:
         self.engine = engine
         self.config = config or BrowserGymConfig()
-        self.config.task = miniwob.check_task(self.config.task)
-        self._guard = HostGuard(self.config.allowed_hosts)
+        self.task_set = load_task_set(self.config.tasks)
+        self.config.task = self.task_set.check_task(self.config.task or self.task_set.default_tasks()[0])
+        self._guard = HostGuard((*self.config.allowed_hosts, *self.task_set.hosts), served=self.task_set.served)
         self._context: Any = None
         self._generation = 0
         self._actx: ActionContext | None = None
@@ -110,19 +116,19 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
                           task: str | None = None, task_name: str | None = None,
                           **options: Any) -> BrowserGymObservation:
-        chosen = miniwob.check_task(task or task_name or (self._episode.task if self._episode else self.config.task))
+        chosen = self.task_set.check_task(task or task_name or (self._episode.task if self._episode else self.config.task))
         parts, max_steps, time_limit_s = self._episode_options(options)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         try:
             page = await self._fresh_page()
-            reload = (not self.config.fast_reset or chosen in miniwob.RELOAD_ON_RESET
-                      or self._loaded_task != chosen or page.url != miniwob.task_url(chosen))
+            reload = (not self.config.fast_reset or self._loaded_task != chosen
+                      or not self.task_set.can_restart(chosen, page.url))
             self._loaded_task = None
             if not reload:  # observe the page afresh, as BrowserGym does after its (fresh-page) reset
                 await forget_marks(page)
-            goal = await miniwob.start_episode(page, chosen, seed, reload=reload,
-                                               episode_max_time_ms=self.config.episode_max_time_ms)
+            goal = await self.task_set.start_episode(page, chosen, seed, reload=reload,
+                                                     episode_max_time_ms=self.config.episode_max_time_ms)
             self._loaded_task = chosen
         except Exception as e:
             self._raise_if_lost(e)
@@ -155,7 +161,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         """The session's main page, in a live context, with any extra tabs closed."""
         if not self._alive():
             await self._close_context()
-            viewport = self.config.viewport or miniwob.MINIWOB_VIEWPORT
+            viewport = self.config.viewport or self.task_set.viewport
             self._context = await self.engine.new_context(viewport=viewport, guard=self._guard,
                                                           timeout_ms=self.config.page_timeout_ms)
             self._generation = self.engine.generation
@@ -233,10 +239,15 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         return self._build(captured, reward=status.reward, done=done, last_action=action_str, error=error,
                            info=status.info, truncated=truncated)
 
-    async def _validate(self) -> miniwob.TaskStatus:
+    async def _validate(self) -> TaskStatus:
         if self._actx.page is not self._main_page or self._main_page.is_closed():
-            return miniwob.TaskStatus(0.0, True, {"error": "invalid page, terminating task"}, ready=False)
-        return await miniwob.task_status(self._main_page, self._episode.task)
+            return TaskStatus(0.0, True, {"error": "invalid page, terminating task"}, ready=False)
+        try:
+            return await self.task_set.task_status(self._main_page, self._episode.task)
+        except Exception:
+            if self._alive():  # the task's own check failed (a web task's reward raised): the episode ends
+                self._episode.done = True
+            raise
 
     # -- observation -----------------------------------------------------------------------
     async def _observe(self, *, reward: float, done: bool, last_action: str, error: str,

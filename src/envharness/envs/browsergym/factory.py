@@ -10,10 +10,10 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.engine import BrowserEngine
 from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS, BrowserGymConfig, BrowserGymEnvironment
 from envharness.envs.browsergym.openenv_config import options_from_environ
+from envharness.envs.browsergym.tasks import load_task_set
 
 
 class BrowserGymEnvironmentFactory:
@@ -62,6 +62,8 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
         options["allowed_hosts"] = tuple(hosts.split(",") if isinstance(hosts, str) else hosts)
     config = BrowserGymConfig(**options)
     config.observation = dataclasses.replace(config.observation, **parts)
-    config.task = miniwob.check_task(config.task)
-    engine = BrowserEngine(headless=headless, executable_path=chromium_path, allowed_hosts=config.allowed_hosts)
+    task_set = load_task_set(config.tasks)  # a task set that cannot load fails here, before serving
+    config.task = task_set.check_task(config.task or task_set.default_tasks()[0])
+    engine = BrowserEngine(headless=headless, executable_path=chromium_path,
+                           allowed_hosts=(*config.allowed_hosts, *task_set.hosts))
     return BrowserGymEnvironmentFactory(engine, config)

@@ -34,6 +34,9 @@ class TrainConfig:
     tasks: list[str] = field(default_factory=list)
     #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
     env: str = "browsergym"
+    #: Options of the environment server (`serve NAME --option`): the server train starts gets
+    #: them, and the task list follows them (e.g. browsergym's ``tasks``).
+    env_options: dict[str, Any] = field(default_factory=dict)
     #: "embedded" (SmolLM2-135M-Instruct, offline), "tiny" (random, for tests), or a path / hub id.
     #: A vision-language model directory (or "tiny-vlm[:qwen2-vl|qwen3-vl]") trains on screenshots
     #: with `VisionGRPOTrainer` (integrations/trl/vision.py).
@@ -176,14 +179,14 @@ TRAIN_SERVER_OPTIONS: dict[str, Any] = train_server_options("browsergym")
 
 @contextlib.contextmanager
 def env_clients(env: str = "browsergym", env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
-                ray_address: str | None = None) -> Iterator[Callable[[], Any]]:
+                ray_address: str | None = None, env_options: dict[str, Any] | None = None) -> Iterator[Callable[[], Any]]:
     """A factory of pooled clients of `env` (one lease per episode) on `env_url`, or on a server
     started on loopback for the duration of the block; with `env_urls` or `servers`, a fleet
     router spreading the episodes over many servers (`envharness.fleet`)."""
     from envharness.core.client import sync_client_class
     from envharness.core.registry import get_spec
 
-    options = train_server_options(env)
+    options = {**train_server_options(env), **(env_options or {})}
     if env_urls or servers:
         from envharness.fleet.start import open_fleet
 
@@ -253,7 +256,7 @@ def _check(config: TrainConfig, *, model_given: bool = False) -> Any:
     if not model_given:
         check_model_spec(config.model)
     try:
-        harness = env_harness(config.env)
+        harness = env_harness(config.env, config.env_options)
         config.tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
     except (ValueError, KeyError, ImportError) as exc:
         raise TrainSetupError(str(exc)) from None
@@ -332,7 +335,8 @@ def train(
         text_tokenizer.pad_token = text_tokenizer.eos_token
 
     with contextlib.nullcontext(client_factory) if client_factory else env_clients(
-            config.env, config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address) as make_client:
+            config.env, config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
+            env_options=config.env_options) as make_client:
         records_path = out / "episodes.jsonl"
         timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
         if is_vlm:
@@ -402,7 +406,7 @@ def evaluate(
     from envharness.models.transformers_backend import TransformersBackend
 
     task = config.tasks[0]
-    harness = env_harness(config.env)
+    harness = env_harness(config.env, config.env_options)
     style = config.prompt or harness.train_prompt
     factory = TaskPromptSessionFactory(harness.session_factory(client_factory, default_task=task, **prompt_options(style, tokenizer, config.env)))
     batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=harness.tool_call_parser, send_tools=False)
