@@ -77,6 +77,17 @@ COVERED: dict[str, Run | Serve | Make] = {
     "envharness eval --model runs/train/final --prompt compact --tasks click-test --out runs/trained":
         Run(TINY_EVAL, expect=("runs/trained/summary.json",)),
     "envharness eval --compare runs/mine runs/trained": Run(says="click-test"),
+    # BrowserGym engine
+    "envharness serve browsergym --option engine=browsergym --port 8000": Serve({"--port": "0"}),
+    "envharness serve browsergym --option benchmark=openended --port 8000": Serve({"--port": "0"}),
+    # TextArena games
+    "envharness serve textarena --port 8000": Serve({"--port": "0"}),
+    "envharness eval --env textarena --model scripted --tasks rl --episodes 32 --max-turns 12 --out runs/games":
+        Run({"--episodes": "1", "--no-progress": None}, expect=("runs/games/summary.json",), says="TowerOfHanoi-v0"),
+    "envharness eval --env textarena --model embedded --tasks Wordle-v0 --episodes 32 --max-turns 6 --out runs/wordle":
+        Run({**TINY_EVAL, "--max-turns": "2"}, expect=("runs/wordle/report.html",)),
+    "envharness train --env textarena --tasks Wordle-v0 --max-turns 6 --reward success --reward greens --out runs/wordle-train":
+        Run({"--model": "tiny", "--steps": "1", "--max-turns": "2", **TINY_TRAIN}, expect=("runs/wordle-train/final/config.json",)),
     # vision policies: the README's VLM directory is a tiny random Qwen2-VL here
     "envharness train --model ./my-qwen2-vl --tasks click-test --max-turns 2 --screenshot-max-side 448":
         Run({"--model": "tiny-vlm:qwen2-vl", **TINY_TRAIN, "--out": "runs/vlm-dir"}, expect=("runs/vlm-dir/final",)),

@@ -38,9 +38,9 @@ class Benchmark:
 
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
-    Benchmark("miniwob", "browsergym.miniwob", None, default_task="click-test",
+    Benchmark("miniwob", "browsergym.miniwob", "browsergym", default_task="click-test",
               needs="nothing: the pages ship in PyPI's miniwob and are served on loopback"),
-    Benchmark("openended", "browsergym.core", None, default_task="openended",
+    Benchmark("openended", "browsergym.core", "browsergym", default_task="openended",
               needs="a start URL per reset (reset(start_url=..., goal=...))"),
     Benchmark("webarena", "browsergym.webarena", "webarena",
               ("WA_SHOPPING", "WA_SHOPPING_ADMIN", "WA_REDDIT", "WA_GITLAB", "WA_WIKIPEDIA", "WA_MAP", "WA_HOMEPAGE"),
