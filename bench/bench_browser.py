@@ -204,6 +204,15 @@ def per_extra_session(result: dict, levels: list[int]) -> str:
     return f"{(result[f'rss_{top}'] - result['rss_1']) / (top - 1):.0f} MB"
 
 
+def print_table(header: tuple, rows: list[tuple]) -> None:
+    """A markdown table, columns padded to their widest cell."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for i, row in enumerate([header, *rows]):
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, fewer BrowserGym sessions")
@@ -226,12 +235,7 @@ def main() -> int:
            f"{bg[f'rate_{lv}']:.1f}" if f"rate_{lv}" in bg else "-", ">= 20 at 8" if lv == 8 else "") for lv in levels],
         ("memory per extra session", per_extra_session(text, levels), "", per_extra_session(bg, bg_levels), "<= 60 MB"),
     ]
-    header = ("", "envharness, AXTree text", "envharness, AXTree+HTML+props", "BrowserGym 0.14.3 in-process", "target")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for i, row in enumerate([header, *rows]):
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
-        if i == 0:
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    print_table(("", "envharness, AXTree text", "envharness, AXTree+HTML+props", "BrowserGym 0.14.3 in-process", "target"), rows)
     print(f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
           f"{n} resets/steps per median; {steps_per_session} steps per session for steps/s.")
     return 0

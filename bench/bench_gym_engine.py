@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_browser import TEXT_PARTS, bench_browsergym, bench_envharness, ms, per_extra_session  # noqa: E402
+from bench_browser import TEXT_PARTS, bench_browsergym, bench_envharness, ms, per_extra_session, print_table  # noqa: E402
 
 
 def ratio(a: list[float] | float | None, b: list[float] | float | None, higher_is_better: bool = False) -> str:
@@ -60,11 +60,7 @@ def main() -> int:
     ]
     header = ("MiniWoB (click-checkboxes)", "envharness engine", "BrowserGym engine (server)", "BrowserGym in-process",
               "BrowserGym engine cost vs in-process (goal <= 1.2x)")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for i, row in enumerate([header, *rows]):
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
-        if i == 0:
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    print_table(header, rows)
     print(f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; {n} resets/steps per median; "
           f"{steps} steps per session for steps/s.")
     return 0
