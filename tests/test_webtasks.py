@@ -144,6 +144,16 @@ def test_a_task_set_that_cannot_be_imported(tmp_path, monkeypatch, capsys):
     assert "cannot import 'no_such_tasks_module'" in capsys.readouterr().err
 
 
+def test_a_task_module_in_the_current_folder_loads(tmp_path, monkeypatch):
+    """The `envharness` script's path lacks the current folder; `tasks=` finds modules there too."""
+    (tmp_path / "page.html").write_text("<button>Press</button>")
+    (tmp_path / "here_tasks.py").write_text("from envharness.envs.browsergym.webtasks import WebTask\n"
+                                            "TASKS = [WebTask(name='press', page='page.html', goal='Press.', js_check='0')]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    assert load_task_set("here_tasks:TASKS").all_tasks() == ("press",)
+
+
 BAD_TASKS = '''
 from envharness.envs.browsergym.webtasks import WebTask
 

@@ -30,6 +30,7 @@ import math
 import mimetypes
 import random
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -327,10 +328,10 @@ def load_web_tasks(spec: str) -> WebTaskSet:
     pages are served from; default: the module's own folder) and ``VIEWPORT``."""
     module_name, _, attribute = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_here_too(module_name)
     except Exception as e:
         raise ValueError(f"tasks={spec}: cannot import {module_name!r} ({type(e).__name__}: {e}); "
-                         "is it on PYTHONPATH (or the current folder)?") from e
+                         "is it in the current folder or on PYTHONPATH?") from e
     attribute = attribute or "TASKS"
     value: Any = module
     for part in attribute.split("."):
@@ -344,6 +345,21 @@ def load_web_tasks(spec: str) -> WebTaskSet:
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"tasks={spec}: {attribute} is a {type(value).__name__}, not a list of WebTask")
     return WebTaskSet(spec, value, _root(module), viewport=getattr(module, "VIEWPORT", None))
+
+
+def _import_here_too(module_name: str) -> ModuleType:
+    """Import `module_name`, also from the current folder (the `envharness` script's path lacks it)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        here = str(Path.cwd())
+        if e.name != module_name.split(".")[0] or here in sys.path or "" in sys.path:
+            raise
+    sys.path.append(here)
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path.remove(here)
 
 
 def _root(module: ModuleType) -> Path:
