@@ -233,3 +233,20 @@ def test_bad_reset_options_are_clear_and_the_session_goes_on(servers):
             env.reset(task="no-such-task")
         result = env.reset(task="click-test", seed=0)
         assert env.step(BrowserGymAction(action_str="click('13')")).reward == 1.0 and result.observation.goal
+
+
+def test_openended_runs_through_eval(site, tmp_path, capsys):
+    """`envharness eval` on a loopback site: the server options pick the benchmark, start page and goal."""
+    import json
+
+    from envharness.cli import main as cli_main
+
+    out = tmp_path / "eval"
+    code = cli_main(["eval", "--env", "browsergym", "--env-option", "benchmark=openended",
+                     "--env-option", f"start_url={site}/", "--env-option", "goal=Open the search page",
+                     "--model", "scripted", "--tasks", "openended", "--episodes", "1", "--max-turns", "2",
+                     "--no-screenshots", "--no-progress", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    (record,) = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert record["task"] == "openended" and record["error"] is None and record["env_reward"] == 0.0
+    assert record["steps"][0]["url"] == f"{site}/" and "Open the search page" in json.dumps(record["steps"][0]["prompt"])

@@ -39,7 +39,17 @@ def task_set_list(task_set: TaskSet) -> TaskList:
 
 def configure(options: Mapping[str, Any]) -> EnvHarness:
     """The harness for a server started with `options`: with ``tasks=`` (web tasks), their task
-    list, checks and scripted solutions; any other option changes nothing an agent sees."""
+    list, checks and scripted solutions; with a ``benchmark`` other than miniwob, that
+    benchmark's tasks; any other option changes nothing an agent sees."""
+    benchmark = options.get("benchmark", "miniwob")
+    if benchmark != "miniwob":  # BrowserGym's engine: the benchmark package's own task list
+        from envharness.envs.browsergym.gym_engine import benchmarks
+
+        served = benchmarks.check_benchmark(benchmark)
+        tasks = benchmarks.benchmark_tasks(served)
+        return dataclasses.replace(
+            HARNESS, task_list=lambda: TaskList(tasks=tasks, splits={"default": tasks[:1]}),
+            check_task=functools.partial(benchmarks.check_task, served), default_tasks=tasks[:1])
     spec = options.get("tasks")
     if spec is None:
         return HARNESS

@@ -95,3 +95,25 @@ def task_name(benchmark: Benchmark, task: str) -> str:
     """The task as our MiniWoB engine names it (no prefix) for miniwob; the gym id's tail otherwise."""
     bare = gym_id(benchmark, task).removeprefix("browsergym/")
     return bare.removeprefix("miniwob.") if benchmark.name == "miniwob" else bare
+
+
+def benchmark_tasks(benchmark: Benchmark) -> tuple[str, ...]:
+    """Every task the benchmark's package registers (names as `reset(task=...)` takes them)."""
+    if benchmark.name == "openended":
+        return ("openended",)
+    import importlib
+
+    import gymnasium
+
+    importlib.import_module(benchmark.module)
+    prefix = f"browsergym/{benchmark.name}."
+    return tuple(sorted(task_name(benchmark, i) for i in gymnasium.registry if i.startswith(prefix)))
+
+
+def check_task(benchmark: Benchmark, name: str) -> str:
+    """`name` if the benchmark serves it, else ValueError naming a few of its tasks."""
+    tasks = benchmark_tasks(benchmark)
+    chosen = task_name(benchmark, name)
+    if chosen not in tasks:
+        raise ValueError(f"unknown {benchmark.name} task {name!r}; e.g. {', '.join(tasks[:5])} ({len(tasks)} in all)")
+    return chosen
