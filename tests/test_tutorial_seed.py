@@ -82,7 +82,7 @@ class ScriptedTrainer:
 
 
 def generate_rollout_completions(trainer, prompts: list[str]) -> list[dict]:
-    from envharness.models.scripted import find_goal_and_tree
+    from envharness.envs.browsergym.scripted import find_goal_and_tree
     from envharness.envs.browsergym.solutions import solve
 
     tok = trainer.processing_class
