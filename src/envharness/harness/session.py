@@ -11,7 +11,8 @@ object with the right method names (duck typing), including OpenEnv's own sessio
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+import inspect
+from typing import Any, Callable, Generic, TypeVar
 
 from envharness.harness.concurrency import run_sync
 from envharness.harness.types import Message, Tool, ToolResult, VerifyResult
@@ -72,6 +73,31 @@ class ResourceSessionFactory(Generic[SessionT]):
 
     async def create_async(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> SessionT:
         return await run_sync(self.create, task, seed, episode_id)
+
+
+class ClientSessionFactory(ResourceSessionFactory[SessionT]):
+    """A factory whose sessions each open a client from `client_factory` (sync or async, a class
+    or a function, possibly returning an awaitable) and wrap it in `session_for`.
+
+    An async client's session is made on the event loop (it resets on first use); a sync
+    client's in a thread, since wrapping it may reset the environment over the network."""
+
+    def __init__(self, client_factory: Callable[[], Any]) -> None:
+        self._client_factory = client_factory
+
+    def session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> SessionT:
+        raise NotImplementedError
+
+    def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> SessionT:
+        return self.session_for(self._client_factory(), task, seed, episode_id)
+
+    async def create_async(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> SessionT:
+        client = await run_sync(self._client_factory)
+        if inspect.isawaitable(client):
+            client = await client
+        if inspect.iscoroutinefunction(getattr(client, "reset", None)):
+            return self.session_for(client, task, seed, episode_id)
+        return await run_sync(self.session_for, client, task, seed, episode_id)
 
 
 async def call_session(session: Any, method: str, *args: Any) -> Any:

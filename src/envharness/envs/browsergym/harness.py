@@ -19,8 +19,7 @@ from envharness.envs.browsergym.action_text import (
     build_browsergym_action_str,
     build_browsergym_action_tool_call,
 )
-from envharness.harness.concurrency import run_sync
-from envharness.harness.session import ResourceSessionFactory
+from envharness.harness.session import ClientSessionFactory
 from envharness.harness.step_session import StepEnvSessionAdapter, to_plain
 from envharness.harness.types import Message, ToolResult, VerifyResult
 
@@ -73,7 +72,7 @@ def resolve_task(task: Any, default_task: str | None) -> str | None:
     return default_task
 
 
-class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
+class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
     """Makes one BrowserGym session (and client) per episode.
 
     `tools`: which actions the model may call (default the seed's five); `extra_tools` adds
@@ -99,7 +98,7 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         unknown = [n for n in names if n not in ACTION_TOOLS]
         if unknown:
             raise ValueError(f"unknown BrowserGym tool(s) {unknown}; known: {', '.join(ACTION_TOOLS)}")
-        self._client_factory = client_factory
+        super().__init__(client_factory)
         self.default_task = default_task
         self.tool_names = names
         self._tool_specs = [ACTION_TOOLS[n].spec() for n in names]
@@ -108,18 +107,7 @@ class BrowserGymSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         self._prompt_builder = prompt_builder
         self._observation_text = observation_text
 
-    def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> StepEnvSessionAdapter:
-        return self._session_for(self._client_factory(), task, seed, episode_id)
-
-    async def create_async(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> StepEnvSessionAdapter:
-        client = await run_sync(self._client_factory)
-        if inspect.isawaitable(client):
-            client = await client
-        if inspect.iscoroutinefunction(getattr(client, "reset", None)):
-            return self._session_for(client, task, seed, episode_id)  # resets on first use
-        return await run_sync(self._session_for, client, task, seed, episode_id)  # resets now, in a thread
-
-    def _session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> StepEnvSessionAdapter:
+    def session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> StepEnvSessionAdapter:
         task_name = resolve_task(task, self.default_task)
         reset_kwargs = dict(self._reset_kwargs)
         if task_name is not None:

@@ -15,8 +15,7 @@ import re
 from typing import Any, Callable
 
 from envharness.envs.textarena.environment import MAX_MESSAGE_CHARS
-from envharness.harness.concurrency import run_sync
-from envharness.harness.session import ResourceSessionFactory
+from envharness.harness.session import ClientSessionFactory
 from envharness.harness.step_session import StepEnvSessionAdapter, to_plain
 from envharness.harness.tools import tool_spec
 from envharness.harness.types import Message, ToolResult, VerifyResult
@@ -83,7 +82,7 @@ def move_of(arguments: dict[str, Any]) -> str:
     return message
 
 
-class TextArenaSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
+class TextArenaSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
     """Makes one TextArena session (and client) per episode.
 
     `prompt_builder(observation, task, tool_names) -> messages` replaces the opening (a prompt
@@ -104,25 +103,14 @@ class TextArenaSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         unknown = [n for n in names if n not in TOOL_NAMES]
         if unknown:
             raise ValueError(f"unknown TextArena tool(s) {unknown}; the one tool is 'send'")
-        self._client_factory = client_factory
+        super().__init__(client_factory)
         self.default_task = default_task
         self.tool_names = list(TOOL_NAMES)
         self._reset_kwargs = dict(reset_kwargs or {})
         self._prompt_builder = prompt_builder
         self._observation_text = observation_text
 
-    def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> StepEnvSessionAdapter:
-        return self._session_for(self._client_factory(), task, seed, episode_id)
-
-    async def create_async(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> StepEnvSessionAdapter:
-        client = await run_sync(self._client_factory)
-        if inspect.isawaitable(client):
-            client = await client
-        if inspect.iscoroutinefunction(getattr(client, "reset", None)):
-            return self._session_for(client, task, seed, episode_id)  # resets on first use
-        return await run_sync(self._session_for, client, task, seed, episode_id)
-
-    def _session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> StepEnvSessionAdapter:
+    def session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> StepEnvSessionAdapter:
         game = resolve_task(task, self.default_task)
         reset_kwargs = dict(self._reset_kwargs)
         if game is not None:
