@@ -117,7 +117,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
                           task: str | None = None, task_name: str | None = None,
                           **options: Any) -> BrowserGymObservation:
         chosen = self.task_set.check_task(task or task_name or (self._episode.task if self._episode else self.config.task))
-        parts, max_steps, time_limit_s = self._episode_options(options)
+        parts, max_steps, time_limit_s = episode_options(options, observation=self.config.observation,
+                                                         max_steps=self.config.max_steps, time_limit_s=self.config.time_limit_s)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         try:
@@ -139,23 +140,6 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._state = BrowserGymState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
                                       task_name=chosen, seed=seed, goal=goal, max_steps=max_steps)
         return await self._observe(reward=0.0, done=False, last_action="", error="", info={})
-
-    def _episode_options(self, options: dict[str, Any]) -> tuple[ObservationParts, int | None, float | None]:
-        known = {*OBSERVATION_OPTIONS, "max_steps", "time_limit_s"}
-        unknown = set(options) - known
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "
-                             f"episode_id, {', '.join(sorted(known))}")
-        parts = dataclasses.replace(self.config.observation, **{k: options[k] for k in OBSERVATION_OPTIONS if k in options})
-        if parts.screenshot_format not in ("png", "jpeg"):
-            raise ValueError(f"screenshot_format must be 'png' or 'jpeg', got {parts.screenshot_format!r}")
-        max_steps = options.get("max_steps", self.config.max_steps)
-        time_limit_s = options.get("time_limit_s", self.config.time_limit_s)
-        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
-            raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
-        if time_limit_s is not None and (not isinstance(time_limit_s, (int, float)) or time_limit_s <= 0):
-            raise ValueError(f"time_limit_s must be a positive number or None, got {time_limit_s!r}")
-        return parts, max_steps, time_limit_s
 
     async def _fresh_page(self) -> Any:
         """The session's main page, in a live context, with any extra tabs closed."""
@@ -354,6 +338,27 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
 
     def close(self) -> None:
         """Contexts are closed by `close_async` (the server calls it) or with the engine."""
+
+
+def episode_options(options: dict[str, Any], *, observation: ObservationParts, max_steps: int | None,
+                    time_limit_s: float | None, also: tuple[str, ...] = ()) -> tuple[ObservationParts, int | None, float | None]:
+    """A reset's own options checked (both engines): observation parts over the server's
+    defaults, ``max_steps`` and ``time_limit_s``; `also` names the caller's other options."""
+    known = {*OBSERVATION_OPTIONS, "max_steps", "time_limit_s"}
+    unknown = set(options) - known
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "
+                         f"episode_id, {', '.join(sorted(known | set(also)))}")
+    parts = dataclasses.replace(observation, **{k: options[k] for k in OBSERVATION_OPTIONS if k in options})
+    if parts.screenshot_format not in ("png", "jpeg"):
+        raise ValueError(f"screenshot_format must be 'png' or 'jpeg', got {parts.screenshot_format!r}")
+    max_steps = options.get("max_steps", max_steps)
+    time_limit_s = options.get("time_limit_s", time_limit_s)
+    if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
+    if time_limit_s is not None and (not isinstance(time_limit_s, (int, float)) or time_limit_s <= 0):
+        raise ValueError(f"time_limit_s must be a positive number or None, got {time_limit_s!r}")
+    return parts, max_steps, time_limit_s
 
 
 def _first_line(error: BaseException) -> str:

@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envharness.core.environment import Environment
-from envharness.envs.browsergym.environment import BrowserSessionLost
+from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS, BrowserSessionLost, episode_options
 from envharness.envs.browsergym.gym_engine import benchmarks
 from envharness.envs.browsergym.gym_engine.process import WorkerError, WorkerLost, WorkerProcess
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from envharness.envs.browsergym.observation import ObservationParts
-
-OBSERVATION_OPTIONS = tuple(f.name for f in dataclasses.fields(ObservationParts))
 
 
 @dataclass
@@ -33,6 +31,7 @@ class GymEngineConfig:
     task: str | None = None  # None: the benchmark's default task
     observation: ObservationParts = field(default_factory=ObservationParts)
     max_steps: int | None = None
+    time_limit_s: float | None = None
     #: BrowserGym's own settings; the defaults match our engine's (BrowserGym's MiniWoB defaults
     #: are slow_mo=100 ms and a 500 ms pre-observation delay: timing only, rewards are the same).
     slow_mo_ms: int = 0
@@ -69,6 +68,7 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._state = BrowserGymState(benchmark=self.benchmark.name)
         self._task: str | None = None
         self._max_steps: int | None = None
+        self._time_limit_s: float | None = None
         self._started = 0.0
         self._done = False
 
@@ -80,7 +80,9 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise ValueError(f"name a {self.benchmark.name} task: reset(task=...)")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer, got {seed!r}")
-        parts, max_steps = self._options(options)
+        parts, max_steps, time_limit_s = episode_options(
+            options, observation=self.config.observation, max_steps=self.config.max_steps,
+            time_limit_s=self.config.time_limit_s, also=("start_url", "goal"))
         task_kwargs: dict[str, Any] = {}
         if self.benchmark.name == "openended":
             url = start_url or self.config.start_url
@@ -93,7 +95,8 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         answer = await self._ask({"cmd": "reset", "gym_id": benchmarks.gym_id(self.benchmark, chosen),
                                   "make_kwargs": self.config.make_kwargs(), "seed": seed, "task_kwargs": task_kwargs,
                                   "parts": dataclasses.asdict(parts)}, self.config.reset_timeout_s, fresh=True)
-        self._task, self._max_steps, self._done, self._started = chosen, max_steps, False, time.monotonic()
+        self._task, self._max_steps, self._time_limit_s = chosen, max_steps, time_limit_s
+        self._done, self._started = False, time.monotonic()
         obs = answer["obs"]
         self._state = BrowserGymState(episode_id=episode_id or str(uuid.uuid4()), step_count=0, benchmark=self.benchmark.name,
                                       task_name=benchmarks.task_name(self.benchmark, chosen), seed=seed,
@@ -107,8 +110,9 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise ValueError("the episode is over; call reset() to start a new one")
         answer = await self._ask({"cmd": "step", "action": action.action_str}, self.config.step_timeout_s)
         self._state.step_count += 1
-        truncated = answer["truncated"] or (
-            not answer["terminated"] and self._max_steps is not None and self._state.step_count >= self._max_steps)
+        truncated = answer["truncated"] or (not answer["terminated"] and (
+            (self._max_steps is not None and self._state.step_count >= self._max_steps)
+            or (self._time_limit_s is not None and time.monotonic() - self._started >= self._time_limit_s)))
         done = answer["terminated"] or truncated
         self._done = done
         self._state.cum_reward += answer["reward"]
@@ -127,19 +131,6 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise BrowserSessionLost(str(exc)) from None
         except WorkerError as exc:
             raise ValueError(str(exc)) from None
-
-    def _options(self, options: dict[str, Any]) -> tuple[ObservationParts, int | None]:
-        unknown = set(options) - {*OBSERVATION_OPTIONS, "max_steps"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, episode_id, "
-                             f"start_url, goal, max_steps, {', '.join(OBSERVATION_OPTIONS)}")
-        parts = dataclasses.replace(self.config.observation, **{k: options[k] for k in OBSERVATION_OPTIONS if k in options})
-        if parts.screenshot_format not in ("png", "jpeg"):
-            raise ValueError(f"screenshot_format must be 'png' or 'jpeg', got {parts.screenshot_format!r}")
-        max_steps = options.get("max_steps", self.config.max_steps)
-        if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1):
-            raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
-        return parts, max_steps
 
     def _observation(self, obs: dict[str, Any], *, reward: float, done: bool, truncated: bool,
                      info: dict[str, Any]) -> BrowserGymObservation:
