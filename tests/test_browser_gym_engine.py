@@ -250,3 +250,7 @@ def test_openended_runs_through_eval(site, tmp_path, capsys):
     (record,) = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert record["task"] == "openended" and record["error"] is None and record["env_reward"] == 0.0
     assert record["steps"][0]["url"] == f"{site}/" and "Open the search page" in json.dumps(record["steps"][0]["prompt"])
+    capsys.readouterr()
+    assert cli_main(["eval", "--env", "browsergym", "--env-option", "benchmark=openended", "--tasks", "click-test",
+                     "--out", str(tmp_path / "bad")]) == 2
+    assert "unknown openended task 'click-test'" in capsys.readouterr().err

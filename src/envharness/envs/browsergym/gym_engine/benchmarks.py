@@ -113,7 +113,7 @@ def benchmark_tasks(benchmark: Benchmark) -> tuple[str, ...]:
 def check_task(benchmark: Benchmark, name: str) -> str:
     """`name` if the benchmark serves it, else ValueError naming a few of its tasks."""
     tasks = benchmark_tasks(benchmark)
-    chosen = task_name(benchmark, name)
+    chosen = name.removeprefix("browsergym/") if benchmark.name == "openended" else task_name(benchmark, name)
     if chosen not in tasks:
         raise ValueError(f"unknown {benchmark.name} task {name!r}; e.g. {', '.join(tasks[:5])} ({len(tasks)} in all)")
     return chosen
