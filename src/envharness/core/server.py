@@ -14,7 +14,7 @@ import hmac
 import json
 import logging
 import socket
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 import uvicorn
 from fastapi import FastAPI, Request, WebSocket
@@ -28,6 +28,7 @@ from envharness.core.protocol import (
     state_message, validation_error,
 )
 from envharness.core.sessions import EnvFactory, Session, SessionManager, checked, run_reset, run_step
+from envharness.core.task_api import mount_task_api
 from envharness.core.types import Observation, State
 from envharness.core.mounts import AppMount, resolve_mounts
 
@@ -120,14 +121,14 @@ def create_app(
     @app.post("/reset")
     async def http_reset(request: Request) -> dict[str, Any]:
         body = await read_body(request, ResetRequest)
-        async with manager.temporary() as session:
+        async with manager.temporary() as session, environment_errors():
             observation = await run_reset(session, body.model_dump(exclude_unset=True))
         return serialize_observation(observation)
 
     @app.post("/step")
     async def http_step(request: Request) -> dict[str, Any]:
         body = await read_body(request, StepRequest)
-        async with manager.temporary() as session:
+        async with manager.temporary() as session, environment_errors():
             await run_reset(session, {})
             observation = await run_step(session, body.action)
         return serialize_observation(observation)
@@ -205,7 +206,7 @@ def create_app(
                 reply = error_message(exc)
             except Exception as exc:  # the environment raised: report it, keep the session
                 log.warning("environment error in session %s", session.id, exc_info=True)
-                reply = error_message(ProtocolError(ErrorCode.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}"))
+                reply = error_message(execution_error(exc))
             await websocket.send_text(json.dumps(reply))
 
     async def handle(session: Session, request: Any) -> dict[str, Any]:
@@ -219,11 +220,31 @@ def create_app(
             return observation_message(await run_step(session, request.data))
         return state_message(checked(await session.env.state_async(), State, "state"))
 
+
+    mount_task_api(app, manager.task_listing, env_name)  # last: its /{env}/... routes match broadly
     return app
 
 
 def too_large(size: int, limit: int) -> ProtocolError:
     return ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, f"Message of {size} bytes exceeds the limit of {limit} bytes", max_message_bytes=limit)
+
+
+def execution_error(exc: Exception) -> ProtocolError:
+    """What the client hears when the environment raised (a bad task, a lost browser)."""
+    return ProtocolError(ErrorCode.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.asynccontextmanager
+async def environment_errors() -> AsyncIterator[None]:
+    """HTTP routes: an exception of the environment becomes the same error the WebSocket
+    sends (JSON with the reason), not a bare 500."""
+    try:
+        yield
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        log.warning("environment error in an HTTP request", exc_info=True)
+        raise execution_error(exc) from None
 
 
 def error_response(error: ProtocolError) -> JSONResponse:

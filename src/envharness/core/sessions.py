@@ -21,6 +21,7 @@ from envharness.core.environment import Environment
 from pydantic import ValidationError
 
 from envharness.core.protocol import ErrorCode, ProtocolError, validation_error
+from envharness.core.task_api import listing_of, resolve_task_reference
 from envharness.core.types import Action, EnvironmentMetadata, Observation, State
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class Session:
     expire_reason: ErrorCode | None = None
     on_expire: Callable[[], Any] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The server's task listing (`task_api`), for ``reset(split=..., index=...)``.
+    task_listing: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -65,6 +68,8 @@ class SessionManager:
         if idle_timeout_s is not None and idle_timeout_s <= 0:
             raise ValueError("idle_timeout_s must be positive (or None to disable)")
         self.env_factory = env_factory
+        #: The factory's task listing (`task_api.listing_of`), None when it lists none.
+        self.task_listing = listing_of(env_factory)
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
         self.sessions: dict[str, Session] = {}
@@ -105,7 +110,7 @@ class SessionManager:
                 raise ProtocolError(ErrorCode.CAPACITY_REACHED, f"{type(env).__name__} allows one session at a time",
                                     active_sessions=len(self.sessions), max_sessions=1)
         self._concurrent = self._concurrent if self._concurrent is not None else True
-        session = Session(id=uuid.uuid4().hex, env=env)
+        session = Session(id=uuid.uuid4().hex, env=env, task_listing=self.task_listing)
         self.sessions[session.id] = session
         self.sessions_opened += 1
         return session
@@ -217,6 +222,7 @@ class SessionManager:
 
 # -- one call on one session, shared by /ws, HTTP and /mcp ---------------------------------
 async def run_reset(session: Session, options: dict[str, Any]) -> Observation:
+    options = resolve_task_reference(options, session.task_listing)  # OpenEnv's split/index -> task
     observation = await session.env.reset_async(**options)
     session.has_reset, session.step_count = True, 0
     return checked(observation, Observation, "reset")

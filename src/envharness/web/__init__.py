@@ -34,6 +34,11 @@ def mount_web(app: FastAPI, manager: SessionManager, name: str = "") -> None:
         info: dict[str, Any] = {"env": name or app.title.removeprefix("envharness: "),
                                 "action_schema": description.action_type.model_json_schema()}
         info.update(env_web_info(name))
+        if manager.task_listing is not None:  # what this server serves (its options chose it)
+            listing = manager.task_listing()
+            info["tasks"] = list(listing.tasks)
+            if info.get("default_task") not in info["tasks"]:
+                info["default_task"] = (listing.splits.get("default") or listing.tasks or [None])[0]
         return info
 
 

@@ -37,6 +37,23 @@ def task_set_list(task_set: TaskSet) -> TaskList:
     return TaskList(tasks=task_set.all_tasks(), splits={"default": task_set.default_tasks(), **task_set.splits()})
 
 
+def benchmark_task_list(benchmark: str) -> TaskList:
+    """A BrowserGym benchmark's tasks (its package's gym registry); `default` is the first."""
+    from envharness.envs.browsergym.gym_engine import benchmarks
+
+    tasks = benchmarks.benchmark_tasks(benchmarks.check_benchmark(benchmark))
+    return TaskList(tasks=tasks, splits={"default": tasks[:1]})
+
+
+def served_task_list(options: Mapping[str, Any]) -> TaskList:
+    """What a server started with `options` serves: a benchmark's tasks, a task set's, or MiniWoB's."""
+    benchmark = options.get("benchmark", "miniwob")
+    if benchmark != "miniwob":
+        return benchmark_task_list(benchmark)
+    spec = options.get("tasks")
+    return task_list() if spec is None else task_set_list(load_task_set(spec))
+
+
 def configure(options: Mapping[str, Any]) -> EnvHarness:
     """The harness for a server started with `options`: with ``tasks=`` (web tasks), their task
     list, checks and scripted solutions; with a ``benchmark`` other than miniwob, that
@@ -45,11 +62,11 @@ def configure(options: Mapping[str, Any]) -> EnvHarness:
     if benchmark != "miniwob":  # BrowserGym's engine: the benchmark package's own task list
         from envharness.envs.browsergym.gym_engine import benchmarks
 
-        served = benchmarks.check_benchmark(benchmark)
-        tasks = benchmarks.benchmark_tasks(served)
+        listing = benchmark_task_list(benchmark)
         return dataclasses.replace(
-            HARNESS, task_list=lambda: TaskList(tasks=tasks, splits={"default": tasks[:1]}),
-            check_task=functools.partial(benchmarks.check_task, served), default_tasks=tasks[:1])
+            HARNESS, task_list=lambda: listing,
+            check_task=functools.partial(benchmarks.check_task, benchmarks.check_benchmark(benchmark)),
+            default_tasks=listing.splits["default"])
     spec = options.get("tasks")
     if spec is None:
         return HARNESS

@@ -26,6 +26,12 @@ class BrowserGymEnvironmentFactory:
     def __call__(self) -> BrowserGymEnvironment:
         return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config))
 
+    def task_list(self) -> Any:
+        """The tasks this server serves (the server's Task API): MiniWoB's, or the task set's."""
+        from envharness.envs.browsergym.agent import served_task_list
+
+        return served_task_list({"tasks": self.config.tasks} if self.config.tasks else {})
+
     async def aclose(self) -> None:
         await self.engine.aclose()
 

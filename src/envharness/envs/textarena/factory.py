@@ -73,6 +73,12 @@ class TextArenaEnvironmentFactory:
     def __init__(self, config: TextArenaConfig) -> None:
         self.config = config
 
+    def task_list(self) -> Any:
+        """Every offline single-player game and the splits (the server's Task API)."""
+        from envharness.envs.textarena.agent import task_list
+
+        return task_list()
+
     def __call__(self) -> TextArenaEnvironment:
         return TextArenaEnvironment(TextArenaConfig(env_id=self.config.env_id, num_players=self.config.num_players,
                                                     max_turns=self.config.max_turns,

@@ -30,6 +30,12 @@ class GymEnvironmentFactory:
     def __call__(self) -> GymBrowserEnvironment:
         return GymBrowserEnvironment(dataclasses.replace(self.config))
 
+    def task_list(self) -> Any:
+        """The benchmark's tasks (the server's Task API)."""
+        from envharness.envs.browsergym.agent import served_task_list
+
+        return served_task_list({"benchmark": self.config.benchmark})
+
     async def aclose(self) -> None:
         """Each session stops its own worker when it closes."""
 
