@@ -3,6 +3,9 @@
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Test files are spread over this many processes (pytest-xdist; a file's tests stay together, so
+# module fixtures such as a shared browser server are per process). 1: one process, no xdist.
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test setup bench clean
 
@@ -15,7 +18,7 @@ demo: setup
 		--concurrency 16 --out runs/demo --overwrite
 
 test: setup
-	LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+	LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # The benchmarks of bench/README.md (about 30 minutes): browser, RL-shaped policy mix, step
 # breakdown, rollouts, server.
