@@ -16,6 +16,7 @@ COMMANDS = {
     "serve": ("envharness.cli.serve", "Serve an environment (OpenEnv-compatible WebSocket + HTTP)"),
     "eval": ("envharness.cli.eval", "Evaluate a model on an environment's tasks (MiniWoB++ by default) and write a report"),
     "train": ("envharness.cli.train", "Train a model with TRL's GRPO through the harness"),
+    "sft": ("envharness.cli.sft", "Fine-tune a model on demonstrations (the scripted policy's, or a run's successes)"),
     "mcp": ("envharness.cli.mcp", "Serve an environment's tools to an MCP client over stdio"),
 }
 

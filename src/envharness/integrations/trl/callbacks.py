@@ -15,7 +15,8 @@ from transformers import TrainerCallback
 class ProgressCallback(TrainerCallback):
     """Prints reward and success per step and appends TRL's logs to a JSONL file."""
 
-    def __init__(self, log_path: str | Path, stream: Any = None, *, append: bool = False):
+    def __init__(self, log_path: str | Path, stream: Any = None, *, append: bool = False, label: str = "train"):
+        self.label = label  # the line's prefix: [train] for GRPO, [sft] for fine-tuning
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if not append:  # a resumed run continues the log
@@ -32,16 +33,16 @@ class ProgressCallback(TrainerCallback):
         entry = {"step": state.global_step, "elapsed_s": round(time.perf_counter() - self._started, 2), **logs}
         with self.log_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(entry, default=float) + "\n")
+        step = f"[{self.label}] step {state.global_step}/{state.max_steps if state.max_steps < 1_000_000 else '-'}"
         if "reward" in logs:
             success = logs.get("rewards/reward_success/mean")
             extra = f"  success {success:.2f}" if success is not None else ""
-            print(
-                f"[train] step {state.global_step}/{state.max_steps if state.max_steps < 1_000_000 else '-'}"
-                f"  reward {logs['reward']:.3f}{extra}  loss {logs.get('loss', float('nan')):.4f}"
-                f"  {entry['elapsed_s']:.0f}s",
-                file=self.stream,
-                flush=True,
-            )
+            print(f"{step}  reward {logs['reward']:.3f}{extra}  loss {logs.get('loss', float('nan')):.4f}"
+                  f"  {entry['elapsed_s']:.0f}s", file=self.stream, flush=True)
+        elif "loss" in logs:  # supervised steps: the loss on the model's tokens
+            accuracy = logs.get("mean_token_accuracy")
+            extra = f"  token accuracy {accuracy:.2f}" if accuracy is not None else ""
+            print(f"{step}  loss {logs['loss']:.4f}{extra}  {entry['elapsed_s']:.0f}s", file=self.stream, flush=True)
 
 
 class TimeBudgetCallback(TrainerCallback):

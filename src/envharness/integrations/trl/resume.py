@@ -128,9 +128,10 @@ def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | No
     return latest
 
 
-def plan_resume(output_dir: str | Path, config: dict[str, Any], resume: bool) -> Checkpoint | None:
+def plan_resume(output_dir: str | Path, config: dict[str, Any], resume: bool,
+                config_name: str = "train_config.json") -> Checkpoint | None:
     """The checkpoint to resume from (None: a fresh run), or ValueError saying why the
-    folder cannot be used as asked. Nothing is changed on disk."""
+    folder cannot be used as asked (`config_name`: the run's saved settings). Nothing is changed on disk."""
     out = Path(output_dir)
     latest = latest_checkpoint(out)
     if not resume:
@@ -141,7 +142,7 @@ def plan_resume(output_dir: str | Path, config: dict[str, Any], resume: bool) ->
     if latest is None:
         raise ValueError(f"--resume: no complete checkpoint in {out} (a run saves one every --save-steps steps)")
     try:
-        old = json.loads((out / "train_config.json").read_text())
+        old = json.loads((out / config_name).read_text())
     except (OSError, ValueError):
         old = None
     changes = config_changes(old, config) if isinstance(old, dict) else []

@@ -1,0 +1,164 @@
+"""`envharness sft`: fine-tune a model on demonstrations before GRPO (behaviour cloning).
+
+    envharness sft --tasks enter-text,login-user --episodes 64 --out runs/sft      # the scripted policy's
+    envharness sft --demos runs/mine --tasks all --out runs/rft                     # a run's own successes
+    envharness eval --model runs/sft/final --prompt compact --tasks enter-text      # then evaluate, or
+    envharness train --model runs/sft/final --tasks enter-text                      # go on with GRPO
+
+Leaves `demos/` (the demonstration episodes, an eval run folder with exact token ids),
+checkpoints, `final/` (a model directory), `train_log.jsonl` and `sft_config.json` in `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from envharness.cli import options
+from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.sft import SFTRunConfig
+
+_D = SFTRunConfig()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.add_env(parser)
+    options.add_env_options(parser)
+    options.add_model(parser, _D.model)
+    options.add_tasks(parser)
+    options.add_prompt(parser, _D.prompt)
+    options.add_out(parser, "demos/, checkpoints, final/, train_log.jsonl", "runs/sft-<time>")
+    options.add_env_url(parser)
+    options.add_seed(parser, _D.seed, "first demonstration seed (eval's seeds 0.. stay held out)")
+    options.add_max_turns(parser, _D.max_turns)
+    options.add_threads(parser)
+    parser.add_argument("--demos", default=_D.demos, metavar="SOURCE",
+                        help="'scripted' (the environment's scripted policy) or an eval run folder recorded with "
+                             "--record-tokens (its successful episodes; default %(default)s)")
+    parser.add_argument("--episodes", type=int, default=_D.episodes, help="scripted demonstrations per task (default %(default)s)")
+    parser.add_argument("--epochs", type=float, default=_D.epochs, help="passes over the demonstrations (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps instead of --epochs")
+    parser.add_argument("--batch-size", type=int, default=_D.batch_size, help="demonstrations per step (default %(default)s)")
+    parser.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=_D.learning_rate, help="learning rate")
+    parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (merged into final/)")
+    parser.add_argument("--lora-rank", type=int, default=_D.lora_rank)
+    parser.add_argument("--save-steps", type=int, default=_D.save_steps, help="checkpoint every N steps")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+
+
+def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
+    for name in ("episodes", "batch_size", "save_steps", "max_turns"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.epochs <= 0 or (args.steps is not None and args.steps < 1) or args.lr <= 0:
+        raise ValueError("--epochs, --steps and --lr must be positive")
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out (the run folder to continue)")
+    return SFTRunConfig(
+        env=args.env, env_options=options.env_options(args.env_options), tasks=args.tasks, model=args.model,
+        output_dir=args.out or time.strftime("runs/sft-%Y%m%d-%H%M%S"), demos=args.demos, episodes=args.episodes,
+        seed=args.seed, max_turns=args.max_turns, prompt=args.prompt, epochs=args.epochs, max_steps=args.steps,
+        batch_size=args.batch_size, learning_rate=args.lr, lora=args.lora, lora_rank=args.lora_rank,
+        save_steps=args.save_steps, threads=args.threads, env_url=args.env_url, resume=args.resume)
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    options.check_prompt(parser, args)
+
+
+def prepare(config: SFTRunConfig) -> tuple[object, object]:
+    """Settings checked (TrainSetupError naming the first bad one); (checkpoint, demos EvalConfig)."""
+    from envharness.core.registry import env_harness
+    from envharness.eval.config import EvalConfig, EvalSetupError
+    from envharness.integrations.trl.resume import plan_resume
+    from envharness.integrations.trl.training import check_model_spec
+    from envharness.prompts import get_prompt_style
+
+    check_model_spec(config.model)
+    try:
+        harness = env_harness(config.env, config.env_options)
+    except (KeyError, ImportError, ValueError) as exc:
+        raise TrainSetupError(f"--env {config.env}: {exc}") from None
+    config.prompt = config.prompt or harness.train_prompt
+    if not get_prompt_style(config.prompt, config.env).conversation:
+        raise TrainSetupError(f"prompt style {config.prompt!r} builds a fresh prompt every step; demonstrations are one "
+                              "token sequence per episode: use a conversation style (the environment's training style)")
+    out = Path(config.output_dir)
+    demos = None
+    if config.demos == "scripted":
+        demos = EvalConfig(out=str(out / "demos"), env=config.env, env_options=config.env_options, tasks=list(config.tasks),
+                           episodes=config.episodes, model="scripted", prompt=config.prompt, max_steps=config.max_turns,
+                           seed=config.seed, record_tokens=True, screenshots=False, progress=False,
+                           env_url=config.env_url, resume=config.resume and (out / "demos").is_dir())
+        try:
+            demos.check()
+        except EvalSetupError as exc:
+            raise TrainSetupError(str(exc)) from None
+        config.tasks = list(demos.tasks)
+    elif not (Path(config.demos) / "episodes.jsonl").is_file():
+        raise TrainSetupError(f"--demos {config.demos!r}: neither 'scripted' nor an eval run folder (no episodes.jsonl)")
+    try:
+        checkpoint = plan_resume(out, asdict(config), config.resume, config_name="sft_config.json")
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    return checkpoint, demos
+
+
+def fine_tune(config: SFTRunConfig) -> dict:
+    """Demonstrations, then SFT; returns `run_sft`'s summary plus the demonstrations' numbers."""
+    from envharness.eval.demonstrations import DemonstrationError, from_records, read_run, scripted_records
+    from envharness.integrations.trl.sft import run_sft, training_rows
+    from envharness.integrations.trl.training import load_model
+
+    checkpoint, demos = prepare(config)
+    options.set_threads(config.threads)
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    model, tokenizer = load_model(config.model)
+    try:
+        records = asyncio.run(scripted_records(demos, tokenizer)) if demos is not None else read_run(config.demos)
+        if demos is None and config.tasks:  # a run folder: keep the tasks asked for
+            records = [r for r in records if r.get("task") in set(config.tasks)]
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        chosen = from_records(records, tokenizer, max_length=limit)
+    except DemonstrationError as exc:
+        raise TrainSetupError(str(exc)) from None
+    print(f"[sft] {chosen.summary()}", file=sys.stderr, flush=True)
+    result = run_sft(config, training_rows(chosen.demonstrations), model, tokenizer, checkpoint=checkpoint)
+    return {**result, "demonstrations": len(chosen.demonstrations), "episodes": chosen.episodes}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"envharness sft: {exc}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
+    from envharness.integrations.trl.resume import latest_checkpoint
+
+    with InterruptGuard() as guard:
+        try:
+            result = fine_tune(config)
+        except TrainSetupError as exc:
+            print(f"envharness sft: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            argv = getattr(args, "_argv", None)
+            latest = latest_checkpoint(config.output_dir)
+            if latest is None:
+                command = resume_command(argv, out_flag="--out", out=config.output_dir).removesuffix(" --resume")
+                return say_interrupted("sft", guard, f"nothing (no step finished) in {config.output_dir}", command)
+            return say_interrupted("sft", guard, f"{latest.step} step(s) in {latest.path}",
+                                   resume_command(argv, out_flag="--out", out=config.output_dir))
+    print(f"fine-tuned {result['steps']} steps on {result['demonstrations']} demonstrations "
+          f"({result['episodes']} episodes) in {result['seconds']:.0f}s")
+    print(f"  model:          {result['final']}")
+    print(f"  demonstrations: {Path(config.demos if config.demos != 'scripted' else Path(config.output_dir) / 'demos')}")
+    print(f"  log:            {Path(config.output_dir) / 'train_log.jsonl'}")
+    return 0

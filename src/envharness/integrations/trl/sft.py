@@ -1,0 +1,130 @@
+"""`envharness sft`: fine-tune on demonstrations with TRL's `SFTTrainer`, before GRPO.
+
+The demonstrations arrive as exact token sequences with labels (`eval/demonstrations.py`: the
+model's tokens, -100 on the prompt, page text and tool results), so the trainer only batches
+them: no chat template is applied again, nothing is re-tokenized, and what the loss sees is
+what `envharness train` would sample and `envharness eval` would show. The output folder's
+``final/`` is a model directory that `eval --model` and `train --model` take.
+
+Progress, checkpoints, ``--resume`` and interrupts work as in `envharness train` (the same
+callbacks and `resume.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envharness.integrations.trl.errors import TrainSetupError
+
+
+@dataclass
+class SFTRunConfig:
+    #: The environment and its server options (as `eval` / `train`).
+    env: str = "browsergym"
+    env_options: dict[str, Any] = field(default_factory=dict)
+    #: Tasks to demonstrate (names, split names or `all`); empty: the environment's defaults.
+    tasks: list[str] = field(default_factory=list)
+    #: "embedded", "tiny", or a model directory / hub id (the student).
+    model: str = "embedded"
+    output_dir: str = "runs/sft"
+    #: "scripted" (the environment's scripted policy) or an eval run folder recorded with
+    #: ``--record-tokens`` (a model's own successes: rejection sampling).
+    demos: str = "scripted"
+    #: Scripted source: episodes per task, seeds SEED..SEED+N-1 (keep eval's held-out seeds apart).
+    episodes: int = 32
+    seed: int = 1000
+    max_turns: int = 5
+    #: A conversation prompt style of the environment; empty: its training style.
+    prompt: str = ""
+    epochs: float = 3.0
+    #: Optimizer steps (None: `epochs` over the demonstrations).
+    max_steps: int | None = None
+    batch_size: int = 8
+    learning_rate: float = 2e-5
+    lora: bool = False
+    lora_rank: int = 16
+    save_steps: int = 50
+    threads: int | None = None
+    env_url: str | None = None
+    resume: bool = False
+
+
+def training_rows(demonstrations: list[Any]) -> list[dict[str, list[int]]]:
+    """``input_ids`` and ``labels`` per demonstration (what `SFTTrainer` batches as they are)."""
+    return [{"input_ids": d.input_ids, "labels": d.labels} for d in demonstrations]
+
+
+def sft_trainer_config(config: SFTRunConfig) -> Any:
+    """TRL's `SFTConfig`: CPU-friendly (fp32), no truncation (sequences arrive checked)."""
+    import torch
+    from trl import SFTConfig
+
+    on_gpu = torch.cuda.is_available()
+    return SFTConfig(
+        output_dir=str(config.output_dir),
+        use_cpu=not on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        gradient_checkpointing=False,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps if config.max_steps is not None else -1,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=1,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=2,
+        report_to="none",
+        max_length=None,
+        packing=False,
+        seed=config.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+
+def run_sft(config: SFTRunConfig, rows: list[dict[str, list[int]]], model: Any, tokenizer: Any, *,
+            checkpoint: Any = None, callbacks: list[Any] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    """Fine-tune `model` on `rows`; returns what was done (steps, seconds, the final folder)."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from envharness.integrations.trl.callbacks import ProgressCallback
+    from envharness.integrations.trl.resume import StepBoundary, save_finished_steps
+    from envharness.integrations.trl.training import _lora_config
+
+    if not rows:
+        raise TrainSetupError("no demonstrations to learn from: no episode succeeded (see the demos folder's report)")
+    out = Path(config.output_dir)
+    (out / "sft_config.json").write_text(json.dumps(asdict(config), indent=2))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    trainer = SFTTrainer(
+        model=model, processing_class=tokenizer, args=sft_trainer_config(config),
+        train_dataset=Dataset.from_list(rows), peft_config=_lora_config(config) if config.lora else None,
+        callbacks=[ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"), *callbacks],
+    )
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # ProgressCallback prints one line per step instead
+    boundary = StepBoundary()
+    trainer.add_callback(boundary)
+    started = time.perf_counter()
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+    except KeyboardInterrupt:
+        save_finished_steps(trainer, boundary)
+        raise
+    final = out / "final"
+    if config.lora:  # a model directory eval and train load as it is
+        trainer.model = trainer.model.merge_and_unload()
+    trainer.model.save_pretrained(str(final))
+    tokenizer.save_pretrained(str(final))
+    return {"steps": trainer.state.global_step, "seconds": time.perf_counter() - started, "final": final,
+            "log_history": list(trainer.state.log_history)}

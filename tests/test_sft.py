@@ -1,0 +1,112 @@
+"""`envharness sft`: scripted demonstrations in the student's exact tokens, then TRL's SFT.
+
+- the demonstrations' token sequences are the tokens `eval --prompt compact` shows the model:
+  at every turn, the sequence so far equals a fresh tokenization of eval's conversation up
+  to that turn, and the model's tokens are the reply plus its end-of-turn token;
+- the loss falls on the model's tokens only (labels -100 on prompt, page text, tool results);
+- the run leaves a model directory that `eval --model` takes; an eval run folder's own
+  successes are a source too (rejection sampling), and ids of another tokenizer are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from envharness.cli import main as cli_main
+from envharness.eval.demonstrations import DemonstrationError, from_records, read_run
+from envharness.models import chat
+from envharness.models.embedded import tiny_test_model
+
+pytestmark = pytest.mark.timeout(600)
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+TASKS = "click-test,enter-text"
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft") / "run"
+    code = cli_main(["sft", "--model", "tiny", "--tasks", TASKS, "--episodes", "2", "--steps", "2", "--batch-size", "2",
+                     "--max-turns", "3", "--out", str(out)])
+    assert code == 0
+    return out
+
+
+def test_demonstrations_are_the_tokens_eval_shows_the_model(sft_run):
+    _, tokenizer = tiny_test_model()
+    records = read_run(sft_run / "demos")
+    assert sorted({r["task"] for r in records}) == ["click-test", "enter-text"] and len(records) == 4
+    assert all(r["seed"] >= 1000 for r in records)  # eval's seeds 0.. stay held out
+    end = chat.end_of_turn_text(tokenizer).rstrip()
+    assert max(r["metrics"]["turns_assembled"] for r in records) >= 2  # enter-text: type, then submit
+    for record in records:
+        ids = record["token_ids"]
+        sequence = ids["prompt_ids"] + ids["completion_ids"]
+        mask = [0] * len(ids["prompt_ids"]) + ids["env_mask"]
+        messages = record["messages"]
+        # the model's turns are the last assistant messages (the opening may hold a worked example)
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"][-record["metrics"]["turns_assembled"]:]
+        assert turns and record["metrics"]["turns_assembled"] == len(record["tool_calls"]), record
+        model_tokens = []
+        for i in turns:
+            shown = chat.prompt_ids(tokenizer, messages[:i])  # eval's conversation, tokenized afresh
+            assert sequence[:len(shown)] == shown
+            assert sum(mask[:len(shown)]) == len(model_tokens)  # only earlier replies are model tokens
+            reply = chat.encode(tokenizer, messages[i]["content"] + end)
+            assert sequence[len(shown):len(shown) + len(reply)] == reply
+            assert mask[len(shown):len(shown) + len(reply)] == [1] * len(reply)
+            model_tokens += reply
+        assert [t for t, m in zip(sequence, mask) if m] == model_tokens  # nothing else is trained on
+
+
+def test_labels_keep_only_the_models_tokens(sft_run):
+    _, tokenizer = tiny_test_model()
+    demos = from_records(read_run(sft_run / "demos"), tokenizer)
+    assert len(demos.demonstrations) == 4 and demos.dropped == {}
+    for demo in demos.demonstrations:
+        labels = demo.labels
+        assert len(labels) == len(demo.input_ids)
+        kept = [i for i, label in enumerate(labels) if label != -100]
+        assert kept and all(demo.input_ids[i] == labels[i] for i in kept)
+        assert len(kept) == sum(demo.env_mask) < len(demo.completion_ids) + len(demo.prompt_ids)
+
+
+def test_the_run_leaves_a_model_eval_takes(sft_run, tmp_path, capsys):
+    logs = [json.loads(line) for line in (sft_run / "train_log.jsonl").read_text().splitlines()]
+    assert [log["step"] for log in logs if "loss" in log] == [1, 2]
+    assert (sft_run / "final" / "config.json").is_file() and (sft_run / "checkpoint-2").is_dir()
+    code = cli_main(["eval", "--model", str(sft_run / "final"), "--prompt", "compact", "--tasks", "click-test",
+                     "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "4", "--no-progress",
+                     "--out", str(tmp_path / "eval")])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_a_run_folders_successes_are_demonstrations(sft_run, tmp_path, capsys):
+    code = cli_main(["sft", "--model", "tiny", "--demos", str(sft_run / "demos"), "--tasks", "click-test",
+                     "--steps", "1", "--batch-size", "2", "--out", str(tmp_path / "rft")])
+    assert code == 0, capsys.readouterr().err
+    assert "[sft] 2 demonstrations of 2 episodes" in capsys.readouterr().err
+
+
+def test_ids_of_another_tokenizer_are_refused(sft_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(sft_run / "demos", other)
+    records = read_run(other)
+    for record in records:
+        record["token_ids"]["prompt_ids"] = [(t + 7) % 1000 for t in record["token_ids"]["prompt_ids"]]
+    _, tokenizer = tiny_test_model()
+    with pytest.raises(DemonstrationError, match="not this model's tokens"):
+        from_records(records, tokenizer)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--demos", "no/such/run"], "neither 'scripted' nor an eval run folder"),
+    (["--prompt", "default"], "builds a fresh prompt every step"),
+    (["--episodes", "0"], "--episodes must be at least 1"),
+])
+def test_bad_settings_are_refused_in_words(tmp_path, capsys, args, message):
+    assert cli_main(["sft", "--model", "tiny", "--tasks", "click-test", "--out", str(tmp_path / "x"), *args]) == 2
+    assert message in capsys.readouterr().err
