@@ -77,6 +77,14 @@ COVERED: dict[str, Run | Serve | Make] = {
     "envharness eval --model runs/train/final --prompt compact --tasks click-test --out runs/trained":
         Run(TINY_EVAL, expect=("runs/trained/summary.json",)),
     "envharness eval --compare runs/mine runs/trained": Run(says="click-test"),
+    # learning from demonstrations
+    "envharness sft --tasks enter-text,login-user --episodes 64 --out runs/sft":
+        Run({"--model": "tiny", "--episodes": "1", "--steps": "1", "--batch-size": "1", "--max-turns": "3", "--threads": "1"},
+            expect=("runs/sft/final/config.json", "runs/sft/demos/episodes.jsonl")),
+    "envharness eval --model runs/sft/final --prompt compact --tasks enter-text,login-user --out runs/sft-eval":
+        Run(TINY_EVAL, expect=("runs/sft-eval/summary.json",)),
+    "envharness train --model runs/sft/final --tasks enter-text,login-user --max-turns 3 --out runs/sft-grpo":
+        Run({**TINY_TRAIN, "--steps": "1", "--max-turns": "2"}, expect=("runs/sft-grpo/final/config.json",)),
     # BrowserGym engine
     "envharness serve browsergym --option engine=browsergym --port 8000": Serve({"--port": "0"}),
     "envharness serve browsergym --option benchmark=openended --port 8000": Serve({"--port": "0"}),
