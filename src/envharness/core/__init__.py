@@ -5,8 +5,7 @@ Names are resolved lazily so `import envharness.core.types` stays light.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from envharness.core.lazy import lazy_exports
 
 _EXPORTS = {
     "Action": "types",
@@ -33,7 +32,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
