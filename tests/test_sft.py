@@ -110,3 +110,33 @@ def test_ids_of_another_tokenizer_are_refused(sft_run, tmp_path):
 def test_bad_settings_are_refused_in_words(tmp_path, capsys, args, message):
     assert cli_main(["sft", "--model", "tiny", "--tasks", "click-test", "--out", str(tmp_path / "x"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path):
+    """As `train`: the steps done are checkpointed, one line says how to resume, and the
+    resumed run reuses the demonstrations and ends at the requested steps."""
+    import shlex
+    import signal
+
+    from _jobs import Job
+    from envharness.integrations.trl.resume import latest_checkpoint
+
+    out = tmp_path / "run"
+    args = ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "4", "--steps", "40", "--batch-size", "1",
+            "--save-steps", "100", "--threads", "1", "--out", str(out)]
+    job = Job(args, tmp_path)
+    try:
+        job.wait_for_output("[sft] step 2/40", timeout_s=400)
+        job.signal(signal.SIGTERM)
+        assert job.wait() == 143
+        last = job.output.strip().splitlines()[-1]
+        assert last.startswith("envharness sft: stopped by SIGTERM; kept ") and "Traceback" not in job.output
+        argv = shlex.split(last.split("Resume with: ")[1])
+        latest = latest_checkpoint(out)
+        assert argv[-3:] == ["--out", str(out), "--resume"] and latest is not None and latest.step >= 2
+        job.assert_nothing_left()
+        assert cli_main([*args, "--resume"]) == 0  # the same command, resumed
+        logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+        assert [log["step"] for log in logs if "loss" in log][-1] == 40
+    finally:
+        job.kill_all()

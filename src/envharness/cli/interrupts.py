@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 class InterruptGuard:
@@ -81,3 +81,17 @@ def say_interrupted(command: str, guard: InterruptGuard, kept: str, resume: str)
     """Print the one line an interrupted command leaves; returns its exit code."""
     print(f"envharness {command}: stopped by {guard.signal_name}; kept {kept}. Resume with: {resume}", file=sys.stderr, flush=True)
     return guard.exit_code
+
+
+def say_checkpoints_kept(command: str, guard: InterruptGuard, argv: Sequence[str] | None, output_dir: str,
+                         kept: Callable[[Any], str] | None = None) -> int:
+    """The line of an interrupted training run (`train`, `sft`): the newest checkpoint kept and
+    the command that resumes it, or, with none, the command that starts over."""
+    from envharness.integrations.trl.resume import latest_checkpoint
+
+    latest = latest_checkpoint(output_dir)
+    if latest is None:
+        command_line = resume_command(argv, out_flag="--out", out=output_dir).removesuffix(" --resume")
+        return say_interrupted(command, guard, f"nothing (no step finished) in {output_dir}", command_line)
+    what = kept(latest) if kept else f"{latest.step} step(s) in {latest.path}"
+    return say_interrupted(command, guard, what, resume_command(argv, out_flag="--out", out=output_dir))

@@ -139,8 +139,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"envharness sft: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
-    from envharness.integrations.trl.resume import latest_checkpoint
+    from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
 
     with InterruptGuard() as guard:
         try:
@@ -148,14 +147,8 @@ def run(args: argparse.Namespace) -> int:
         except TrainSetupError as exc:
             print(f"envharness sft: {exc}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:
-            argv = getattr(args, "_argv", None)
-            latest = latest_checkpoint(config.output_dir)
-            if latest is None:
-                command = resume_command(argv, out_flag="--out", out=config.output_dir).removesuffix(" --resume")
-                return say_interrupted("sft", guard, f"nothing (no step finished) in {config.output_dir}", command)
-            return say_interrupted("sft", guard, f"{latest.step} step(s) in {latest.path}",
-                                   resume_command(argv, out_flag="--out", out=config.output_dir))
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
+            return say_checkpoints_kept("sft", guard, getattr(args, "_argv", None), config.output_dir)
     print(f"fine-tuned {result['steps']} steps on {result['demonstrations']} demonstrations "
           f"({result['episodes']} episodes) in {result['seconds']:.0f}s")
     print(f"  model:          {result['final']}")

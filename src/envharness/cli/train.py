@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
+    from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
     from envharness.integrations.trl.training import TrainSetupError, train
 
     with InterruptGuard() as guard:
@@ -154,15 +154,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"envharness train: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
-            from envharness.integrations.trl.resume import count_step_records, latest_checkpoint
+            from envharness.integrations.trl.resume import count_step_records
 
-            argv = getattr(args, "_argv", None)
-            latest = latest_checkpoint(config.output_dir)
-            if latest is None:  # nothing to resume from: the same command starts over
-                command = resume_command(argv, out_flag="--out", out=config.output_dir).removesuffix(" --resume")
-                return say_interrupted("train", guard, f"nothing (no step finished) in {config.output_dir}", command)
-            kept = f"{latest.step} step(s) in {latest.path} and their {count_step_records(config.output_dir, latest.step)} episode record(s)"
-            return say_interrupted("train", guard, kept, resume_command(argv, out_flag="--out", out=config.output_dir))
+            return say_checkpoints_kept("train", guard, getattr(args, "_argv", None), config.output_dir, lambda latest: (
+                f"{latest.step} step(s) in {latest.path} and their "
+                f"{count_step_records(config.output_dir, latest.step)} episode record(s)"))
     print(f"trained {result.steps} steps in {result.seconds:.0f}s")
     print(f"  model:        {result.final_model_dir}")
     print(f"  episodes:     {result.records_path}")
