@@ -19,7 +19,7 @@ LAYERS = {
     "core": 0,
     "models": 1,
     "harness": 2, "mcp": 2,
-    "envs": 3,
+    "envs": 3, "policy": 3,
     "prompts": 4, "web": 4, "fleet": 4,
     "eval": 5, "integrations": 5,
     "cli": 6,

@@ -42,8 +42,11 @@ class McpEndpoint:
         from envharness.mcp.server import ToolsetProvider, build_server
 
         self.manager = manager
+        from envharness.mcp.outcomes import RolloutOutcomes
+
         self.provider = ToolsetProvider(manager, name)
-        self.server = build_server(manager, name, self.provider)
+        self.outcomes = RolloutOutcomes()  # what tagged sessions earned (`/mcp/rollouts/{id}`)
+        self.server = build_server(manager, name, self.provider, self.outcomes)
         self.dialect = OpenEnvDialect(manager, self.provider)
         self._http = None
 
@@ -94,8 +97,26 @@ def mount_mcp(app: FastAPI, manager: SessionManager, name: str) -> Callable[[], 
         return None
     for path in ("/mcp", "/mcp/"):
         app.add_route(path, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    _add_outcome_routes(app, endpoint)
     app.state.mcp = endpoint  # /ws sessions may share an MCP session's environment
     return endpoint.running
+
+
+def _add_outcome_routes(app: FastAPI, endpoint: McpEndpoint) -> None:
+    """`GET /mcp/rollouts/{id}`: what a tagged MCP session earned; `DELETE` forgets it."""
+    from fastapi import HTTPException
+
+    @app.get("/mcp/rollouts/{rollout_id}", include_in_schema=False)
+    async def rollout_outcome(rollout_id: str) -> dict:
+        outcome = endpoint.outcomes.get(rollout_id)
+        if outcome is None:
+            raise HTTPException(404, f"no MCP tool call was tagged with rollout {rollout_id!r}")
+        return outcome.to_dict()
+
+    @app.delete("/mcp/rollouts/{rollout_id}", include_in_schema=False)
+    async def forget_outcome(rollout_id: str) -> dict:
+        outcome = endpoint.outcomes.pop(rollout_id)
+        return outcome.to_dict() if outcome is not None else {}
 
 
 async def _read_body(receive: Receive) -> bytes | None:

@@ -18,6 +18,7 @@ from mcp.server.lowlevel import Server
 
 from envharness.core.sessions import SessionManager
 from envharness.mcp.handle import EnvSessionHandle
+from envharness.mcp.outcomes import RolloutOutcomes, rollout_tag
 from envharness.mcp.toolset import EnvToolset, run_tool, toolset_for
 
 INSTRUCTIONS = ("Each MCP session owns one environment session. Call `reset` first (the browser: task and seed), "
@@ -38,8 +39,10 @@ class ToolsetProvider:
         return self._toolset
 
 
-def build_server(manager: SessionManager, name: str, provider: ToolsetProvider | None = None) -> Server:
-    """A `Server` whose every session gets its own `EnvSessionHandle`, closed when the session ends."""
+def build_server(manager: SessionManager, name: str, provider: ToolsetProvider | None = None,
+                 outcomes: RolloutOutcomes | None = None) -> Server:
+    """A `Server` whose every session gets its own `EnvSessionHandle`, closed when the session ends.
+    With `outcomes`, tool calls of sessions tagged with a rollout id are recorded there (`outcomes.py`)."""
     provider = provider or ToolsetProvider(manager, name)
 
     @contextlib.asynccontextmanager
@@ -61,7 +64,13 @@ def build_server(manager: SessionManager, name: str, provider: ToolsetProvider |
     # Validation happens in `run_tool`, shared with the OpenEnv dialect.
     @server.call_tool(validate_input=False)
     async def call_tool(tool: str, arguments: dict) -> types.CallToolResult:
-        handle: EnvSessionHandle = server.request_context.lifespan_context
-        return await run_tool(await provider.get(), handle, tool, arguments)
+        context = server.request_context
+        handle: EnvSessionHandle = context.lifespan_context
+        before = handle.last
+        result = await run_tool(await provider.get(), handle, tool, arguments)
+        tag = rollout_tag(context.request) if outcomes is not None else None
+        if tag is not None:  # only a call that produced a new observation moved the episode
+            outcomes.record(tag, tool, handle.last if handle.last is not before else None, bool(result.isError))
+        return result
 
     return server

@@ -1,0 +1,141 @@
+"""The policy endpoint's one operation: a chat completion for a rollout, recorded exactly.
+
+`PolicyEndpoint.complete(rollout_id, body)` validates the OpenAI request (`wire.py`), works
+out which exact tokens it continues (`forks.py`), checks the context length, samples through
+the backend's batcher (`BatchingModelStep`: concurrent rollouts share one `generate` call;
+a lone call goes at once), records the `Turn` and answers in OpenAI's form. Tool calls are
+read from the model's text with the harness's JSON tool-call parser and returned only for
+functions the request offered. The HTTP routes (`app.py`) and in-process callers share it.
+
+`sampling` (a trainer's settings) overrides what agents ask for: GRPO's loss recomputes
+logprobs at the trainer's temperature, so the tokens must be sampled at it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envharness.harness.model_step import BatchingModelStep
+from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed, parse_json_tool_calls
+from envharness.models import chat
+from envharness.models.base import GenerationRequest, ModelBackend, SamplingParams
+from envharness.policy import errors
+from envharness.policy.forks import continuation, fork_size
+from envharness.policy.traces import RolloutTrace, TraceStore, Turn
+from envharness.policy.wire import ChatRequest, completion_body, tool_call_json
+
+#: Template tokens a message may add beyond one token per byte of its text (a safe bound
+#: for byte-level tokenizers; prompts near the limit are tokenized to know exactly).
+_TEMPLATE_SLACK_PER_MESSAGE = 32
+
+
+def backend_context_length(backend: Any) -> int | None:
+    """The model's context window, when the backend's model says (`max_position_embeddings`)."""
+    config = getattr(getattr(backend, "model", None), "config", None)
+    config = getattr(config, "text_config", None) or config
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+class PolicyEndpoint:
+    """Chat completions from `backend`, recorded per rollout in `store`."""
+
+    def __init__(self, backend: ModelBackend, *, store: TraceStore | None = None, model_name: str | None = None,
+                 context_length: int | None = None, sampling: dict[str, Any] | None = None,
+                 default_max_tokens: int = 256, tool_call_parser: ToolCallParser = parse_json_tool_calls) -> None:
+        self.store = store or TraceStore()
+        self.model_name = model_name or getattr(backend, "name", "policy")
+        self.context_length = context_length or backend_context_length(backend)
+        self.sampling = dict(sampling or {})
+        self.default_max_tokens = default_max_tokens
+        self.tool_call_parser = tool_call_parser
+        self.set_backend(backend)
+
+    def set_backend(self, backend: ModelBackend) -> None:
+        """Serve another backend from now on (a trainer's model after its weights moved)."""
+        self.backend = backend
+        self.batcher = BatchingModelStep(backend, max_wait_s=0.0)
+
+    def _sampling(self, request: ChatRequest) -> SamplingParams:
+        forced = self.sampling
+        max_tokens = request.max_completion_tokens or request.max_tokens or self.default_max_tokens
+        if forced.get("max_tokens"):
+            max_tokens = min(max_tokens, int(forced["max_tokens"]))
+        return SamplingParams(
+            temperature=float(forced.get("temperature", 1.0 if request.temperature is None else request.temperature)),
+            top_p=float(forced.get("top_p", 1.0 if request.top_p is None else request.top_p)),
+            top_k=int(forced.get("top_k", 0) or 0),
+            max_tokens=max_tokens,
+            stop=request.stops(),
+            seed=request.seed,
+        )
+
+    def _check_context(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, prefix: list[int] | None,
+                       start: int) -> None:
+        """Refuse a prompt past the context window; cheap unless the prompt is near it."""
+        limit = self.context_length
+        if limit is None:
+            return
+        new = messages[start:]
+        bound = len(prefix or []) + sum(len(str(m.get("content") or "").encode()) + _TEMPLATE_SLACK_PER_MESSAGE for m in new)
+        if tools and not prefix:
+            bound += len(str(tools).encode())
+        if bound < limit:
+            return
+        tokenizer = getattr(self.backend, "tokenizer", None)
+        if tokenizer is None or getattr(tokenizer, "accepts_images", False):
+            return  # checked on the tokens the backend returns
+        try:
+            count = len(chat.prompt_ids(tokenizer, messages, tools, prefix))
+        except ValueError as exc:
+            raise errors.invalid(str(exc), "messages") from None
+        if count >= limit:
+            raise errors.context_exceeded(count, limit)
+
+    async def complete(self, rollout_id: str | None, body: Any) -> dict[str, Any]:
+        """One chat completion for `rollout_id`; raises `PolicyError` with the OpenAI-style reason."""
+        if not rollout_id:
+            raise errors.missing_rollout()
+        request = ChatRequest.parse(body)
+        trace = self.store.live(rollout_id)
+        tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+        cont = continuation(trace, request.messages)
+        start = len(cont.parent.messages) + 1 if cont.parent is not None else 0
+        self._check_context(cont.messages, tools, cont.prefix_ids, start)
+        sampling = self._sampling(request)
+        try:
+            gen = await self.batcher.generate(GenerationRequest(cont.messages, tools, sampling, cont.prefix_ids))
+        except (ValueError, TypeError) as exc:
+            raise errors.invalid(f"the model cannot take this request: {exc}", "messages") from None
+        except Exception as exc:
+            raise errors.backend_failed(exc) from None
+        if self.context_length is not None and len(gen.prompt_ids) >= self.context_length:
+            raise errors.context_exceeded(len(gen.prompt_ids), self.context_length)
+        turn = self._record(trace, request, tools, cont.parent, gen, sampling)
+        return completion_body(
+            completion_id=f"chatcmpl-{rollout_id}-{turn.index}", model=request.model or self.model_name, text=gen.text,
+            tool_calls=turn.tool_calls, finish_reason=gen.finish_reason, prompt_tokens=len(gen.prompt_ids),
+            completion_tokens=len(gen.completion_ids),
+            extra={"rollout_id": rollout_id, "turn": turn.index, "fork": turn.fork, "fork_tokens": turn.fork_tokens},
+        )
+
+    def _record(self, trace: RolloutTrace, request: ChatRequest, tools: list[dict[str, Any]] | None, parent: Turn | None,
+                gen: Any, sampling: SamplingParams) -> Turn:
+        if trace.ended:  # ended while this call was sampling: the driver has taken the trace
+            raise errors.ended_rollout(trace.rollout_id)
+        index = len(trace.turns)
+        offered = {t["function"]["name"] for t in tools or []}
+        calls = [c for c in normalize_parsed(self.tool_call_parser(gen.text)) if c.name in offered] if offered else []
+        dropped = fork_size(trace, gen.prompt_ids)
+        turn = Turn(
+            index=index, messages=request.messages, tools=tools, prompt_ids=list(gen.prompt_ids),
+            completion_ids=list(gen.completion_ids), logprobs=[float(x) for x in gen.logprobs], text=gen.text,
+            tool_calls=[tool_call_json(f"call_{trace.rollout_id[:12]}_{index}_{i}", c.name, c.args) for i, c in enumerate(calls)],
+            finish_reason=gen.finish_reason, parent=parent.index if parent is not None else None,
+            fork=index > 0 and dropped > 0, fork_tokens=dropped,
+            sampling={"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                      "max_tokens": sampling.max_tokens},
+            images=list(gen.images), image_token_counts=list(gen.image_token_counts), image_token_id=gen.image_token_id,
+        )
+        trace.turns.append(turn)
+        return turn

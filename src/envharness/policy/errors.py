@@ -1,0 +1,55 @@
+"""OpenAI-style errors of the policy endpoint: `{"error": {"message", "type", "param", "code"}}`.
+
+An agent's SDK turns these into its own exceptions (`openai.NotFoundError`, ...), so every
+refusal says what was wrong in the shape the agent already handles; the endpoint stays up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class PolicyError(Exception):
+    """A request the endpoint refuses: HTTP `status`, OpenAI `type` and `code`, and the reason."""
+
+    status: int
+    message: str
+    code: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def unknown_rollout(rollout_id: str) -> PolicyError:
+    return PolicyError(404, f"unknown rollout id {rollout_id!r}: open one with POST /rollouts first", "rollout_not_found",
+                       param="rollout_id")
+
+
+def ended_rollout(rollout_id: str) -> PolicyError:
+    return PolicyError(409, f"rollout {rollout_id!r} has ended; no more model calls are recorded for it", "rollout_ended",
+                       param="rollout_id")
+
+
+def missing_rollout() -> PolicyError:
+    return PolicyError(400, "no rollout id: call /rollouts/{id}/v1/chat/completions or send an X-Rollout-Id header",
+                       "rollout_id_missing", param="rollout_id")
+
+
+def context_exceeded(prompt_tokens: int, context: int) -> PolicyError:
+    return PolicyError(400, f"this model's maximum context length is {context} tokens, but the prompt has {prompt_tokens}",
+                       "context_length_exceeded", param="messages")
+
+
+def invalid(message: str, param: str | None = None, code: str = "invalid_request") -> PolicyError:
+    return PolicyError(400, message, code, param=param)
+
+
+def backend_failed(exc: BaseException) -> PolicyError:
+    return PolicyError(500, f"the model backend failed: {type(exc).__name__}: {exc}", "backend_error", type="server_error")
