@@ -38,6 +38,9 @@ def test_train_two_steps_leaves_checkpoints_curve_and_every_episode(tmp_path, ca
     steps = [log for log in logs if "reward" in log]
     assert [log["step"] for log in steps] == [1, 2]
     assert all("rewards/reward_success/mean" in log and "rewards/reward_sum/mean" in log for log in steps)
+    for log in steps:  # exploration along the curve: zero-variance and all-failed groups, with their errors
+        assert "frac_reward_zero_std" in log and log["sampled_nll"] > 0
+        assert 0 <= log["groups/all_failed"] <= 1 and isinstance(log["groups/all_failed_errors"], list)
 
     records = read_records(out / "episodes.jsonl")  # the shared records format, every episode of every step
     assert sorted(r.metrics["train_step"] for r in records) == [0, 0, 0, 0, 1, 1, 1, 1]

@@ -63,13 +63,23 @@ class TimeBudgetCallback(TrainerCallback):
             control.should_save = True
 
 
+# the exploration curves drawn under the reward (key: line style, label)
+EXPLORATION_KEYS = {
+    "entropy": ("^-", "entropy (TRL, loss steps)"),
+    "sampled_nll": ("v-", "sampled NLL (every step)"),
+    "frac_reward_zero_std": ("s--", "zero-variance groups"),
+    "groups/all_failed": ("x:", "all-failed groups"),
+}
+
+
 def reward_curve(history: list[dict[str, Any]], key: str = "reward") -> list[tuple[int, float]]:
     """(step, value) for every logged step that has `key`."""
     return [(int(h["step"]), float(h[key])) for h in history if key in h and "step" in h and not math.isnan(float(h[key]))]
 
 
 def plot_reward_curve(history: list[dict[str, Any]], path: str | Path, *, title: str = "GRPO", window: int = 5) -> Path | None:
-    """Mean reward per step and its moving average as a PNG; None when nothing was logged."""
+    """Mean reward per step and its moving average as a PNG, with the exploration curves (entropy,
+    zero-variance and all-failed groups) below when logged; None when nothing was logged."""
     points = reward_curve(history)
     if not points:
         return None
@@ -80,18 +90,27 @@ def plot_reward_curve(history: list[dict[str, Any]], path: str | Path, *, title:
 
     steps, values = zip(*points)
     smooth = [sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    explored = [key for key in EXPLORATION_KEYS if reward_curve(history, key)]
+    fig, axes = plt.subplots(2 if explored else 1, 1, figsize=(7, 6.5 if explored else 4), sharex=True, squeeze=False)
+    ax = axes[0][0]
     ax.plot(steps, values, "o-", alpha=0.35, label="mean reward per step")
     ax.plot(steps, smooth, "-", linewidth=2, label=f"moving average ({window} steps)")
     success = reward_curve(history, "rewards/reward_success/mean")
     if success and [v for _, v in success] != list(values):
         ax.plot(*zip(*success), "--", alpha=0.6, label="success rate")
-    ax.set_xlabel("training step")
     ax.set_ylabel("reward")
     ax.set_ylim(-0.05, max(1.05, max(values) + 0.05))
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
+    if explored:  # exploration: does the policy still vary, and do groups still carry signal?
+        low = axes[1][0]
+        for key in explored:
+            low.plot(*zip(*reward_curve(history, key)), EXPLORATION_KEYS[key][0], alpha=0.6, label=EXPLORATION_KEYS[key][1])
+        low.set_ylabel("nats/token, share of groups")
+        low.grid(alpha=0.3)
+        low.legend(loc="upper right", fontsize=8)
+    axes[-1][0].set_xlabel("training step")
     path = Path(path)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

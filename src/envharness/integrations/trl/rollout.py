@@ -239,6 +239,7 @@ def build_trl_rollout_func(
         ordered = [results[i] for i in range(len(prompts))]
         out["step_rewards"] = [_step_rewards(r) for r in ordered]
         out["success"] = [_success(r) for r in ordered]
+        out["error"] = [r.error for r in ordered]  # why an episode failed (exploration.py reports all-failed groups)
         if with_images:  # a row without tokens of its own (TRL's placeholder) shows no images
             out["episode_images"] = [list(r.images) if r.completion_ids else [] for r in ordered]
             out["image_token_counts"] = [list(r.image_token_counts) if r.completion_ids else [] for r in ordered]

@@ -305,6 +305,7 @@ def train(
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
     from envharness.integrations.trl.resume import StepBoundary, save_finished_steps, trim_to_step
     from envharness.integrations.trl.no_signal import skip_batches_without_signal
+    from envharness.integrations.trl.exploration import GroupStats
     from envharness.integrations.trl.step_timing import StepTimer
 
     from envharness.integrations.trl import vision as vision_grpo
@@ -339,6 +340,7 @@ def train(
             env_options=config.env_options) as make_client:
         records_path = out / "episodes.jsonl"
         timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
+        groups = GroupStats()  # logs all-failed / all-succeeded groups, their errors, sampled_nll per step
         if is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
                 make_client, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
@@ -363,9 +365,9 @@ def train(
             reward_funcs=[reward_functions(config.env)[r] for r in config.rewards],
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
-            rollout_func=timer.wrap(rollout_func),
+            rollout_func=groups.wrap(timer.wrap(rollout_func)),
             peft_config=_lora_config(config) if config.lora else None,
-            callbacks=[timer.callback(), ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
+            callbacks=[timer.callback(), groups.callback(), ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
         )
         boundary = StepBoundary()
         trainer.add_callback(boundary)
@@ -385,7 +387,9 @@ def train(
     trainer.save_model(str(final_dir))
     tokenizer.save_pretrained(str(final_dir))
     history = list(trainer.state.log_history)
-    curve = plot_reward_curve(history, out / "reward_curve.png", title=f"GRPO on {', '.join(config.tasks)}")
+    logged = out / "train_log.jsonl"  # what callbacks added to each step's log (exploration, timing) is only here
+    plotted = [json.loads(line) for line in logged.read_text().splitlines() if line.strip()] if logged.exists() else history
+    curve = plot_reward_curve(plotted, out / "reward_curve.png", title=f"GRPO on {', '.join(config.tasks)}")
     return TrainResult(trainer.model, out, final_dir, records_path, curve, trainer.state.global_step, seconds, history)
 
 

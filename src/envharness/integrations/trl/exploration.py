@@ -1,0 +1,103 @@
+"""Exploration along a GRPO run: which groups carried no signal, and why the all-failed ones failed.
+
+    stats = GroupStats()
+    trainer = GRPOTrainer(..., rollout_func=stats.wrap(rollout_func), callbacks=[stats.callback(), ...])
+
+TRL logs `entropy` (only on steps whose loss pass runs; `no_signal.py` skips the others) and
+`frac_reward_zero_std` (groups whose rewards are all equal: all failed and all succeeded look
+the same there). Every logged step here also carries:
+
+- `groups/all_failed` and `groups/all_succeeded`: the share of groups (one page, all its
+  episodes) where every episode failed, or every one succeeded. All-failed groups mean the
+  policy never finds the answer on that page; all-succeeded groups mean it has nothing left to
+  learn there. Both carry no signal.
+- `groups/all_failed_errors`: one line per all-failed group, `task seed: error (count/n)`, the
+  commonest error of its episodes (`no error` when the episodes ended without success but
+  without an error either: a wrong answer, or out of turns).
+- `sampled_nll`: the mean negative log-probability of the sampled model tokens, which at
+  temperature 1 estimates the policy's per-token entropy on the pages it plays, on every step
+  (also those whose loss pass is skipped and so have no `entropy`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+
+RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
+
+
+def group_stats(prompts: list[Any], out: dict[str, list[Any]]) -> dict[str, Any]:
+    """The exploration metrics of one rollout batch: episodes of the same prompt (page) form a group."""
+    from envharness.integrations.trl.rollout import parse_task_prompt
+
+    success = [bool(s) for s in out.get("success") or [False] * len(prompts)]
+    errors = out.get("error") or [None] * len(prompts)
+    groups: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(str(prompt), []).append(i)
+    failed_lines = []
+    all_succeeded = 0
+    for prompt, rows in groups.items():
+        if all(success[i] for i in rows):
+            all_succeeded += 1
+        elif not any(success[i] for i in rows):
+            task, seed = parse_task_prompt(prompt)
+            error, count = Counter(_short(errors[i]) for i in rows).most_common(1)[0]
+            failed_lines.append(f"{task} {seed}: {error} ({count}/{len(rows)})")
+    model_logprobs = [lp for lps, mask in zip(out.get("logprobs") or [], out.get("env_mask") or []) for lp, m in zip(lps, mask) if m]
+    n = max(1, len(groups))
+    stats: dict[str, Any] = {
+        "groups/all_failed": len(failed_lines) / n,
+        "groups/all_succeeded": all_succeeded / n,
+        "groups/all_failed_errors": failed_lines,
+    }
+    if model_logprobs:
+        stats["sampled_nll"] = -sum(model_logprobs) / len(model_logprobs)
+    return stats
+
+
+def _short(error: Any) -> str:
+    if not error:
+        return "no error"
+    line = str(error).strip().splitlines()[0] if str(error).strip() else "error"
+    return line[:160]
+
+
+class GroupStats:
+    """Collects `group_stats` for every rollout of a step and adds them to that step's log."""
+
+    def __init__(self) -> None:
+        self.prompts: list[Any] = []
+        self.out: dict[str, list[Any]] = {}
+
+    def wrap(self, rollout_func: RolloutFunc) -> RolloutFunc:
+        def observed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+            out = rollout_func(prompts, trainer)
+            n = len(prompts)
+            self.prompts.extend(prompts)
+            self.out.setdefault("success", []).extend(out.get("success") or [False] * n)
+            self.out.setdefault("error", []).extend(out.get("error") or [None] * n)
+            self.out.setdefault("logprobs", []).extend(out.get("logprobs") or [])
+            self.out.setdefault("env_mask", []).extend(out.get("env_mask") or [])
+            return out
+
+        observed.records = getattr(rollout_func, "records", None)  # type: ignore[attr-defined]
+        return observed
+
+    def callback(self) -> TrainerCallback:
+        return _GroupStatsCallback(self)
+
+
+class _GroupStatsCallback(TrainerCallback):
+    def __init__(self, stats: GroupStats):
+        self.stats = stats
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.stats.prompts, self.stats.out = [], {}
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if logs is not None and "loss" in logs and self.stats.prompts:
+            logs.update(group_stats(self.stats.prompts, self.stats.out))

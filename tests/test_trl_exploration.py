@@ -1,0 +1,57 @@
+"""Exploration metrics of a GRPO step: all-failed groups with their error, all-succeeded groups,
+and the sampled tokens' negative log-probability (what `train_log.jsonl` and the curve show)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from envharness.integrations.trl.exploration import GroupStats, group_stats
+from envharness.integrations.trl.rollout import task_prompt
+
+
+def _batch():
+    a, b, c = task_prompt("enter-text", 1_000_001), task_prompt("login-user", 1_000_002), task_prompt("enter-text", 1_000_003)
+    prompts = [a, a, b, b, c, c]
+    out = {
+        "success": [False, False, True, False, True, True],
+        "error": ["ElementNotActionable: element 12 is covered by element 13\ntrace", "ElementNotActionable: element 12 is covered by element 13", None, None, None, None],
+        "logprobs": [[-1.0, 0.0], [-3.0], [-2.0], [-2.0], [-0.5], [-0.5]],
+        "env_mask": [[1, 0], [1], [1], [1], [1], [1]],  # the page's tokens (mask 0) are not the policy's
+    }
+    return prompts, out
+
+
+def test_all_failed_groups_are_named_with_their_commonest_error():
+    prompts, out = _batch()
+    stats = group_stats(prompts, out)
+    assert stats["groups/all_failed"] == pytest.approx(1 / 3)  # page a: both episodes failed
+    assert stats["groups/all_succeeded"] == pytest.approx(1 / 3)  # page c: nothing left to learn
+    assert stats["groups/all_failed_errors"] == ["enter-text 1000001: ElementNotActionable: element 12 is covered by element 13 (2/2)"]
+    assert stats["sampled_nll"] == pytest.approx((1 + 3 + 2 + 2 + 0.5 + 0.5) / 6)
+
+
+def test_a_failure_without_an_error_says_so():
+    prompt = task_prompt("login-user", 1_000_004)
+    stats = group_stats([prompt, prompt], {"success": [False, False], "error": [None, None]})
+    assert stats["groups/all_failed_errors"] == ["login-user 1000004: no error (2/2)"]
+    assert "sampled_nll" not in stats  # no token logprobs: nothing to estimate from
+
+
+def test_group_stats_reach_the_step_log_once_per_step():
+    prompts, out = _batch()
+    stats = GroupStats()
+    calls = iter([{k: v[:4] for k, v in out.items()}, {k: v[4:] for k, v in out.items()}])
+    rollout = stats.wrap(lambda p, trainer: next(calls))
+    callback = stats.callback()
+    callback.on_step_begin(None, None, None)
+    rollout(prompts[:4], None)  # a step may roll out in several calls
+    rollout(prompts[4:], None)
+    logs = {"loss": 0.0}
+    callback.on_log(None, None, None, logs=logs)
+    assert logs["groups/all_failed"] == pytest.approx(1 / 3) and not math.isnan(logs["sampled_nll"])
+    callback.on_step_begin(None, None, None)  # the next step starts empty
+    quiet = {"loss": 0.0}
+    callback.on_log(None, None, None, logs=quiet)
+    assert quiet == {"loss": 0.0}
