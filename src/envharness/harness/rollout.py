@@ -241,6 +241,30 @@ def rollout_metrics(results: Sequence[HarnessRolloutResult]) -> dict[str, float]
             "infra_failure_fraction": infra / n if n else 0.0}
 
 
+def rollout_outputs(results: Sequence[HarnessRolloutResult], trainer: Any, *, reward_key: str = "env_reward",
+                    train_on_failed: bool = False) -> dict[str, list[Any]]:
+    """TRL's rollout_func dict for finished episodes, in order: exact tokens (a failed episode's
+    env_mask all 0 unless `train_on_failed`; one placeholder token for an episode without any),
+    `reward_key` (0.0 for failed episodes) and `verify_metrics` (with `error`, `infra_failure`)."""
+    out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], reward_key: [], "verify_metrics": []}
+    for r in results:
+        tokens = {"prompt_ids": r.prompt_ids, "completion_ids": r.completion_ids, "logprobs": r.logprobs, "env_mask": r.env_mask}
+        if not r.completion_ids:
+            tokens = _placeholder_tokens(trainer) or tokens
+        elif r.error is not None and not train_on_failed:
+            tokens["env_mask"] = [0] * len(r.env_mask)
+        for key, value in tokens.items():
+            out[key].append(list(value))
+        out[reward_key].append(float(r.env_reward or 0.0))
+        metrics = dict(r.verify.metrics) if r.verify is not None else {}
+        if r.error is not None:
+            metrics["error"] = r.error
+        if is_infra_failure(r):
+            metrics[INFRA_FAILURE_KEY] = True
+        out["verify_metrics"].append(metrics)
+    return out
+
+
 def build_harness_rollout_func(
     *,
     session_factory: Any,
@@ -282,22 +306,7 @@ def build_harness_rollout_func(
                 episode_timeout_s=episode_timeout_s,
             )
         )
-        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], reward_key: [], "verify_metrics": []}
-        for r in results:
-            tokens = {"prompt_ids": r.prompt_ids, "completion_ids": r.completion_ids, "logprobs": r.logprobs, "env_mask": r.env_mask}
-            if not r.completion_ids:
-                tokens = _placeholder_tokens(trainer) or tokens
-            elif r.error is not None and not train_on_failed:
-                tokens["env_mask"] = [0] * len(r.env_mask)
-            for key, value in tokens.items():
-                out[key].append(list(value))
-            out[reward_key].append(float(r.env_reward or 0.0))
-            metrics = dict(r.verify.metrics) if r.verify is not None else {}
-            if r.error is not None:
-                metrics["error"] = r.error
-            if is_infra_failure(r):
-                metrics[INFRA_FAILURE_KEY] = True
-            out["verify_metrics"].append(metrics)
+        out = rollout_outputs(results, trainer, reward_key=reward_key, train_on_failed=train_on_failed)
         rollout_func.last_metrics = rollout_metrics(results)  # type: ignore[attr-defined]
         return out
 

@@ -1,0 +1,121 @@
+"""TRL GRPO for agents that own their loop: `build_agent_rollout_func(agent, env_url=...)`.
+
+    rollout_func = build_agent_rollout_func(load_agent("examples/openai_mcp_agent/agent.py:play"), env_url=env.base_url)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, rollout_func=rollout_func,
+                          reward_funcs=[reward_success], train_dataset=task_dataset(["click-test"], 64), ...)
+
+Each call serves the trainer's model (`trainer_backend`: the model being trained, or TRL's
+vLLM) through the policy endpoint (`policy/`), sampling at the trainer's settings whatever the
+agent asks, and runs one copy of the agent per prompt, concurrently (`max_concurrency`),
+each on its own rollout id against the endpoint and the environment's `/mcp`
+(`policy/agents.py`). Each rollout becomes one row (`policy/samples.py`): the exact tokens
+(env_mask 1 on the model's, 0 on what the agent and its tools added), the environment's
+reward (`env_reward`, `step_rewards`, `success`, as `build_trl_rollout_func` gives, so the
+same reward functions apply), and in `verify_metrics` the forks and tokens left out.
+`rollout_func.close()` stops the endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from envharness.harness.concurrency import run_coroutine_sync
+from envharness.harness.records import EpisodeRecordWriter
+from envharness.harness.rollout import rollout_metrics, rollout_outputs
+from envharness.harness.types import HarnessRolloutResult, VerifyResult
+from envharness.integrations.trl.rollout import RolloutFunc, parse_task_prompt, trainer_backend, trainer_sampling
+from envharness.policy.agents import AgentResult, run_agent
+from envharness.policy.samples import trace_sample
+from envharness.policy.server import PolicyServer
+
+log = logging.getLogger(__name__)
+
+
+def agent_episode(result: AgentResult) -> HarnessRolloutResult:
+    """An agent rollout in the harness's episode form (tokens, reward, verify metrics, records)."""
+    sample = trace_sample(result.trace)
+    outcome = result.outcome
+    reward = float(outcome.get("reward") or 0.0)
+    success = reward > 0.0
+    metrics = {**sample.metrics, "success": success, "done": bool(outcome.get("done")),
+               "tool_calls": int(outcome.get("tool_calls") or 0), "tool_errors": int(outcome.get("tool_errors") or 0),
+               "agent_seconds": round(result.seconds, 3)}
+    last = result.trace.turns[-1] if result.trace.turns else None
+    messages = [*last.messages, {"role": "assistant", "content": last.text}] if last is not None else []
+    return HarnessRolloutResult(
+        messages=messages, done=bool(outcome.get("done")), metrics=dict(sample.metrics),
+        prompt_ids=sample.prompt_ids, completion_ids=sample.completion_ids, logprobs=sample.logprobs, env_mask=sample.env_mask,
+        images=sample.images, image_token_counts=sample.image_token_counts,
+        task=result.trace.metadata.get("task"), seed=result.trace.metadata.get("seed"), episode_id=result.trace.rollout_id,
+        env_reward=reward, verify=VerifyResult(env_reward=reward, done=bool(outcome.get("done")), metrics=metrics),
+        error=result.error, timings={"agent_s": result.seconds},
+    )
+
+
+def build_agent_rollout_func(
+    agent: Callable[..., Any],
+    *,
+    env_url: str,
+    env_token: str | None = None,
+    max_concurrency: int | None = None,
+    timeout_s: float | None = None,
+    records: str | Path | EpisodeRecordWriter | None = None,
+    backend_factory: Callable[[Any], Any] = trainer_backend,
+    train_on_failed: bool = False,
+) -> RolloutFunc:
+    """A TRL 1.16 `rollout_func(prompts, trainer)` running one copy of `agent` per prompt."""
+    writer = EpisodeRecordWriter(records) if isinstance(records, (str, Path)) else records
+    servers: list[PolicyServer] = []
+
+    def policy(trainer: Any) -> PolicyServer:
+        backend = backend_factory(trainer)
+        if not servers:
+            servers.append(PolicyServer(backend, sampling=trainer_sampling(trainer)))
+        else:
+            servers[0].endpoint.set_backend(backend)
+            servers[0].endpoint.sampling = trainer_sampling(trainer)
+        return servers[0]
+
+    async def play_all(server: PolicyServer, prompts: list[Any]) -> list[AgentResult]:
+        limit = asyncio.Semaphore(max_concurrency or max(1, len(prompts)))
+
+        async def one(prompt: Any) -> AgentResult:
+            task, seed = parse_task_prompt(prompt)
+            async with limit:
+                return await run_agent(agent, policy=server, env_url=env_url, task=task, seed=seed,
+                                       timeout_s=timeout_s, env_token=env_token)
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        server = policy(trainer)
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+        results = run_coroutine_sync(play_all(server, list(prompts)))
+        episodes = [agent_episode(r) for r in results]
+        for result, episode in zip(results, episodes):
+            episode.metrics["train_step"] = step
+            if writer is not None:
+                writer.write(episode)
+            server.store.discard(result.trace.rollout_id)
+        out = rollout_outputs(episodes, trainer, train_on_failed=train_on_failed)
+        out["step_rewards"] = [list(r.outcome.get("step_rewards") or []) for r in results]
+        out["success"] = [bool(e.verify.metrics["success"]) for e in episodes]
+        rollout_func.last_metrics = {**rollout_metrics(episodes), "forks": sum(r.trace.forks for r in results)}  # type: ignore[attr-defined]
+        for r in results:
+            if r.error:
+                log.warning("agent rollout %s failed: %s", r.trace.rollout_id, r.error)
+        return out
+
+    def close() -> None:
+        for server in servers:
+            server.close()
+        servers.clear()
+
+    rollout_func.records = writer  # type: ignore[attr-defined]
+    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
+    rollout_func.close = close  # type: ignore[attr-defined]
+    rollout_func.policy = lambda: servers[0] if servers else None  # type: ignore[attr-defined]
+    return rollout_func
