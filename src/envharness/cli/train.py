@@ -7,6 +7,7 @@
     envharness train --model ./my-qwen2-vl --max-turns 2          # a vision-language model: screenshots
     envharness train --tasks click-button --lora --out runs/cb --resume   # go on after Ctrl-C, SIGTERM, SIGKILL
     envharness train --env textarena --tasks Wordle-v0 --max-turns 6 --reward success --reward greens
+    envharness train --agent examples/openai_mcp_agent/agent.py:play --tasks click-test   # your own agent's loop
 
 Leaves checkpoints, `final/`, `episodes.jsonl` (every episode of every step), `train_log.jsonl`
 and `reward_curve.png` in `--out` (old spelling: `--output-dir`).
@@ -70,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vision models: longest side of the screenshots they see, in pixels")
     parser.add_argument("--vision-page-text", choices=["elements", "axtree", "none"], default=d.vision_page_text,
                         help="vision models: page text shown beside the screenshot")
+    # agents that own their loop (issue 24)
+    parser.add_argument("--agent", default=None, metavar="MODULE:FUNCTION",
+                        help="train your own agent (module.path:function or path/to/agent.py:function, written against "
+                             "the openai and mcp SDKs) through the policy endpoint, instead of the harness's loop")
     # resuming (issue 17)
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in --out (records and curve continue)")
@@ -94,6 +99,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("give one of --env-url, --env-urls and --servers (N >= 1)")
     if args.ray_address and not args.servers:
         raise ValueError("--ray-address needs --servers")
+    if args.agent and (args.env_urls or args.servers):
+        raise ValueError("--agent plays through one server's /mcp: give --env-url (or nothing), not --env-urls/--servers")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out (the run folder to continue)")
     return TrainConfig(
@@ -128,6 +135,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         screenshot_max_side=args.screenshot_max_side,
         vision_page_text=args.vision_page_text,
         resume=args.resume,
+        agent=args.agent,
     )
 
 

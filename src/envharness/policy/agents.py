@@ -9,6 +9,7 @@ MCP client of its own. It is called with keyword arguments, only those its signa
     model      the served model's name
     task, seed which episode to play (from the dataset prompt)
     rollout_id the id itself
+    ...        whatever the driver adds (`extra`: `envharness train` offers `max_turns`)
 
 `run_agent` opens the rollout, awaits the agent, ends the rollout and reads what the
 environment recorded for the tag (`GET /mcp/rollouts/{id}`): the reward comes from the
@@ -95,12 +96,12 @@ async def fetch_outcome(env_url: str, rollout_id: str, *, token: str | None = No
 
 
 async def run_agent(agent: Callable[..., Any], *, policy: Any, env_url: str, task: Any = None, seed: int | None = None,
-                    timeout_s: float | None = None, env_token: str | None = None) -> AgentResult:
+                    timeout_s: float | None = None, env_token: str | None = None, extra: dict[str, Any] | None = None) -> AgentResult:
     """Play one rollout with `agent` against `policy` (a `PolicyServer`) and the server at `env_url`."""
     rollout_id = uuid.uuid4().hex
     trace = policy.store.open(rollout_id, task=task, seed=seed)
     offered = {"base_url": policy.rollout_url(rollout_id), "mcp_url": f"{env_url.rstrip('/')}/mcp?rollout={rollout_id}",
-               "api_key": rollout_id, "model": policy.endpoint.model_name, "task": task, "seed": seed, "rollout_id": rollout_id}
+               "api_key": rollout_id, "model": policy.endpoint.model_name, "task": task, "seed": seed, "rollout_id": rollout_id, **(extra or {})}
     kwargs = agent_kwargs(agent, offered)
     result = AgentResult(trace)
     started = time.perf_counter()

@@ -65,8 +65,10 @@ def build_agent_rollout_func(
     records: str | Path | EpisodeRecordWriter | None = None,
     backend_factory: Callable[[Any], Any] = trainer_backend,
     train_on_failed: bool = False,
+    agent_kwargs: dict[str, Any] | None = None,
 ) -> RolloutFunc:
-    """A TRL 1.16 `rollout_func(prompts, trainer)` running one copy of `agent` per prompt."""
+    """A TRL 1.16 `rollout_func(prompts, trainer)` running one copy of `agent` per prompt
+    (`agent_kwargs`: more arguments offered to it, e.g. `max_turns`)."""
     writer = EpisodeRecordWriter(records) if isinstance(records, (str, Path)) else records
     servers: list[PolicyServer] = []
 
@@ -86,7 +88,7 @@ def build_agent_rollout_func(
             task, seed = parse_task_prompt(prompt)
             async with limit:
                 return await run_agent(agent, policy=server, env_url=env_url, task=task, seed=seed,
-                                       timeout_s=timeout_s, env_token=env_token)
+                                       timeout_s=timeout_s, env_token=env_token, extra=agent_kwargs)
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))
 

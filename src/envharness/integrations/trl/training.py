@@ -77,6 +77,9 @@ class TrainConfig:
     env_urls: list[str] = field(default_factory=list)
     servers: int = 0
     ray_address: str | None = None
+    #: An agent that owns its loop (`module:function` or `path/to/agent.py:function`, issue 24):
+    #: trained through the policy endpoint instead of the harness's own loop.
+    agent: str | None = None
     # -- vision policies (integrations/trl/vision.py) --
     #: Longest side of the screenshots shown to a vision model, in pixels.
     screenshot_max_side: int | None = 448
@@ -204,6 +207,19 @@ def env_clients(env: str = "browsergym", env_url: str | None = None, *, env_urls
 
 
 browser_clients = functools.partial(env_clients, "browsergym")
+
+
+@contextlib.contextmanager
+def agent_env_url(env: str, env_url: str | None, env_options: dict[str, Any] | None = None) -> Iterator[str]:
+    """The URL of a server of `env` (with `/mcp`) for agents that play through MCP: `env_url`,
+    or a server started on loopback for the duration of the block."""
+    if env_url:
+        yield env_url
+        return
+    from envharness.core.launchers import LocalServer
+
+    with LocalServer(env, **{**train_server_options(env), **(env_options or {})}) as server:
+        yield server.base_url
 
 
 def _train_prompt(env: str) -> str:
@@ -335,13 +351,25 @@ def train(
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
 
-    with contextlib.nullcontext(client_factory) if client_factory else env_clients(
+    if config.agent:  # the agent plays through the server's /mcp: it needs the server's URL
+        environment = agent_env_url(config.env, config.env_url, config.env_options)
+    else:
+        environment = contextlib.nullcontext(client_factory) if client_factory else env_clients(
             config.env, config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
-            env_options=config.env_options) as make_client:
+            env_options=config.env_options)
+    with environment as make_client:
         records_path = out / "episodes.jsonl"
         timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
         groups = GroupStats()  # logs all-failed / all-succeeded groups, their errors, sampled_nll per step
-        if is_vlm:
+        if config.agent:
+            from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
+            from envharness.policy.agents import load_agent
+
+            rollout_func = build_agent_rollout_func(
+                load_agent(config.agent), env_url=make_client, backend_factory=timer.backend_factory,
+                agent_kwargs={"max_turns": config.max_turns},
+                records=EpisodeRecordWriter(records_path, append=checkpoint is not None))
+        elif is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
                 make_client, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
                 backend_factory=functools.partial(timer.backend_factory, inner_factory=vision_grpo.vision_trainer_backend),
@@ -381,6 +409,7 @@ def train(
             raise
         finally:
             rollout_func.records.close()
+            getattr(rollout_func, "close", lambda: None)()  # an agent's policy endpoint
         seconds = time.perf_counter() - started
 
     final_dir = out / "final"
