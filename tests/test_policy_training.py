@@ -1,0 +1,182 @@
+"""Training an agent that owns its loop (issue 24), checked where the trainers use the data.
+
+1. A real `GRPOTrainer` step on the example agent (`examples/openai_mcp_agent/agent.py`, the
+   openai and mcp SDKs only) playing MiniWoB through `/mcp` with a tiny model behind the
+   policy endpoint: at loss time, the logprob TRL recomputes over each captured multi-turn
+   sequence equals the sampling logprob on every model token, and every token the agent added
+   between its calls is masked out of the loss.
+2. `envharness train --agent ...:play` with the embedded model: one GRPO step, end to end.
+3. The same agent as OpenEnv 0.10 `TrainableSession`s, run by TRL 1.16's async GRPO harness
+   worker's own session code (the vLLM server it would sample from is replaced by our backend).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from envharness.integrations.trl import task_dataset
+from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
+from envharness.integrations.trl.rewards import reward_success
+from envharness.integrations.trl.training import TrainConfig, grpo_config
+from envharness.policy.agents import load_agent
+
+pytestmark = pytest.mark.timeout(900)
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+AGENT = "examples/openai_mcp_agent/agent.py:play"
+TURNS = 3
+
+
+def reply_length(completions, **kwargs):
+    """Gives the group different rewards even when no episode succeeds (a random model)."""
+    return [float(len(c)) for c in completions]
+
+
+def runs(mask: list[int], value: int) -> list[tuple[int, int]]:
+    out, start = [], None
+    for i, m in enumerate([*mask, None]):
+        if m == value and start is None:
+            start = i
+        elif m != value and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
+@pytest.fixture(scope="module")
+def env_url():
+    from envharness.core.launchers import LocalServer
+
+    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
+        yield server.base_url
+
+
+def test_loss_time_logprobs_match_the_endpoints_sampling_and_agent_text_is_masked(env_url, tmp_path):
+    from trl import GRPOTrainer
+
+    from envharness.models.embedded import tiny_test_model
+
+    model, tokenizer = tiny_test_model(seed=0)
+    rollout_func = build_agent_rollout_func(load_agent(str(ROOT / AGENT)), env_url=env_url, agent_kwargs={"max_turns": TURNS},
+                                            records=tmp_path / "episodes.jsonl")
+    handed = {}
+
+    def spy(prompts, trainer):
+        out = rollout_func(prompts, trainer)
+        handed.update(out)
+        return out
+
+    config = TrainConfig(model="tiny", output_dir=str(tmp_path), max_steps=1, num_generations=2, groups_per_step=2,
+                         max_completion_length=6, temperature=1.0, learning_rate=1e-3)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward_success, reply_length],
+                          args=grpo_config(config, save_strategy="no"),
+                          train_dataset=task_dataset(["click-test"], 4, seed=0), rollout_func=spy)
+    at_loss = []
+    compute_loss, per_token_logps = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
+
+    def capture_inputs(model, inputs):
+        at_loss.append({k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        return compute_loss(model, inputs)
+
+    def capture_logps(*args, **kwargs):
+        result = per_token_logps(*args, **kwargs)
+        if torch.is_grad_enabled():
+            at_loss[-1]["logps"] = result[0].detach().clone()
+        return result
+
+    trainer._compute_loss, trainer._get_per_token_logps_and_entropies = capture_inputs, capture_logps
+    try:
+        trainer.train()
+    finally:
+        rollout_func.close()
+        rollout_func.records.close()
+
+    assert len(at_loss) == 1
+    loss = at_loss[0]
+    loss_mask = loss["completion_mask"] * loss["tool_mask"]
+    used = set()
+    for i in range(4):
+        ids, sampled, env_mask, prompt = (handed[k][i] for k in ("completion_ids", "logprobs", "env_mask", "prompt_ids"))
+        assert "error" not in handed["verify_metrics"][i], handed["verify_metrics"][i]
+        model_turns, agent_parts = runs(env_mask, 1), runs(env_mask, 0)
+        assert len(model_turns) == TURNS and len(agent_parts) == TURNS - 1, env_mask
+        rows = [r for r in range(len(loss["completion_ids"])) if r not in used
+                and loss["completion_ids"][r, : len(ids)].tolist() == ids and int(loss["completion_mask"][r].sum()) == len(ids)
+                and loss["prompt_ids"][r][loss["prompt_mask"][r].bool()].tolist() == prompt]
+        assert rows, f"rollout {i} is not in the loss batch"
+        r = rows[0]
+        used.add(r)
+        assert loss_mask[r, : len(ids)].tolist() == env_mask  # every model token in the loss, nothing else
+        assert int(loss_mask[r, len(ids):].sum()) == 0
+        recomputed = loss["logps"][r, : len(ids)].tolist()
+        for start, end in model_turns:
+            diffs = [abs(recomputed[t] - sampled[t]) for t in range(start, end)]
+            assert max(diffs) < 1e-3, (i, start, diffs)
+        for start, end in agent_parts:  # what the agent wrote between the model's turns (its nudge)
+            text = tokenizer.decode(ids[start:end])
+            assert "<|im_start|>user\nThat was not a tool call." in text and text.rstrip().endswith("<|im_start|>assistant"), text
+        for start, end in model_turns:
+            assert "<|im_start|>" not in tokenizer.decode(ids[start:end])
+        assert handed["step_rewards"][i] == [] and handed["success"][i] is False  # no click landed: no reward
+    records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(rec["metrics"]["forks"] == 0 and rec["task"] == "click-test" for rec in records)
+
+
+@pytest.mark.slow
+def test_envharness_train_agent_one_step_with_the_embedded_model(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "envharness.cli", "train", "--agent", AGENT, "--model", "embedded", "--tasks", "click-test",
+           "--steps", "1", "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "12", "--max-turns", "2",
+           "--threads", "1", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trained 1 steps" in done.stdout
+    assert (out / "final" / "config.json").exists()
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    for rec in records:
+        assert rec["error"] is None and rec["task"] == "click-test"
+        assert rec["metrics"]["model_tokens"] > 0 and rec["metrics"]["turns_assembled"] >= 1
+        assert rec["messages"][0]["role"] == "system" and "Click" in rec["messages"][1]["content"]
+
+
+def test_trl_async_grpo_harness_worker_runs_agent_sessions(env_url):
+    from openenv.core.harness import ResourceSession, TrainableSession
+    from openenv.core.harness.capture.upstream import training_sampling
+    from trl.experimental.async_grpo.openenv_harness import _HarnessRolloutLoop
+
+    from envharness.integrations.trl.async_harness import AgentSessionFactory
+    from envharness.models import load_backend
+
+    backend = load_backend("tiny")
+    factory_builder = functools.partial(AgentSessionFactory, load_agent(str(ROOT / AGENT)), backend=backend, env_url=env_url)
+    # What the worker's constructor does with it in loop-owning mode (no adapter):
+    loop = object.__new__(_HarnessRolloutLoop)
+    loop._factory = factory_builder(sampling=training_sampling({"temperature": 0.7}))
+    loop._adapter, loop._rollout_reward_fn, loop._fork_threshold_tokens = None, None, 0
+    loop._live_sessions = set()
+    loop._stop_event = __import__("threading").Event()
+    try:
+        session = loop._factory.create(json.dumps({"task": "click-test", "seed": 5}), seed=0, episode_id="e1")
+        assert isinstance(session, ResourceSession) and isinstance(session, TrainableSession)
+        assert session.wait_for_completion(timeout_s=300) == 0
+        trace = session.fetch_training_trace()
+        assert len(trace.turns) == 3 and all(t.metadata["sampling"]["temperature"] == 0.7 for t in trace.turns)
+        session.close()
+        # TRL's own per-rollout code: wait, take the trace, verify (the environment's reward), chain into rows
+        (completion, completion_ids, sequences, calls, failures, reward), metrics = loop._run_session(
+            json.dumps({"task": "click-test", "seed": 6}), group_id=0)
+    finally:
+        loop._factory.close()
+    assert reward == 0.0 and calls == 0 and failures == 0
+    assert metrics["turns"] == 3 and metrics["sequences"] == 1 and len(sequences) == 1
+    assert sum(sequences[0].completion_mask) == len(completion_ids)
+    assert completion[0]["role"] == "system" and completion[-1]["role"] == "assistant"
