@@ -27,6 +27,7 @@ from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
 from envharness.integrations.trl.rewards import reward_success
 from envharness.integrations.trl.training import TrainConfig, grpo_config
 from envharness.policy.agents import load_agent
+from _jobs import CLI
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -133,7 +134,7 @@ def test_loss_time_logprobs_match_the_endpoints_sampling_and_agent_text_is_maske
 @pytest.mark.slow
 def test_envharness_train_agent_one_step_with_the_embedded_model(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "envharness.cli", "train", "--agent", AGENT, "--model", "embedded", "--tasks", "click-test",
+    cmd = [*CLI, "train", "--agent", AGENT, "--model", "embedded", "--tasks", "click-test",
            "--steps", "1", "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "12", "--max-turns", "2",
            "--threads", "1", "--out", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=800)
