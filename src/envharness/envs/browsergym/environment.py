@@ -38,6 +38,7 @@ from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext,
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
 from envharness.envs.browsergym.tasks import TaskStatus, load_task_set
+from envharness.envs.browsergym.warm_pool import WarmPage, WarmPool, close_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class BrowserGymConfig:
     # Check element actions in one round trip and fail at once with the reason when the element
     # can never become actionable (actionability.py); False: Playwright's polling checks only.
     fast_actions: bool = True
+    # Contexts kept open and loaded, ready for new sessions (warm_pool.py); 0: each session opens its own.
+    warm_sessions: int = 2
 
 
 @dataclass
@@ -97,12 +100,14 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
     state_type = BrowserGymState
     supports_concurrent_sessions = True
 
-    def __init__(self, engine: BrowserEngine, config: BrowserGymConfig | None = None) -> None:
+    def __init__(self, engine: BrowserEngine, config: BrowserGymConfig | None = None,
+                 pool: WarmPool | None = None) -> None:
         self.engine = engine
         self.config = config or BrowserGymConfig()
         self.task_set = load_task_set(self.config.tasks)
         self.config.task = self.task_set.check_task(self.config.task or self.task_set.default_tasks()[0])
-        self._guard = HostGuard((*self.config.allowed_hosts, *self.task_set.hosts), served=self.task_set.served)
+        self._guard = guard_for(self.config, self.task_set)
+        self._pool = pool
         self._context: Any = None
         self._generation = 0
         self._actx: ActionContext | None = None
@@ -117,12 +122,15 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
                           task: str | None = None, task_name: str | None = None,
                           **options: Any) -> BrowserGymObservation:
         chosen = self.task_set.check_task(task or task_name or (self._episode.task if self._episode else self.config.task))
+        next_task = options.get("next_task")
+        if next_task is not None:
+            next_task = self.task_set.check_task(next_task)
         parts, max_steps, time_limit_s = episode_options(options, observation=self.config.observation,
                                                          max_steps=self.config.max_steps, time_limit_s=self.config.time_limit_s)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         try:
-            page = await self._fresh_page()
+            page = await self._fresh_page(chosen)
             reload = (not self.config.fast_reset or self._loaded_task != chosen
                       or not self.task_set.can_restart(chosen, page.url))
             self._loaded_task = None
@@ -139,30 +147,44 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._actx.infeasible = False
         self._state = BrowserGymState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
                                       task_name=chosen, seed=seed, goal=goal, max_steps=max_steps)
-        return await self._observe(reward=0.0, done=False, last_action="", error="", info={})
+        observation = await self._observe(reward=0.0, done=False, last_action="", error="", info={})
+        if self._pool is not None:
+            if next_task is not None and next_task != chosen:
+                self._pool.prepare(next_task)
+            self._pool.refill()
+        return observation
 
-    async def _fresh_page(self) -> Any:
-        """The session's main page, in a live context, with any extra tabs closed."""
+    async def _fresh_page(self, task: str) -> Any:
+        """The session's main page, in a live context, with any extra tabs closed. A new context
+        comes from the warm pool when one is ready (its page may show `task` already); so does a
+        task change for which the pool has a page prepared (``next_task``)."""
         if not self._alive():
             await self._close_context()
-            viewport = self.config.viewport or self.task_set.viewport
-            self._context = await self.engine.new_context(viewport=viewport, guard=self._guard,
-                                                          timeout_ms=self.config.page_timeout_ms)
-            self._generation = self.engine.generation
-            self._main_page = await self._context.new_page()
-            self._page_crashed = False
-            self._main_page.on("crash", self._on_crash)
-            self._context.on("page", self._on_new_page)
-            self._actx = ActionContext(self._context, self._main_page, self._guard,
-                                       noop_wait_ms=self.config.noop_wait_ms,
-                                       element_timeout_ms=self.config.action_timeout_ms,
-                                       fast_actions=self.config.fast_actions)
-            self._loaded_task = None
+            warm = self._pool.take(task) if self._pool is not None else None
+            self._attach(warm or await open_page(self.engine, self.config, self.task_set, self._guard))
+        elif task != self._loaded_task and self._pool is not None:
+            warm = self._pool.take(task, exact=True)
+            if warm is not None:
+                old, self._context = self._context, None
+                asyncio.ensure_future(close_quietly(old))  # off the reset's path
+                self._attach(warm)
         for page in list(self._context.pages):
             if page is not self._main_page:
                 await page.close()
         self._actx.page = self._main_page
         return self._main_page
+
+    def _attach(self, warm: WarmPage) -> None:
+        """Make `warm`'s context and page this session's."""
+        self._context, self._generation, self._main_page = warm.context, warm.generation, warm.page
+        self._page_crashed = False
+        self._main_page.on("crash", self._on_crash)
+        self._context.on("page", self._on_new_page)
+        self._actx = ActionContext(self._context, self._main_page, self._guard,
+                                   noop_wait_ms=self.config.noop_wait_ms,
+                                   element_timeout_ms=self.config.action_timeout_ms,
+                                   fast_actions=self.config.fast_actions)
+        self._loaded_task = warm.task
 
     def _on_crash(self, _page: Any) -> None:
         self._page_crashed = True
@@ -327,10 +349,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
     async def _close_context(self) -> None:
         context, self._context = self._context, None
         if context is not None:
-            try:
-                await context.close()
-            except Exception:  # the browser may already be gone
-                pass
+            await close_quietly(context)
 
     async def close_async(self) -> None:
         await self._close_context()
@@ -340,11 +359,35 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         """Contexts are closed by `close_async` (the server calls it) or with the engine."""
 
 
+def guard_for(config: BrowserGymConfig, task_set: Any) -> HostGuard:
+    """The hosts a session may reach: what the task set serves or names, and `allowed_hosts`."""
+    return HostGuard((*config.allowed_hosts, *task_set.hosts), served=task_set.served)
+
+
+async def open_page(engine: BrowserEngine, config: BrowserGymConfig, task_set: Any, guard: HostGuard,
+                    task: str | None = None) -> WarmPage:
+    """A new context and its page; with `task`, the page shows that task, an episode started
+    (the warm pool's way: a session's reset then restarts it in place, as a same-task reset)."""
+    context = await engine.new_context(viewport=config.viewport or task_set.viewport, guard=guard,
+                                       timeout_ms=config.page_timeout_ms)
+    generation = engine.generation
+    try:
+        page = await context.new_page()
+        if task is not None:
+            await task_set.start_episode(page, task, None, reload=True, episode_max_time_ms=config.episode_max_time_ms)
+    except BaseException:
+        await close_quietly(context)
+        raise
+    return WarmPage(context, page, task, generation)
+
+
 def episode_options(options: dict[str, Any], *, observation: ObservationParts, max_steps: int | None,
                     time_limit_s: float | None, also: tuple[str, ...] = ()) -> tuple[ObservationParts, int | None, float | None]:
     """A reset's own options checked (both engines): observation parts over the server's
     defaults, ``max_steps`` and ``time_limit_s``; `also` names the caller's other options."""
-    known = {*OBSERVATION_OPTIONS, "max_steps", "time_limit_s"}
+    # next_task: a hint, the task the session's next reset will ask for (the warm pool prepares its
+    # page); an engine with nothing to prepare ignores it.
+    known = {*OBSERVATION_OPTIONS, "max_steps", "time_limit_s", "next_task"}
     unknown = set(options) - known
     if unknown:
         raise ValueError(f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "

@@ -11,20 +11,30 @@ import os
 from typing import Any, Mapping
 
 from envharness.envs.browsergym.engine import BrowserEngine
-from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS, BrowserGymConfig, BrowserGymEnvironment
+from envharness.envs.browsergym.environment import (OBSERVATION_OPTIONS, BrowserGymConfig, BrowserGymEnvironment,
+                                                    guard_for, open_page)
 from envharness.envs.browsergym.openenv_config import options_from_environ
 from envharness.envs.browsergym.tasks import load_task_set
+from envharness.envs.browsergym.warm_pool import WarmPage, WarmPool
 
 
 class BrowserGymEnvironmentFactory:
-    """Makes one `BrowserGymEnvironment` per session, all sharing one `BrowserEngine`."""
+    """Makes one `BrowserGymEnvironment` per session, all sharing one `BrowserEngine` and one
+    pool of warm contexts (``warm_sessions``)."""
 
     def __init__(self, engine: BrowserEngine, config: BrowserGymConfig) -> None:
         self.engine = engine
         self.config = config
+        task_set = load_task_set(config.tasks)
+        guard = guard_for(config, task_set)
+        self.pool = WarmPool(lambda task: open_page(engine, config, task_set, guard, task),
+                             alive=self._alive, size=config.warm_sessions)
 
     def __call__(self) -> BrowserGymEnvironment:
-        return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config))
+        return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config), pool=self.pool)
+
+    def _alive(self, warm: WarmPage) -> bool:
+        return warm.generation == self.engine.generation and self.engine.connected and not warm.page.is_closed()
 
     def task_list(self) -> Any:
         """The tasks this server serves (the server's Task API): MiniWoB's, or the task set's."""
@@ -33,6 +43,7 @@ class BrowserGymEnvironmentFactory:
         return served_task_list({"tasks": self.config.tasks} if self.config.tasks else {})
 
     async def aclose(self) -> None:
+        await self.pool.aclose()
         await self.engine.aclose()
 
 

@@ -1,0 +1,140 @@
+"""Warm contexts (`warm_pool.py`): a new session starts on a context that is already open, with
+its task's page loaded, and sees exactly what a session that opened its own would see."""
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from envharness.envs.browsergym import BrowserGymAction
+from envharness.envs.browsergym.factory import make_environment_factory
+
+TEXT = {"axtree": True, "pruned_html": True, "extra_properties": False}
+
+
+async def _first_observations(factory, tasks_seeds):
+    out = []
+    for task, seed in tasks_seeds:
+        env = factory()
+        try:
+            obs = await env.reset_async(task=task, seed=seed)
+            out.append((obs.goal, obs.axtree_txt, obs.pruned_html, obs.url, obs.focused_element_bid))
+            if factory.pool.size:
+                await factory.pool.wait_filled()
+        finally:
+            await env.close_async()
+    return out
+
+
+async def test_warm_sessions_see_what_cold_sessions_see():
+    """Same task as the pool prepared, another task, and back: observations equal a cold start's."""
+    plan = [("click-test", 0), ("click-test", 1), ("enter-text", 2), ("enter-text", 3), ("click-checkboxes", 4)]
+    cold, warm = make_environment_factory(warm_sessions=0, **TEXT), make_environment_factory(warm_sessions=2, **TEXT)
+    try:
+        assert await _first_observations(warm, plan) == await _first_observations(cold, plan)
+        assert warm.pool.ready == 2 and cold.pool.ready == 0
+    finally:
+        await cold.aclose()
+        await warm.aclose()
+
+
+async def test_a_new_session_takes_a_warm_context_of_its_own():
+    factory = make_environment_factory(warm_sessions=2)
+    first, second, third = factory(), factory(), factory()
+    try:
+        await first.reset_async(task="click-test", seed=0)  # the pool fills with click-test pages
+        await factory.pool.wait_filled()
+        assert factory.pool.ready == 2
+        pooled = {id(w.context) for w in factory.pool._ready}
+        await second.reset_async(task="click-test", seed=1)
+        assert id(second._context) in pooled and factory.pool.ready == 1
+        await third.reset_async(task="click-test", seed=2)
+        assert id(third._context) in pooled and third._context is not second._context
+        # Each plays its own episode: solving one does not touch the other.
+        obs = await second.step_async(BrowserGymAction(action_str="click('13')"))
+        assert obs.reward == 1.0 and obs.done
+        obs = await third.step_async(BrowserGymAction(action_str="noop()"))
+        assert obs.reward == 0.0 and not obs.done
+    finally:
+        for env in (first, second, third):
+            await env.close_async()
+        await factory.aclose()
+
+
+async def test_contexts_of_a_dead_browser_are_not_handed_out():
+    factory = make_environment_factory(warm_sessions=2)
+    env = factory()
+    try:
+        await env.reset_async(task="click-test", seed=0)
+        await factory.pool.wait_filled()
+        (pid,) = factory.engine.browser_pids()
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):
+            if not factory.engine.connected:
+                break
+            await asyncio.sleep(0.05)
+        fresh = factory()
+        obs = await fresh.reset_async(task="click-test", seed=5)  # on the relaunched browser
+        assert obs.goal and fresh._generation == factory.engine.generation == 2
+        obs = await fresh.step_async(BrowserGymAction(action_str="click('13')"))
+        assert obs.reward == 1.0
+        await fresh.close_async()
+    finally:
+        await env.close_async()
+        await factory.aclose()
+
+
+async def test_closing_the_factory_closes_the_warm_contexts():
+    factory = make_environment_factory(warm_sessions=3)
+    env = factory()
+    await env.reset_async(task="click-test", seed=0)
+    await env.close_async()
+    browser = factory.engine._browser
+    await factory.aclose()
+    assert factory.pool.ready == 0 and not browser.is_connected()
+    assert factory.pool.take("click-test") is None
+
+
+@pytest.mark.parametrize("size", [-1, 1.5, True])
+def test_warm_sessions_must_be_a_count(size):
+    with pytest.raises(ValueError, match="warm_sessions"):
+        make_environment_factory(warm_sessions=size)
+
+
+async def test_next_task_is_prepared_and_taken_by_the_task_change():
+    """`next_task` opens that task's page while the episode runs; the reset that changes to it
+    takes that page and sees what a page load gives."""
+    factory, cold = make_environment_factory(warm_sessions=0, **TEXT), make_environment_factory(warm_sessions=0, **TEXT)
+    env, reference = factory(), cold()
+    try:
+        await env.reset_async(task="click-test", seed=0, next_task="enter-text")
+        await factory.pool.wait_filled()
+        assert [w.task for w in factory.pool._ready] == ["enter-text"]
+        before = env._context
+        obs = await env.reset_async(task="enter-text", seed=7)
+        assert env._context is not before and factory.pool.ready == 0
+        await reference.reset_async(task="click-test", seed=0)
+        expected = await reference.reset_async(task="enter-text", seed=7)
+        assert (obs.goal, obs.axtree_txt, obs.pruned_html, obs.url) == \
+            (expected.goal, expected.axtree_txt, expected.pruned_html, expected.url)
+        # Without a prepared page the task change loads the page in the session's own context.
+        same = env._context
+        await env.reset_async(task="click-button", seed=1)
+        assert env._context is same and env._loaded_task == "click-button"
+    finally:
+        for e in (env, reference):
+            await e.close_async()
+        await factory.aclose()
+        await cold.aclose()
+
+
+async def test_an_unknown_next_task_is_refused():
+    factory = make_environment_factory()
+    env = factory()
+    try:
+        with pytest.raises(ValueError, match="unknown MiniWoB task"):
+            await env.reset_async(task="click-test", seed=0, next_task="no-such-task")
+    finally:
+        await env.close_async()
+        await factory.aclose()
