@@ -107,6 +107,11 @@ class TraceStore:
             trace = self._live[rollout_id] = RolloutTrace(rollout_id, dict(metadata))
         return trace
 
+    @property
+    def open_count(self) -> int:
+        """Rollouts still recording."""
+        return len(self._live)
+
     def live(self, rollout_id: str) -> RolloutTrace:
         """The open rollout, or the OpenAI-style error an agent should get."""
         trace = self._live.get(rollout_id)

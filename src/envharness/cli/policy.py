@@ -1,0 +1,64 @@
+"""`envharness policy`: a model as an OpenAI-compatible endpoint that records exact tokens per rollout.
+
+    envharness policy --model embedded --port 9000
+    curl -X POST http://127.0.0.1:9000/rollouts          # -> {"rollout_id": ..., "base_url": ".../rollouts/ID/v1"}
+    # your agent: OpenAI(base_url=<that base_url>, api_key="any"); then
+    curl -X POST http://127.0.0.1:9000/rollouts/ID/end; curl http://127.0.0.1:9000/rollouts/ID/sample
+
+For developing an agent against the endpoint that `envharness train --agent` trains it
+through (`policy/`). Any `--model` spec `eval` takes; `--temperature` forces one sampling
+temperature on every call (what training does), unset: the agent's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from envharness.cli import options
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    options.add_model(parser, "embedded")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000, help="port (0: a free one; default %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
+                        help="tokens per reply when a request names none (default %(default)s)")
+    parser.add_argument("--temperature", type=float, default=None, metavar="T",
+                        help="force this sampling temperature on every call (default: what each request asks)")
+    parser.add_argument("--context-length", type=int, default=None, metavar="N",
+                        help="refuse prompts of N tokens or more (default: the model's own window)")
+    options.add_threads(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from envharness.core.server import bind_socket, uvicorn_server
+    from envharness.models import load_backend
+    from envharness.policy.app import create_policy_app
+    from envharness.policy.endpoint import PolicyEndpoint
+
+    options.set_threads(args.threads)
+    try:
+        backend = load_backend(args.model)
+    except (ValueError, OSError, ImportError, RuntimeError) as exc:
+        print(f"envharness policy: {exc}", file=sys.stderr)
+        return 2
+    sampling = {"temperature": args.temperature} if args.temperature is not None else None
+    endpoint = PolicyEndpoint(backend, sampling=sampling, default_max_tokens=args.max_new_tokens,
+                              context_length=args.context_length)
+    sock = bind_socket(args.host, args.port)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    server = uvicorn_server(create_policy_app(endpoint))
+    print(f"envharness policy: {endpoint.model_name} listening on http://{host}:{sock.getsockname()[1]} "
+          "(POST /rollouts, then an OpenAI client on /rollouts/ID/v1)", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: None)  # uvicorn stops gracefully first
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    print(f"envharness policy: stopped; {endpoint.store.open_count} rollout(s) still open", flush=True)
+    return 0
