@@ -269,9 +269,14 @@ def uvicorn_server(app: FastAPI, *, ping_interval_s: float = 20.0, ping_timeout_
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    """A listening socket (port 0: a free one), handed to uvicorn so no port race exists."""
+    """A listening socket (port 0: a free one), handed to uvicorn so no port race exists.
+
+    Created with proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections whose
+    socket says TCP, and accepted sockets inherit the listener's proto. Without it a response
+    written in two parts (headers, body) waits for the client's delayed ACK: 40 ms on every
+    request after the first of a keep-alive connection (measured: 44 ms p50 vs 1 ms)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)
