@@ -106,6 +106,11 @@ COVERED: dict[str, Run | Serve | Make] = {
         Run(TINY_EVAL, expect=("runs/vlm/report.html",)),
     "envharness train --model tiny-vlm --steps 1 --report-to tensorboard --out runs/vlm-train":
         Run(TINY_TRAIN, expect=("runs/vlm-train/final", "runs/vlm-train/runs")),
+    # the policy endpoint (issue 24): the agent file is the repo's (the commands run in a scratch folder)
+    "envharness policy --model embedded --port 9000": Serve({"--port": "0", "--model": "tiny"}),
+    "envharness train --agent examples/openai_mcp_agent/agent.py:play --tasks click-test --steps 30 --out runs/agent":
+        Run({"--agent": f"{ROOT}/examples/openai_mcp_agent/agent.py:play", "--model": "tiny", "--steps": "1", "--max-turns": "2",
+             **TINY_TRAIN}, expect=("runs/agent/final/config.json", "runs/agent/episodes.jsonl")),
     ".venv/bin/python examples/train_multiturn.py --tasks click-button-sequence --max-turns 2 --minutes 27 --eval-episodes 32 "
     "--num-generations 8 --groups-per-step 1 --lr 3e-5 --max-completion-length 12 --threads 1":
         Run({"--minutes": "0.01", "--max-steps": "1", "--eval-episodes": "1", "--num-generations": "2",
