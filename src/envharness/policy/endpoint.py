@@ -19,8 +19,10 @@ from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed, parse_json_tool_calls
 from envharness.models import chat
 from envharness.models.base import GenerationRequest, ModelBackend, SamplingParams
+from envharness.models.images import message_text
 from envharness.policy import errors
 from envharness.policy.forks import continuation, fork_size
+from envharness.policy.images import backend_messages
 from envharness.policy.traces import RolloutTrace, TraceStore, Turn
 from envharness.policy.wire import ChatRequest, completion_body, tool_call_json
 
@@ -77,7 +79,7 @@ class PolicyEndpoint:
         if limit is None:
             return
         new = messages[start:]
-        bound = len(prefix or []) + sum(len(str(m.get("content") or "").encode()) + _TEMPLATE_SLACK_PER_MESSAGE for m in new)
+        bound = len(prefix or []) + sum(len(message_text(m).encode()) + _TEMPLATE_SLACK_PER_MESSAGE for m in new)
         if tools and not prefix:
             bound += len(str(tools).encode())
         if bound < limit:
@@ -87,7 +89,7 @@ class PolicyEndpoint:
             return  # checked on the tokens the backend returns
         try:
             count = len(chat.prompt_ids(tokenizer, messages, tools, prefix))
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise errors.invalid(str(exc), "messages") from None
         if count >= limit:
             raise errors.context_exceeded(count, limit)
@@ -101,10 +103,11 @@ class PolicyEndpoint:
         tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
         cont = continuation(trace, request.messages)
         start = len(cont.parent.messages) + 1 if cont.parent is not None else 0
-        self._check_context(cont.messages, tools, cont.prefix_ids, start)
+        messages = backend_messages(cont.messages, trace.image_cache)
+        self._check_context(messages, tools, cont.prefix_ids, start)
         sampling = self._sampling(request)
         try:
-            gen = await self.batcher.generate(GenerationRequest(cont.messages, tools, sampling, cont.prefix_ids))
+            gen = await self.batcher.generate(GenerationRequest(messages, tools, sampling, cont.prefix_ids))
         except (ValueError, TypeError) as exc:
             raise errors.invalid(f"the model cannot take this request: {exc}", "messages") from None
         except Exception as exc:

@@ -64,6 +64,8 @@ class RolloutTrace:
     turns: list[Turn] = field(default_factory=list)
     created: float = field(default_factory=time.time)
     ended: bool = False
+    #: Decoded `image_url`s of this rollout, by URL (`images.py`).
+    image_cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def forks(self) -> int:
