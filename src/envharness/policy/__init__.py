@@ -5,9 +5,10 @@ rollouts turned into GRPO samples (`docs/policy_endpoint.md`).
     traces.py    Turn / RolloutTrace / TraceStore: what is recorded
     forks.py     which earlier tokens a request continues; forks when it continues none
     samples.py   a trace as one GRPO sample (harness/tokens.py), or OpenEnv TrainingTrace entries
-    wire.py      the OpenAI request/reply; errors.py  OpenAI-style refusals
+    wire.py      the OpenAI request/reply; errors.py  OpenAI-style refusals; images.py  image_url parts
     endpoint.py  PolicyEndpoint.complete: validate, continue, sample (batched), record
     app.py       the HTTP routes; server.py  PolicyServer: the app on loopback in a thread
+    agents.py    run_agent: one rollout of an agent that owns its loop; the reward from the env's /mcp
 """
 
 from envharness.policy.endpoint import PolicyEndpoint
