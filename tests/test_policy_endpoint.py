@@ -192,3 +192,27 @@ def test_example_agent_plays_miniwob_through_mcp_and_the_reward_is_the_environme
         assert [c["function"]["name"] for c in turn.tool_calls] == ["click"]
         assert json.loads(turn.tool_calls[0]["function"]["arguments"]) == {"bid": "13"}
         assert {t["function"]["name"] for t in turn.tools} == {"click", "fill"}
+
+
+def test_a_remote_driver_opens_ends_and_reads_rollouts_over_http(policy):
+    base = policy.base_url
+    opened = httpx.post(f"{base}/rollouts", json={"rollout_id": "episode-7", "metadata": {"task": "click-test", "rollout_id": "x"}})
+    assert opened.status_code == 200 and opened.json()["base_url"] == f"{base}/rollouts/episode-7/v1"
+    assert httpx.post(f"{base}/rollouts", json={"rollout_id": "episode-7"}).json()["error"]["code"] == "rollout_exists"
+    for bad in ({"rollout_id": "has/slash"}, {"rollout_id": 7}, {"metadata": [1]}, [1]):
+        refused = httpx.post(f"{base}/rollouts", json=bad)
+        assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error", bad
+    fresh = httpx.post(f"{base}/rollouts").json()["rollout_id"]  # no body: a fresh id
+    assert fresh != "episode-7"
+
+    llm = openai.OpenAI(base_url=opened.json()["base_url"], api_key="unused", max_retries=0)
+    llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    ended = httpx.post(f"{base}/rollouts/episode-7/end").json()
+    assert ended == {"rollout_id": "episode-7", "ended": True, "turns": 1, "forks": 0, "fork_tokens": 0,
+                     "metadata": {"task": "click-test", "rollout_id": "x"}}
+    sample = httpx.get(f"{base}/rollouts/episode-7/sample").json()
+    entries = httpx.get(f"{base}/rollouts/episode-7/training_trace").json()["entries"]
+    (turn,) = policy.store.get("episode-7").turns
+    assert sample["prompt_ids"] == turn.prompt_ids and sample["env_mask"] == [1] * len(turn.completion_ids)
+    assert entries[0]["loss_mask"] == [0] * len(turn.prompt_ids) + [1] * len(turn.completion_ids)
+    assert httpx.get(f"{base}/rollouts/nope/sample").json()["error"]["code"] == "rollout_not_found"

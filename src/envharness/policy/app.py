@@ -82,13 +82,16 @@ def create_policy_app(endpoint: PolicyEndpoint) -> FastAPI:
         body = await _json_body(request) if await request.body() else {}
         if not isinstance(body, dict):
             raise errors.invalid("the body must be a JSON object (optional `rollout_id`, `metadata`)")
-        metadata = body.get("metadata") or {}
+        metadata, rollout_id = body.get("metadata") or {}, body.get("rollout_id")
         if not isinstance(metadata, dict):
             raise errors.invalid("metadata must be an object", "metadata")
+        if rollout_id is not None and not isinstance(rollout_id, str):
+            raise errors.invalid("rollout_id must be a string", "rollout_id")
         try:
-            trace = store.open(body.get("rollout_id"), **metadata)
+            trace = store.open(rollout_id, **{str(k): v for k, v in metadata.items()})
         except ValueError as exc:
-            raise errors.PolicyError(409, str(exc), "rollout_exists", param="rollout_id") from None
+            code, status = ("rollout_exists", 409) if "in use" in str(exc) else ("invalid_rollout_id", 400)
+            raise errors.PolicyError(status, str(exc), code, param="rollout_id") from None
         return {"rollout_id": trace.rollout_id, "base_url": f"{str(request.base_url).rstrip('/')}/rollouts/{trace.rollout_id}/v1"}
 
     @app.post("/rollouts/{rollout_id}/end")

@@ -10,6 +10,7 @@ the lock. Ended rollouts are kept until taken, at most `keep_ended` of them.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envharness.policy.errors import ended_rollout, unknown_rollout
+
+ROLLOUT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 
 @dataclass
@@ -100,9 +103,11 @@ class TraceStore:
         self._live: dict[str, RolloutTrace] = {}
         self._ended: OrderedDict[str, RolloutTrace] = OrderedDict()
 
-    def open(self, rollout_id: str | None = None, **metadata: Any) -> RolloutTrace:
+    def open(self, rollout_id: str | None = None, /, **metadata: Any) -> RolloutTrace:
         """Start recording a rollout (a fresh id unless one is given; an id is never reused)."""
         rollout_id = rollout_id or uuid.uuid4().hex
+        if not ROLLOUT_ID.fullmatch(rollout_id):
+            raise ValueError(f"rollout id {rollout_id!r}: use 1-128 of A-Z a-z 0-9 _ . - (it goes in URLs)")
         with self._lock:
             if rollout_id in self._live or rollout_id in self._ended:
                 raise ValueError(f"rollout id {rollout_id!r} is already in use")
