@@ -184,6 +184,8 @@ def test_example_agent_plays_miniwob_through_mcp_and_the_reward_is_the_environme
                                           for s in (1, 2)))
 
         results = asyncio.run(both())
+        # read once by the driver, then forgotten by the server; untagged or unknown ids are 404s
+        assert httpx.get(f"{env.base_url}/mcp/rollouts/{results[0].trace.rollout_id}").status_code == 404
     for result in results:
         assert result.error is None, result.error
         assert result.outcome["reward"] == 1.0 and result.outcome["done"] is True and result.outcome["resets"] == 1

@@ -181,3 +181,45 @@ def test_trl_async_grpo_harness_worker_runs_agent_sessions(env_url):
     assert metrics["turns"] == 3 and metrics["sequences"] == 1 and len(sequences) == 1
     assert sum(sequences[0].completion_mask) == len(completion_ids)
     assert completion[0]["role"] == "system" and completion[-1]["role"] == "assistant"
+
+
+async def compacting_agent(base_url: str, api_key: str) -> None:
+    """An agent (openai SDK only) that replaces its history by a summary after two calls."""
+    from openai import AsyncOpenAI
+
+    llm = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    messages = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Move 1"}]
+    for move in (2, 3):
+        reply = await llm.chat.completions.create(model="m", messages=messages, max_tokens=4)
+        messages += [reply.choices[0].message.model_dump(), {"role": "user", "content": f"Move {move}"}]
+    summary = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Moves 1 and 2 done. Move 3"}]
+    await llm.chat.completions.create(model="m", messages=summary, max_tokens=4)
+    await llm.close()
+
+
+def test_the_rollout_function_reports_an_agents_rewritten_history_and_leaves_it_out():
+    from types import SimpleNamespace
+
+    from envharness.core.launchers import LocalServer
+    from envharness.models.embedded import tiny_test_model
+    from envharness.models.transformers_backend import TransformersBackend
+
+    model, tokenizer = tiny_test_model()
+    trainer = SimpleNamespace(processing_class=tokenizer, args=SimpleNamespace(temperature=1.0, top_p=1.0, top_k=0,
+                                                                               max_completion_length=4))
+    with LocalServer("echo") as env:
+        rollout_func = build_agent_rollout_func(compacting_agent, env_url=env.base_url,
+                                                backend_factory=lambda _: TransformersBackend(model, tokenizer))
+        try:
+            out = rollout_func(["a", "b"], trainer)
+        finally:
+            rollout_func.close()
+    assert rollout_func.last_metrics["forks"] == 2
+    for i in range(2):
+        metrics = out["verify_metrics"][i]
+        assert "error" not in metrics and metrics["forks"] == 1 and metrics["fork_tokens"] > 0
+        assert metrics["turns"] == 3 and metrics["turns_assembled"] == 2 and metrics["turns_left_out"] == 1
+        assert 0 < metrics["model_tokens_left_out"] <= 4
+        # the row holds the two exact calls before the rewrite, and nothing of the call after it
+        assert len(out["env_mask"][i]) == len(out["completion_ids"][i]) == len(out["logprobs"][i])
+        assert sum(out["env_mask"][i]) == metrics["model_tokens"] <= 8 and out["env_reward"][i] == 0.0
