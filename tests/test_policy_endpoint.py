@@ -218,3 +218,31 @@ def test_a_remote_driver_opens_ends_and_reads_rollouts_over_http(policy):
     assert sample["prompt_ids"] == turn.prompt_ids and sample["env_mask"] == [1] * len(turn.completion_ids)
     assert entries[0]["loss_mask"] == [0] * len(turn.prompt_ids) + [1] * len(turn.completion_ids)
     assert httpx.get(f"{base}/rollouts/nope/sample").json()["error"]["code"] == "rollout_not_found"
+
+
+def test_tool_calls_round_trip_in_openai_form_and_tool_results_are_environment_tokens(tiny):
+    from envharness.models.teacher import TeacherForcedBackend
+
+    click = {"type": "function", "function": {"name": "click", "description": "Click an element",
+                                              "parameters": {"type": "object", "properties": {"bid": {"type": "string"}}}}}
+    with PolicyServer(TeacherForcedBackend(tiny.tokenizer, _ClickTeacher())) as policy:
+        trace = policy.store.open()
+        llm = client(policy, trace.rollout_id)
+        messages = [{"role": "user", "content": "[13] button 'Click Me!'"}]
+        reply = llm.chat.completions.create(model="m", messages=messages, tools=[click])
+        (call,) = reply.choices[0].message.tool_calls
+        assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "click"
+        assert json.loads(call.function.arguments) == {"bid": "13"}
+        # the agent keeps only the tool calls of the reply (no content), then the tool's result
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                     {"role": "tool", "tool_call_id": call.id, "content": "clicked; reward 1.0"}]
+        second = llm.chat.completions.create(model="m", messages=messages, tools=[click])
+        assert second.model_extra["envharness"]["fork"] is False
+        no_tools = llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert no_tools.choices[0].message.tool_calls is None  # tool calls only for offered functions
+        policy.store.end(trace.rollout_id)
+    first, again = trace.turns[:2]
+    assert again.prompt_ids[: len(first.sequence)] == first.sequence and again.parent == 0
+    sample = trace_sample(trace)
+    between = tiny.tokenizer.decode([t for t, m in zip(sample.completion_ids, sample.env_mask) if not m])
+    assert "clicked; reward 1.0" in between and sample.metrics["turns_assembled"] == 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from envharness.models.images import message_text
 from envharness.policy.traces import RolloutTrace, Turn
 
 
@@ -40,7 +41,8 @@ def _echoes(message: dict[str, Any], turn: Turn) -> bool:
     if calls and turn.tool_call_ids:
         return [c.get("id") for c in calls] == turn.tool_call_ids
     content = message.get("content")
-    return (content or "") == turn.text
+    text = content if isinstance(content, str) else "" if content is None else message_text(message)  # a list of parts
+    return text == turn.text
 
 
 def _continues(messages: list[dict[str, Any]], turn: Turn) -> bool:
