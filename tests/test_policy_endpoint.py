@@ -246,3 +246,15 @@ def test_tool_calls_round_trip_in_openai_form_and_tool_results_are_environment_t
     sample = trace_sample(trace)
     between = tiny.tokenizer.decode([t for t, m in zip(sample.completion_ids, sample.env_mask) if not m])
     assert "clicked; reward 1.0" in between and sample.metrics["turns_assembled"] == 2
+
+
+def test_the_example_agent_imports_only_the_openai_and_mcp_sdks():
+    import ast
+    import sys
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "examples" / "openai_mcp_agent" / "agent.py"
+    tree = ast.parse(source.read_text())
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert {r for r in roots if r not in sys.stdlib_module_names} == {"openai", "mcp"}
