@@ -7,8 +7,11 @@ any MCP server with MiniWoB's tools; `envharness train --agent` points it at env
 policy endpoint (which records the exact tokens for GRPO) and at `envharness serve
 browsergym`'s `/mcp` (which records the reward):
 
-    envharness serve browsergym --port 8000 &
-    python examples/openai_mcp_agent/agent.py --base-url http://127.0.0.1:9000/v1 --mcp-url http://127.0.0.1:8000/mcp
+    envharness serve browsergym --port 8000 &  envharness policy --model embedded --port 9000 &
+    curl -s -X POST http://127.0.0.1:9000/rollouts          # {"rollout_id": "ID", "base_url": ".../rollouts/ID/v1"}
+    python examples/openai_mcp_agent/agent.py --base-url http://127.0.0.1:9000/rollouts/ID/v1 \
+        --mcp-url "http://127.0.0.1:8000/mcp?rollout=ID"
+    curl -s http://127.0.0.1:9000/rollouts/ID/sample; curl -s http://127.0.0.1:8000/mcp/rollouts/ID
     envharness train --agent examples/openai_mcp_agent/agent.py:play --tasks click-test --steps 1
 """
 
