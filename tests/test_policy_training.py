@@ -16,7 +16,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
