@@ -258,3 +258,22 @@ def test_the_example_agent_imports_only_the_openai_and_mcp_sdks():
     roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert {r for r in roots if r not in sys.stdlib_module_names} == {"openai", "mcp"}
+
+
+def test_vllm_token_extras_satisfy_openenv_captures_upstream_contract(policy):
+    from openenv.core.harness.capture.upstream import normalize_response, prepare_request
+    from openenv.core.harness.capture.validate import check_upstream_response
+
+    trace = policy.store.open()
+    # the request as OpenEnv's capture proxy rewrites it before forwarding it to an engine
+    body = prepare_request({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+    reply = httpx.post(f"{policy.rollout_url(trace.rollout_id)}/chat/completions", json=body).json()
+    report = check_upstream_response(normalize_response(reply))
+    assert report.findings == [], report.text()
+    (turn,) = trace.turns
+    assert reply["prompt_token_ids"] == turn.prompt_ids and reply["choices"][0]["token_ids"] == turn.completion_ids
+    assert [e["logprob"] for e in reply["choices"][0]["logprobs"]["content"]] == turn.logprobs
+    with pytest.raises(openai.BadRequestError) as alternatives:
+        client(policy, trace.rollout_id).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                                 logprobs=True, top_logprobs=3)
+    assert alternatives.value.body["code"] == "unsupported_top_logprobs"

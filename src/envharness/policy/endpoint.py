@@ -116,9 +116,9 @@ class PolicyEndpoint:
             raise errors.context_exceeded(len(gen.prompt_ids), self.context_length)
         turn = self._record(trace, request, tools, cont.parent, gen, sampling)
         return completion_body(
-            completion_id=f"chatcmpl-{rollout_id}-{turn.index}", model=request.model or self.model_name, text=gen.text,
-            tool_calls=turn.tool_calls, finish_reason=gen.finish_reason, prompt_tokens=len(gen.prompt_ids),
-            completion_tokens=len(gen.completion_ids),
+            request, completion_id=f"chatcmpl-{rollout_id}-{turn.index}", model=request.model or self.model_name,
+            text=gen.text, tool_calls=turn.tool_calls, finish_reason=gen.finish_reason, prompt_ids=turn.prompt_ids,
+            completion_ids=turn.completion_ids, logprobs=turn.logprobs,
             extra={"rollout_id": rollout_id, "turn": turn.index, "fork": turn.fork, "fork_tokens": turn.fork_tokens},
         )
 
