@@ -14,14 +14,16 @@ strings, and ``noop()``. One run measures, side by side:
 - **a GRPO-like group**: 16 episodes of one prompt (click-checkboxes, one seed), one policy
   seed each, all at once: wall time from the resets to the last episode's end.
 
-Columns: envharness (``envharness serve browsergym`` in a subprocess, `AsyncBrowserGymEnv`
-clients over the WebSocket, AXTree text observations); envharness with ``fast_actions=false``
-(Playwright's locator actions: the path before the one-round-trip checks); BrowserGym 0.14.3
+Columns: envharness as it was before issue 25 (``--before REV``: that revision's ``src/`` in the
+server process, see `_before.py`); envharness now (``envharness serve browsergym`` in a
+subprocess, `AsyncBrowserGymEnv` clients over the WebSocket, AXTree text observations); the same
+with each reset naming the session's next task (``next_task``: the warm pool prepares its page,
+as a trainer can while the model thinks); BrowserGym 0.14.3
 in-process with its fast settings (``slow_mo=0``, no pre-observation delay), one process per
 session (its sync API runs one environment per thread of control; a task change is a new
 ``gym.make``, each reset launches its browsers, as BrowserGym users run task mixes).
 
-Usage: PLAYWRIGHT_BROWSERS_PATH=.venv/ms-playwright python bench/bench_rl.py [--quick] [--no-browsergym]
+Usage: PLAYWRIGHT_BROWSERS_PATH=.venv/ms-playwright python bench/bench_rl.py [--quick] [--no-browsergym] [--before REV]
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import time
 from collections import defaultdict
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
+from _before import BEFORE_ISSUE_25, before_env
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.solutions import solve
 
@@ -55,7 +58,7 @@ BLOCKED_BIDS = {"click-dialog": ["14", "16"], "sign-agreement": ["16", "18"]}  #
 MALFORMED = ["click(13", "Click the button.", "click(bid=13)", "press_button('13')", "fill('13')",
              "I will click the submit button", "click('13') then submit", "", "click(\"13\", 'middle', 5)"]
 PROBES = ["noop()", "click('999')", "click('1')", "click('2')", "fill('2', 'x')"]
-COLUMNS = ("envharness", "envharness, Playwright path (old)", "BrowserGym 0.14.3")
+COLUMNS = ("envharness before", "envharness", "envharness, next_task hints", "BrowserGym 0.14.3")
 
 
 class MixPolicy:
@@ -94,8 +97,9 @@ def p50_ms(values: list[float]) -> str:
 
 # -- envharness ----------------------------------------------------------------------------------
 async def _episodes(base_url: str, session: int, steps: int, log: dict, task: str | None = None,
-                    seed: int | None = None, episodes: int | None = None) -> int:
-    """Play episodes until `steps` steps (or `episodes` episodes) are done; returns steps taken."""
+                    seed: int | None = None, episodes: int | None = None, hints: bool = False) -> int:
+    """Play episodes until `steps` steps (or `episodes` episodes) are done; returns steps taken.
+    `hints`: each reset names the next episode's task (``next_task``)."""
     from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
 
     env = AsyncBrowserGymEnv(base_url)
@@ -103,7 +107,8 @@ async def _episodes(base_url: str, session: int, steps: int, log: dict, task: st
     try:
         while taken < steps and (episodes is None or episode < episodes):
             name = task or TASKS[(session + episode) % len(TASKS)]
-            obs = (await env.reset(task=name, seed=episode if seed is None else seed)).observation
+            hint = {"next_task": task or TASKS[(session + episode + 1) % len(TASKS)]} if hints else {}
+            obs = (await env.reset(task=name, seed=episode if seed is None else seed, **hint)).observation
             for _ in range(MAX_STEPS):
                 kind, action = policy.act(name, obs.goal, obs.axtree_txt)
                 start = time.perf_counter()
@@ -137,24 +142,27 @@ async def _probes(base_url: str, repeats: int) -> dict:
     return out
 
 
-async def bench_envharness(options: dict, levels: list[int], steps: int, probes: int) -> dict:
+async def bench_envharness(options: dict, levels: list[int], steps: int, probes: int,
+                           env_vars: dict | None = None, hints: bool = False) -> dict:
     from envharness.core.launchers import launch_local
 
-    server = launch_local("browsergym", options=options, server_args=["--max-sessions", str(max(levels) + 2)])
+    server = launch_local("browsergym", options=options, server_args=["--max-sessions", str(max(levels) + 2)],
+                          env_vars=env_vars)
+    name = f"envharness{' before' if env_vars else ''}{' with hints' if hints else ''}"
     out: dict = {}
     try:
-        await _episodes(server.base_url, 0, 5, defaultdict(list))  # warm-up
+        await _episodes(server.base_url, 0, 5, defaultdict(list), hints=hints)  # warm-up
         out["probes"] = await _probes(server.base_url, probes)
         for level in levels:
-            progress(f"envharness {options}: {level} session(s)")
+            progress(f"{name}: {level} session(s)")
             log: dict = defaultdict(list)
             start = time.perf_counter()
-            taken = await asyncio.gather(*(_episodes(server.base_url, s, steps, log) for s in range(level)))
+            taken = await asyncio.gather(*(_episodes(server.base_url, s, steps, log, hints=hints) for s in range(level)))
             out[f"rate_{level}"] = sum(taken) / (time.perf_counter() - start)
             if level == 1:
                 out["kinds"] = log
         log = defaultdict(list)
-        progress(f"envharness {options}: group")
+        progress(f"{name}: group")
         start = time.perf_counter()
         await asyncio.gather(*(_episodes(server.base_url, s, MAX_STEPS, log, task=GROUP_TASK, seed=GROUP_SEED, episodes=1)
                                for s in range(GROUP_SIZE)))
@@ -289,18 +297,22 @@ def main() -> int:
     parser.add_argument("--browsergym-16", action="store_true",
                         help="BrowserGym at 16 sessions too (32 Chromiums: on 2 cores its resets time out)")
     parser.add_argument("--steps", type=int, help="steps per session for steps/s (default 60, --quick 30)")
+    parser.add_argument("--before", default=BEFORE_ISSUE_25,
+                        help=f"git revision for the 'before' column (default {BEFORE_ISSUE_25}; '' leaves it out)")
     args = parser.parse_args()
     levels = [1, 8, 16]
     steps, probes = (30, 5) if args.quick else (60, 10)
     steps = args.steps or steps
     started = time.time()
     load = os.getloadavg()[0]
+    before_vars = before_env(args.before) if args.before else None
+    before = asyncio.run(bench_envharness(TEXT_ONLY, levels, steps, probes, env_vars=before_vars)) if before_vars else {}
     new = asyncio.run(bench_envharness(TEXT_ONLY, levels, steps, probes))
-    old = asyncio.run(bench_envharness({**TEXT_ONLY, "fast_actions": False}, levels, steps, probes))
-    for name, r in (("envharness", new), ("old path", old)):
+    hinted = asyncio.run(bench_envharness(TEXT_ONLY, levels, steps, probes, hints=True))
+    for name, r in (("before", before), ("envharness", new), ("hints", hinted)):
         progress(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float)))
     bg = {} if args.no_browsergym else bench_browsergym([1, 8] if args.quick or not args.browsergym_16 else levels, steps, probes)
-    results = (new, old, bg)
+    results = (before, new, hinted, bg)
 
     print("Wrong actions on click-test (p50, one session; the error text of the last try):\n")
     rows = []
@@ -322,6 +334,8 @@ def main() -> int:
     table(("", *COLUMNS), rows)
     if bg.get("failed_resets"):
         print(f"\nBrowserGym resets that failed (its 5 s page time-out), skipped: {bg['failed_resets']}")
+    if before_vars:
+        print(f"\n'envharness before': revision {args.before}, run in the same session.")
     print(f"\n{os.cpu_count()} CPUs; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
           f"{steps} steps per session for steps/s; at most {MAX_STEPS} steps per episode; "
           f"{time.time() - started:.0f} s in all.")
