@@ -85,6 +85,12 @@ COVERED: dict[str, Run | Serve | Make] = {
         Run(TINY_EVAL, expect=("runs/sft-eval/summary.json",)),
     "envharness train --model runs/sft/final --tasks enter-text,login-user --max-turns 3 --out runs/sft-grpo":
         Run({**TINY_TRAIN, "--steps": "1", "--max-turns": "2"}, expect=("runs/sft-grpo/final/config.json",)),
+    ".venv/bin/python examples/sft_then_grpo.py --out runs/two-stage --sft-steps 3 --grpo-minutes 40 --threads 1":
+        Run({"--model": "tiny", "--demo-episodes": "1", "--sft-steps": "1", "--sft-batch-size": "1", "--grpo-minutes": "0.01",
+             "--eval-episodes": "2", "--num-generations": "2", "--max-new-tokens": "4", "--max-turns": "2"},
+            expect=("runs/two-stage/results.md", "runs/two-stage/page-swap-grpo.json"), says="SFT+GRPO"),
+    ".venv/bin/python examples/page_swap.py --model runs/two-stage/sft-grpo/final --run runs/two-stage/base":
+        Run({"--max-new-tokens": "4", "--threads": "1"}, says="first action depends on the page"),
     # BrowserGym engine
     "envharness serve browsergym --option engine=browsergym --port 8000": Serve({"--port": "0"}),
     "envharness serve browsergym --option benchmark=openended --port 8000": Serve({"--port": "0"}),
