@@ -51,11 +51,11 @@ mkdir -p "$SHIM_DIR"
 # Written every time (cheap), so a changed flag reaches existing venvs. The last two flags keep
 # the reference browser off the network too: no proxy look-up, no host name but loopback resolves.
 # Chromium 156 opens two WebUI omnibox popup renderers per browser context; the shim turns them
-# off as envharness's engine does, and RenderDocument too (merged into the caller's --disable-features: the last one wins),
+# off as envharness's engine does (merged into the caller's --disable-features: the last one wins),
 # so the two are compared on the same browser.
 cat > "$SHIM_DIR/chrome.new" <<SH
 #!/bin/sh
-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,RenderDocument
+features=WebUIOmniboxPopup,WebUIOmniboxAimPopup
 for arg in "\$@"; do
   case "\$arg" in --disable-features=*) features="\$features,\${arg#--disable-features=}" ;; esac
 done

@@ -138,3 +138,20 @@ async def test_an_unknown_next_task_is_refused():
     finally:
         await env.close_async()
         await factory.aclose()
+
+
+async def test_in_place_restarts_after_task_changes_answer():
+    """Task changes, then a restart in place with every observation part: each reset answers.
+    (With Chromium's RenderDocument turned off, a tempting speed-up, the fifth such restart
+    hung in `Accessibility.enable`: the flag stays on.)"""
+    factory = make_environment_factory(axtree=True, pruned_html=True, extra_properties=True)
+    env = factory()
+    try:
+        for seed in range(6):
+            for task in ("click-test", "click-checkboxes"):
+                await asyncio.wait_for(env.reset_async(task=task, seed=seed), 60)
+            obs = await asyncio.wait_for(env.reset_async(task="click-checkboxes", seed=seed), 60)
+            assert obs.goal.startswith("Select")
+    finally:
+        await env.close_async()
+        await factory.aclose()

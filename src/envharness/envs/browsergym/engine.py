@@ -31,11 +31,11 @@ CHROMIUM_ARGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     # As BrowserGym: keep scrollbars visible in screenshots. Chromium 156 also opens two WebUI
     # omnibox popups (each a renderer, ~33 MB) in every browser context, headless or not: off,
-    # which takes an extra session from 68 to 29 MB. RenderDocument (a new frame host for every
-    # document, same-site loads included; not yet on in BrowserGym's Chromium 125) off: a task
-    # change loads its page in ~60 instead of ~85 ms, 87 instead of 119 ms of CPU (bench/README.md).
-    "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,WebUIOmniboxPopup,WebUIOmniboxAimPopup,"
-    "RenderDocument",
+    # which takes an extra session from 68 to 29 MB. Not here: RenderDocument off. It loads a task
+    # change's page in ~60 instead of ~85 ms, but with it off the renderer of Chromium 156 stops
+    # answering (Accessibility.enable and evaluate never return) on an in-place restart after a few
+    # task changes with the DOM snapshot observed (bench/README.md).
+    "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,WebUIOmniboxPopup,WebUIOmniboxAimPopup",
     # Not here: --disable-gpu-vsync / --disable-frame-rate-limit. Headless Chromium 156 keeps
     # animation frames at ~57 Hz with or without them, so Playwright's "element is stable" check
     # (two frames) costs ~35 ms of every click. --run-all-compositor-stages-before-draw does uncap

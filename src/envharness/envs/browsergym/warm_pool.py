@@ -34,12 +34,14 @@ MAX_PREPARED = 16
 
 @dataclass
 class WarmPage:
-    """An opened context with its page; `task` is the task the page shows (None: blank)."""
+    """An opened context with its page; `task` is the task the page shows (None: blank).
+    `prepared`: opened for a `prepare(task)` (a session's ``next_task``)."""
 
     context: Any
     page: Any
     task: str | None
     generation: int
+    prepared: bool = False
 
 
 class WarmPool:
@@ -61,6 +63,8 @@ class WarmPool:
 
     def take(self, task: str | None, *, exact: bool = False) -> WarmPage | None:
         """A warm context, preferably one whose page shows `task`; None when none is ready.
+        `exact`: only a context prepared for `task` (a task change named in advance: swapping
+        contexts on every task change would cost more CPU than loading the page).
         `task` becomes the one the pool prepares next; call `refill()` once the session's reset
         is done (opening a context meanwhile would slow that reset down)."""
         if self._closed:
@@ -68,7 +72,7 @@ class WarmPool:
         if not exact:
             self._hot_task = task
         self._discard_dead()
-        chosen = next((w for w in self._ready if w.task == task), None)
+        chosen = next((w for w in self._ready if w.task == task and (w.prepared or not exact)), None)
         if chosen is None and not exact and self._ready:
             chosen = self._ready[0]
         if chosen is not None:
@@ -111,6 +115,7 @@ class WarmPool:
             if self._closed:
                 await close_quietly(warm.context)
                 return
+            warm.prepared = prepared
             self._ready.append(warm)
             if prepared and len(self._ready) > self.size + MAX_PREPARED:
                 oldest = self._ready.pop(0)
