@@ -142,8 +142,8 @@ async def test_an_unknown_next_task_is_refused():
 
 async def test_in_place_restarts_after_task_changes_answer():
     """Task changes, then a restart in place with every observation part: each reset answers.
-    (With Chromium's RenderDocument turned off, a tempting speed-up, the fifth such restart
-    hung in `Accessibility.enable`: the flag stays on.)"""
+    (With Chromium's RenderDocument turned off, a tempting speed-up, the first such restart
+    hung in `Accessibility.enable`: the feature stays on.)"""
     factory = make_environment_factory(axtree=True, pruned_html=True, extra_properties=True)
     env = factory()
     try:
