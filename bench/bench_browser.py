@@ -9,7 +9,18 @@ Prints one table, measured in one run on this machine:
   client per session; BrowserGym: one process per session, since its sync API runs one
   environment per thread of control);
 - memory per extra session: PSS of the server (or BrowserGym processes) and its Chromium
-  processes, (memory with N sessions - memory with 1) / (N - 1).
+  processes, (memory with N sessions - memory with 1) / (N - 1);
+- a fresh session: open + reset (what a user who does not keep sessions pays per episode), and
+  fresh sessions per second (open + reset + step + close, one after another);
+- the floor: the same operations in raw async Playwright on the same Chromium with the same
+  flags, no server (click: `page.mouse.click` + CDP `Accessibility.getFullAXTree`; reset in place:
+  MiniWoB's own restart + AXTree; task change: `page.goto` + restart + AXTree);
+- scale (``--scale``, in the full run): 8, 64 and 256 concurrent sessions on one server: step
+  p50, steps/s, errors and memory per session.
+
+Columns: envharness before issue 25 (``--before REV``: that revision's ``src/`` in the server
+process, see `_before.py`), envharness now (text observations, and all default text parts), the
+floor, BrowserGym.
 
 envharness runs with text observations (AXTree text only: no DOM snapshot) and, for reset and
 step, also with all default text parts (AXTree + pruned HTML + element properties). BrowserGym
@@ -34,6 +45,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from _before import BEFORE_ISSUE_25, before_env
 from envharness.envs.browsergym import miniwob
 
 if TYPE_CHECKING:  # the BrowserGym worker processes import this module too: keep them light
@@ -99,14 +111,34 @@ async def _timed_steps(env: AsyncBrowserGymEnv, bid: str, n: int) -> list[float]
     return times
 
 
-async def bench_envharness(parts: dict, n: int, levels: list[int], steps_per_session: int) -> dict:
+async def _fresh_sessions(base_url: str, n: int) -> tuple[list[float], float]:
+    """Open + reset times of `n` fresh sessions, and cycles/s of open + reset + step + close."""
+    from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
+
+    opened, start = [], time.perf_counter()
+    for seed in range(n):
+        t = time.perf_counter()
+        env = AsyncBrowserGymEnv(base_url)
+        result = await env.reset(task=TASK, seed=seed)
+        opened.append(time.perf_counter() - t)
+        await env.step(BrowserGymAction(action_str=f"click('{checkbox_bid(result.observation.axtree_txt)}')"))
+        await env.close()
+        await asyncio.sleep(0.3)  # between episodes (the model thinking): the pool refills meanwhile
+    return opened, n / (time.perf_counter() - start)
+
+
+async def bench_envharness(parts: dict, n: int, levels: list[int], steps_per_session: int,
+                           env_vars: dict | None = None) -> dict:
     from envharness.core.launchers import launch_local
 
-    server = launch_local("browsergym", options=parts, server_args=["--max-sessions", str(max(levels, default=1) + 2)])
+    server = launch_local("browsergym", options=parts, server_args=["--max-sessions", str(max(levels, default=1) + 2)],
+                          env_vars=env_vars)
     out: dict = {}
     try:
         env, bid = await _session(server.base_url, 0)
         await _timed_steps(env, bid, 3)  # warm-up
+        if levels:
+            out["fresh"], out["fresh_rate"] = await _fresh_sessions(server.base_url, n)
         same, change = [], []
         for seed in range(n):
             t = time.perf_counter()
@@ -117,8 +149,17 @@ async def bench_envharness(parts: dict, n: int, levels: list[int], steps_per_ses
                 t = time.perf_counter()
                 await env.reset(task=task, seed=seed)
                 change.append(time.perf_counter() - t)
-        result = await env.reset(task=TASK, seed=0)
         out["reset_same"], out["reset_change"] = same, change
+        if levels and not env_vars:  # the task change named in advance (``next_task``): the pool prepares it
+            hinted = []
+            for seed in range(max(2, n // 3)):
+                for task, next_task in ((OTHER_TASK, TASK), (TASK, OTHER_TASK)):
+                    await asyncio.sleep(0.3)  # the model thinking: the next page is prepared meanwhile
+                    t = time.perf_counter()
+                    await env.reset(task=task, seed=seed, next_task=next_task)
+                    hinted.append(time.perf_counter() - t)
+            out["reset_hinted"] = hinted
+        result = await env.reset(task=TASK, seed=0)
         out["step"] = await _timed_steps(env, checkbox_bid(result.observation.axtree_txt), n)
         await env.close()
         for level in levels:
@@ -131,6 +172,119 @@ async def bench_envharness(parts: dict, n: int, levels: list[int], steps_per_ses
     finally:
         server.stop()
     return out
+
+
+# -- the floor: raw async Playwright on the same Chromium, no server ---------------------------------
+_START_JS = "([seed]) => { Math.seedrandom(seed); core.startEpisodeReal(); return core.getUtterance(); }"
+
+
+async def bench_floor(n: int) -> dict:
+    """What the operations cost in raw Playwright and CDP: no server, no parsing, no checks."""
+    from playwright.async_api import async_playwright
+
+    from envharness.envs.browsergym.engine import BrowserEngine
+
+    engine = BrowserEngine()  # for its Chromium path and flags only
+    out: dict = {"step": [], "reset_same": [], "reset_change": [], "fresh": []}
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=engine.executable_path, args=engine.args,
+                                           ignore_default_args=["--hide-scrollbars"])
+
+        async def serve(route):
+            await miniwob.serve_miniwob_request(route)
+
+        async def open_page():
+            context = await browser.new_context(viewport=miniwob.MINIWOB_VIEWPORT)
+            await context.route(f"{miniwob.MINIWOB_ORIGIN}/**", serve)
+            page = await context.new_page()
+            return context, page, await context.new_cdp_session(page)
+
+        async def load(page, cdp, task, seed):
+            await page.goto(miniwob.task_url(task))
+            await page.evaluate(_START_JS, [seed])
+            return await cdp.send("Accessibility.getFullAXTree")
+
+        context, page, cdp = await open_page()
+        await load(page, cdp, TASK, 0)
+        for seed in range(n):
+            t = time.perf_counter()
+            await page.evaluate(_START_JS, [seed])
+            await cdp.send("Accessibility.getFullAXTree")
+            out["reset_same"].append(time.perf_counter() - t)
+        for seed in range(max(2, n // 3)):
+            for task in (OTHER_TASK, TASK):
+                t = time.perf_counter()
+                await load(page, cdp, task, seed)
+                out["reset_change"].append(time.perf_counter() - t)
+        box = await page.locator("input[type=checkbox]").first.bounding_box()
+        for _ in range(n):
+            t = time.perf_counter()
+            await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            await cdp.send("Accessibility.getFullAXTree")
+            out["step"].append(time.perf_counter() - t)
+        await context.close()
+        for seed in range(n):
+            t = time.perf_counter()
+            context, page, cdp = await open_page()
+            await load(page, cdp, TASK, seed)
+            out["fresh"].append(time.perf_counter() - t)
+            await context.close()
+        await browser.close()
+    return out
+
+
+# -- scale: many sessions on one server ------------------------------------------------------------------
+async def bench_scale(levels: list[int], steps: int) -> dict:
+    """Step p50, steps/s, errors and memory per session with `levels` concurrent sessions."""
+    from envharness.core.launchers import launch_local
+    from envharness.envs.browsergym import BrowserGymAction
+
+    server = launch_local("browsergym", options=TEXT_PARTS, server_args=["--max-sessions", str(max(levels) + 8)])
+    out: dict = {}
+    try:
+        base = tree_memory_mb(server.process.pid)
+        for level in levels:
+            progress(f"scale: opening {level} sessions")
+            sessions, errors = [], 0
+            for first in range(0, level, 32):  # open in waves, as a trainer's workers start
+                opened = await asyncio.gather(*(_session(server.base_url, s) for s in range(first, min(level, first + 32))),
+                                              return_exceptions=True)
+                errors += sum(isinstance(o, BaseException) for o in opened)
+                sessions += [o for o in opened if not isinstance(o, BaseException)]
+            memory = tree_memory_mb(server.process.pid)
+
+            async def play(env, bid):
+                nonlocal errors
+                times = []
+                for _ in range(steps):
+                    t = time.perf_counter()
+                    try:
+                        result = await env.step(BrowserGymAction(action_str=f"click('{bid}')"))
+                        errors += bool(result.observation.last_action_error)
+                    except Exception:
+                        errors += 1
+                        continue
+                    times.append(time.perf_counter() - t)
+                return times
+
+            progress(f"scale: {level} sessions stepping")
+            t = time.perf_counter()
+            played = await asyncio.gather(*(play(e, b) for e, b in sessions))
+            wall = time.perf_counter() - t
+            times = [x for p in played for x in p]
+            out[level] = {"step": times, "rate": len(times) / wall, "errors": errors,
+                          "mb_per_session": (memory - base) / max(1, len(sessions))}
+            await asyncio.gather(*(e.close() for e, _ in sessions), return_exceptions=True)
+            await asyncio.sleep(2)  # the closed contexts go before the next level is measured
+    finally:
+        server.stop()
+    return out
+
+
+def progress(what: str) -> None:
+    import sys
+
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
 # -- BrowserGym, one process per session ------------------------------------------------------------
@@ -188,6 +342,7 @@ def bench_browsergym(n: int, levels: list[int], steps_per_session: int) -> dict:
                 p.join(timeout=120)
             if level == 1:
                 out["reset_change"], out["step"] = results[0]["reset"], results[0]["step"]
+                out["fresh"] = results[0]["reset"]  # every BrowserGym reset launches its browsers
             start, end = min(r["t0"] for r in results), max(r["t1"] for r in results)
             out[f"rate_{level}"] = level * steps / (end - start)
             out[f"rss_{level}"] = sum(r["rss"] for r in results)
@@ -215,28 +370,66 @@ def print_table(header: tuple, rows: list[tuple]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions, fewer BrowserGym sessions")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, fewer BrowserGym sessions, no scale table")
     parser.add_argument("--no-browsergym", action="store_true", help="measure envharness only")
+    parser.add_argument("--before", default=BEFORE_ISSUE_25,
+                        help=f"git revision for the 'before' column (default {BEFORE_ISSUE_25}; '' leaves it out)")
+    parser.add_argument("--scale", default=None, help="session counts for the scale table (default 8,64,256; "
+                        "--quick: none); 'none' leaves it out")
     args = parser.parse_args()
     n = 15 if args.quick else 40
     levels = [1, 4, 8, 16]
     bg_levels = [1, 4] if args.quick else [1, 4, 8]
     steps_per_session = 10 if args.quick else 25
+    scale_spec = args.scale or ("none" if args.quick else "8,64,256")
+    scale_levels = [] if scale_spec == "none" else [int(x) for x in scale_spec.split(",")]
+    load = os.getloadavg()[0]
 
+    before_vars = before_env(args.before) if args.before else None
+    before = asyncio.run(bench_envharness(TEXT_PARTS, n, levels, steps_per_session, env_vars=before_vars)) if before_vars else {}
     text = asyncio.run(bench_envharness(TEXT_PARTS, n, levels, steps_per_session))
     full = asyncio.run(bench_envharness(DEFAULT_PARTS, n, [], steps_per_session))
+    floor = asyncio.run(bench_floor(n))
     bg = {} if args.no_browsergym else bench_browsergym(max(6, n // 3), bg_levels, steps_per_session)
+    scale = asyncio.run(bench_scale(scale_levels, 3)) if scale_levels else {}
+
+    def cell(r: dict, key: str) -> str:
+        return ms(r.get(key, []))
+
+    def ratio(key: str) -> str:
+        if not text.get(key) or not floor.get(key):
+            return ""
+        return f"{statistics.median(text[key]) / statistics.median(floor[key]):.1f}x"
 
     rows = [
-        ("reset p50, same task", ms(text["reset_same"]), ms(full["reset_same"]), ms(bg.get("reset_change", [])), "<= 150 ms"),
-        ("reset p50, task change", ms(text["reset_change"]), ms(full["reset_change"]), ms(bg.get("reset_change", [])), "<= 150 ms"),
-        ("step p50 (click + observation)", ms(text["step"]), ms(full["step"]), ms(bg.get("step", [])), "<= 40 ms"),
-        *[(f"steps/s, {lv} session{'s' if lv > 1 else ''}", f"{text[f'rate_{lv}']:.1f}", "",
-           f"{bg[f'rate_{lv}']:.1f}" if f"rate_{lv}" in bg else "-", ">= 20 at 8" if lv == 8 else "") for lv in levels],
-        ("memory per extra session", per_extra_session(text, levels), "", per_extra_session(bg, bg_levels), "<= 60 MB"),
+        ("reset p50, same task", cell(before, "reset_same"), ms(text["reset_same"]), ms(full["reset_same"]),
+         cell(floor, "reset_same"), ratio("reset_same"), cell(bg, "reset_change"), ""),
+        ("reset p50, task change", cell(before, "reset_change"), ms(text["reset_change"]), ms(full["reset_change"]),
+         cell(floor, "reset_change"), ratio("reset_change"), cell(bg, "reset_change"), "<= 40 ms"),
+        ("reset p50, task change named in advance (next_task)", "-", cell(text, "reset_hinted"), "",
+         "", "", "-", "<= 40 ms"),
+        ("step p50 (click + observation)", cell(before, "step"), ms(text["step"]), ms(full["step"]),
+         cell(floor, "step"), ratio("step"), cell(bg, "step"), "<= 1.3x floor"),
+        ("fresh session: open + reset p50", cell(before, "fresh"), cell(text, "fresh"), "", cell(floor, "fresh"),
+         ratio("fresh"), cell(bg, "fresh"), "<= 50 ms"),
+        ("fresh sessions/s (open + reset + step + close)", f"{before['fresh_rate']:.1f}" if "fresh_rate" in before else "-",
+         f"{text['fresh_rate']:.1f}", "", "", "", "-", ""),
+        *[(f"steps/s, {lv} session{'s' if lv > 1 else ''}", f"{before[f'rate_{lv}']:.1f}" if f"rate_{lv}" in before else "-",
+           f"{text[f'rate_{lv}']:.1f}", "", "", "", f"{bg[f'rate_{lv}']:.1f}" if f"rate_{lv}" in bg else "-", "")
+          for lv in levels],
+        ("memory per extra session", per_extra_session(before, levels), per_extra_session(text, levels), "", "", "",
+         per_extra_session(bg, bg_levels), "<= 20 MB"),
     ]
-    print_table(("", "envharness, AXTree text", "envharness, AXTree+HTML+props", "BrowserGym 0.14.3 in-process", "target"), rows)
-    print(f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
+    print_table(("", "envharness before", "envharness, AXTree text", "envharness, AXTree+HTML+props",
+                 "floor: raw Playwright + CDP", "envharness / floor", "BrowserGym 0.14.3 in-process", "goal"), rows)
+    if scale:
+        print("\nMany sessions on one server (envharness now, AXTree text; 3 clicks per session, all at once):\n")
+        print_table(("sessions", "step p50", "steps/s", "errors", "memory per session"),
+                    [(str(lv), ms(r["step"]), f"{r['rate']:.1f}", str(r["errors"]), f"{r['mb_per_session']:.0f} MB")
+                     for lv, r in scale.items()])
+    if before_vars:
+        print(f"\n'envharness before': revision {args.before}, run in the same session.")
+    print(f"\n{os.cpu_count()} CPUs; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
           f"{n} resets/steps per median; {steps_per_session} steps per session for steps/s.")
     return 0
 
