@@ -320,7 +320,8 @@ def main() -> int:
         cells = []
         for r in results:
             times, error = r.get("probes", {}).get(action, ([], ""))
-            cells.append(f"{p50_ms(times)}{': ' + error[:70] if error else ''}" if times else "-")
+            error = error.strip().splitlines()[0][:70] if error and error.strip() else ""
+            cells.append(f"{p50_ms(times)}{': ' + error if error else ''}" if times else "-")
         rows.append((f"`{action}`", *cells))
     table(("action", *COLUMNS), rows)
 
