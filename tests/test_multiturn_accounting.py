@@ -21,28 +21,12 @@ from envharness.harness import HarnessRunLimits
 from envharness.integrations.trl import build_browsergym_rollout_func, task_dataset
 from envharness.integrations.trl.rewards import reward_success
 from envharness.integrations.trl.training import TrainConfig, grpo_config, prompt_options
+from _grpo_helpers import reply_length, runs
 
 pytestmark = pytest.mark.timeout(600)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 TURNS = 3
-
-
-def reply_length(completions, **kwargs):
-    """Gives the group different rewards even when no episode succeeds (a random model)."""
-    return [float(len(c)) for c in completions]
-
-
-def runs(mask: list[int], value: int) -> list[tuple[int, int]]:
-    """[start, end) of each maximal run of `value` in `mask`."""
-    out, start = [], None
-    for i, m in enumerate([*mask, None]):
-        if m == value and start is None:
-            start = i
-        elif m != value and start is not None:
-            out.append((start, i))
-            start = None
-    return out
 
 
 @pytest.fixture(scope="module")

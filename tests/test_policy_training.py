@@ -27,28 +27,13 @@ from envharness.integrations.trl.rewards import reward_success
 from envharness.integrations.trl.training import TrainConfig, grpo_config
 from envharness.policy.agents import load_agent
 from _jobs import CLI
+from _grpo_helpers import reply_length, runs
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "examples/openai_mcp_agent/agent.py:play"
 TURNS = 3
-
-
-def reply_length(completions, **kwargs):
-    """Gives the group different rewards even when no episode succeeds (a random model)."""
-    return [float(len(c)) for c in completions]
-
-
-def runs(mask: list[int], value: int) -> list[tuple[int, int]]:
-    out, start = [], None
-    for i, m in enumerate([*mask, None]):
-        if m == value and start is None:
-            start = i
-        elif m != value and start is not None:
-            out.append((start, i))
-            start = None
-    return out
 
 
 @pytest.fixture(scope="module")

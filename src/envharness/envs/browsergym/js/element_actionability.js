@@ -202,7 +202,10 @@ async function element_actionability(bid, action, bid_attr, timeout_ms) {
         let settled = false;
         const done = () => { if (!settled) { settled = true; resolve(); } };
         requestAnimationFrame(done);
-        setTimeout(done, 50);  // pages without animation frames (hidden tabs)
+        // Pages without animation frames (hidden tabs) get a timer instead. Not a visible page: on a
+        // busy machine the timer can beat the next frame, and an element read twice within one frame
+        // looks still while it moves (the click then lands where it was).
+        if (document.visibilityState !== "visible") setTimeout(done, 50);
     });
     const deadline = performance.now() + timeout_ms;
     for (;;) {
