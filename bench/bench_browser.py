@@ -39,6 +39,7 @@ import multiprocessing as mp
 import os
 import re
 import statistics
+import sys
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -282,8 +283,6 @@ async def bench_scale(levels: list[int], steps: int) -> dict:
 
 
 def progress(what: str) -> None:
-    import sys
-
     print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 

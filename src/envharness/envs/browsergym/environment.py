@@ -165,8 +165,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         elif task != self._loaded_task and self._pool is not None:
             warm = self._pool.take(task, exact=True)
             if warm is not None:
-                old, self._context = self._context, None
-                asyncio.ensure_future(close_quietly(old))  # off the reset's path
+                self._pool.close_later(self._context)  # off the reset's path
                 self._attach(warm)
         for page in list(self._context.pages):
             if page is not self._main_page:

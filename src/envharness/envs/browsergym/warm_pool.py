@@ -59,6 +59,7 @@ class WarmPool:
         self._refill_task: asyncio.Task | None = None
         self._hot_task: str | None = None
         self._wanted: list[str] = []  # tasks to `prepare`, oldest first
+        self._closing: set[asyncio.Task] = set()  # contexts being closed off the caller's path
         self._closed = False
 
     def take(self, task: str | None, *, exact: bool = False) -> WarmPage | None:
@@ -82,7 +83,7 @@ class WarmPool:
     def _discard_dead(self) -> None:
         for warm in [w for w in self._ready if not self._alive(w)]:
             self._ready.remove(warm)
-            asyncio.ensure_future(close_quietly(warm.context))
+            self.close_later(warm.context)
 
     def prepare(self, task: str) -> None:
         """Open a context showing `task` in the background, for a reset that will ask for it
@@ -118,8 +119,14 @@ class WarmPool:
             warm.prepared = prepared
             self._ready.append(warm)
             if prepared and len(self._ready) > self.size + MAX_PREPARED:
-                oldest = self._ready.pop(0)
-                asyncio.ensure_future(close_quietly(oldest.context))
+                self.close_later(self._ready.pop(0).context)
+
+    def close_later(self, context: Any) -> None:
+        """Close `context` in the background (a session's old one after a swap, a dead or surplus
+        warm one); `aclose` waits for these."""
+        task = asyncio.ensure_future(close_quietly(context))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     @property
     def ready(self) -> int:
@@ -142,7 +149,7 @@ class WarmPool:
             if not done:
                 task.cancel()
         ready, self._ready = self._ready, []
-        await asyncio.gather(*(close_quietly(w.context) for w in ready))
+        await asyncio.gather(*(close_quietly(w.context) for w in ready), *self._closing)
 
 
 async def close_quietly(context: Any) -> None:
