@@ -3,7 +3,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Test files are spread over this many processes (pytest-xdist; a file's tests stay together, so
+# Test files are spread over this many processes (pytest-xdist, heaviest first: tests/conftest.py; a file's tests stay together, so
 # module fixtures such as a shared browser server are per process). 1: one process, no xdist.
 PYTEST_WORKERS ?= 2
 
@@ -17,8 +17,10 @@ demo: setup
 		--tasks click-test,click-button,focus-text,enter-text --episodes 4 --max-steps 3 --max-new-tokens 16 \
 		--concurrency 16 --out runs/demo --overwrite
 
+# PYTHONDONTWRITEBYTECODE cleared: the suite starts many Python processes, and each
+# would compile every envharness module again without the __pycache__ the first one writes.
 test: setup
-	LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # The benchmarks of bench/README.md (about 30 minutes): browser, RL-shaped policy mix, step
 # breakdown, rollouts, server.

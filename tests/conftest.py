@@ -1,4 +1,5 @@
-"""Shared test helpers: an in-process echo server on loopback, and polling."""
+"""Shared test helpers: an in-process echo server on loopback, and polling; and how `make test`
+spreads the suite over its workers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,31 @@ import httpx
 import pytest
 
 from envharness.core.launchers import LocalServer
+
+
+#: Test files in order of cost, heaviest first (measured alone on an idle 2-core machine). The
+#: workers take files in this order, then the rest in collection order, so that no long file
+#: starts last and keeps one worker busy while the other is done. A guess that is off costs
+#: only time.
+HEAVIEST_FIRST = [
+    "test_readme_commands.py", "test_browser_fidelity.py", "test_eval_protocol.py", "test_fleet_ray.py",
+    "test_job_interrupts.py", "test_sft.py", "test_browser_all_tasks.py", "test_browser_gym_engine.py",
+    "test_browser_warm_pool.py", "test_models_embedded.py", "test_policy_training.py", "test_lifecycle.py",
+    "test_browser_isolation.py",
+]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test without an `xdist_group` mark joins its file's group, so that a file's tests run
+    in one worker and share its module fixtures (a shared browser server, a loaded model), as
+    `--dist loadfile` would; a file whose tests name their own groups (the README commands)
+    spreads over the workers. Then the heaviest files go first."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, interval_s: float = 0.02) -> Any:
@@ -44,3 +70,19 @@ def server_tasks(server: LocalServer) -> set[asyncio.Task]:
 def echo_server():
     with LocalServer("echo") as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def compact_browser_url():
+    """A browser server whose observations carry no pruned HTML and no element properties (what
+    the compact training prompt reads): the GRPO exactness tests' environment."""
+    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
+        yield server.base_url
+
+
+@pytest.fixture(scope="module")
+def compact_browser_url():
+    """A browser server whose observations carry no pruned HTML and no element properties (what
+    the compact training prompt reads): the GRPO exactness tests' environment."""
+    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
+        yield server.base_url

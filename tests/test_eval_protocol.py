@@ -175,8 +175,8 @@ async def test_a_hung_step_times_out_its_row_while_the_others_finish(case, brows
         processor = OpenEnvRolloutProcessor(env_factory=lambda: BrowserGymEnv(browser_server.base_url),
                                             prompt_builder=browser_prompt, action_parser=browser_action,
                                             model=SlowWhenAsked(), tasks=["click-test"], timeout_ms=120000,
-                                            episode_timeout_s=30, max_steps=3)
-        expected = "episode did not finish within 30 s"
+                                            episode_timeout_s=15, max_steps=3)
+        expected = "episode did not finish within 15 s"
     rows = [EvaluationRow(messages=[Message(role="user", content=p)]) for p in ("start", "hang", "start")]
     config = RolloutProcessorConfig(completion_params={"model": "slow-when-asked"}, mcp_config_path="",
                                     steps=3, semaphore=asyncio.Semaphore(3))

@@ -13,6 +13,7 @@ import pytest
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymEnv
 from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
 from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, build_harness_rollout_func, run_episodes
+from envharness.models.base import Generation
 from envharness.models.scripted import ScriptedBackend
 
 pytestmark = pytest.mark.timeout(900)  # a hang guard: both tests take well under a minute
@@ -102,3 +103,31 @@ def test_a_session_dying_mid_episode_leaves_the_other_15_intact(server_url):
     assert errors[9] == "RuntimeError: This client is closed"
     assert [m.get("task_name") for m in out["verify_metrics"]] == tasks[:9] + [None] + tasks[10:]
     assert batcher._live == 0
+
+
+class Says:
+    """A backend that answers every turn with the same text."""
+
+    name = "says"
+
+    def __init__(self, text: str):
+        self.text = text
+
+    async def generate(self, requests):
+        return [Generation(text=self.text) for _ in requests]
+
+    async def aclose(self):
+        pass
+
+
+@pytest.mark.parametrize("text", ["goto('http://example.com')", "send_msg_to_user('done')"])
+async def test_an_action_outside_the_tools_scores_the_first_pages_reward_not_an_error(server_url, text):
+    """A real BrowserGym action the session does not offer never reaches the environment; the
+    episode is the policy's failure (reward 0, the first page's), not a missing reward."""
+    batcher = BatchingModelStep(Says(text), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
+    factory = BrowserGymSessionFactory(client_factory=lambda: AsyncBrowserGymEnv(base_url=server_url))
+    (result,) = await run_episodes(factory, ["click-test"], backend=batcher, seeds=[0], limits=HarnessRunLimits(max_turns=2))
+
+    assert result.error is None and result.env_reward == 0.0 and not result.verify.done
+    assert [e.result.error.split(";")[0] for e in result.tool_trace] == [f"unknown tool {text.split('(')[0]!r}"] * 2
+    assert result.verify.metrics["step_count"] == 0

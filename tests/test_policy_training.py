@@ -19,15 +19,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 
-from envharness.integrations.trl import task_dataset
 from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
-from envharness.integrations.trl.rewards import reward_success
-from envharness.integrations.trl.training import TrainConfig, grpo_config
 from envharness.policy.agents import load_agent
 from _jobs import CLI
-from _grpo_helpers import reply_length, runs
+from _grpo_helpers import loss_row, one_grpo_step, runs
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -37,55 +33,19 @@ TURNS = 3
 
 
 @pytest.fixture(scope="module")
-def env_url():
-    from envharness.core.launchers import LocalServer
-
-    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
-        yield server.base_url
+def env_url(compact_browser_url):
+    return compact_browser_url
 
 
 def test_loss_time_logprobs_match_the_endpoints_sampling_and_agent_text_is_masked(env_url, tmp_path):
-    from trl import GRPOTrainer
-
-    from envharness.models.embedded import tiny_test_model
-
-    model, tokenizer = tiny_test_model(seed=0)
     rollout_func = build_agent_rollout_func(load_agent(str(ROOT / AGENT)), env_url=env_url, agent_kwargs={"max_turns": TURNS},
                                             records=tmp_path / "episodes.jsonl")
-    handed = {}
-
-    def spy(prompts, trainer):
-        out = rollout_func(prompts, trainer)
-        handed.update(out)
-        return out
-
-    config = TrainConfig(model="tiny", output_dir=str(tmp_path), max_steps=1, num_generations=2, groups_per_step=2,
-                         max_completion_length=6, temperature=1.0, learning_rate=1e-3)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward_success, reply_length],
-                          args=grpo_config(config, save_strategy="no"),
-                          train_dataset=task_dataset(["click-test"], 4, seed=0), rollout_func=spy)
-    at_loss = []
-    compute_loss, per_token_logps = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
-
-    def capture_inputs(model, inputs):
-        at_loss.append({k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
-        return compute_loss(model, inputs)
-
-    def capture_logps(*args, **kwargs):
-        result = per_token_logps(*args, **kwargs)
-        if torch.is_grad_enabled():
-            at_loss[-1]["logps"] = result[0].detach().clone()
-        return result
-
-    trainer._compute_loss, trainer._get_per_token_logps_and_entropies = capture_inputs, capture_logps
     try:
-        trainer.train()
+        step = one_grpo_step(rollout_func, "click-test", tmp_path)
     finally:
         rollout_func.close()
         rollout_func.records.close()
-
-    assert len(at_loss) == 1
-    loss = at_loss[0]
+    handed, loss, tokenizer = step.handed, step.loss, step.tokenizer
     loss_mask = loss["completion_mask"] * loss["tool_mask"]
     used = set()
     for i in range(4):
@@ -93,12 +53,7 @@ def test_loss_time_logprobs_match_the_endpoints_sampling_and_agent_text_is_maske
         assert "error" not in handed["verify_metrics"][i], handed["verify_metrics"][i]
         model_turns, agent_parts = runs(env_mask, 1), runs(env_mask, 0)
         assert len(model_turns) == TURNS and len(agent_parts) == TURNS - 1, env_mask
-        rows = [r for r in range(len(loss["completion_ids"])) if r not in used
-                and loss["completion_ids"][r, : len(ids)].tolist() == ids and int(loss["completion_mask"][r].sum()) == len(ids)
-                and loss["prompt_ids"][r][loss["prompt_mask"][r].bool()].tolist() == prompt]
-        assert rows, f"rollout {i} is not in the loss batch"
-        r = rows[0]
-        used.add(r)
+        r = loss_row(loss, ids, prompt, used)
         assert loss_mask[r, : len(ids)].tolist() == env_mask  # every model token in the loss, nothing else
         assert int(loss_mask[r, len(ids):].sum()) == 0
         recomputed = loss["logps"][r, : len(ids)].tolist()

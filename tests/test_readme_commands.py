@@ -2,7 +2,7 @@
 
 A command is a line of one of the README's ```bash blocks (`\\` continuations joined, `#`
 comments cut); `code` mentions in prose are not commands. `COVERED` says how each one runs
-here, in README order, in one scratch folder (so `runs/...` of one line is there for the next):
+here, in README order, in one scratch folder per block (so `runs/...` of one line is there for the next):
 
 - `Run(set={...})` runs it with flags replaced or added (`None`: a flag without a value);
 - `Serve(...)` starts a server, checks `/health` and stops it with SIGTERM;
@@ -13,6 +13,9 @@ here, in README order, in one scratch folder (so `runs/...` of one line is there
 A README command missing from `COVERED` fails `test_every_readme_command_is_covered`:
 adding one is one line there. Each command runs in its own session; the test fails if any
 process of that session outlives it.
+
+Each ```bash block is one test with its own scratch folder (a block's lines build on each other,
+blocks do not), and its own xdist group, so the blocks spread over the suite's workers.
 """
 
 from __future__ import annotations
@@ -128,15 +131,23 @@ COVERED: dict[str, Run | Serve | Make] = {
 }
 
 
-def readme_commands(text: str) -> list[str]:
-    """The command lines of the ```bash blocks, in order."""
-    commands = []
+def readme_blocks(text: str) -> list[list[str]]:
+    """The command lines of each ```bash block, in order."""
+    blocks = []
     for block in re.findall(r"^```(?:bash|sh|shell|console)\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        commands = []
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line).strip()
             if line:
                 commands.append(" ".join(line.split()))
-    return commands
+        if commands:
+            blocks.append(commands)
+    return blocks
+
+
+def readme_commands(text: str) -> list[str]:
+    """The command lines of the ```bash blocks, in order."""
+    return [command for block in readme_blocks(text) for command in block]
 
 
 def with_overrides(args: list[str], overrides: dict[str, str | None]) -> list[str]:
@@ -269,10 +280,16 @@ def test_overrides_replace_or_add_flags():
         ["make demo", "envharness a --b 1"]
 
 
+BLOCKS = readme_blocks(README.read_text())
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(3600)
-def test_readme_commands_run_with_tiny_sizes(tmp_path):
-    for command in readme_commands(README.read_text()):
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("block", [pytest.param(b, id=b[0][:48], marks=pytest.mark.xdist_group(f"readme-{i}"))
+                                   for i, b in reversed(list(enumerate(BLOCKS)))])  # the costliest blocks are last
+def test_readme_commands_run_with_tiny_sizes(block, tmp_path):
+    for command in block:
+        assert command in COVERED, f"{command}: not in COVERED (see test_every_readme_command_is_covered)"
         spec = COVERED[command]
         if isinstance(spec, Make):
             lines = recipe(command.split()[1])

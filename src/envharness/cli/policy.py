@@ -13,8 +13,6 @@ temperature on every call (what training does), unset: the agent's own.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 
 from envharness.cli import options
@@ -34,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envharness.core.server import bind_socket, uvicorn_server
+    from envharness.core.server import bind_socket, serve_until_stopped, uvicorn_server
     from envharness.models import load_backend
     from envharness.policy.app import create_policy_app
     from envharness.policy.endpoint import PolicyEndpoint
@@ -53,12 +51,6 @@ def run(args: argparse.Namespace) -> int:
     server = uvicorn_server(create_policy_app(endpoint))
     print(f"envharness policy: {endpoint.model_name} listening on http://{host}:{sock.getsockname()[1]} "
           "(POST /rollouts, then an OpenAI client on /rollouts/ID/v1)", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: None)  # uvicorn stops gracefully first
-    try:
-        asyncio.run(server.serve(sockets=[sock]))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
+    serve_until_stopped(server, sock)
     print(f"envharness policy: stopped; {endpoint.store.open_count} rollout(s) still open", flush=True)
     return 0

@@ -8,9 +8,7 @@ variables; flags win. The token comes from `--token` or `ENVHARNESS_TOKEN`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 import sys
 
 # shared with `envharness mcp NAME`: which environment, with which options
@@ -39,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from envharness.core.registry import make_factory
-    from envharness.core.server import bind_socket, create_app, uvicorn_server
+    from envharness.core.server import bind_socket, create_app, serve_until_stopped, uvicorn_server
 
     try:
         options = collect_options(args.option, dict(os.environ))
@@ -59,20 +57,12 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "web", False):
         print(f"envharness serve: play it by hand at http://{host}:{sock.getsockname()[1]}/web"
               f"{'?token=...' if token else ''}", flush=True)
-    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was
-    # there before; a no-op one lets the process report the clean stop and exit 0.
-    signal.signal(signal.SIGTERM, lambda *_: None)
     from envharness.core.lifecycle import bound_shutdown, exit_with_parent
 
     if args.exit_with_parent is not None:
         exit_with_parent(args.exit_with_parent, lambda: setattr(server, "should_exit", True), name="envharness serve")
     bound_shutdown(lambda: server.should_exit, args.shutdown_timeout)
-    try:
-        asyncio.run(server.serve(sockets=[sock]))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
+    serve_until_stopped(server, sock)
     sessions = app.state.sessions
     print(f"envharness serve: stopped; {sessions.sessions_closed} session(s) closed, "
           f"{sessions.live_environments} environment(s) still open", flush=True)

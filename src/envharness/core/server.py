@@ -13,6 +13,7 @@ import contextlib
 import hmac
 import json
 import logging
+import signal
 import socket
 from typing import Any, AsyncIterator, Sequence
 
@@ -266,6 +267,20 @@ def uvicorn_server(app: FastAPI, *, ping_interval_s: float = 20.0, ping_timeout_
     config = uvicorn.Config(app, log_level=log_level, ws_max_size=4 * limit + 65536, ws_ping_interval=ping_interval_s,
                             ws_ping_timeout=ping_timeout_s, timeout_graceful_shutdown=10, lifespan="on")
     return uvicorn.Server(config)
+
+
+def serve_until_stopped(server: uvicorn.Server, sock: socket.socket) -> None:
+    """Run `server` on `sock` until Ctrl-C or SIGTERM, then close the socket.
+
+    uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was there
+    before; a no-op one lets the command report the clean stop and exit 0."""
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:

@@ -44,7 +44,8 @@ def default_tool_result(name: str, arguments: dict[str, Any], result: Any, state
 
 
 def default_verify(transcript: list[Message], final_state: Any, last_result: Any, state: Any) -> VerifyResult:
-    """OpenEnv's default: forward the last step's reward and done, plus the step count."""
+    """OpenEnv's default: forward the latest result's reward and done (the last step's, or the reset's
+    before any), plus the step count."""
     metrics: dict[str, Any] = {}
     step_count = getattr(state, "step_count", None)
     if step_count is None and isinstance(state, dict):
@@ -144,7 +145,11 @@ class StepEnvSessionAdapter(ResourceSession):
         return self._tool_result_builder(name, dict(arguments), self._last_result, self._last_state)
 
     def verify(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
-        return self._verify_builder(list(transcript), final_state, self._last_result, self._last_state)
+        """The verify builder gets the environment's latest result: the reset's when no tool
+        reached the environment (every call named an unknown tool, say), so such an episode
+        scores the reward the environment gives its first page, not a missing one."""
+        latest = self._last_result if self._last_result is not None else self._initial_result
+        return self._verify_builder(list(transcript), final_state, latest, self._last_state)
 
     def close(self) -> None:
         if self._closed:

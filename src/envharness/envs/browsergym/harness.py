@@ -167,7 +167,7 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
 
 
 def _verify(transcript: list[Message], final_state: Any, last_result: Any, state: Any) -> VerifyResult:
-    """Forward the last step's reward; metrics from the env's state."""
+    """Forward the latest result's reward (the last step's, or the reset's before any); metrics from the env's state."""
     reward = None if last_result is None else last_result.reward
     return VerifyResult(
         env_reward=reward,
