@@ -4,7 +4,8 @@
     python examples/sft_then_grpo.py --out runs/two-stage                      # the README's run
     python examples/sft_then_grpo.py --model tiny --sft-steps 1 --grpo-minutes 0.01 --eval-episodes 1 ...   # a smoke check
 
-The stages are the CLI's own commands, printed before they run, so each can be re-run alone:
+The stages are the CLI's own commands, run in this process and printed before they run, so
+each can be re-run alone:
 
 1. base: `eval` of the base model on held-out seeds 0..N-1 of the trained tasks and of a
    transfer task no demonstration or training covers, greedy (T = 0) and sampled (T = 1);
@@ -25,28 +26,32 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-CLI = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())"]
-HERE = Path(__file__).resolve().parent
+from envharness.cli import main as envharness
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import page_swap  # noqa: E402  (examples/page_swap.py, beside this file)
 
 
-def run(argv: list[str], done: Path) -> None:
-    """Run one stage unless `done` exists; echo it as a command line first."""
-    shown = ["envharness", *argv[len(CLI):]] if argv[: len(CLI)] == CLI else argv
+def run(argv: list[str], done: Path, *, program: str = "envharness") -> None:
+    """Run one stage (`envharness ARGV`, or page_swap.py's) unless `done` exists; echo it as a
+    command line first. In this process: a Python start with torch is seconds per stage."""
+    shown = [program, *argv]
     if done.exists():
         print(f"# done already ({done}): {shlex.join(shown)}", flush=True)
         return
     print(f"$ {shlex.join(shown)}", flush=True)
-    subprocess.run(argv, check=True)
+    code = (envharness if program == "envharness" else page_swap.main)(argv)
+    if code:
+        raise SystemExit(f"stage failed (exit {code}): {shlex.join(shown)}")
 
 
 def eval_stage(args: argparse.Namespace, model: str, name: str, temperature: float) -> Path:
     out = args.out / name
     tasks = ",".join([*args.tasks.split(","), *[t for t in args.transfer.split(",") if t]])
-    run([*CLI, "eval", "--model", model, "--prompt", "compact", "--tasks", tasks, "--episodes", str(args.eval_episodes),
+    run(["eval", "--model", model, "--prompt", "compact", "--tasks", tasks, "--episodes", str(args.eval_episodes),
          "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens), "--temperature", str(temperature),
          "--no-progress", "--out", str(out), *(["--threads", str(args.threads)] if args.threads else [])], out / "summary.json")
     return out
@@ -94,19 +99,19 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = {"base": {"greedy": eval_stage(args, args.model, "base", 0.0), "sampled": eval_stage(args, args.model, "base-sampled", 1.0)}}
     sft = args.out / "sft"
-    run([*CLI, "sft", "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes), "--steps", str(args.sft_steps),
+    run(["sft", "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes), "--steps", str(args.sft_steps),
          "--batch-size", str(args.sft_batch_size), "--lr", str(args.sft_lr), *common, "--out", str(sft), *threads], sft / "final" / "config.json")
     runs["SFT"] = {"greedy": eval_stage(args, str(sft / "final"), "sft-eval", 0.0), "sampled": eval_stage(args, str(sft / "final"), "sft-sampled", 1.0)}
     grpo = args.out / "sft-grpo"
-    run([*CLI, "train", "--model", str(sft / "final"), "--tasks", args.tasks, *common, "--max-new-tokens", str(args.max_new_tokens),
+    run(["train", "--model", str(sft / "final"), "--tasks", args.tasks, *common, "--max-new-tokens", str(args.max_new_tokens),
          "--minutes", str(args.grpo_minutes), "--num-generations", str(args.num_generations), "--groups-per-step", "1",
          "--lr", str(args.grpo_lr), "--out", str(grpo), *threads], grpo / "final" / "config.json")
     runs["SFT+GRPO"] = {"greedy": eval_stage(args, str(grpo / "final"), "grpo-eval", 0.0), "sampled": eval_stage(args, str(grpo / "final"), "grpo-sampled", 1.0)}
     for name, model in (("sft", sft / "final"), ("grpo", grpo / "final")):
         swap = args.out / f"page-swap-{name}.json"
-        run([sys.executable, str(HERE / "page_swap.py"), "--model", str(model), "--run", str(runs["base"]["greedy"]),
+        run(["--model", str(model), "--run", str(runs["base"]["greedy"]),
              "--tasks", args.tasks + ("," + args.transfer if args.transfer else ""), "--max-new-tokens", str(args.max_new_tokens),
-             "--json", str(swap), *threads], swap)
+             "--json", str(swap), *threads], swap, program="examples/page_swap.py")
     (args.out / "results.md").write_text(table(args, runs))
     print((args.out / "results.md").read_text())
     return 0
