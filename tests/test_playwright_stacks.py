@@ -40,3 +40,36 @@ async def test_calls_keep_api_name_location_and_error_text(monkeypatch):
         assert str(failed.value).startswith("Page.evaluate: ") and "boom" in str(failed.value)
     finally:
         await engine.aclose()
+
+
+async def test_route_handlers_keep_api_name_and_location(monkeypatch):
+    """A route's `fulfill` takes its stack in `_network` (every MiniWoB file a page loads)."""
+    from playwright._impl import _connection, _network
+
+    engine = BrowserEngine()
+    try:
+        context = await engine.new_context(viewport=miniwob.MINIWOB_VIEWPORT, guard=HostGuard())
+        assert _network.inspect.stack is _connection.inspect.stack is not inspect.stack
+        page = await context.new_page()
+        zones = []
+        send = _connection.Connection._send_message_to_server
+
+        def spy(self, obj, method, params, no_reply=False):
+            zones.append((method, self._api_zone.get()))
+            return send(self, obj, method, params, no_reply)
+
+        lines = []
+
+        async def handler(route):
+            lines.append(inspect.currentframe().f_lineno + 1)
+            await route.fulfill(status=200, body="<p>hi</p>", content_type="text/html")
+
+        await page.route("http://miniwob.local/**", handler)
+        monkeypatch.setattr(_connection.Connection, "_send_message_to_server", spy)
+        await page.goto("http://miniwob.local/x.html")
+        assert await page.inner_text("p") == "hi"
+        zone = next(z for m, z in zones if m == "fulfill")
+        assert zone["apiName"] == "Route.fulfill"
+        assert zone["frames"][0]["file"] == __file__ and zone["frames"][0]["line"] == lines[0]
+    finally:
+        await engine.aclose()

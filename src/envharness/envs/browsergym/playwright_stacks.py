@@ -2,14 +2,18 @@
 
 On every API call Playwright's Python client records who called it: `inspect.stack()` in
 `Connection.wrap_api_call` (for the API name and the caller's file and line, sent to the driver)
-and `traceback.extract_stack()` in `_send_message_to_server` (kept for error messages). Both look
-up the source line of every frame on the stack (`linecache`, `inspect.getmodule` over all of
-`sys.modules`): profiled under the RL benchmark, half of the server process's CPU.
+and `traceback.extract_stack()` in `_send_message_to_server` (kept for error messages); a route's
+`fulfill`/`continue_`/`abort` (`_network`, every MiniWoB file a page loads) and every call of
+the sync API (`_sync_base`) take `inspect.stack()` too. Each looks up the source line of every
+frame on the stack (`linecache`, and `inspect.getmodule`, which scans all of `sys.modules` for a
+frame whose file is no module's): profiled under the RL benchmark, half of the server process's
+CPU; in a process that imported torch and transformers (4,000 modules: a training job's
+in-process server, a test worker) a page load spent most of its time there.
 
-`install()` gives Playwright's connection module versions that walk the frames without reading
-source: the API name, the location and the error stacks are the same (lines are read lazily, when
-an error is formatted), the cost is a few microseconds. Only `playwright._impl._connection` sees
-them; `inspect` and `traceback` themselves are untouched.
+`install()` gives those Playwright modules versions that walk the frames without reading source:
+the API name, the location and the error stacks are the same (lines are read lazily, when an
+error is formatted), the cost is a few microseconds. Only Playwright's modules see them;
+`inspect` and `traceback` themselves are untouched.
 """
 
 from __future__ import annotations
@@ -58,11 +62,11 @@ def _shim(module: types.ModuleType, **overrides: Any) -> types.ModuleType:
 
 
 def install() -> None:
-    """Swap the stack capture of Playwright's connection module for the cheap one (idempotent)."""
+    """Swap the stack capture of Playwright's modules for the cheap one (idempotent)."""
     global _installed
     if _installed:
         return
-    from playwright._impl import _connection
+    from playwright._impl import _connection, _network, _sync_base
 
     playwright_dir = _playwright_dir()
 
@@ -75,6 +79,7 @@ def install() -> None:
         summary.reverse()
         return summary
 
-    _connection.inspect = _shim(inspect, stack=stack)
-    _connection.traceback = _shim(traceback, extract_stack=extract_stack)
+    cheap_inspect, cheap_traceback = _shim(inspect, stack=stack), _shim(traceback, extract_stack=extract_stack)
+    _connection.inspect = _network.inspect = _sync_base.inspect = cheap_inspect
+    _connection.traceback = _sync_base.traceback = cheap_traceback
     _installed = True

@@ -81,6 +81,9 @@ class Worker:
               parts: dict[str, Any]) -> dict[str, Any]:
         import gymnasium as gym
 
+        from envharness.envs.browsergym import playwright_stacks
+
+        playwright_stacks.install()  # BrowserGym's sync calls each took two source-reading stacks
         if gym_id.startswith("browsergym/miniwob.") and not os.environ.get("MINIWOB_URL"):
             os.environ["MINIWOB_URL"] = serve_miniwob()
         _register(gym_id)
