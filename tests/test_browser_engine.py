@@ -143,3 +143,28 @@ async def test_dead_browser_over_the_wire_is_an_error_frame_then_reset_works():
             result = await lost.step(click_me(result.observation.axtree_txt))
             assert result.reward == 1.0 and result.done
             assert our_browser_pids() and our_browser_pids() != [pid]
+
+
+async def test_a_new_context_on_a_browser_that_died_unheard_launches_a_new_one():
+    """The browser is dead but Playwright has not heard yet (its event loop has not run since):
+    a new session's context comes from a relaunched browser, not an error."""
+    import time
+
+    from envharness.envs.browsergym import miniwob
+    from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
+
+    engine = BrowserEngine()
+    try:
+        await engine.start()
+        (pid,) = engine.browser_pids()
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + NO_HANG_S
+        while engine.browser_pids() and time.monotonic() < deadline:
+            time.sleep(0.01)  # blocks the loop on purpose: Playwright cannot see the disconnect
+        assert not engine.browser_pids()
+        context = await engine.new_context(viewport=miniwob.MINIWOB_VIEWPORT, guard=HostGuard())
+        page = await context.new_page()
+        assert await page.evaluate("1 + 1") == 2
+        assert engine.generation == 2 and engine.browser_pids() not in ([], [pid])
+    finally:
+        await engine.aclose()

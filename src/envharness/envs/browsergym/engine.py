@@ -177,11 +177,24 @@ class BrowserEngine:
         longer, since many sessions loading at once on a busy machine can take seconds.
         """
         browser = await self._ensure_browser()
-        context = await browser.new_context(viewport=viewport, **options)
+        try:
+            context = await browser.new_context(viewport=viewport, **options)
+        except Exception:
+            if self.browser_pids():  # the browser lives: the error is real
+                raise
+            # It died before Playwright heard of it (a page's crash is seen first): launch anew.
+            await self._forget(browser)
+            context = await (await self._ensure_browser()).new_context(viewport=viewport, **options)
         context.set_default_timeout(timeout_ms)
         context.set_default_navigation_timeout(navigation_timeout_ms)
         await context.route("**/*", guard.route)
         return context
+
+    async def _forget(self, browser: Any) -> None:
+        """Drop `browser` (dead) so that the next `_ensure_browser` launches a new one."""
+        async with self._lock:
+            if self._browser is browser:
+                self._browser = None
 
     def browser_pids(self) -> list[int]:
         """Process ids of this engine's main browser process (for diagnostics and crash tests)."""
