@@ -13,15 +13,15 @@ import pytest
 from envharness.core.launchers import LocalServer
 
 
-#: Test files in order of cost, heaviest first (measured alone on an idle 2-core machine). The
-#: workers take files in this order, then the rest in collection order, so that no long file
-#: starts last and keeps one worker busy while the other is done. A guess that is off costs
-#: only time.
+#: Test files in order of cost, heaviest first (as measured in `make test` on a 2-core machine).
+#: The workers take files in this order, then the rest in collection order, so that no long
+#: file starts last and keeps one worker busy while the other is done. A guess that is off
+#: costs only time.
 HEAVIEST_FIRST = [
-    "test_readme_commands.py", "test_browser_fidelity.py", "test_eval_protocol.py", "test_fleet_ray.py",
-    "test_job_interrupts.py", "test_sft.py", "test_browser_all_tasks.py", "test_browser_gym_engine.py",
-    "test_browser_warm_pool.py", "test_models_embedded.py", "test_policy_training.py", "test_lifecycle.py",
-    "test_browser_isolation.py",
+    "test_readme_commands.py", "test_eval_protocol.py", "test_sft.py", "test_browser_all_tasks.py",
+    "test_browser_fidelity.py", "test_browser_gym_engine.py", "test_fleet_ray.py", "test_job_interrupts.py",
+    "test_models_embedded.py", "test_policy_training.py", "test_browser_isolation.py", "test_eval_run.py",
+    "test_lifecycle.py", "test_webtasks.py", "test_browser_warm_pool.py",
 ]
 
 
