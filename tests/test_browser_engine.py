@@ -168,3 +168,23 @@ async def test_a_new_context_on_a_browser_that_died_unheard_launches_a_new_one()
         assert engine.generation == 2 and engine.browser_pids() not in ([], [pid])
     finally:
         await engine.aclose()
+
+
+async def test_a_dead_playwright_driver_is_replaced_and_the_engine_closes_cleanly():
+    """Playwright's Node driver can die with the browser (an unhandled rejection in its own
+    code, seen under load): the next context comes from a new driver and browser."""
+    from envharness.envs.browsergym import miniwob
+    from envharness.envs.browsergym.engine import BrowserEngine, HostGuard, _driver_process
+
+    engine = BrowserEngine()
+    try:
+        await engine.start()
+        driver = _driver_process(engine._playwright)
+        os.kill(driver.pid, signal.SIGKILL)
+        await asyncio.wait_for(driver.wait(), NO_HANG_S)
+        context = await asyncio.wait_for(engine.new_context(viewport=miniwob.MINIWOB_VIEWPORT, guard=HostGuard()), NO_HANG_S)
+        page = await context.new_page()
+        assert await page.evaluate("1 + 1") == 2
+        assert _driver_process(engine._playwright).pid != driver.pid
+    finally:
+        await engine.aclose()

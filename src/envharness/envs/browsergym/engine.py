@@ -144,15 +144,6 @@ class BrowserEngine:
         async with self._lock:
             if self._browser is not None and self._browser.is_connected():
                 return self._browser
-            if self._playwright is None:
-                from playwright.async_api import async_playwright
-
-                from envharness.envs.browsergym import playwright_stacks
-
-                playwright_stacks.install()
-
-                self._playwright = await async_playwright().start()
-                self._playwright.selectors.set_test_id_attribute(BID_ATTRIBUTE)
             if not Path(self.executable_path).exists():
                 raise RuntimeError(
                     f"Chromium not found at {self.executable_path}; install it (apt-get install chromium) "
@@ -160,14 +151,40 @@ class BrowserEngine:
                 )
             if self.generation:
                 logger.warning("the browser died; launching a new one")
-            self._browser = await self._playwright.chromium.launch(
-                executable_path=self.executable_path,
-                headless=self.headless,
-                args=self.args,
-                ignore_default_args=["--hide-scrollbars"],
-            )
+            try:
+                self._browser = await self._launch()
+            except Exception:
+                if self._driver_alive():
+                    raise
+                # Playwright's driver died too (it can, on a browser's sudden death): a new one.
+                logger.warning("the Playwright driver died; starting a new one")
+                await _stop_quietly(self._playwright)
+                self._playwright = None
+                self._browser = await self._launch()
             self.generation += 1
             return self._browser
+
+    async def _launch(self) -> Any:
+        if self._playwright is None:
+            from playwright.async_api import async_playwright
+
+            from envharness.envs.browsergym import playwright_stacks
+
+            playwright_stacks.install()
+
+            self._playwright = await async_playwright().start()
+            self._playwright.selectors.set_test_id_attribute(BID_ATTRIBUTE)
+        return await self._playwright.chromium.launch(
+            executable_path=self.executable_path,
+            headless=self.headless,
+            args=self.args,
+            ignore_default_args=["--hide-scrollbars"],
+        )
+
+    def _driver_alive(self) -> bool:
+        """Whether Playwright's driver process still answers (its transport is open)."""
+        proc = _driver_process(self._playwright)
+        return proc is not None and proc.returncode is None
 
     async def new_context(self, *, viewport: dict[str, int], guard: HostGuard,
                           timeout_ms: int = 5000, navigation_timeout_ms: int = 30_000, **options: Any) -> Any:
@@ -180,9 +197,9 @@ class BrowserEngine:
         try:
             context = await browser.new_context(viewport=viewport, **options)
         except Exception:
-            if self.browser_pids():  # the browser lives: the error is real
+            if self.browser_pids() and self._driver_alive():  # both live: the error is real
                 raise
-            # It died before Playwright heard of it (a page's crash is seen first): launch anew.
+            # The browser (or Playwright's driver) died before we heard of it: launch anew.
             await self._forget(browser)
             context = await (await self._ensure_browser()).new_context(viewport=viewport, **options)
         context.set_default_timeout(timeout_ms)
@@ -214,5 +231,21 @@ class BrowserEngine:
                 await browser.close()
             except Exception:  # already dead
                 pass
-        if pw is not None:
-            await pw.stop()
+        await _stop_quietly(pw)
+
+
+def _driver_process(playwright: Any) -> Any:
+    """The asyncio process of Playwright's Node driver (None if Playwright's insides differ)."""
+    connection = getattr(getattr(playwright, "_impl_obj", None), "_connection", None)
+    return getattr(getattr(connection, "_transport", None), "_proc", None)
+
+
+async def _stop_quietly(playwright: Any) -> None:
+    """Stop a Playwright driver; one that already died cannot be stopped cleanly (its
+    `stop()` then fails inside Playwright), and there is nothing left to stop."""
+    if playwright is None:
+        return
+    try:
+        await playwright.stop()
+    except Exception as exc:
+        logger.warning("stopping the Playwright driver: %s: %s", type(exc).__name__, exc)
