@@ -11,6 +11,22 @@ from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
 from envharness.envs.browsergym import miniwob
 
 
+def record_zones(monkeypatch) -> list:
+    """(method, API zone) of every message Playwright sends from now on: the zone carries the
+    API name and the caller's frames that the stack capture produced."""
+    from playwright._impl import _connection
+
+    zones = []
+    send = _connection.Connection._send_message_to_server
+
+    def spy(self, obj, method, params, no_reply=False):
+        zones.append((method, self._api_zone.get()))
+        return send(self, obj, method, params, no_reply)
+
+    monkeypatch.setattr(_connection.Connection, "_send_message_to_server", spy)
+    return zones
+
+
 async def test_calls_keep_api_name_location_and_error_text(monkeypatch):
     from playwright._impl import _connection
 
@@ -21,14 +37,7 @@ async def test_calls_keep_api_name_location_and_error_text(monkeypatch):
         assert inspect.stack.__module__ == "inspect" and traceback.extract_stack.__module__ == "traceback"
         page = await context.new_page()
 
-        zones = []
-        send = _connection.Connection._send_message_to_server
-
-        def spy(self, obj, method, params, no_reply=False):
-            zones.append((method, self._api_zone.get()))
-            return send(self, obj, method, params, no_reply)
-
-        monkeypatch.setattr(_connection.Connection, "_send_message_to_server", spy)
+        zones = record_zones(monkeypatch)
         line = inspect.currentframe().f_lineno + 1
         assert await page.evaluate("1 + 1") == 2
         method, zone = next((m, z) for m, z in zones if m == "evaluateExpression")
@@ -51,13 +60,6 @@ async def test_route_handlers_keep_api_name_and_location(monkeypatch):
         context = await engine.new_context(viewport=miniwob.MINIWOB_VIEWPORT, guard=HostGuard())
         assert _network.inspect.stack is _connection.inspect.stack is not inspect.stack
         page = await context.new_page()
-        zones = []
-        send = _connection.Connection._send_message_to_server
-
-        def spy(self, obj, method, params, no_reply=False):
-            zones.append((method, self._api_zone.get()))
-            return send(self, obj, method, params, no_reply)
-
         lines = []
 
         async def handler(route):
@@ -65,7 +67,7 @@ async def test_route_handlers_keep_api_name_and_location(monkeypatch):
             await route.fulfill(status=200, body="<p>hi</p>", content_type="text/html")
 
         await page.route("http://miniwob.local/**", handler)
-        monkeypatch.setattr(_connection.Connection, "_send_message_to_server", spy)
+        zones = record_zones(monkeypatch)
         await page.goto("http://miniwob.local/x.html")
         assert await page.inner_text("p") == "hi"
         zone = next(z for m, z in zones if m == "fulfill")
