@@ -151,10 +151,11 @@ class BrowserEngine:
                 )
             if self.generation:
                 logger.warning("the browser died; launching a new one")
+            had_driver = self._playwright is not None
             try:
                 self._browser = await self._launch()
             except Exception:
-                if self._driver_alive():
+                if not had_driver or self._driver_alive():  # a fresh or live driver: the error is real
                     raise
                 # Playwright's driver died too (it can, on a browser's sudden death): a new one.
                 logger.warning("the Playwright driver died; starting a new one")
