@@ -188,3 +188,43 @@ async def test_a_dead_playwright_driver_is_replaced_and_the_engine_closes_cleanl
         assert _driver_process(engine._playwright).pid != driver.pid
     finally:
         await engine.aclose()
+
+
+async def test_a_driver_whose_pipe_closed_counts_as_dead_before_its_exit_status_arrives():
+    """A crashing driver closes its pipe a moment before it exits: from then on the engine
+    treats it as dead (and starts a new one), instead of raising the launch's error."""
+    from envharness.envs.browsergym.engine import BrowserEngine, _driver_process, _driver_transport
+
+    engine = BrowserEngine()
+    try:
+        await engine.start()
+        assert engine._driver_alive()
+        transport = _driver_transport(engine._playwright)
+        os.kill(_driver_process(engine._playwright).pid, signal.SIGKILL)
+        await asyncio.wait_for(asyncio.wait([transport.on_error_future]), NO_HANG_S)
+        assert not engine._driver_alive()
+    finally:
+        await engine.aclose()
+
+
+async def test_closing_a_browser_that_stopped_answering_kills_it_instead_of_hanging(monkeypatch):
+    """Shutdown is bounded: a browser that does not answer `close` (SIGSTOPped here) is killed
+    after `CLOSE_TIMEOUT_S`, and neither it nor the driver is left running. (Playwright's own
+    close of it takes 30 s; the bound here is 10x the 2 s set.)"""
+    from envharness.envs.browsergym import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "CLOSE_TIMEOUT_S", 2.0)
+    engine = engine_module.BrowserEngine()
+    await engine.start()
+    (pid,) = engine.browser_pids()
+    driver = engine_module._driver_process(engine._playwright)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.wait_for(engine.aclose(), 20)
+        await asyncio.wait_for(driver.wait(), NO_HANG_S)
+        assert not engine.browser_pids()
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import uuid
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping
@@ -50,6 +51,9 @@ CHROMIUM_ARGS = (
 ENGINE_MARKER = "--envharness-engine="
 #: BrowserGym makes Playwright's test-id attribute `bid`, so `get_by_test_id(bid)` finds elements.
 BID_ATTRIBUTE = "bid"
+#: Hang guards of `aclose()`: a browser that does not close in this time (it stopped answering)
+#: is killed, and so is a Playwright driver that does not stop. Closing takes ~0.1 s.
+CLOSE_TIMEOUT_S = 30.0
 
 
 def host_resolver_rules(allowed_hosts: Iterable[str] = ()) -> str:
@@ -183,9 +187,12 @@ class BrowserEngine:
         )
 
     def _driver_alive(self) -> bool:
-        """Whether Playwright's driver process still answers (its transport is open)."""
-        proc = _driver_process(self._playwright)
-        return proc is not None and proc.returncode is None
+        """Whether Playwright's driver still answers: its process runs and its pipe is open (a
+        driver that crashes closes the pipe first; its exit status comes a moment later)."""
+        transport = _driver_transport(self._playwright)
+        proc = getattr(transport, "_proc", None)
+        closed = getattr(transport, "on_error_future", None)
+        return proc is not None and proc.returncode is None and not (closed is not None and closed.done())
 
     async def new_context(self, *, viewport: dict[str, int], guard: HostGuard,
                           timeout_ms: int = 5000, navigation_timeout_ms: int = 30_000, **options: Any) -> Any:
@@ -223,30 +230,53 @@ class BrowserEngine:
         return self._browser is not None and self._browser.is_connected()
 
     async def aclose(self) -> None:
-        """Close the browser and the Playwright driver. Safe to call twice."""
+        """Close the browser and the Playwright driver; kill what does not close within
+        `CLOSE_TIMEOUT_S`, so that shutting down never hangs nor leaves a browser. Safe to call twice."""
         async with self._lock:
             browser, self._browser = self._browser, None
             pw, self._playwright = self._playwright, None
         if browser is not None:
             try:
-                await browser.close()
+                await asyncio.wait_for(browser.close(), CLOSE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                logger.warning("the browser did not close within %.0f s; killing it", CLOSE_TIMEOUT_S)
             except Exception:  # already dead
                 pass
+            _kill(self.browser_pids())
         await _stop_quietly(pw)
+
+
+def _kill(pids: Iterable[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # gone already
+            pass
+
+
+def _driver_transport(playwright: Any) -> Any:
+    """The pipe to Playwright's Node driver (None if Playwright's insides differ)."""
+    connection = getattr(getattr(playwright, "_impl_obj", None), "_connection", None)
+    return getattr(connection, "_transport", None)
 
 
 def _driver_process(playwright: Any) -> Any:
     """The asyncio process of Playwright's Node driver (None if Playwright's insides differ)."""
-    connection = getattr(getattr(playwright, "_impl_obj", None), "_connection", None)
-    return getattr(getattr(connection, "_transport", None), "_proc", None)
+    return getattr(_driver_transport(playwright), "_proc", None)
 
 
 async def _stop_quietly(playwright: Any) -> None:
     """Stop a Playwright driver; one that already died cannot be stopped cleanly (its
-    `stop()` then fails inside Playwright), and there is nothing left to stop."""
+    `stop()` then fails inside Playwright), and there is nothing left to stop. One that does
+    not stop within `CLOSE_TIMEOUT_S` is killed."""
     if playwright is None:
         return
     try:
-        await playwright.stop()
+        await asyncio.wait_for(playwright.stop(), CLOSE_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        logger.warning("the Playwright driver did not stop within %.0f s; killing it", CLOSE_TIMEOUT_S)
+        proc = _driver_process(playwright)
+        if proc is not None and proc.returncode is None:
+            proc.kill()
     except Exception as exc:
         logger.warning("stopping the Playwright driver: %s: %s", type(exc).__name__, exc)

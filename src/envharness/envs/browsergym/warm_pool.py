@@ -152,8 +152,16 @@ class WarmPool:
         await asyncio.gather(*(close_quietly(w.context) for w in ready), *self._closing)
 
 
+#: A context that does not close in this time (its browser stopped answering) is left to the
+#: engine, which kills that browser when it closes. Closing takes a few milliseconds.
+CONTEXT_CLOSE_TIMEOUT_S = 30.0
+
+
 async def close_quietly(context: Any) -> None:
     try:
-        await context.close()
+        await asyncio.wait_for(context.close(), CONTEXT_CLOSE_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        logger.warning("a browser context did not close within %.0f s; left to the browser's own close",
+                       CONTEXT_CLOSE_TIMEOUT_S)
     except Exception:  # its browser is gone already
         pass
