@@ -78,11 +78,3 @@ def compact_browser_url():
     the compact training prompt reads): the GRPO exactness tests' environment."""
     with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
         yield server.base_url
-
-
-@pytest.fixture(scope="module")
-def compact_browser_url():
-    """A browser server whose observations carry no pruned HTML and no element properties (what
-    the compact training prompt reads): the GRPO exactness tests' environment."""
-    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
-        yield server.base_url
