@@ -16,6 +16,10 @@ process of that session outlives it.
 
 Each ```bash block is one test with its own scratch folder (a block's lines build on each other,
 blocks do not), and its own xdist group, so the blocks spread over the suite's workers.
+
+The commands start from a prewarmed interpreter (`_prewarmed.py`: torch, transformers and TRL
+already imported; everything of envharness imported by the command itself), each in its own
+process and session. `ENVHARNESS_TEST_COLD=1` starts every one cold instead.
 """
 
 from __future__ import annotations
@@ -27,11 +31,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+
+from _prewarmed import Prewarmed, kill_session
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -213,7 +221,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _finish(proc: subprocess.Popen, name: str) -> None:
+def _finish(proc: Any, name: str) -> None:
     """Fail if anything the command started (its session) is still alive; kill it if so."""
     deadline = time.monotonic() + 20
     while (left := _session_pids(proc.pid)) and time.monotonic() < deadline:
@@ -223,15 +231,29 @@ def _finish(proc: subprocess.Popen, name: str) -> None:
         raise AssertionError(f"{name}: left processes behind: {left}")
 
 
-def run_line(argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: str) -> None:
-    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+def start(argv: list[str], env: dict[str, str], cwd: Path, prewarmed: Prewarmed) -> tuple[Any, Path]:
+    """(process, its output file): forked from the prewarmed interpreter when it can be (see
+    `_prewarmed`), else a cold start; a command line that sets variables (`VAR=x cmd`) starts
+    cold, since the preloaded libraries read theirs at import. Either way, its own session."""
+    out = cwd / f".output-{uuid.uuid4().hex[:8]}.txt"
+    full_env = _env(env)
+    proc = None if env else prewarmed.start(argv[1:], cwd=cwd, env=full_env, out=out)
+    if proc is None:
+        with out.open("w") as sink:
+            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=sink,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, out
+
+
+def run_line(argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: str, prewarmed: Prewarmed) -> None:
+    proc, out = start(argv, env, cwd, prewarmed)
     try:
-        output, _ = proc.communicate(timeout=spec.timeout_s)
+        proc.wait(timeout=spec.timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        kill_session(proc.pid)
+        proc.wait(60)
         raise AssertionError(f"{name}: still running after {spec.timeout_s}s") from None
+    output = out.read_text(errors="replace")
     assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{output[-4000:]}"
     assert spec.says in output, f"{name}: output lacks {spec.says!r}:\n{output[-2000:]}"
     for path in spec.expect:
@@ -239,23 +261,35 @@ def run_line(argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: s
     _finish(proc, name)
 
 
-def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str) -> None:
-    proc = subprocess.Popen(argv, cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str, prewarmed: Prewarmed) -> None:
+    proc, out = start(argv, env, cwd, prewarmed)
     try:
-        line = proc.stdout.readline()  # "envharness serve: NAME listening on http://HOST:PORT"
+        deadline = time.monotonic() + 300
+        while "\n" not in (output := out.read_text(errors="replace")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        line = output.split("\n", 1)[0]  # "envharness serve: NAME listening on http://HOST:PORT"
         match = re.search(r"listening on (http://\S+)", line)
-        assert match, f"{name}: no URL in its first line: {line!r}"
+        assert match, f"{name}: no URL in its first line: {output[-2000:]!r}"
         reply = httpx.get(f"{match.group(1)}/health", timeout=60)
         assert reply.status_code == 200, reply.text
         proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        rest = out.read_text(errors="replace")
         assert proc.returncode == 0 and "stopped" in rest, f"{name}: exit {proc.returncode}:\n{rest[-2000:]}"
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            kill_session(proc.pid)
+            proc.wait(60)
     _finish(proc, name)
+
+
+@pytest.fixture(scope="session")
+def prewarmed():
+    """One prewarmed interpreter per test process, for the README commands it runs
+    (`ENVHARNESS_TEST_COLD=1`: every command starts cold, as typed)."""
+    server = Prewarmed(_env({}), enabled=not os.environ.get("ENVHARNESS_TEST_COLD"))
+    yield server
+    server.close()
 
 
 def test_every_readme_command_is_covered():
@@ -287,7 +321,7 @@ BLOCKS = readme_blocks(README.read_text())
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("block", [pytest.param(b, id=b[0][:48], marks=pytest.mark.xdist_group(f"readme-{i}"))
                                    for i, b in reversed(list(enumerate(BLOCKS)))])  # the costliest blocks are last
-def test_readme_commands_run_with_tiny_sizes(block, tmp_path):
+def test_readme_commands_run_with_tiny_sizes(block, tmp_path, prewarmed):
     for command in block:
         assert command in COVERED, f"{command}: not in COVERED (see test_every_readme_command_is_covered)"
         spec = COVERED[command]
@@ -305,10 +339,10 @@ def test_readme_commands_run_with_tiny_sizes(block, tmp_path):
                 assert key in spec.lines, f"{command}: no overrides for its recipe line {line!r}"
                 argv, env = argv_for(tokens)
                 sub = spec.lines[key]
-                run_line(with_overrides(argv, sub.set), env, tmp_path, sub, f"{command}: {key}")
+                run_line(with_overrides(argv, sub.set), env, tmp_path, sub, f"{command}: {key}", prewarmed)
         elif isinstance(spec, Serve):
             argv, env = argv_for(shlex.split(command))
-            serve_line(with_overrides(argv, spec.set), env, tmp_path, command)
+            serve_line(with_overrides(argv, spec.set), env, tmp_path, command, prewarmed)
         else:
             argv, env = argv_for(shlex.split(command))
-            run_line(with_overrides(argv, spec.set), env, tmp_path, spec, command)
+            run_line(with_overrides(argv, spec.set), env, tmp_path, spec, command, prewarmed)
