@@ -122,11 +122,12 @@ def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path):
     from envharness.integrations.trl.resume import latest_checkpoint
 
     out = tmp_path / "run"
-    args = ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "4", "--steps", "40", "--batch-size", "1",
+    # 12 steps: ~5 s of steps still to go when step 2 is seen, time enough to signal mid-run
+    args = ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "4", "--steps", "12", "--batch-size", "1",
             "--save-steps", "100", "--threads", "1", "--out", str(out)]
     job = Job(args, tmp_path)
     try:
-        job.wait_for_output("[sft] step 2/40", timeout_s=400)
+        job.wait_for_output("[sft] step 2/12", timeout_s=400)
         job.signal(signal.SIGTERM)
         assert job.wait() == 143
         last = job.output.strip().splitlines()[-1]
@@ -137,6 +138,6 @@ def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path):
         job.assert_nothing_left()
         assert cli_main([*args, "--resume"]) == 0  # the same command, resumed
         logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-        assert [log["step"] for log in logs if "loss" in log][-1] == 40
+        assert [log["step"] for log in logs if "loss" in log][-1] == 12
     finally:
         job.kill_all()
