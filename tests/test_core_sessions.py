@@ -226,3 +226,51 @@ async def test_sessions_run_concurrently_and_calls_into_one_are_serialized():
                 ws.send(json.dumps({"type": "step", "data": {"message": f"s{i}"}}))
             assert all(json.loads(ws.recv(timeout=60))["type"] == "observation" for _ in range(10))
         assert made[-1].max_inside == 1 and made[-1].state.step_count == 10
+
+
+class HangingStepEcho(EchoEnvironment):
+    async def step_async(self, action: EchoAction):
+        await asyncio.sleep(600)
+
+
+def test_stopping_with_a_step_in_flight_tells_its_client_and_does_not_wait_for_the_step():
+    """uvicorn alone waits its graceful timeout (10 s) for a connection whose step hangs, then
+    cuts it without a word; the server closes its sessions first, so the client hears why."""
+    CountingEcho.live = 0
+    server = LocalServer(create_app(HangingStepEcho, idle_timeout_s=None))
+    try:
+        with connect(server.base_url.replace("http", "ws") + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset"}))
+            assert json.loads(ws.recv(timeout=60))["type"] == "observation"
+            ws.send(json.dumps({"type": "step", "data": {"message": "hang"}}))
+            wait_until(lambda: health(server)["active_sessions"] == 1)
+            time.sleep(0.3)  # the step is in flight
+            stopping = threading.Thread(target=server.close)
+            stopping.start()
+            reply = json.loads(ws.recv(timeout=60))
+            assert reply["type"] == "error" and reply["data"]["code"] == "SHUTTING_DOWN", reply
+            stopping.join(60)
+            assert not stopping.is_alive()
+    finally:
+        server.close()
+
+
+def test_a_client_gone_mid_step_ends_the_step_and_frees_its_session():
+    """A client that times out on a hung step and goes away takes its session with it now,
+    not when the step would have returned."""
+    CountingEcho.live = 0
+
+    class HangingCountingEcho(CountingEcho):
+        async def step_async(self, action: EchoAction):
+            await asyncio.sleep(600)
+
+    with LocalServer(create_app(HangingCountingEcho, idle_timeout_s=None, max_sessions=1)) as server:
+        ws = connect(server.base_url.replace("http", "ws") + "/ws")
+        ws.send(json.dumps({"type": "reset"}))
+        assert json.loads(ws.recv(timeout=60))["type"] == "observation"
+        ws.send(json.dumps({"type": "step", "data": {"message": "hang"}}))
+        time.sleep(0.3)  # the step is in flight
+        ws.close()
+        wait_until(lambda: health(server)["active_sessions"] == 0 and CountingEcho.live == 0)
+        with EchoEnv(server.base_url) as env:  # the one session the server allows is free again
+            assert env.reset().observation.echoed_message == "Echo environment ready!"

@@ -28,6 +28,7 @@ from envharness.core.protocol import (
     StepMessage, StepRequest, error_message, observation_message, parse_client_message, serialize_observation,
     state_message, validation_error,
 )
+from envharness.core.environment import Environment
 from envharness.core.sessions import EnvFactory, Session, SessionManager, checked, run_reset, run_step
 from envharness.core.task_api import mount_task_api
 from envharness.core.types import Observation, State
@@ -174,6 +175,7 @@ def create_app(
             return
         serving = asyncio.create_task(serve_messages(websocket, session))
         session.on_expire = serving.cancel
+        session.connection = asyncio.current_task()
         try:
             await serving
         except asyncio.CancelledError:
@@ -190,25 +192,50 @@ def create_app(
                 await websocket.close()
 
     async def serve_messages(websocket: WebSocket, session: Session) -> None:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            raw = message.get("text") if message.get("text") is not None else message.get("bytes") or b""
-            try:
-                if len(raw) > max_message_bytes:
-                    raise too_large(len(raw), max_message_bytes)
-                request = parse_client_message(raw)
-                if isinstance(request, CloseMessage):
+        # The next message is awaited while a call runs, so that a client that goes away
+        # mid-step (its own timeout, a crash) ends the step and frees the session at once,
+        # rather than when a hung step finally returns.
+        next_message = asyncio.ensure_future(websocket.receive())
+        try:
+            while True:
+                message = await next_message
+                if message["type"] == "websocket.disconnect":
                     return
-                async with manager.activity(session):
-                    reply = await handle(session, request)
-            except ProtocolError as exc:
-                reply = error_message(exc)
-            except Exception as exc:  # the environment raised: report it, keep the session
-                log.warning("environment error in session %s", session.id, exc_info=True)
-                reply = error_message(execution_error(exc))
-            await websocket.send_text(json.dumps(reply))
+                next_message = asyncio.ensure_future(websocket.receive())
+                reply = await answer(session, message, next_message)
+                if reply is None:
+                    return
+                await websocket.send_text(json.dumps(reply))
+        finally:
+            next_message.cancel()
+
+    async def answer(session: Session, message: dict[str, Any], next_message: asyncio.Future) -> dict[str, Any] | None:
+        """The reply to one client message; None: the client closed the session or went away."""
+        raw = message.get("text") if message.get("text") is not None else message.get("bytes") or b""
+        try:
+            if len(raw) > max_message_bytes:
+                raise too_large(len(raw), max_message_bytes)
+            request = parse_client_message(raw)
+            if isinstance(request, CloseMessage):
+                return None
+            async with manager.activity(session):
+                call = asyncio.ensure_future(handle(session, request))
+                call.add_done_callback(lambda task: task.cancelled() or task.exception())  # (retrieved)
+                try:
+                    await asyncio.wait({call, next_message}, return_when=asyncio.FIRST_COMPLETED)
+                    if not call.done() and client_gone(next_message):
+                        if interruptible(session.env, request):
+                            call.cancel()
+                        await asyncio.wait({call})  # it ends before its environment closes
+                        return None
+                    return await call  # a message sent before this reply waits its turn
+                finally:
+                    call.cancel()  # (a no-op once it is done; this handler itself was cancelled otherwise)
+        except ProtocolError as exc:
+            return error_message(exc)
+        except Exception as exc:  # the environment raised: report it, keep the session
+            log.warning("environment error in session %s", session.id, exc_info=True)
+            return error_message(execution_error(exc))
 
     async def handle(session: Session, request: Any) -> dict[str, Any]:
         if isinstance(request, ResetMessage):
@@ -224,6 +251,21 @@ def create_app(
 
     mount_task_api(app, manager.task_listing, env_name)  # last: its /{env}/... routes match broadly
     return app
+
+
+def interruptible(env: Any, request: Any) -> bool:
+    """Whether a call can be cancelled when its client goes away: an environment's own async
+    `reset_async`/`step_async` can (the browser's); the base class runs `reset`/`step` in a
+    thread, which cannot, so that session closes once the call returns."""
+    name = "reset_async" if isinstance(request, ResetMessage) else "step_async" if isinstance(request, StepMessage) else None
+    return name is not None and getattr(type(env), name, None) is not getattr(Environment, name)
+
+
+def client_gone(next_message: asyncio.Future) -> bool:
+    """Whether the client's next message (if it came) says the connection is gone."""
+    if not next_message.done():
+        return False
+    return next_message.cancelled() or next_message.exception() is not None or next_message.result()["type"] == "websocket.disconnect"
 
 
 def too_large(size: int, limit: int) -> ProtocolError:
@@ -266,7 +308,23 @@ def uvicorn_server(app: FastAPI, *, ping_interval_s: float = 20.0, ping_timeout_
     limit = getattr(app.state, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
     config = uvicorn.Config(app, log_level=log_level, ws_max_size=4 * limit + 65536, ws_ping_interval=ping_interval_s,
                             ws_ping_timeout=ping_timeout_s, timeout_graceful_shutdown=10, lifespan="on")
-    return uvicorn.Server(config)
+    sessions = getattr(app.state, "sessions", None)
+    return SessionsFirstServer(config, sessions) if sessions is not None else uvicorn.Server(config)
+
+
+class SessionsFirstServer(uvicorn.Server):
+    """uvicorn waits up to `timeout_graceful_shutdown` (10 s) for every connection's handler to
+    finish before the app hears of the shutdown, so one session with a step in flight (a hung
+    page) held every stop for 10 s. Here the sessions are closed first, each client told
+    SHUTTING_DOWN, and uvicorn's own shutdown then finds nothing left to wait for."""
+
+    def __init__(self, config: uvicorn.Config, sessions: SessionManager) -> None:
+        super().__init__(config)
+        self.sessions = sessions
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.sessions.close_sessions()
+        await super().shutdown(sockets)
 
 
 def serve_until_stopped(server: uvicorn.Server, sock: socket.socket) -> None:

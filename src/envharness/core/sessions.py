@@ -33,7 +33,8 @@ EnvFactory = Callable[[], "Environment | Awaitable[Environment]"]
 
 @dataclass(eq=False)
 class Session:
-    """One environment and its bookkeeping. The WebSocket handler sets `on_expire`."""
+    """One environment and its bookkeeping. The WebSocket handler sets `on_expire` and
+    `connection` (its own task, which tells the client why when the session expires)."""
 
     id: str
     env: Environment
@@ -44,9 +45,14 @@ class Session:
     closed: bool = False
     expire_reason: ErrorCode | None = None
     on_expire: Callable[[], Any] | None = None
+    connection: asyncio.Task | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The server's task listing (`task_api`), for ``reset(split=..., index=...)``.
     task_listing: Callable[[], Any] | None = None
+
+
+#: How long a shutdown waits for the closed sessions' connections to tell their clients why.
+_FAREWELL_S = 5.0
 
 
 @dataclass
@@ -171,16 +177,25 @@ class SessionManager:
                 except Exception:  # one bad close must not stop the reaper
                     log.exception("closing idle session %s failed", session.id)
 
-    async def shutdown(self) -> None:
-        """Close every session, then the factory (`aclose()`), e.g. a shared browser."""
+    async def close_sessions(self) -> None:
+        """Refuse new sessions and close every open one, a step in flight included: each client
+        hears SHUTTING_DOWN. The first half of `shutdown`, which the server runs first."""
         self.shutting_down = True
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
             self._reaper = None
-        await asyncio.gather(*(self.expire(s, ErrorCode.SHUTTING_DOWN) for s in list(self.sessions.values())),
-                             return_exceptions=True)
+        open_sessions = list(self.sessions.values())
+        await asyncio.gather(*(self.expire(s, ErrorCode.SHUTTING_DOWN) for s in open_sessions), return_exceptions=True)
+        # their connections say why (an error frame, then close) before the server cuts them
+        connections = {s.connection for s in open_sessions if s.connection is not None and s.connection is not asyncio.current_task()}
+        if connections:
+            await asyncio.wait(connections, timeout=_FAREWELL_S)
+
+    async def shutdown(self) -> None:
+        """Close every session, then the factory (`aclose()`), e.g. a shared browser."""
+        await self.close_sessions()
         aclose = getattr(self.env_factory, "aclose", None)
         if aclose is not None and inspect.iscoroutinefunction(aclose):
             await aclose()
