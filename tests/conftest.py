@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import httpx
@@ -25,15 +26,33 @@ HEAVIEST_FIRST = [
 ]
 
 
+#: Files whose tests spread over the workers one by one (the README commands: each bash block
+#: is a test of its own, in its own scratch folder); every other file runs whole in one worker.
+SPREAD_FILES = {"test_readme_commands.py"}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` with SPREAD_FILES spread: a file's tests stay in one worker, so its module
+    fixtures (a browser server, a loaded model, a training run) are built once.
+
+    (Not `--dist loadgroup` with marks: pytest-xdist 3.8 marks a group by rewriting
+    `item._nodeid`, which pytest 9 no longer reads, so every test became its own group and files
+    were split over both workers, each building the module's fixtures again.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if Path(path).name in SPREAD_FILES else path
+
+    return FileScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test without an `xdist_group` mark joins its file's group, so that a file's tests run
-    in one worker and share its module fixtures (a shared browser server, a loaded model), as
-    `--dist loadfile` would; a file whose tests name their own groups (the README commands)
-    spreads over the workers. Then the heaviest files go first."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    """The heaviest files go first."""
     rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 

@@ -169,14 +169,14 @@ async def test_a_hung_step_times_out_its_row_while_the_others_finish(case, brows
         # the processor starts (and stops) its own local server
         processor = OpenEnvRolloutProcessor(env_client_cls=AsyncBrowserGymEnv, prompt_builder=browser_prompt,
                                             action_parser=browser_action, model=SlowWhenAsked(),
-                                            tasks=["click-test"], timeout_ms=10000, max_steps=3)
-        expected = "did not answer within 10 s"
+                                            tasks=["click-test"], timeout_ms=5000, max_steps=3)
+        expected = "did not answer within 5 s"
     else:
         processor = OpenEnvRolloutProcessor(env_factory=lambda: BrowserGymEnv(browser_server.base_url),
                                             prompt_builder=browser_prompt, action_parser=browser_action,
                                             model=SlowWhenAsked(), tasks=["click-test"], timeout_ms=120000,
-                                            episode_timeout_s=15, max_steps=3)
-        expected = "episode did not finish within 15 s"
+                                            episode_timeout_s=8, max_steps=3)
+        expected = "episode did not finish within 8 s"
     rows = [EvaluationRow(messages=[Message(role="user", content=p)]) for p in ("start", "hang", "start")]
     config = RolloutProcessorConfig(completion_params={"model": "slow-when-asked"}, mcp_config_path="",
                                     steps=3, semaphore=asyncio.Semaphore(3))

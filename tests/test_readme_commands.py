@@ -15,7 +15,7 @@ adding one is one line there. Each command runs in its own session; the test fai
 process of that session outlives it.
 
 Each ```bash block is one test with its own scratch folder (a block's lines build on each other,
-blocks do not), and its own xdist group, so the blocks spread over the suite's workers.
+blocks do not); `make test` spreads them over its workers (`SPREAD_FILES` in conftest.py).
 
 The commands start from a prewarmed interpreter (`_prewarmed.py`: torch, transformers and TRL
 already imported; everything of envharness imported by the command itself), each in its own
@@ -319,8 +319,7 @@ BLOCKS = readme_blocks(README.read_text())
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("block", [pytest.param(b, id=b[0][:48], marks=pytest.mark.xdist_group(f"readme-{i}"))
-                                   for i, b in reversed(list(enumerate(BLOCKS)))])  # the costliest blocks are last
+@pytest.mark.parametrize("block", [pytest.param(b, id=b[0][:48]) for b in reversed(BLOCKS)])  # the costliest blocks are last
 def test_readme_commands_run_with_tiny_sizes(block, tmp_path, prewarmed):
     for command in block:
         assert command in COVERED, f"{command}: not in COVERED (see test_every_readme_command_is_covered)"
