@@ -15,14 +15,15 @@ from envharness.core.launchers import LocalServer
 
 
 #: Test files in order of cost, heaviest first (as measured in `make test` on a 2-core machine).
-#: The workers take files in this order, then the rest in collection order, so that no long
-#: file starts last and keeps one worker busy while the other is done. A guess that is off
-#: costs only time.
+#: The workers take files in this order, then the rest in collection order: the longest jobs
+#: first and the many short ones last, so that both workers end together. The README commands
+#: (one test per bash block, each 5-45 s) come after the files that take longer than their
+#: blocks. A guess that is off costs only time.
 HEAVIEST_FIRST = [
-    "test_readme_commands.py", "test_eval_protocol.py", "test_sft.py", "test_browser_all_tasks.py",
-    "test_browser_fidelity.py", "test_browser_gym_engine.py", "test_fleet_ray.py", "test_job_interrupts.py",
-    "test_models_embedded.py", "test_policy_training.py", "test_browser_isolation.py", "test_eval_run.py",
-    "test_lifecycle.py", "test_webtasks.py", "test_browser_warm_pool.py",
+    "test_eval_protocol.py", "test_browser_fidelity.py", "test_job_interrupts.py", "test_browser_gym_engine.py",
+    "test_fleet_ray.py", "test_browser_all_tasks.py", "test_sft.py", "test_models_embedded.py", "test_lifecycle.py",
+    "test_policy_training.py", "test_readme_commands.py", "test_browser_warm_pool.py", "test_browser_isolation.py",
+    "test_browser_engine.py", "test_fleet_router.py",
 ]
 
 
