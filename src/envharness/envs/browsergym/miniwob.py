@@ -40,10 +40,11 @@ EPISODE_MAX_TIME_MS = 1_000_000
 NOT_REGISTERED_BY_BROWSERGYM = frozenset({"button-delay", "chase-circle", "hover-shape", "moving-items", "simon-says"})
 #: Tasks whose own restart does not rebuild the page as loading it does, so they are reloaded on
 #: every reset: jQuery UI widgets initialised again on kept elements (other classes: sortable items
-#: lose ``ui-sortable-handle``, sliders reorder theirs), and stock-market, which shows the last
-#: episode's price until its timer ticks.
+#: lose ``ui-sortable-handle``, sliders reorder theirs), stock-market, which shows the last
+#: episode's price until its timer ticks, and drag-cube, whose restart puts the cube back but keeps
+#: its spin: a cube still turning from the last episode's drag turns on in the new one.
 RELOAD_ON_RESET = frozenset({"drag-items", "drag-items-grid", "drag-sort-numbers", "form-sequence",
-                             "use-slider", "use-slider-2", "stock-market"})
+                             "use-slider", "use-slider-2", "stock-market", "drag-cube"})
 #: Tasks BrowserGym marks ``nondeterministic = True``.
 NONDETERMINISTIC_TASKS = frozenset({"click-pie", "click-pie-nodelay", "terminal", "visual-addition"})
 
