@@ -240,9 +240,9 @@ class BrowserEngine:
                 await asyncio.wait_for(browser.close(), CLOSE_TIMEOUT_S)
             except asyncio.TimeoutError:
                 logger.warning("the browser did not close within %.0f s; killing it", CLOSE_TIMEOUT_S)
+                _kill(self.browser_pids())
             except Exception:  # already dead
                 pass
-            _kill(self.browser_pids())
         await _stop_quietly(pw)
 
 

@@ -24,6 +24,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
+from envharness.envs.browsergym.engine import CLOSE_TIMEOUT_S
+
 logger = logging.getLogger(__name__)
 
 #: How long closing waits for a context that is being opened.
@@ -152,16 +154,11 @@ class WarmPool:
         await asyncio.gather(*(close_quietly(w.context) for w in ready), *self._closing)
 
 
-#: A context that does not close in this time (its browser stopped answering) is left to the
-#: engine, which kills that browser when it closes. Closing takes a few milliseconds.
-CONTEXT_CLOSE_TIMEOUT_S = 30.0
-
-
 async def close_quietly(context: Any) -> None:
     try:
-        await asyncio.wait_for(context.close(), CONTEXT_CLOSE_TIMEOUT_S)
-    except asyncio.TimeoutError:
+        await asyncio.wait_for(context.close(), CLOSE_TIMEOUT_S)
+    except asyncio.TimeoutError:  # its browser stopped answering: the engine kills it when it closes
         logger.warning("a browser context did not close within %.0f s; left to the browser's own close",
-                       CONTEXT_CLOSE_TIMEOUT_S)
+                       CLOSE_TIMEOUT_S)
     except Exception:  # its browser is gone already
         pass
