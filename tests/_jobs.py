@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from _prewarmed import Prewarmed, PrewarmedProcess
+
 CLI = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())"]
 
 
@@ -48,17 +50,23 @@ def tagged_processes(tag: str) -> dict[int, str]:
 
 
 class Job:
-    """`Job(args, tmp_path)` runs `envharness ARGS` (or `python SCRIPT` with `script=`)."""
+    """`Job(args, tmp_path)` runs `envharness ARGS` (or `python SCRIPT` with `script=`), in its
+    own session; with `prewarmed=` (the fixture) it is forked from the prewarmed interpreter,
+    which spares it the import of torch, transformers and TRL (`_prewarmed.py`)."""
 
-    def __init__(self, args: list[str], tmp_path: Path, *, script: str | None = None) -> None:
+    def __init__(self, args: list[str], tmp_path: Path, *, script: str | None = None, prewarmed: Prewarmed | None = None) -> None:
         self.tag = uuid.uuid4().hex
         self.log_path = tmp_path / f"job-{self.tag[:8]}.log"
         env = dict(os.environ, ENVHARNESS_TEST_TAG=self.tag, TRL_EXPERIMENTAL_SILENCE="1", PYTHONUNBUFFERED="1")
         command = [sys.executable, "-c", script, *args] if script is not None else [*CLI, *args]
-        with self.log_path.open("w") as log:
-            # its own session: a Ctrl-C goes to the job's process group, as a terminal sends it
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True, preexec_fn=default_sigint)
+        self.proc: subprocess.Popen | PrewarmedProcess | None = None
+        if prewarmed is not None:
+            self.proc = prewarmed.start(command[1:], cwd=Path.cwd(), env=env, out=self.log_path)
+        if self.proc is None:
+            with self.log_path.open("w") as log:
+                # its own session: a Ctrl-C goes to the job's process group, as a terminal sends it
+                self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=env, start_new_session=True, preexec_fn=default_sigint)
 
     @property
     def output(self) -> str:
@@ -86,6 +94,8 @@ class Job:
         return self.proc.wait(timeout_s)
 
     def tagged(self) -> dict[int, str]:
+        """The job's processes: what it started (a forked job's own /proc environ is the prewarmed
+        interpreter's, so the job process itself is not among them; `proc` is)."""
         return tagged_processes(self.tag)
 
     def assert_nothing_left(self, within_s: float = 30.0) -> None:

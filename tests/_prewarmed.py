@@ -1,6 +1,7 @@
 """Command lines in processes forked from a Python that has already imported torch, transformers
-and TRL: the README commands' test starts ~30 of them, and each would otherwise spend 3-7 s of
-CPU importing those libraries before any envharness code runs.
+and TRL: the README commands' test and the jobs of `_jobs.py` start ~40 of them, and each would
+otherwise spend 3-7 s of CPU importing those libraries before any envharness code runs. The
+`prewarmed` fixture (conftest.py) holds one such interpreter per test process.
 
 What stays as a user's start: each command is its own process (`python -c CODE` or `python
 SCRIPT`), in its own session, working folder, environment and output file, with its own exit
@@ -83,6 +84,10 @@ os.environ.clear()
 os.environ.update(request["env"])
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+if request["env"].get("PYTHONUNBUFFERED"):  # as `python -u`: read at start-up, so redone here
+    import io
+    sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0), encoding=sys.stdout.encoding, errors=sys.stdout.errors, write_through=True)
+    sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0), encoding=sys.stderr.encoding, errors="backslashreplace", write_through=True)
 del serve, sock, out
 argv = request["argv"]
 if argv[0] == "-c":
@@ -99,7 +104,7 @@ else:
 
 
 class PrewarmedProcess:
-    """A started command: `pid`, `poll()`, `wait(timeout)`, `send_signal(sig)`, `returncode`,
+    """A started command: `pid`, `poll()`, `wait(timeout)`, `send_signal(sig)`, `kill()`, `returncode`,
     as `subprocess.Popen` has them; its output is in the file `out`."""
 
     def __init__(self, server: "Prewarmed", pid: int, out: Path) -> None:
@@ -121,6 +126,9 @@ class PrewarmedProcess:
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
             os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class Prewarmed:
@@ -199,6 +207,17 @@ class Prewarmed:
         if "exit" in message:
             self._exits[message["exit"]] = message["code"]
         return message
+
+
+def prewarmed_env(root: Path) -> dict[str, str]:
+    """The environment the prewarmed interpreter starts in: this one, with the checkout's `src`
+    first on the path and the variables the suite's commands share."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env.setdefault("PLAYWRIGHT_BROWSERS_PATH", str(root / ".venv" / "ms-playwright"))
+    env.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return env
 
 
 def kill_session(pid: int) -> None:

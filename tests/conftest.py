@@ -1,9 +1,10 @@
-"""Shared test helpers: an in-process echo server on loopback, and polling; and how `make test`
-spreads the suite over its workers."""
+"""Shared test helpers: an in-process echo server on loopback, polling, the prewarmed interpreter
+that command-line tests fork from; and how `make test` spreads the suite over its workers."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -11,7 +12,10 @@ from typing import Any, Callable
 import httpx
 import pytest
 
+from _prewarmed import Prewarmed, prewarmed_env
 from envharness.core.launchers import LocalServer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 #: Test files in order of cost, heaviest first (as measured in `make test` on a 2-core machine).
@@ -84,6 +88,16 @@ def server_tasks(server: LocalServer) -> set[asyncio.Task]:
 
     assert server.loop is not None
     return asyncio.run_coroutine_threadsafe(probe(), server.loop).result(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def prewarmed():
+    """One interpreter per test process with torch, transformers and TRL imported, which the
+    README commands and the `_jobs.Job`s given it fork from (`_prewarmed.py`; started on first
+    use). `ENVHARNESS_TEST_COLD=1`: every command starts cold instead, as typed."""
+    server = Prewarmed(prewarmed_env(ROOT), enabled=not os.environ.get("ENVHARNESS_TEST_COLD"))
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="module")

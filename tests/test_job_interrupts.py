@@ -25,11 +25,11 @@ TRAIN = ["train", "--model", "tiny", "--lora", "--save-steps", "1", "--num-gener
 
 
 @pytest.fixture
-def jobs(tmp_path):
+def jobs(tmp_path, prewarmed):
     started: list[Job] = []
 
     def start(args: list[str]) -> Job:
-        job = Job(args, tmp_path)
+        job = Job(args, tmp_path, prewarmed=prewarmed)
         started.append(job)
         return job
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -37,29 +38,41 @@ def test_tiny_test_model_uses_the_shipped_tokenizer():
 @pytest.mark.slow
 def test_embedded_model_loads_offline_and_answers_with_an_action(tmp_path):
     """In a fresh process with the hub switched off and an empty cache: the GGUF is converted,
-    cached, and the model answers a few-shot BrowserGym prompt with the right click."""
+    cached, and the model answers a few-shot BrowserGym prompt with the right click. A second
+    load in that process comes from the cache alone: reading the GGUF is made to fail."""
     script = textwrap.dedent(
         """
         import asyncio, json
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
         from envharness.models import load_backend
         from envharness.models.base import GenerationRequest, SamplingParams
-        backend = load_backend("embedded")
         messages = [
             {"role": "user", "content": "Goal: Click the OK button.\\nPage:\\n[7] button 'OK'"},
             {"role": "assistant", "content": "click('7')"},
             {"role": "user", "content": "Goal: Click the button.\\nPage:\\n[13] button 'Click Me!'"},
         ]
         req = GenerationRequest(messages, sampling=SamplingParams(temperature=0.0, max_tokens=16, stop=[")"]))
-        (gen,) = asyncio.run(backend.generate([req]))
-        print(json.dumps({"text": gen.text, "n": len(gen.completion_ids), "lp": len(gen.logprobs), "name": backend.name}))
+
+        def answer(backend):
+            (gen,) = asyncio.run(backend.generate([req]))
+            print(json.dumps({"text": gen.text, "n": len(gen.completion_ids), "lp": len(gen.logprobs), "name": backend.name}))
+
+        answer(load_backend("embedded"))  # converts the GGUF and caches the result
+
+        def no_gguf(*args, **kwargs):
+            raise AssertionError("the GGUF was read again: the cache was not used")
+
+        gguf_utils.load_gguf_checkpoint = no_gguf
+        answer(load_backend("embedded"))  # from the cache only
         """
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ENVHARNESS_CACHE_DIR": str(tmp_path),
            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
-    for _ in range(2):  # the first run converts and caches, the second loads the cache
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=280)
-        assert out.returncode == 0, out.stderr[-2000:]
-        result = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=280)
+    assert out.returncode == 0, out.stderr[-2000:]
+    results = [json.loads(line) for line in out.stdout.strip().splitlines() if line.startswith("{")]
+    assert len(results) == 2, out.stdout[-2000:]
+    for result in results:
         assert re.fullmatch(r"\s*click\('13'\)", result["text"]), result
         assert result["n"] == result["lp"] > 0 and result["name"] == "SmolLM2-135M-Instruct"
     cached = next(tmp_path.iterdir())

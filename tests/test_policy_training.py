@@ -15,14 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
 from envharness.policy.agents import load_agent
-from _jobs import CLI
+from _jobs import Job
 from _grpo_helpers import loss_row, one_grpo_step, runs
 
 pytestmark = pytest.mark.timeout(900)
@@ -71,14 +70,17 @@ def test_loss_time_logprobs_match_the_endpoints_sampling_and_agent_text_is_maske
 
 
 @pytest.mark.slow
-def test_envharness_train_agent_one_step_with_the_embedded_model(tmp_path):
+def test_envharness_train_agent_one_step_with_the_embedded_model(tmp_path, prewarmed):
     out = tmp_path / "run"
-    cmd = [*CLI, "train", "--agent", AGENT, "--model", "embedded", "--tasks", "click-test",
-           "--steps", "1", "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "12", "--max-turns", "2",
-           "--threads", "1", "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=800)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "trained 1 steps" in done.stdout
+    args = ["train", "--agent", str(ROOT / AGENT), "--model", "embedded", "--tasks", "click-test",
+            "--steps", "1", "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "12", "--max-turns", "2",
+            "--threads", "1", "--out", str(out)]
+    job = Job(args, tmp_path, prewarmed=prewarmed)
+    try:
+        assert job.wait(800) == 0, job.output[-3000:]
+    finally:
+        job.kill_all()
+    assert "trained 1 steps" in job.output
     assert (out / "final" / "config.json").exists()
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == 2

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import pytest
 
-from _prewarmed import Prewarmed, kill_session
+from _prewarmed import Prewarmed, kill_session, prewarmed_env
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -115,7 +115,7 @@ COVERED: dict[str, Run | Serve | Make] = {
         Run({"--model": "tiny", "--steps": "1", "--max-turns": "2", **TINY_TRAIN}, expect=("runs/wordle-train/final/config.json",)),
     # vision policies: the README's VLM directory is a tiny random Qwen2-VL here
     "envharness train --model ./my-qwen2-vl --tasks click-test --max-turns 2 --screenshot-max-side 448":
-        Run({"--model": "tiny-vlm:qwen2-vl", **TINY_TRAIN, "--out": "runs/vlm-dir"}, expect=("runs/vlm-dir/final",)),
+        Run({"--model": "tiny-vlm:qwen2-vl", **TINY_TRAIN, "--steps": "1", "--out": "runs/vlm-dir"}, expect=("runs/vlm-dir/final",)),
     "envharness train --model tiny-vlm --steps 2": Run({**TINY_TRAIN, "--steps": "1", "--out": "runs/tiny-vlm"}, expect=("runs/tiny-vlm/final",)),
     "envharness train --model embedded-vlm --threads 1":
         Run({**TINY_TRAIN, "--steps": "1", "--max-turns": "1", "--out": "runs/embedded-vlm"}, expect=("runs/embedded-vlm/final",)),
@@ -212,12 +212,8 @@ def _session_pids(sid: int) -> list[int]:
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
+    env = prewarmed_env(ROOT)
     env.update(extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env.setdefault("PLAYWRIGHT_BROWSERS_PATH", str(ROOT / ".venv" / "ms-playwright"))
-    env.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     return env
 
 
@@ -281,15 +277,6 @@ def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str, prewa
             kill_session(proc.pid)
             proc.wait(60)
     _finish(proc, name)
-
-
-@pytest.fixture(scope="session")
-def prewarmed():
-    """One prewarmed interpreter per test process, for the README commands it runs
-    (`ENVHARNESS_TEST_COLD=1`: every command starts cold, as typed)."""
-    server = Prewarmed(_env({}), enabled=not os.environ.get("ENVHARNESS_TEST_COLD"))
-    yield server
-    server.close()
 
 
 def test_every_readme_command_is_covered():

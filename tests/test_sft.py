@@ -112,7 +112,7 @@ def test_bad_settings_are_refused_in_words(tmp_path, capsys, args, message):
     assert message in capsys.readouterr().err
 
 
-def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path):
+def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path, prewarmed):
     """As `train`: the steps done are checkpointed, one line says how to resume, and the
     resumed run reuses the demonstrations and ends at the requested steps."""
     import shlex
@@ -125,7 +125,7 @@ def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path):
     # 12 steps: ~5 s of steps still to go when step 2 is seen, time enough to signal mid-run
     args = ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "4", "--steps", "12", "--batch-size", "1",
             "--save-steps", "100", "--threads", "1", "--out", str(out)]
-    job = Job(args, tmp_path)
+    job = Job(args, tmp_path, prewarmed=prewarmed)
     try:
         job.wait_for_output("[sft] step 2/12", timeout_s=400)
         job.signal(signal.SIGTERM)
