@@ -20,8 +20,8 @@ Playwright's time-out; we fail at once with the reason in words. Both must repor
 the same reward, done flag and AXTree, and then play on to the same end.
 
 BrowserGym launches a new Chromium at every reset; here its launches share one browser process
-(`_share_browsergym_browser`). Each reset still gets a fresh context and page, which is all its
-observations come from, and a launch is most of a BrowserGym reset's time.
+(`keep_browsers`, as the BrowserGym engine's workers do). Each reset still gets a fresh context
+and page, which is all its observations come from, and a launch is most of a BrowserGym reset's time.
 
 BrowserGym runs with its fast settings (``slow_mo=0``, no pre-observation delay), as ours does:
 MiniWoB computes rewards synchronously, so the delays change timing only. A BrowserGym step whose
@@ -41,6 +41,7 @@ os.environ.setdefault("PLAYWRIGHT_BROWSERS_PATH", os.path.join(os.path.dirname(_
 from envharness.core.launchers import LocalServer  # noqa: E402
 from envharness.envs.browsergym import BrowserGymAction, BrowserGymEnv  # noqa: E402
 from envharness.envs.browsergym import miniwob  # noqa: E402
+from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers  # noqa: E402
 from envharness.envs.browsergym.solutions import next_action  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -93,39 +94,6 @@ def _stop_browsergym_playwright() -> None:
         browsergym.core._set_global_playwright(None)
 
 
-class _KeptBrowser:
-    """A Browser whose `close()` leaves the process running for the next reset, closing only
-    the contexts that reset opened."""
-
-    def __init__(self, browser):
-        self._browser = browser
-
-    def __getattr__(self, name):
-        return getattr(self._browser, name)
-
-    def close(self, **_):
-        for context in self._browser.contexts:
-            context.close()
-
-
-def _share_browsergym_browser():
-    """Make BrowserGym's `chromium.launch` hand out one browser per launch arguments; returns
-    the function that closes them."""
-    import browsergym.core
-
-    pw = browsergym.core._get_global_playwright()
-    launch, kept = pw.chromium.launch, {}
-
-    def shared_launch(**kwargs):
-        key = repr(sorted(kwargs.items()))
-        if key not in kept or not kept[key].is_connected():
-            kept[key] = launch(**kwargs)
-        return _KeptBrowser(kept[key])
-
-    pw.chromium.launch = shared_launch
-    return lambda: [browser.close() for browser in kept.values()]
-
-
 @pytest.fixture(scope="module")
 def browsergym_make():
     """`gym.make` for BrowserGym's MiniWoB tasks, with MINIWOB_URL on a loopback http.server."""
@@ -138,7 +106,7 @@ def browsergym_make():
 
     import browsergym.miniwob  # noqa: F401  (registers the tasks)
 
-    close_browsers = _share_browsergym_browser()
+    close_browsers = keep_browsers()
     yield lambda task: gym.make(f"browsergym/miniwob.{task}", slow_mo=0, pre_observation_delay=0.0)
     close_browsers()
     _stop_browsergym_playwright()

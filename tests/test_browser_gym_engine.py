@@ -24,6 +24,7 @@ import pytest
 from envharness.core.launchers import LocalServer
 from envharness.core.lifecycle import descendants
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction, BrowserGymEnv
+from envharness.envs.browsergym.engine import DEFAULT_CHROMIUM
 from envharness.envs.browsergym.gym_engine import benchmarks
 from envharness.envs.browsergym.solutions import next_action
 
@@ -175,6 +176,36 @@ async def test_a_killed_worker_ends_its_session_only(servers):
         assert kept.reward == 1.0 and kept.done
         await a.reset(task="click-test", seed=3)  # a new worker for the same session
         assert (await a.step(BrowserGymAction(action_str="click('13')"))).reward == 1.0
+
+
+def test_resets_keep_the_workers_browsers(servers):
+    """BrowserGym launches two Chromiums (the task's, the chat window's) at every reset and closes
+    the old ones; the worker keeps its two, across seeds and a change of task, and each episode
+    still plays to its reward."""
+    _, gym = servers
+    with BrowserGymEnv(gym.base_url) as env:
+        before = set(_workers())
+        env.reset(task="click-test", seed=1)
+        (worker,) = set(_workers()) - before
+        browsers = _browsers(worker)
+        assert len(browsers) == 2, browsers
+        for task, seed in [("click-test", 2), ("click-button", 1), ("login-user", 8)]:
+            trace, _ = play(env, task, seed)
+            assert trace[-1][0] == 1.0 and trace[-1][1], (task, trace[-1][:3])
+            assert _browsers(worker) == browsers
+
+
+def _browsers(worker: int) -> set[int]:
+    """The Chromium browser processes (not their renderers and helpers) under `worker`."""
+    found = set()
+    for pid in descendants(worker):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()  # Chromium rewrites its own: one string
+        except OSError:
+            continue
+        if cmdline.startswith(DEFAULT_CHROMIUM.encode()) and b"--type=" not in cmdline:
+            found.add(pid)
+    return found
 
 
 def _workers() -> list[int]:

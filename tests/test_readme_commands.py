@@ -227,13 +227,19 @@ def _finish(proc: Any, name: str) -> None:
         raise AssertionError(f"{name}: left processes behind: {left}")
 
 
+#: Variables a command line may set (`VAR=x cmd`) and still fork from the prewarmed interpreter:
+#: none of its preloaded libraries reads them (Playwright is not preloaded).
+FORK_SAFE_VARIABLES = {"PLAYWRIGHT_BROWSERS_PATH"}
+
+
 def start(argv: list[str], env: dict[str, str], cwd: Path, prewarmed: Prewarmed) -> tuple[Any, Path]:
     """(process, its output file): forked from the prewarmed interpreter when it can be (see
-    `_prewarmed`), else a cold start; a command line that sets variables (`VAR=x cmd`) starts
-    cold, since the preloaded libraries read theirs at import. Either way, its own session."""
+    `_prewarmed`), else a cold start; a command line that sets other variables than
+    `FORK_SAFE_VARIABLES` starts cold, since the preloaded libraries may read them at import.
+    Either way, its own session."""
     out = cwd / f".output-{uuid.uuid4().hex[:8]}.txt"
     full_env = _env(env)
-    proc = None if env else prewarmed.start(argv[1:], cwd=cwd, env=full_env, out=out)
+    proc = None if set(env) - FORK_SAFE_VARIABLES else prewarmed.start(argv[1:], cwd=cwd, env=full_env, out=out)
     if proc is None:
         with out.open("w") as sink:
             proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=sink,

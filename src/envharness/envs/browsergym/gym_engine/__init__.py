@@ -7,6 +7,7 @@ engine runs.
 
     benchmarks.py   what each benchmark needs (package, variables), checked before a browser starts
     worker.py       the worker process: one gym environment, actions checked by our grammar
+    kept_browsers.py  BrowserGym's resets on browsers that stay up (it launches two per reset)
     process.py      the server's handle on a worker: deadlines, its process tree stopped on loss
     observation.py  BrowserGym's observation dict -> our observation's fields
     environment.py  `GymBrowserEnvironment`: one session = one worker

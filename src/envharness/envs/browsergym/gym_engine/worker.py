@@ -70,12 +70,14 @@ def serve_miniwob() -> str:
 
 
 class Worker:
-    """Owns the gym environment; makes a new one when the task or its settings change."""
+    """Owns the gym environment; makes a new one when the task or its settings change. Its
+    resets run on kept browsers (`kept_browsers`): BrowserGym would launch two each time."""
 
     def __init__(self) -> None:
         self.env: Any = None
         self.key: str | None = None
         self.parts: dict[str, Any] = {}
+        self._close_browsers: Callable[[], None] | None = None
 
     def reset(self, gym_id: str, make_kwargs: dict[str, Any], seed: int | None, task_kwargs: dict[str, Any],
               parts: dict[str, Any]) -> dict[str, Any]:
@@ -84,6 +86,10 @@ class Worker:
         from envharness.envs.browsergym import playwright_stacks
 
         playwright_stacks.install()  # BrowserGym's sync calls each took two source-reading stacks
+        if self._close_browsers is None:
+            from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers
+
+            self._close_browsers = keep_browsers()
         if gym_id.startswith("browsergym/miniwob.") and not os.environ.get("MINIWOB_URL"):
             os.environ["MINIWOB_URL"] = serve_miniwob()
         _register(gym_id)
@@ -107,6 +113,12 @@ class Worker:
         env, self.env, self.key = self.env, None, None
         if env is not None:
             env.close()
+
+    def shutdown(self) -> None:
+        """The environment and the kept browsers: the worker's end."""
+        self.close()
+        if self._close_browsers is not None:
+            self._close_browsers()
 
 
 def _register(gym_id: str) -> None:
@@ -141,7 +153,7 @@ def main() -> int:
             request = json.loads(line)
             cmd = request.pop("cmd")
             if cmd == "close":
-                worker.close()
+                worker.shutdown()
                 protocol.write(json.dumps({"ok": True}) + "\n")
                 return 0
             answer = getattr(worker, {"reset": "reset", "step": "step"}[cmd])(**request)
@@ -149,7 +161,7 @@ def main() -> int:
         except Exception as exc:  # the session hears why; the worker goes on
             reply = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:2000]}
         protocol.write(json.dumps(reply) + "\n")
-    worker.close()
+    worker.shutdown()
     return 0
 
 
