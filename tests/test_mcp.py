@@ -135,6 +135,28 @@ def test_mcp_needs_the_bearer_token_and_shares_the_session_limit():
         wait_until(lambda: health(server, authorization="Bearer s3cret")["active_sessions"] == 0)
 
 
+def test_the_sdk_is_imported_at_the_first_mcp_request_only():
+    """A fifth of a server's start-up was importing the `mcp` SDK; a server that nobody asks
+    for tools never imports it, and the first `/mcp` request starts it and is answered."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys, httpx
+        from envharness.core.launchers import LocalServer
+        with LocalServer("echo") as server:
+            assert httpx.get(f"{server.base_url}/health").status_code == 200
+            before = "mcp" in sys.modules
+            reply = httpx.post(f"{server.base_url}/mcp", headers={"Accept": "application/json, text/event-stream"},
+                               json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                                   "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+            print(before, "mcp" in sys.modules, reply.status_code, reply.headers.get("mcp-session-id") is not None)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "True", "200", "True"], out.stdout
+
+
 def _processes_tagged(tag: str) -> list[int]:
     """Processes (of this user) whose environment carries `tag`: the stdio server and its Chromium."""
     pids = []

@@ -9,7 +9,9 @@ the same `SessionManager`, so /ws, HTTP and MCP share the capacity limit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 from typing import Any, AsyncIterator, Callable
@@ -35,43 +37,82 @@ logging.getLogger("mcp.server.streamable_http").addFilter(_not_session_end_noise
 
 
 class McpEndpoint:
-    """The ASGI app behind `/mcp`; a fresh SDK session manager each time the app starts."""
+    """The ASGI app behind `/mcp`. The SDK (a fifth of a server's start-up imports) is imported,
+    and its session manager started, at the first `/mcp` request: a server that nobody asks for
+    tools starts without it. A fresh SDK session manager each time the app starts."""
 
     def __init__(self, manager: SessionManager, name: str) -> None:
-        from envharness.mcp.openenv_dialect import OpenEnvDialect
-        from envharness.mcp.server import ToolsetProvider, build_server
-
-        self.manager = manager
         from envharness.mcp.outcomes import RolloutOutcomes
 
-        self.provider = ToolsetProvider(manager, name)
+        self.manager, self.name = manager, name
         self.outcomes = RolloutOutcomes()  # what tagged sessions earned (`/mcp/rollouts/{id}`)
-        self.server = build_server(manager, name, self.provider, self.outcomes)
-        self.dialect = OpenEnvDialect(manager, self.provider)
-        self._http = None
+        self.provider: Any = None
+        self.server: Any = None
+        self.dialect: Any = None
+        self._http: Any = None
+        self._serving: asyncio.Task | None = None
+        self._stop: asyncio.Event | None = None
+        self._starting = asyncio.Lock()
+        self._app_running = False
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
-        self._http = StreamableHTTPSessionManager(self.server, session_idle_timeout=self.manager.idle_timeout_s,
-                                                  max_sessions=self.manager.max_sessions)
+        self._app_running = True
         try:
-            async with self._http.run():
-                yield
+            yield
         finally:
-            self._http = None
-            await self.dialect.close()
+            self._app_running = False
+            if self._serving is not None:
+                assert self._stop is not None
+                self._stop.set()
+                await self._serving
+            self._serving = self._http = None
+            if self.dialect is not None:
+                await self.dialect.close()
+
+    async def _started(self) -> Any:
+        """The SDK's session manager, started on first use (in a task that holds its task group
+        until the app stops)."""
+        async with self._starting:
+            if self._http is None:
+                from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+                if self.server is None:
+                    from envharness.mcp.openenv_dialect import OpenEnvDialect
+                    from envharness.mcp.server import ToolsetProvider, build_server
+
+                    self.provider = ToolsetProvider(self.manager, self.name)
+                    self.server = build_server(self.manager, self.name, self.provider, self.outcomes)
+                    self.dialect = OpenEnvDialect(self.manager, self.provider)
+                http = StreamableHTTPSessionManager(self.server, session_idle_timeout=self.manager.idle_timeout_s,
+                                                    max_sessions=self.manager.max_sessions)
+                started, self._stop = asyncio.Event(), asyncio.Event()
+
+                async def serve() -> None:
+                    async with http.run():
+                        started.set()
+                        await self._stop.wait()
+
+                self._serving = asyncio.create_task(serve())
+                waiting = asyncio.create_task(started.wait())
+                await asyncio.wait({self._serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                if self._serving.done():  # it failed to start: say why, and try again next time
+                    serving, self._serving = self._serving, None
+                    serving.result()
+                self._http = http
+            return self._http
 
     def shared_handle(self, session_id: str | None) -> "EnvSessionHandle | None":
         """The environment of an OpenEnv-dialect MCP session, for the WebSocket that
         OpenEnv's `MCPToolClient` opens with `?session_id=` (None: not one of ours)."""
-        return self.dialect.handles.get(session_id) if session_id else None
+        return self.dialect.handles.get(session_id) if session_id and self.dialect is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._http is None:
+        if not self._app_running:
             await _json(send, 503, {"detail": "the MCP endpoint is not running"})
             return
+        http = await self._started()
         headers = dict(scope.get("headers") or [])
         if scope["method"] == "POST" and b"mcp-session-id" not in headers:
             body = await _read_body(receive)
@@ -84,17 +125,16 @@ class McpEndpoint:
                 await _json(send, 200, await self.dialect.answer(body))
                 return
             receive = _replay(body, receive)
-        await self._http.handle_request(scope, receive, send)
+        await http.handle_request(scope, receive, send)
 
 
 def mount_mcp(app: FastAPI, manager: SessionManager, name: str) -> Callable[[], Any] | None:
     """Add `/mcp` to `app` (the endpoint is `app.state.mcp`); returns what runs while the app
     runs. None (and a log line) when the `mcp` SDK is not installed."""
-    try:
-        endpoint = McpEndpoint(manager, name)
-    except ImportError as exc:
-        log.info("no /mcp route: the mcp SDK is not installed (%s); pip install 'envharness[mcp]'", exc)
+    if importlib.util.find_spec("mcp") is None:
+        log.info("no /mcp route: the mcp SDK is not installed; pip install 'envharness[mcp]'")
         return None
+    endpoint = McpEndpoint(manager, name)
     for path in ("/mcp", "/mcp/"):
         app.add_route(path, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     _add_outcome_routes(app, endpoint)
