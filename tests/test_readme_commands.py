@@ -98,7 +98,7 @@ COVERED: dict[str, Run | Serve | Make] = {
         Run({**TINY_TRAIN, "--steps": "1", "--max-turns": "2"}, expect=("runs/sft-grpo/final/config.json",)),
     ".venv/bin/python examples/sft_then_grpo.py --out runs/two-stage --sft-steps 3 --grpo-minutes 40 --threads 1":
         Run({"--model": "tiny", "--demo-episodes": "1", "--sft-steps": "1", "--sft-batch-size": "1", "--grpo-minutes": "0.01",
-             "--eval-episodes": "2", "--num-generations": "2", "--max-new-tokens": "4", "--max-turns": "2"},
+             "--eval-episodes": "1", "--num-generations": "2", "--max-new-tokens": "4", "--max-turns": "2"},
             expect=("runs/two-stage/results.md", "runs/two-stage/page-swap-grpo.json"), says="SFT+GRPO"),
     ".venv/bin/python examples/page_swap.py --model runs/two-stage/sft-grpo/final --run runs/two-stage/base":
         Run({"--max-new-tokens": "4", "--threads": "1"}, says="first action depends on the page"),
