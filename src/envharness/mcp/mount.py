@@ -72,9 +72,9 @@ class McpEndpoint:
 
     async def _started(self) -> Any:
         """The SDK's session manager, started on first use (in a task that holds its task group
-        until the app stops)."""
+        until the app stops); None once the app is stopping."""
         async with self._starting:
-            if self._http is None:
+            if self._http is None and self._app_running:  # (no await between this check and the task's start)
                 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
                 if self.server is None:
@@ -113,6 +113,9 @@ class McpEndpoint:
             await _json(send, 503, {"detail": "the MCP endpoint is not running"})
             return
         http = await self._started()
+        if http is None:
+            await _json(send, 503, {"detail": "the MCP endpoint is not running"})
+            return
         headers = dict(scope.get("headers") or [])
         if scope["method"] == "POST" and b"mcp-session-id" not in headers:
             body = await _read_body(receive)
