@@ -106,9 +106,29 @@ def echo_server():
         yield server
 
 
-@pytest.fixture(scope="module")
-def compact_browser_url():
-    """A browser server whose observations carry no pruned HTML and no element properties (what
-    the compact training prompt reads): the GRPO exactness tests' environment."""
-    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
-        yield server.base_url
+# -- browser servers shared by the files of one test process ---------------------------------
+# A browser server costs ~1.8 CPU-s to its first reset (Playwright's driver and a Chromium).
+# Files whose tests only open sessions on a server (each session is isolated: its own browser
+# context) share one per test process (xdist worker) rather than start one per file. A file
+# that counts a server's sessions, kills its browser or changes its options starts its own.
+@pytest.fixture(scope="session")
+def browser_server():
+    """A browser server with the default options, shared by this test process's files."""
+    with LocalServer("browsergym") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def training_browser_server():
+    """A browser server with `train`'s options (`TRAIN_SERVER_OPTIONS`: no pruned HTML, no
+    element properties, what the compact training prompt reads), shared like `browser_server`."""
+    from envharness.integrations.trl.training import TRAIN_SERVER_OPTIONS
+
+    with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def compact_browser_url(training_browser_server):
+    """The GRPO exactness tests' environment: `training_browser_server`'s URL."""
+    return training_browser_server.base_url

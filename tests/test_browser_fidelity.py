@@ -38,7 +38,6 @@ import pytest
 
 os.environ.setdefault("PLAYWRIGHT_BROWSERS_PATH", os.path.join(os.path.dirname(__file__), "..", ".venv", "ms-playwright"))
 
-from envharness.core.launchers import LocalServer  # noqa: E402
 from envharness.envs.browsergym import BrowserGymAction, BrowserGymEnv  # noqa: E402
 from envharness.envs.browsergym import miniwob  # noqa: E402
 from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers  # noqa: E402
@@ -119,9 +118,8 @@ def browsergym_make():
 
 
 @pytest.fixture(scope="module")
-def server():
-    with LocalServer("browsergym") as srv:
-        yield srv
+def server(browser_server):
+    return browser_server
 
 
 def browsergym_texts(obs: dict) -> dict:

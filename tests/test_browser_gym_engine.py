@@ -36,9 +36,9 @@ WRONG = ["click('999')", "click('13'", "press_button('13')", "__import__('os').s
 
 
 @pytest.fixture(scope="module")
-def servers():
-    with LocalServer("browsergym") as fast, LocalServer("browsergym", engine="browsergym") as gym:
-        yield fast, gym
+def servers(browser_server):
+    with LocalServer("browsergym", engine="browsergym") as gym:
+        yield browser_server, gym
 
 
 def same_page(axtree: str) -> str:

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction, BrowserGymEnv
 from envharness.envs.browsergym.solutions import SOLVED_TASKS, UnsolvableTask, next_action, parse_axtree, solve
 
@@ -13,9 +12,8 @@ MAX_STEPS = 8
 
 
 @pytest.fixture(scope="module")
-def server():
-    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as srv:
-        yield srv
+def server(training_browser_server):
+    return training_browser_server
 
 
 async def run_episode(env: AsyncBrowserGymEnv, task: str, seed: int, hint: bool) -> tuple[float, bool, list[str]]:

@@ -16,7 +16,6 @@ import pytest
 from PIL import Image
 
 from envharness.cli import main
-from envharness.core.launchers import LocalServer
 from envharness.prompts.text import PromptContext
 from envharness.eval.runfolder import read_episodes
 
@@ -147,13 +146,6 @@ def test_a_finished_run_folder_is_not_mixed_with_other_settings(scripted_run, tm
     code, _, err = eval_cli(capsys, "--model", "embedded", "--tasks", "click-test", "--out", str(copy), "--resume")
     assert code == 2 and "model: 'scripted' -> 'embedded'" in err
     assert (copy / "episodes.jsonl").read_text() == before
-
-
-@pytest.fixture(scope="module")
-def browser_server():
-    """A browser server the user runs (`--env-url`), in-process on loopback."""
-    with LocalServer("browsergym") as server:
-        yield server
 
 
 def test_refused_actions_are_recorded_and_shown_to_the_model(browser_server, tmp_path, capsys):

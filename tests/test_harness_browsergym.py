@@ -33,11 +33,8 @@ class CountingScriptedBackend(ScriptedBackend):
 
 
 @pytest.fixture(scope="module")
-def server_url():
-    from envharness.core.launchers import LocalServer
-
-    with LocalServer("browsergym") as server:
-        yield server.base_url
+def server_url(browser_server):
+    return browser_server.base_url
 
 
 async def test_waiting_episodes_share_backend_calls_on_the_real_browser(server_url):

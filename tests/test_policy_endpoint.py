@@ -171,14 +171,14 @@ class _ClickTeacher:
         pass
 
 
-def test_example_agent_plays_miniwob_through_mcp_and_the_reward_is_the_environments(tiny):
-    from envharness.core.launchers import LocalServer
+def test_example_agent_plays_miniwob_through_mcp_and_the_reward_is_the_environments(tiny, browser_server):
     from envharness.models.teacher import TeacherForcedBackend
     from envharness.policy.agents import load_agent, run_agent
 
     agent = load_agent("examples/openai_mcp_agent/agent.py:play")
     backend = TeacherForcedBackend(tiny.tokenizer, _ClickTeacher())
-    with LocalServer("browsergym") as env, PolicyServer(backend) as policy:
+    env = browser_server
+    with PolicyServer(backend) as policy:
         async def both():
             return await asyncio.gather(*(run_agent(agent, policy=policy, env_url=env.base_url, task="click-test", seed=s)
                                           for s in (1, 2)))

@@ -15,7 +15,6 @@ import pytest
 
 from envharness.cli import main as cli_main
 from envharness.core.client_pool import ClientPool
-from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import BrowserGymEnv
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.eval.runner import run_eval
@@ -74,9 +73,8 @@ def test_both_commands_refuse_an_unknown_style_and_train_a_per_step_style_over_t
 
 # -- eval plays an episode exactly as train's rollout does -------------------------------------
 @pytest.fixture(scope="module")
-def browser_url():
-    with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as server:
-        yield server.base_url
+def browser_url(training_browser_server):
+    return training_browser_server.base_url
 
 
 @pytest.fixture(scope="module")

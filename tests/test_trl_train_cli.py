@@ -60,35 +60,32 @@ def test_bad_arguments_are_refused_in_words(capsys):
     assert "--temperature must be positive" in capsys.readouterr().err
 
 
-def test_client_pool_reuses_sessions_and_replaces_a_dead_one():
-    from envharness.core.launchers import LocalServer
+def test_client_pool_reuses_sessions_and_replaces_a_dead_one(training_browser_server):
     from envharness.envs.browsergym import BrowserGymEnv
     from envharness.envs.browsergym.models import BrowserGymAction
     from envharness.core import ClientPool
-    from envharness.integrations.trl.training import TRAIN_SERVER_OPTIONS
 
-    with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as server:
-        pool = ClientPool(functools.partial(BrowserGymEnv, base_url=server.base_url))
-        try:
-            first = pool()
-            result = first.reset(task="click-test", seed=1)
-            session = first._client
-            assert "Click Me!" in result.observation.axtree_txt
-            first.close()
-            with pytest.raises(RuntimeError, match="reset\\(\\) first"):
-                first.step(BrowserGymAction(action_str="noop()"))
+    pool = ClientPool(functools.partial(BrowserGymEnv, base_url=training_browser_server.base_url))
+    try:
+        first = pool()
+        result = first.reset(task="click-test", seed=1)
+        session = first._client
+        assert "Click Me!" in result.observation.axtree_txt
+        first.close()
+        with pytest.raises(RuntimeError, match="reset\\(\\) first"):
+            first.step(BrowserGymAction(action_str="noop()"))
 
-            second = pool()
-            result = second.reset(task="click-button", seed=2)  # same session, another task
-            assert second._client is session and second.state().task_name == "click-button"
-            assert second.state().step_count == 0
-            second.close()
+        second = pool()
+        result = second.reset(task="click-button", seed=2)  # same session, another task
+        assert second._client is session and second.state().task_name == "click-button"
+        assert second.state().step_count == 0
+        second.close()
 
-            session.close()  # the connection goes away while the client sits in the pool
-            third = pool()
-            assert third.reset(task="click-test", seed=3).observation.goal == "Click the button."
-            assert third._client is not session
-            assert third.step(BrowserGymAction(action_str="noop()")).done is False
-            third.close()
-        finally:
-            pool.close()
+        session.close()  # the connection goes away while the client sits in the pool
+        third = pool()
+        assert third.reset(task="click-test", seed=3).observation.goal == "Click the button."
+        assert third._client is not session
+        assert third.step(BrowserGymAction(action_str="noop()")).done is False
+        third.close()
+    finally:
+        pool.close()

@@ -27,11 +27,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 @pytest.fixture(scope="module")
-def server_url():
-    from envharness.core.launchers import LocalServer
-
-    with LocalServer("browsergym") as server:
-        yield server.base_url
+def server_url(browser_server):
+    return browser_server.base_url
 
 
 def reply_length(completions, **kwargs):

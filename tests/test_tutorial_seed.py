@@ -126,11 +126,8 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def server_url():
-    from envharness.core.launchers import LocalServer
-
-    with LocalServer("browsergym") as server:
-        yield server.base_url
+def server_url(browser_server):
+    return browser_server.base_url
 
 
 def test_tutorial_rollout_func_earns_the_scripted_rewards(server_url, tokenizer):
