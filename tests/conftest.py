@@ -17,6 +17,15 @@ from envharness.core.launchers import LocalServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Under `make test` each test process (xdist worker) has its share of the cores: torch's (and
+# OpenBLAS's) thread pools get that many threads, here and in every process the tests start,
+# rather than each process spinning a pool as wide as the machine against the others'. On this
+# 2-core machine with 2 workers: one thread each, ~10 % less CPU for the same torch-heavy files.
+# (Read by OpenMP when torch loads: conftest is imported before any test module.)
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 
 #: Test files in order of cost, heaviest first (as measured in `make test` on a 2-core machine).
 #: The workers take files in this order, then the rest in collection order: the longest jobs
