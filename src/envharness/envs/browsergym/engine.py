@@ -35,8 +35,12 @@ CHROMIUM_ARGS = (
     # which takes an extra session from 68 to 29 MB. Not here: RenderDocument off. It loads a task
     # change's page in ~60 instead of ~85 ms, but with it off the renderer of Chromium 156 stops
     # answering (Accessibility.enable and evaluate never return) on an in-place restart after a few
-    # task changes with the DOM snapshot observed (bench/README.md).
-    "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,WebUIOmniboxPopup,WebUIOmniboxAimPopup",
+    # task changes with the DOM snapshot observed (bench/README.md). No spare renderer: after each
+    # navigation Chromium starts a renderer in advance for the next cross-site one, which a
+    # session (one context, one site) never takes, and a new context cannot use another's: a
+    # fresh context with its page took 0.21 CPU-s with it and 0.18 without.
+    "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,WebUIOmniboxPopup,WebUIOmniboxAimPopup,"
+    "SpareRendererForSitePerProcess",
     # Not here: --disable-gpu-vsync / --disable-frame-rate-limit. Headless Chromium 156 keeps
     # animation frames at ~57 Hz with or without them, so Playwright's "element is stable" check
     # (two frames) costs ~35 ms of every click. --run-all-compositor-stages-before-draw does uncap
