@@ -189,6 +189,10 @@ def test_resets_keep_the_workers_browsers(servers):
         (worker,) = set(_workers()) - before
         browsers = _browsers(worker)
         assert len(browsers) == 1, browsers
+        # the --disable-features Chromium reads (the last): BrowserGym's own, plus no spare renderer
+        (cmdline,) = [open(f"/proc/{pid}/cmdline", "rb").read() for pid in browsers]
+        last = re.findall(rb"--disable-features=([\w,]*)", cmdline)[-1].split(b",")
+        assert {b"OverlayScrollbars", b"ExtendedOverlayScrollbars", b"SpareRendererForSitePerProcess"} <= set(last), last
         for task, seed in [("click-test", 2), ("click-button", 1), ("login-user", 8)]:
             trace, _ = play(env, task, seed)
             assert trace[-1][0] == 1.0 and trace[-1][1], (task, trace[-1][:3])

@@ -16,7 +16,7 @@ Its launch differs from the task's only in the window size, which sizes the chat
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 
 class KeptBrowser:
@@ -44,17 +44,20 @@ class KeptBrowser:
                 pass
 
 
-def keep_browsers() -> Callable[[], None]:
+def keep_browsers(disable_features: Iterable[str] = ()) -> Callable[[], None]:
     """Patch the global sync Playwright's `chromium.launch` (once per process) and the chat's
-    launch; returns the function that closes the kept browsers and unpatches the chat."""
+    launch; returns the function that closes the kept browsers and unpatches the chat.
+    `disable_features` join the launch's ``--disable-features=`` (Chromium reads only one)."""
     import browsergym.core
     import browsergym.core.chat
 
     chromium = browsergym.core._get_global_playwright().chromium
+    disabled = list(disable_features)
     if not hasattr(chromium.launch, "kept"):
         launch, kept, latest = chromium.launch, {}, []
 
         def kept_launch(**kwargs: Any) -> KeptBrowser:
+            kwargs["args"] = with_features_disabled(list(kwargs.get("args") or []), disabled)
             key = repr(sorted(kwargs.items()))
             if key not in kept or not kept[key].is_connected():
                 kept[key] = launch(**kwargs)
@@ -87,3 +90,13 @@ def keep_browsers() -> Callable[[], None]:
                 pass
 
     return close_all
+
+
+def with_features_disabled(args: list[str], features: list[str]) -> list[str]:
+    """`args` with `features` added to its ``--disable-features=`` (or a new one)."""
+    if not features:
+        return args
+    for i, arg in enumerate(args):
+        if arg.startswith("--disable-features="):
+            return [*args[:i], ",".join([arg, *features]), *args[i + 1:]]
+    return [*args, "--disable-features=" + ",".join(features)]

@@ -89,7 +89,8 @@ class Worker:
         if self._close_browsers is None:
             from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers
 
-            self._close_browsers = keep_browsers()
+            # as the fast engine's Chromium (engine.py): no spare renderer, which no reset takes
+            self._close_browsers = keep_browsers(disable_features=["SpareRendererForSitePerProcess"])
         if gym_id.startswith("browsergym/miniwob.") and not os.environ.get("MINIWOB_URL"):
             os.environ["MINIWOB_URL"] = serve_miniwob()
         _register(gym_id)
