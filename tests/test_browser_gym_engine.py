@@ -199,6 +199,16 @@ def test_resets_keep_the_workers_browsers(servers):
             assert _browsers(worker) == browsers
 
 
+def test_features_join_the_last_disable_features_flag():
+    """Chromium reads only the last `--disable-features=`: the engine's features join that one."""
+    from envharness.envs.browsergym.gym_engine.kept_browsers import with_features_disabled
+
+    args = ["--disable-features=A", "--window-size=1,2", "--disable-features=B"]
+    assert with_features_disabled(args, ["C"]) == ["--disable-features=A", "--window-size=1,2", "--disable-features=B,C"]
+    assert with_features_disabled(["--x"], ["C", "D"]) == ["--x", "--disable-features=C,D"]
+    assert with_features_disabled(args, []) == args
+
+
 def _browsers(worker: int) -> set[int]:
     """The Chromium browser processes (not their renderers and helpers) under `worker`."""
     found = set()

@@ -8,7 +8,7 @@ the contexts it opened. Each reset still gets a fresh context and page, which is
 task and its observations see. A browser that crashed or disconnected is launched anew.
 
 The chat window gets its own context in the task's browser rather than a Chromium of its own
-(one launch and ~80 MB fewer per worker). Nothing observed comes from the chat's page: the
+(one launch and ~95 MB fewer per worker). Nothing observed comes from the chat's page: the
 chat messages are BrowserGym's Python list, and the task's pages are those of its own context.
 Its launch differs from the task's only in the window size, which sizes the chat's page alone.
 """
@@ -47,7 +47,8 @@ class KeptBrowser:
 def keep_browsers(disable_features: Iterable[str] = ()) -> Callable[[], None]:
     """Patch the global sync Playwright's `chromium.launch` (once per process) and the chat's
     launch; returns the function that closes the kept browsers and unpatches the chat.
-    `disable_features` join the launch's ``--disable-features=`` (Chromium reads only one)."""
+    `disable_features` join each launch's ``--disable-features=`` (Chromium reads only the last);
+    the first call's apply for the life of the process."""
     import browsergym.core
     import browsergym.core.chat
 
@@ -93,10 +94,10 @@ def keep_browsers(disable_features: Iterable[str] = ()) -> Callable[[], None]:
 
 
 def with_features_disabled(args: list[str], features: list[str]) -> list[str]:
-    """`args` with `features` added to its ``--disable-features=`` (or a new one)."""
+    """`args` with `features` added to its last ``--disable-features=`` (or a new one)."""
     if not features:
         return args
-    for i, arg in enumerate(args):
-        if arg.startswith("--disable-features="):
-            return [*args[:i], ",".join([arg, *features]), *args[i + 1:]]
+    for i in reversed(range(len(args))):
+        if args[i].startswith("--disable-features="):
+            return [*args[:i], ",".join([args[i], *features]), *args[i + 1:]]
     return [*args, "--disable-features=" + ",".join(features)]
