@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 #: Debian's Chromium; Playwright's own downloads are not available on these machines.
 DEFAULT_CHROMIUM = os.environ.get("ENVHARNESS_CHROMIUM", "/usr/lib/chromium/chromium")
+#: Chromium's spare renderer (see CHROMIUM_ARGS), off in the BrowserGym engine's workers too.
+NO_SPARE_RENDERER = "SpareRendererForSitePerProcess"
 CHROMIUM_ARGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -39,8 +41,7 @@ CHROMIUM_ARGS = (
     # navigation Chromium starts a renderer in advance for the next cross-site one, which a
     # session (one context, one site) never takes, and a new context cannot use another's: a
     # fresh context with its page took 0.21 CPU-s with it and 0.18 without.
-    "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,WebUIOmniboxPopup,WebUIOmniboxAimPopup,"
-    "SpareRendererForSitePerProcess",
+    f"--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,WebUIOmniboxPopup,WebUIOmniboxAimPopup,{NO_SPARE_RENDERER}",
     # Not here: --disable-gpu-vsync / --disable-frame-rate-limit. Headless Chromium 156 keeps
     # animation frames at ~57 Hz with or without them, so Playwright's "element is stable" check
     # (two frames) costs ~35 ms of every click. --run-all-compositor-stages-before-draw does uncap

@@ -87,10 +87,11 @@ class Worker:
 
         playwright_stacks.install()  # BrowserGym's sync calls each took two source-reading stacks
         if self._close_browsers is None:
+            from envharness.envs.browsergym.engine import NO_SPARE_RENDERER
             from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers
 
-            # as the fast engine's Chromium (engine.py): no spare renderer, which no reset takes
-            self._close_browsers = keep_browsers(disable_features=["SpareRendererForSitePerProcess"])
+            # as the fast engine's Chromium: no spare renderer, which no reset takes
+            self._close_browsers = keep_browsers(disable_features=[NO_SPARE_RENDERER])
         if gym_id.startswith("browsergym/miniwob.") and not os.environ.get("MINIWOB_URL"):
             os.environ["MINIWOB_URL"] = serve_miniwob()
         _register(gym_id)
