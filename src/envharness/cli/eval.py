@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_max_new_tokens(parser, _D.max_new_tokens)
     options.add_temperature(parser, _D.temperature, "sampling temperature, 0 for greedy")
     options.add_threads(parser)
+    options.add_device(parser)
     # eval's own
     parser.add_argument("--episodes", type=int, default=_D.episodes, help="episodes per task, seeds SEED..SEED+N-1 (default %(default)s)")
     parser.add_argument("--axtree-tokens", type=int, default=_D.axtree_tokens, help="token budget of the page text in a prompt (default %(default)s)")
@@ -79,6 +80,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         tasks=args.tasks,
         episodes=args.episodes,
         model=args.model,
+        device=args.device,
+        dtype=args.dtype,
         prompt=args.prompt,
         temperature=args.temperature,
         max_steps=args.max_turns,
@@ -106,6 +109,7 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     options.check_prompt(parser, args)
+    options.check_device(parser, args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             return say_interrupted("eval", guard, kept, resume_command(getattr(args, "_argv", None), out_flag="--out", out=config.out))
     print()
     print(f"{config.model} on {len(config.tasks)} task(s), {config.episodes} episode(s) each "
-          f"({result.ran} run now, {result.skipped} from before) in {result.seconds:.0f}s")
+          f"({result.ran} run now, {result.skipped} from before) in {result.seconds:.0f}s"
+          + (f", on {result.placement['device']} in {result.placement['dtype']}" if result.placement else ""))
     print(format_table(result.stats))
     print()
     for name, path in result.paths.items():

@@ -132,6 +132,29 @@ def set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
+def add_device(parser: argparse.ArgumentParser, training: bool = False) -> None:
+    """`--device` and `--dtype`: where a local model runs (models/device.py)."""
+    from envharness.models.device import DEVICE_CHOICES, DTYPE_CHOICES
+
+    parser.add_argument("--device", default="auto", type=str.strip, metavar="DEVICE",
+                        help=f"where a local model runs: {DEVICE_CHOICES} (default auto: the GPU when torch sees one)")
+    precision = ("the precision of the forward passes: the weights stay float32 and bfloat16/float16 run as mixed precision"
+                 if training else "the model's weights and compute")
+    parser.add_argument("--dtype", default="auto", type=str.strip, metavar="DTYPE",
+                        help=f"{precision}: {', '.join(DTYPE_CHOICES)} (default auto: bfloat16 on a GPU that has it, "
+                             "float32 on a CPU; only float32 keeps sampled and recomputed logprobs equal)")
+
+
+def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a device or dtype this machine cannot give, as argparse refuses a bad choice (exit 2)."""
+    from envharness.models.device import DeviceError, resolve
+
+    try:
+        resolve(args.device, args.dtype)
+    except DeviceError as exc:
+        parser.error(str(exc))
+
+
 # -- `serve NAME` / `mcp NAME`: which environment, with which options ----------------------
 OPTION_ENV_PREFIX = "ENVHARNESS_OPTION_"
 

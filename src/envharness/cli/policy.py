@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context-length", type=int, default=None, metavar="N",
                         help="refuse prompts of N tokens or more (default: the model's own window)")
     options.add_threads(parser)
+    options.add_device(parser)
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    options.check_device(parser, args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     options.set_threads(args.threads)
     try:
-        backend = load_backend(args.model)
+        backend = load_backend(args.model, device=args.device, dtype=args.dtype)
     except (ValueError, OSError, ImportError, RuntimeError) as exc:
         print(f"envharness policy: {exc}", file=sys.stderr)
         return 2
@@ -49,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     server = uvicorn_server(create_policy_app(endpoint))
-    print(f"envharness policy: {endpoint.model_name} listening on http://{host}:{sock.getsockname()[1]} "
+    where = getattr(backend, "placement", None)
+    print(f"envharness policy: {endpoint.model_name}{f' on {where.device} in {where.dtype_name}' if where else ''} listening on http://{host}:{sock.getsockname()[1]} "
           "(POST /rollouts, then an OpenAI client on /rollouts/ID/v1)", flush=True)
     serve_until_stopped(server, sock)
     print(f"envharness policy: stopped; {endpoint.store.open_count} rollout(s) still open", flush=True)

@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_seed(parser, _D.seed, "first demonstration seed (eval's seeds 0.. stay held out)")
     options.add_max_turns(parser, _D.max_turns)
     options.add_threads(parser)
+    options.add_device(parser, training=True)
     parser.add_argument("--demos", default=_D.demos, metavar="SOURCE",
                         help="'scripted' (the environment's scripted policy) or an eval run folder recorded with "
                              "--record-tokens (its successful episodes; default %(default)s)")
@@ -64,11 +65,13 @@ def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
         output_dir=args.out or time.strftime("runs/sft-%Y%m%d-%H%M%S"), demos=args.demos, episodes=args.episodes,
         seed=args.seed, max_turns=args.max_turns, prompt=args.prompt, epochs=args.epochs, max_steps=args.steps,
         batch_size=args.batch_size, learning_rate=args.lr, lora=args.lora, lora_rank=args.lora_rank,
-        save_steps=args.save_steps, threads=args.threads, env_url=args.env_url, resume=args.resume)
+        save_steps=args.save_steps, threads=args.threads, env_url=args.env_url, resume=args.resume,
+        device=args.device, dtype=args.dtype)
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     options.check_prompt(parser, args)
+    options.check_device(parser, args)
 
 
 def prepare(config: SFTRunConfig) -> tuple[object, object]:
@@ -118,7 +121,9 @@ def fine_tune(config: SFTRunConfig) -> dict:
     checkpoint, demos = prepare(config)
     options.set_threads(config.threads)
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_model(config.model)
+    from envharness.models.device import resolve
+
+    model, tokenizer = load_model(config.model, resolve(config.device, config.dtype))
     try:
         records = asyncio.run(scripted_records(demos, tokenizer)) if demos is not None else read_run(config.demos)
         if demos is None and config.tasks:  # a run folder: keep the tasks asked for

@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_max_new_tokens(parser, d.max_completion_length)
     options.add_temperature(parser, d.temperature, "sampling temperature, > 0 (GRPO needs sampling)")
     options.add_threads(parser)
+    options.add_device(parser, training=True)
     # train's own
     parser.add_argument("--steps", type=int, default=d.max_steps, help="optimizer steps (ignored with --minutes; default %(default)s)")
     parser.add_argument("--minutes", type=float, default=None, help="train for this long instead of --steps")
@@ -56,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "environment adds (textarena: its shaped Wordle rewards); repeatable (default success)")
     parser.add_argument("--save-steps", type=int, default=d.save_steps, help="checkpoint every N steps")
     parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
+    parser.add_argument("--no-logprob-correction", dest="logprob_correction", action="store_false",
+                        help="log the gap between sampled and training logprobs but do not correct it "
+                             "(default: truncated importance sampling, as TRL does behind vLLM)")
     # -- experiment tracking (issue 11) --
     parser.add_argument("--report-to", default=d.report_to, choices=list(REPORT_TO),
                         help="experiment tracker (default none: nothing leaves the machine); tensorboard writes "
@@ -128,6 +132,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         prompt=args.prompt,
         use_vllm=args.use_vllm,
         threads=args.threads,
+        device=args.device,
+        dtype=args.dtype,
+        logprob_correction=args.logprob_correction,
         report_to=args.report_to,
         env_urls=args.env_urls,
         servers=args.servers,
@@ -141,6 +148,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     options.check_prompt(parser, args)
+    options.check_device(parser, args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,6 +35,10 @@ class EvalConfig:
     episodes: int = 5
     #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
     model: str = "embedded"
+    #: Where a local model runs and in which dtype (`models/device.py`): auto = the GPU in bf16
+    #: when there is one, else the CPU in fp32.
+    device: str = "auto"
+    dtype: str = "auto"
     #: A prompt style of the environment ('default', 'compact', 'harness', ...: the same
     #: names as `envharness train --prompt`) or 'module.path:function' (a per-step builder).
     #: Empty: the environment's default.

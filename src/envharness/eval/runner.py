@@ -62,6 +62,8 @@ class EvalResult:
     skipped: int
     seconds: float
     paths: dict[str, Path] = field(default_factory=dict)
+    #: Where the model ran (`{"device": "cuda:0", "dtype": "bfloat16", ...}`); None for remote models.
+    placement: dict[str, str] | None = None
 
 
 def plan_jobs(config: EvalConfig) -> list[Job]:
@@ -114,6 +116,7 @@ async def _load_backend(config: EvalConfig) -> Any:
     try:  # a daemon thread: an interrupted run does not wait for the model to finish loading
         # the environment's scripted policy (on a server with these options: e.g. web tasks' solutions)
         options = {"env": config.env, "env_options": config.env_options} if config.model == "scripted" else {}
+        options.update(device=config.device, dtype=config.dtype)
         return await in_daemon_thread(functools.partial(load_backend, config.model, **options))
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
         raise EvalSetupError(f"cannot load model {config.model!r}: {exc}") from exc
@@ -279,7 +282,7 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     wanted: set[EpisodeKey] = {(j.task, j.seed) for j in plan_jobs(config)}
     done = finished_keys(existing) & wanted
     jobs = [j for j in plan_jobs(config) if (j.task, j.seed) not in done]
-    server = owned_backend = None
+    server = owned_backend = placement = None
     fleet = contextlib.ExitStack()
     try:
         if jobs:
@@ -296,6 +299,7 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
                 await asyncio.gather(starting, opening, return_exceptions=True)
                 server, router = _result(starting), _result(opening)
             base_url = config.env_url or (server.base_url if server else "")
+            placement = _placement(backend or loaded)
             await run_jobs(config, folder, jobs, backend or loaded, base_url, fleet=router)
     finally:
         await asyncio.to_thread(fleet.close)
@@ -305,8 +309,15 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
             await asyncio.to_thread(server.stop)
     records = [r for r in read_episodes(folder.episodes) if episode_key(r) in wanted]
     stats = summarize(records, config.tasks)
-    paths = write_outputs(folder, config, records, stats)
-    return EvalResult(folder, stats, records, ran=len(jobs), skipped=len(done), seconds=time.perf_counter() - started, paths=paths)
+    paths = write_outputs(folder, config, records, stats, placement)
+    return EvalResult(folder, stats, records, ran=len(jobs), skipped=len(done), seconds=time.perf_counter() - started, paths=paths,
+                      placement=placement)
+
+
+def _placement(backend: Any) -> dict[str, str] | None:
+    """Where a local backend's model runs; None for backends without weights here."""
+    where = getattr(backend, "placement", None)
+    return where.describe() if where is not None else None
 
 
 def _result(task: "asyncio.Future[Any]") -> Any:
@@ -344,12 +355,14 @@ def count_finished(config: EvalConfig) -> int:
         return 0
 
 
-def write_outputs(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]) -> dict[str, Path]:
+def write_outputs(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats],
+                  placement: dict[str, str] | None = None) -> dict[str, Path]:
     """summary.json, the plot and the HTML report, from the run's episodes."""
     from envharness.eval.plot import plot_success_rates
     from envharness.eval.report import write_report
 
-    folder.write_json(folder.summary, {"model": config.model, "tasks": [asdict(s) | {"success_rate": s.success_rate} for s in stats]})
+    where = {"placement": placement} if placement else {}
+    folder.write_json(folder.summary, {"model": config.model, **where, "tasks": [asdict(s) | {"success_rate": s.success_rate} for s in stats]})
     plot_success_rates(stats, folder.plot, title=f"{config.model}: success rate per task")
     write_report(folder, config, records, stats)
     return {"episodes": folder.episodes, "report": folder.report, "plot": folder.plot, "summary": folder.summary}

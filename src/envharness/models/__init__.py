@@ -14,6 +14,8 @@ Specs:
 - `openai:MODEL@BASE_URL` (or `openai:MODEL` with `base_url=` / `$OPENAI_BASE_URL`).
 - `trl-vllm:URL`: TRL's generation server (`trl vllm-serve`), prompts rendered locally.
 
+Local models (everything but `scripted`, `openai:` and `trl-vllm:`) take `device=` and `dtype=`
+(`models/device.py`: `auto` = the GPU in bf16 when there is one, else the CPU in fp32).
 Heavy libraries (torch, transformers) are imported only by the backends that need them.
 """
 
@@ -27,31 +29,64 @@ from envharness.models.base import Generation, GenerationRequest, ModelBackend, 
 __all__ = ["Generation", "GenerationRequest", "ModelBackend", "SamplingParams", "load_backend"]
 
 
-def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
-    """Build the backend a spec names; `kwargs` go to its constructor."""
+def load_backend(spec: str = "embedded", *, device: str = "auto", dtype: str = "auto", **kwargs: Any) -> ModelBackend:
+    """Build the backend a spec names on `device` in `dtype`; `kwargs` go to its constructor."""
     spec = spec.strip()
+    if _is_remote(spec):
+        if (device or "auto") != "auto" or (dtype or "auto") != "auto":
+            raise ValueError(f"--model {spec} runs no local model: --device/--dtype do not apply to it")
+        return _remote_backend(spec, **kwargs)
+    from envharness.models.device import place, resolve
+
+    placement = resolve(device, dtype)  # refused in words before any weights load
     if spec == "embedded":
         from envharness.models import embedded
 
-        return embedded.load_backend(**kwargs)
+        return embedded.load_backend(placement=placement, **kwargs)
     if spec == "tiny":
         from envharness.models import embedded
         from envharness.models.transformers_backend import TransformersBackend
 
-        return TransformersBackend(*embedded.tiny_test_model(), name="tiny", **kwargs)
-    if spec == "scripted":
-        from envharness.models.scripted import ScriptedBackend
-
-        return ScriptedBackend(**kwargs)
+        model, tokenizer = embedded.tiny_test_model()
+        return TransformersBackend(place(model, placement), tokenizer, name="tiny", **kwargs)
     if spec == "embedded-vlm":
         from envharness.models import embedded_vlm
 
-        return embedded_vlm.load_backend(**kwargs)
+        return embedded_vlm.load_backend(placement=placement, **kwargs)
     if spec == "tiny-vlm" or spec.startswith("tiny-vlm:"):
         from envharness.models.tiny_vlm import build_tiny_vlm
         from envharness.models.transformers_vision import TransformersVisionBackend
 
-        return TransformersVisionBackend(*build_tiny_vlm(spec.partition(":")[2] or "qwen2-vl"), name=spec, **kwargs)
+        model, processor = build_tiny_vlm(spec.partition(":")[2] or "qwen2-vl")
+        return TransformersVisionBackend(place(model, placement), processor, name=spec, **kwargs)
+    if Path(spec).expanduser().is_dir() or _looks_like_hub_id(spec):
+        from envharness.models.vision_processors import is_vision_model_dir
+
+        path = str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec
+        where = {"device": str(placement.device), "dtype": placement.dtype_name}
+        if is_vision_model_dir(Path(spec).expanduser()) or kwargs.pop("vision", False):
+            from envharness.models.transformers_vision import TransformersVisionBackend
+
+            return TransformersVisionBackend.from_pretrained(path, **where, **kwargs)
+        from envharness.models.transformers_backend import TransformersBackend
+
+        return TransformersBackend.from_pretrained(path, **where, **kwargs)
+    raise ValueError(
+        f"unknown model {spec!r}: use 'embedded', 'tiny', 'scripted', a model directory, a hub id (org/name), "
+        "'openai:MODEL@BASE_URL' or 'trl-vllm:URL'"
+    )
+
+
+def _is_remote(spec: str) -> bool:
+    """Backends that hold no weights here: device and dtype are the server's business."""
+    return spec == "scripted" or spec.startswith(("openai:", "trl-vllm:"))
+
+
+def _remote_backend(spec: str, **kwargs: Any) -> ModelBackend:
+    if spec == "scripted":
+        from envharness.models.scripted import ScriptedBackend
+
+        return ScriptedBackend(**kwargs)
     if spec.startswith("openai:"):
         from envharness.models.openai_backend import OpenAIBackend
 
@@ -68,20 +103,7 @@ def load_backend(spec: str = "embedded", **kwargs: Any) -> ModelBackend:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"trl-vllm spec needs a URL: trl-vllm:http://HOST:PORT (got {url!r})")
         return TRLVLLMBackend(url, **kwargs)
-    if Path(spec).expanduser().is_dir() or _looks_like_hub_id(spec):
-        from envharness.models.vision_processors import is_vision_model_dir
-
-        if is_vision_model_dir(Path(spec).expanduser()) or kwargs.pop("vision", False):
-            from envharness.models.transformers_vision import TransformersVisionBackend
-
-            return TransformersVisionBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)
-        from envharness.models.transformers_backend import TransformersBackend
-
-        return TransformersBackend.from_pretrained(str(Path(spec).expanduser()) if Path(spec).expanduser().is_dir() else spec, **kwargs)
-    raise ValueError(
-        f"unknown model {spec!r}: use 'embedded', 'tiny', 'scripted', a model directory, a hub id (org/name), "
-        "'openai:MODEL@BASE_URL' or 'trl-vllm:URL'"
-    )
+    raise ValueError(f"not a remote model spec: {spec!r}")
 
 
 def _looks_like_hub_id(spec: str) -> bool:

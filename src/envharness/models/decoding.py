@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from envharness.models.base import SamplingParams
-from envharness.models.sampling import processed_logprobs, sample_token
+from envharness.models.sampling import processed_logprobs, sample_tokens
 
 
 @dataclass
@@ -29,19 +29,55 @@ class DecodingRow:
     stop: str | None = None
 
     @classmethod
-    def start(cls, params: SamplingParams) -> "DecodingRow":
-        return cls(params, row_generator(params.seed))
+    def start(cls, params: SamplingParams, device: torch.device | str = "cpu") -> "DecodingRow":
+        return cls(params, row_generator(params.seed, device))
+
+
+def decode_batch_step(rows: list[DecodingRow], logits: torch.Tensor, tokenizer: Any, eos: set[int], pad_id: int) -> torch.Tensor:
+    """Sample one token for every row still decoding, from `logits` (rows x vocab) where they
+    are; returns the ids to feed next (`pad_id` for finished rows), on the same device.
+
+    Rows that ask for the same distribution are processed together, and the ids and logprobs
+    come to the host in one transfer per step (the stop checks need them there): no per-row
+    copies of the vocabulary and no per-row synchronisation with the GPU."""
+    device = logits.device
+    next_ids = torch.full((len(rows),), pad_id, dtype=torch.long, device=device)
+    chosen = torch.zeros(len(rows), dtype=torch.float32, device=device)
+    groups: dict[tuple[float, int, float], list[int]] = {}
+    for i, row in enumerate(rows):
+        if not row.finish_reason:
+            p = row.params
+            groups.setdefault((p.temperature, p.top_k, p.top_p), []).append(i)
+    if not groups:
+        return next_ids
+    for (temperature, top_k, top_p), members in groups.items():
+        whole = len(members) == len(rows)
+        index = None if whole else torch.tensor(members, dtype=torch.long, device=device)
+        logprobs = processed_logprobs(logits if whole else logits[index], temperature, top_k, top_p)
+        ids = sample_tokens(logprobs, temperature, [rows[i].generator for i in members])
+        picked = logprobs.gather(-1, ids[:, None])[:, 0]
+        if whole:
+            next_ids, chosen = ids, picked
+        else:
+            next_ids[index], chosen[index] = ids, picked
+    # float64 holds every token id and every float32 logprob exactly: one transfer for both
+    host_ids, host_logprobs = torch.stack([next_ids.to(torch.float64), chosen.to(torch.float64)]).tolist()
+    for members in groups.values():
+        for i in members:
+            _record(rows[i], int(host_ids[i]), host_logprobs[i], tokenizer, eos)
+    return next_ids
 
 
 def decode_step(row: DecodingRow, logits: torch.Tensor, tokenizer: Any, eos: set[int], pad_id: int) -> int:
-    """Sample one token for a row still decoding; returns the id to feed next (`pad_id` once done)."""
-    if row.finish_reason:
-        return pad_id
+    """One row's step (`decode_batch_step` of a batch of one); returns the id to feed next."""
+    return int(decode_batch_step([row], logits[None], tokenizer, eos, pad_id)[0])
+
+
+def _record(row: DecodingRow, token: int, logprob: float, tokenizer: Any, eos: set[int]) -> None:
+    """Append a sampled token and decide whether the row is finished."""
     p = row.params
-    logprobs = processed_logprobs(logits.float().cpu(), p.temperature, p.top_k, p.top_p)
-    token = sample_token(logprobs, p.temperature, row.generator)
     row.tokens.append(token)
-    row.logprobs.append(float(logprobs[token]))
+    row.logprobs.append(logprob)
     if token in eos:
         row.finish_reason = "stop"
     elif p.stop:
@@ -50,7 +86,6 @@ def decode_step(row: DecodingRow, logits: torch.Tensor, tokenizer: Any, eos: set
             row.finish_reason, row.stop = "stop", hit
     if not row.finish_reason and len(row.tokens) >= p.max_tokens:
         row.finish_reason = "length"
-    return token
 
 
 def row_text(row: DecodingRow, tokenizer: Any) -> str:
@@ -67,11 +102,12 @@ def first_stop(text: str, stops: list[str]) -> str | None:
     return min(found)[1] if found else None
 
 
-def row_generator(seed: int | None) -> torch.Generator | None:
-    """A per-request RNG, so a seeded request samples the same tokens in any batch."""
+def row_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A per-request RNG on the device that samples, so a seeded request samples the same
+    tokens in any batch (on a given device: CPU and GPU draw different streams)."""
     if seed is None:
         return None
-    gen = torch.Generator()
+    gen = torch.Generator(device=device)
     gen.manual_seed(int(seed))
     return gen
 

@@ -83,12 +83,13 @@ def load_model() -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def load_backend(**kwargs: Any) -> Any:
-    """A `TransformersBackend` on the embedded model."""
+def load_backend(placement: Any = None, **kwargs: Any) -> Any:
+    """A `TransformersBackend` on the embedded model, on `placement` (default: `auto`)."""
+    from envharness.models.device import place, resolve
     from envharness.models.transformers_backend import TransformersBackend
 
     model, tokenizer = load_model()
-    return TransformersBackend(model, tokenizer, name=MODEL_NAME, **kwargs)
+    return TransformersBackend(place(model, placement or resolve()), tokenizer, name=MODEL_NAME, **kwargs)
 
 
 def tiny_test_model(seed: int = 0, num_layers: int = 2, hidden_size: int = 64) -> tuple[Any, Any]:

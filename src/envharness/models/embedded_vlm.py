@@ -67,8 +67,10 @@ def build_embedded_vlm(seed: int = 0) -> tuple[Any, Any]:
     return model.eval(), processor
 
 
-def load_backend(**kwargs: Any) -> Any:
-    """A `TransformersVisionBackend` on the demo model."""
+def load_backend(placement: Any = None, **kwargs: Any) -> Any:
+    """A `TransformersVisionBackend` on the demo model, on `placement` (default: `auto`)."""
+    from envharness.models.device import place, resolve
     from envharness.models.transformers_vision import TransformersVisionBackend
 
-    return TransformersVisionBackend(*build_embedded_vlm(), name=NAME, **kwargs)
+    model, processor = build_embedded_vlm()
+    return TransformersVisionBackend(place(model, placement or resolve()), processor, name=NAME, **kwargs)

@@ -13,6 +13,8 @@ everything when they moved. Entries are evicted least-recently-used beyond `max_
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +116,23 @@ def common_prefix(prompts: list[list[int]]) -> list[int]:
     for p in prompts[1:]:
         n = _common_length(first, p, n)
     return first[:n]
+
+
+@functools.cache
+def cache_keyword() -> str:
+    """The name a forward pass takes and returns its key/value cache under: `cache` in the
+    transformers that renamed it (5.2x; the old name warns there and goes in 5.40),
+    `past_key_values` before."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
+
+
+def forward_with_cache(model: Any, past: Any, **inputs: Any) -> tuple[Any, Any]:
+    """(output, its cache): one forward pass that reads and extends `past`, on either name."""
+    name = cache_keyword()
+    result = model(**inputs, **{name: past}, use_cache=True)
+    return result, getattr(result, name)
 
 
 def cache_layers(past: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:

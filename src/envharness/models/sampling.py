@@ -36,8 +36,21 @@ def processed_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0,
     return torch.log_softmax(x, dim=-1)
 
 
-def sample_token(logprobs: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> int:
-    """Draw one token id from a 1-D vector of processed logprobs (argmax when greedy)."""
+def sample_tokens(logprobs: torch.Tensor, temperature: float, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One token id per row of processed logprobs (rows x vocab), on their device: argmax when
+    greedy; otherwise each seeded row draws with its own generator (the same seed gives the
+    same token in any batch) and the unseeded rows draw together."""
     if temperature <= 0:
-        return int(torch.argmax(logprobs))
-    return int(torch.multinomial(logprobs.exp(), 1, generator=generator))
+        return torch.argmax(logprobs, dim=-1)
+    probs = logprobs.exp()
+    ids = torch.empty(len(generators), dtype=torch.long, device=logprobs.device)
+    unseeded = [i for i, g in enumerate(generators) if g is None]
+    for i, generator in enumerate(generators):
+        if generator is not None:
+            ids[i] = torch.multinomial(probs[i], 1, generator=generator)[0]
+    if len(unseeded) == len(generators):
+        return torch.multinomial(probs, 1)[:, 0]
+    if unseeded:
+        index = torch.tensor(unseeded, dtype=torch.long, device=logprobs.device)
+        ids[index] = torch.multinomial(probs[index], 1)[:, 0]
+    return ids

@@ -24,8 +24,9 @@ import torch
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.images import refuse_images
-from envharness.models.prefix_cache import PrefixCache, build_past, cache_layers, common_prefix
-from envharness.models.decoding import DecodingRow, decode_step, eos_ids, model_device, row_text
+from envharness.models.prefix_cache import PrefixCache, build_past, cache_layers, common_prefix, forward_with_cache
+from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, model_device, row_text
+from envharness.models.device import Placement, model_placement, place, resolve
 
 #: A shared start shorter than this is not worth its own forward pass.
 _MIN_SHARED_START = 16
@@ -51,25 +52,32 @@ class TransformersBackend:
         #: Keys/values of earlier turns, so turn N+1 prefills only its new tokens (0 turns it off).
         self.prefix_cache = PrefixCache(model, prefix_cache_tokens) if prefix_cache_tokens > 0 else None
 
+    @property
+    def placement(self) -> Placement:
+        """Where the model runs now (a trainer may have moved it): reported by eval and train."""
+        return model_placement(self.model)
+
     @classmethod
     def from_pretrained(
         cls,
         name_or_path: str,
         *,
-        dtype: str = "float32",
-        device: str = "cpu",
+        dtype: str = "auto",
+        device: str = "auto",
         gguf_file: str | None = None,
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> "TransformersBackend":
-        """Load a model directory or hub id (hub ids need network unless already cached)."""
+        """Load a model directory or hub id (hub ids need network unless already cached) onto
+        `device` in `dtype` (`models/device.py`: auto = the GPU in bf16 when there is one)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        placement = resolve(device, dtype)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, gguf_file=gguf_file, local_files_only=local_files_only)
         model = AutoModelForCausalLM.from_pretrained(
-            name_or_path, gguf_file=gguf_file, dtype=getattr(torch, dtype), local_files_only=local_files_only
+            name_or_path, gguf_file=gguf_file, dtype=placement.dtype, local_files_only=local_files_only
         )
-        return cls(model.to(device).eval(), tokenizer, name=name_or_path, **kwargs)
+        return cls(place(model, placement).eval(), tokenizer, name=name_or_path, **kwargs)
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Render, tokenize and sample every request; one `Generation` per request, in order."""
@@ -108,8 +116,8 @@ class TransformersBackend:
             self.model.train(was_training)
 
     def _decode_in_eval_mode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
-        rows = [DecodingRow.start(p) for p in sampling]
         device = model_device(self.model)
+        rows = [DecodingRow.start(p, device) for p in sampling]
         # Prefill only what has not been run: each distinct prompt once (the episodes of a GRPO
         # group start from the same page; its cache is copied to every row sharing it), and
         # only the tokens after the longest cached earlier sequence (turn N+1 extends turn N).
@@ -134,19 +142,16 @@ class TransformersBackend:
         prompt_width = mask.shape[1]
         expand = torch.tensor(owner, dtype=torch.long, device=device) if len(unique) < len(prompts) else None
         for _ in range(max(p.max_tokens for p in sampling)):
-            result = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                past_key_values=past, use_cache=True, logits_to_keep=1,
+            result, past = forward_with_cache(
+                self.model, past, input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
             )
-            past = result.past_key_values
             logits = result.logits[:, -1, :]
             if expand is not None:  # after the shared prefill: one row per request from now on
                 past.reorder_cache(expand)
                 logits, mask, positions, expand = logits[expand], mask[expand], positions[expand], None
-            next_ids = [self._step(row, logits[i]) for i, row in enumerate(rows)]
+            input_ids = decode_batch_step(rows, logits, self.tokenizer, self._eos_ids, self._pad_id)[:, None]
             if all(row.finish_reason for row in rows):
                 break
-            input_ids = torch.tensor(next_ids, dtype=torch.long, device=device)[:, None]
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
             positions = positions[:, -1:] + 1
         if self.prefix_cache is not None and past is not None:
@@ -160,7 +165,7 @@ class TransformersBackend:
         if len(shared) < _MIN_SHARED_START or self.prefix_cache.covered(shared) >= len(shared):
             return
         ids = torch.tensor([shared], dtype=torch.long, device=model_device(self.model))
-        past = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+        _, past = forward_with_cache(self.model, None, input_ids=ids, logits_to_keep=1)
         self.prefill_tokens += len(shared)
         try:
             self.prefix_cache.store(shared, [(k[0], v[0]) for k, v in cache_layers(past)])
@@ -181,10 +186,6 @@ class TransformersBackend:
             if len(cols) != len(prompt) + fed or width + fed > layers[0][0].shape[2]:
                 continue
             self.prefix_cache.store(prompt + row.tokens[:fed], [(k[i][:, cols], v[i][:, cols]) for k, v in layers])
-
-    def _step(self, row: DecodingRow, logits: torch.Tensor) -> int:
-        """Sample one token for a row still decoding; returns the id to feed next."""
-        return decode_step(row, logits, self.tokenizer, self._eos_ids, self._pad_id)
 
     def _generation(self, prompt: list[int], row: DecodingRow) -> Generation:
         text = row_text(row, self.tokenizer)

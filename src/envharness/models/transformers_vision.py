@@ -30,7 +30,8 @@ from transformers import LogitsProcessor, StoppingCriteria
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.images import messages_images
-from envharness.models.decoding import DecodingRow, decode_step, eos_ids, model_device, row_text
+from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, row_text
+from envharness.models.device import Placement, model_placement, place, resolve
 from envharness.models.sampling import processed_logprobs
 from envharness.models.vision_processors import image_inputs, image_token_id, load_processor, placeholder_counts
 
@@ -86,14 +87,16 @@ class TransformersVisionBackend:
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str, *, dtype: str = "float32", device: str = "cpu", local_files_only: bool = False, **kwargs: Any
+        cls, name_or_path: str, *, dtype: str = "auto", device: str = "auto", local_files_only: bool = False, **kwargs: Any
     ) -> "TransformersVisionBackend":
-        """Load a VLM directory or hub id with its processor (image-only when torchvision is missing)."""
+        """Load a VLM directory or hub id with its processor (image-only when torchvision is missing)
+        onto `device` in `dtype` (`models/device.py`)."""
         from transformers import AutoModelForImageTextToText
 
+        placement = resolve(device, dtype)
         processor = load_processor(name_or_path, local_files_only=local_files_only)
-        model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=getattr(torch, dtype), local_files_only=local_files_only)
-        return cls(model.to(device).eval(), processor, name=name_or_path, **kwargs)
+        model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=placement.dtype, local_files_only=local_files_only)
+        return cls(place(model, placement).eval(), processor, name=name_or_path, **kwargs)
 
     # -- prompts -----------------------------------------------------------------------
     def prepare(self, request: GenerationRequest) -> VisionPrompt:
@@ -131,9 +134,8 @@ class TransformersVisionBackend:
         for i, seq in enumerate(sequences):
             input_ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
             mask[i, width - len(seq) :] = 1
-        device = model_device(self.model)
         inputs = {"input_ids": input_ids, "attention_mask": mask, **image_inputs(self.processor, images, input_ids)}
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        return on_model(inputs, self.placement)
 
     # -- generation --------------------------------------------------------------------
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
@@ -157,7 +159,7 @@ class TransformersVisionBackend:
     def _decode(self, prompts: list[VisionPrompt], sampling: list[SamplingParams]) -> list[Generation]:
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        rows = [DecodingRow.start(p) for p in sampling]
+        rows = [DecodingRow.start(p, self.placement.device) for p in sampling]
         inputs = self.model_inputs([p.ids for p in prompts], [p.images for p in prompts])
         sampler = _Sampler(self, rows)
         config = GenerationConfig(
@@ -178,9 +180,14 @@ class TransformersVisionBackend:
             self.model.train(was_training)
         return [self._generation(p, row) for p, row in zip(prompts, rows)]
 
-    def sample_step(self, row: DecodingRow, logits: torch.Tensor) -> int:
-        """Sample one token for a row still decoding (its logprob from the same tensor)."""
-        return decode_step(row, logits, self.tokenizer, self._eos_ids, self._pad_id)
+    def sample_step(self, rows: list[DecodingRow], logits: torch.Tensor) -> torch.Tensor:
+        """Sample one token for each row still decoding (its logprob from the same tensor)."""
+        return decode_batch_step(rows, logits, self.tokenizer, self._eos_ids, self._pad_id)
+
+    @property
+    def placement(self) -> Placement:
+        """Where the model runs now: reported by eval and train."""
+        return model_placement(self.model)
 
     def _generation(self, prompt: VisionPrompt, row: DecodingRow) -> Generation:
         text = row_text(row, self.tokenizer)
@@ -221,9 +228,7 @@ class _Sampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         chosen = torch.full_like(scores, float("-inf"))
-        for i, row in enumerate(self.rows):
-            chosen[i, self.backend.sample_step(row, scores[i])] = 0.0
-        return chosen
+        return chosen.scatter_(1, self.backend.sample_step(self.rows, scores)[:, None], 0.0)
 
 
 class _RowsDone(StoppingCriteria):
@@ -237,3 +242,13 @@ class _RowsDone(StoppingCriteria):
 
 
 
+
+
+def on_model(inputs: dict[str, Any], placement: Placement) -> dict[str, Any]:
+    """Model inputs on the model's device, pixels in its dtype (a bf16 vision tower refuses fp32
+    pixels); ids and masks keep their integer types."""
+    return {
+        k: (v.to(placement.device, dtype=placement.dtype) if v.is_floating_point() else v.to(placement.device))
+        if isinstance(v, torch.Tensor) else v
+        for k, v in inputs.items()
+    }

@@ -23,14 +23,21 @@ class ProgressCallback(TrainerCallback):
             self.log_path.write_text("")
         self.stream = stream or sys.stderr
         self._started = time.perf_counter()
+        self.where: dict[str, str] = {}  # device and compute dtype, on every line of the log
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._started = time.perf_counter()
+        model = kwargs.get("model")
+        if model is not None:
+            self.where = run_placement(model, args)
+            print(f"[{self.label}] model on {self.where['device']}, {self.where['dtype']}"
+                  f"{' mixed precision (float32 weights)' if self.where['weights_dtype'] != self.where['dtype'] else ''}",
+                  file=self.stream, flush=True)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs:
             return
-        entry = {"step": state.global_step, "elapsed_s": round(time.perf_counter() - self._started, 2), **logs}
+        entry = {"step": state.global_step, "elapsed_s": round(time.perf_counter() - self._started, 2), **logs, **self.where}
         with self.log_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(entry, default=float) + "\n")
         step = f"[{self.label}] step {state.global_step}/{state.max_steps if state.max_steps < 1_000_000 else '-'}"
@@ -43,6 +50,16 @@ class ProgressCallback(TrainerCallback):
             accuracy = logs.get("mean_token_accuracy")
             extra = f"  token accuracy {accuracy:.2f}" if accuracy is not None else ""
             print(f"{step}  loss {logs['loss']:.4f}{extra}  {entry['elapsed_s']:.0f}s", file=self.stream, flush=True)
+
+
+def run_placement(model: Any, args: Any) -> dict[str, str]:
+    """Where a trainer runs `model`: its device, the compute dtype (the autocast's under
+    bf16/fp16 mixed precision) and the weights' dtype."""
+    from envharness.models.device import model_placement
+
+    placed = model_placement(model)
+    compute = "bfloat16" if getattr(args, "bf16", False) else "float16" if getattr(args, "fp16", False) else placed.dtype_name
+    return {"device": str(placed.device), "dtype": compute, "weights_dtype": placed.dtype_name}
 
 
 class TimeBudgetCallback(TrainerCallback):

@@ -33,10 +33,18 @@ def skip_batches_without_signal(trainer: Any) -> bool:
         if isinstance(advantages, torch.Tensor) and not bool(advantages.abs().gt(0).any()):
             skipped["count"] += 1
             trainer._metrics["train"]["no_signal_skipped"].append(1.0)
-            return torch.zeros((), requires_grad=True)  # backward() reaches no parameter
+            # on the model's device (Accelerate refuses a loss elsewhere); backward() reaches no parameter
+            return torch.zeros((), device=_loss_device(model, advantages), requires_grad=True)
         trainer._metrics["train"]["no_signal_skipped"].append(0.0)
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer.compute_loss = compute_loss_or_skip
     trainer.no_signal_skipped = skipped
     return True
+
+
+def _loss_device(model: Any, advantages: Any) -> Any:
+    """The device the trainer expects the loss on: the model's (the advantages live there too)."""
+    for p in model.parameters():
+        return p.device
+    return advantages.device

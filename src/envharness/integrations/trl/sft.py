@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.precision import trainer_precision
+from envharness.models.device import resolve
 
 
 @dataclass
@@ -51,6 +53,9 @@ class SFTRunConfig:
     threads: int | None = None
     env_url: str | None = None
     resume: bool = False
+    #: Where training runs (`models/device.py`); bf16/fp16 are mixed precision over float32 weights.
+    device: str = "auto"
+    dtype: str = "auto"
 
 
 def training_rows(demonstrations: list[Any]) -> list[dict[str, list[int]]]:
@@ -59,15 +64,12 @@ def training_rows(demonstrations: list[Any]) -> list[dict[str, list[int]]]:
 
 
 def sft_trainer_config(config: SFTRunConfig) -> Any:
-    """TRL's `SFTConfig`: CPU-friendly (fp32), no truncation (sequences arrive checked)."""
-    import torch
+    """TRL's `SFTConfig` on the configured device (fp32 on a CPU), no truncation (sequences arrive checked)."""
     from trl import SFTConfig
 
-    on_gpu = torch.cuda.is_available()
     return SFTConfig(
         output_dir=str(config.output_dir),
-        use_cpu=not on_gpu,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        **trainer_precision(resolve(config.device, config.dtype)),
         gradient_checkpointing=False,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps if config.max_steps is not None else -1,

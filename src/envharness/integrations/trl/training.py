@@ -90,6 +90,13 @@ class TrainConfig:
     #: Skip TRL's loss forward/backward on a batch whose advantages are all 0 (exact with
     #: beta 0 and no entropy bonus: that loss and its gradient are 0); see no_signal.py.
     skip_no_signal: bool = True
+    #: Where training runs (`models/device.py`: auto = the GPU when there is one). bf16/fp16
+    #: run as mixed precision over float32 weights (`precision.py`).
+    device: str = "auto"
+    dtype: str = "auto"
+    #: Correct the gap between the sampled and the training forward's logprobs with truncated
+    #: importance sampling (`logprob_agreement.py`); the gap is logged either way.
+    logprob_correction: bool = True
 
 
 @dataclass
@@ -104,20 +111,27 @@ class TrainResult:
     log_history: list[dict[str, Any]]
 
 
-def load_model(spec: str) -> tuple[Any, Any]:
-    """(model, tokenizer) for `TrainConfig.model`."""
+def load_model(spec: str, placement: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer) for `TrainConfig.model`, with float32 weights on `placement`'s device
+    (default: the CPU; the trainer's mixed precision is the placement's dtype, see precision.py)."""
+    from envharness.integrations.trl.precision import master_weights
     from envharness.models import embedded
+    from envharness.models.device import resolve
 
+    placement = placement or resolve("cpu")
     if spec == "embedded":
-        return embedded.load_model()
-    if spec == "tiny":
-        return embedded.tiny_test_model()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+        model, tokenizer = embedded.load_model()
+    elif spec == "tiny":
+        model, tokenizer = embedded.tiny_test_model()
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        return AutoModelForCausalLM.from_pretrained(spec), AutoTokenizer.from_pretrained(spec)
-    except (OSError, ValueError) as exc:  # the hub library's long story, cut to its first line
-        raise TrainSetupError(f"cannot load model {spec!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+        try:  # float32 master weights even from a bf16 checkpoint (as hub checkpoints are saved)
+            model, tokenizer = AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32), AutoTokenizer.from_pretrained(spec)
+        except (OSError, ValueError) as exc:  # the hub library's long story, cut to its first line
+            raise TrainSetupError(f"cannot load model {spec!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+    return master_weights(model, placement), tokenizer
 
 
 def prompt_options(style: str, tokenizer: Any = None, env: str | None = None) -> dict[str, Any]:
@@ -132,15 +146,15 @@ def prompt_options(style: str, tokenizer: Any = None, env: str | None = None) ->
 
 
 def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
-    """TRL's `GRPOConfig` for a run: CPU-friendly (fp32, no gradient checkpointing)."""
-    import torch
+    """TRL's `GRPOConfig` for a run on the configured device (fp32 on a CPU, no gradient checkpointing)."""
     from trl import GRPOConfig
 
-    on_gpu = torch.cuda.is_available()
+    from envharness.integrations.trl.precision import trainer_precision
+    from envharness.models.device import resolve
+
     options: dict[str, Any] = dict(
         output_dir=str(config.output_dir),
-        use_cpu=not on_gpu,
-        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        **trainer_precision(resolve(config.device, config.dtype)),
         gradient_checkpointing=False,
         max_steps=config.max_steps if config.minutes is None else 1_000_000,
         per_device_train_batch_size=config.num_generations * config.groups_per_step,
@@ -294,6 +308,12 @@ def _check(config: TrainConfig, *, model_given: bool = False) -> Any:
         check_report_to(config.report_to)
     except TrackerUnavailableError as exc:
         raise TrainSetupError(str(exc)) from None
+    from envharness.models.device import DeviceError, resolve
+
+    try:
+        resolve(config.device, config.dtype)
+    except DeviceError as exc:
+        raise TrainSetupError(str(exc)) from None
     if config.use_vllm and importlib.util.find_spec("vllm") is None:
         raise TrainSetupError(
             "use_vllm needs vLLM and a CUDA GPU (pip install 'trl[vllm]'; start `trl vllm-serve --model ...` "
@@ -320,7 +340,10 @@ def train(
     from envharness.harness.records import EpisodeRecordWriter
     from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
     from envharness.integrations.trl.resume import StepBoundary, save_finished_steps, trim_to_step
+    from envharness.integrations.trl.logprob_agreement import measure_and_correct
     from envharness.integrations.trl.no_signal import skip_batches_without_signal
+    from envharness.integrations.trl.precision import check_model_device, master_weights
+    from envharness.models.device import resolve
     from envharness.integrations.trl.exploration import GroupStats
     from envharness.integrations.trl.step_timing import StepTimer
 
@@ -345,8 +368,13 @@ def train(
     if checkpoint is not None:  # the steps after the checkpoint will be played again
         trim_to_step(out, checkpoint.step)
     (out / "train_config.json").write_text(json.dumps(asdict(config), indent=2))
+    placement = resolve(config.device, config.dtype)
     if model is None:
-        model, tokenizer = vision_grpo.load_vision_model(config.model) if is_vlm else load_model(config.model)
+        if is_vlm:
+            model, tokenizer = vision_grpo.load_vision_model(config.model)
+            model = master_weights(model, placement)
+        else:
+            model, tokenizer = load_model(config.model, placement)
     text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor holds one
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
@@ -399,8 +427,10 @@ def train(
         )
         boundary = StepBoundary()
         trainer.add_callback(boundary)
+        check_model_device(trainer.model, placement)
         if config.skip_no_signal:
             skip_batches_without_signal(trainer)
+        measure_and_correct(trainer, correct=config.logprob_correction)  # after the skip: it knows skipped batches
         started = time.perf_counter()
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)

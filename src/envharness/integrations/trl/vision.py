@@ -44,6 +44,8 @@ from trl import GRPOTrainer
 from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.models.vision_processors import image_inputs, image_token_id, is_vision_model_dir, load_processor, placeholder_counts
+from envharness.models.device import model_placement
+from envharness.models.transformers_vision import on_model
 from envharness.prompts.vision import VisionPromptConfig
 
 IMAGES_KEY = "episode_images"
@@ -141,7 +143,8 @@ class VisionGRPOTrainer(GRPOTrainer):
         if out.get("old_per_token_logps") is not None or out.get("ref_per_token_logps") is not None:
             raise VisionTrainingError("TRL computed old/reference logprobs without the screenshots; see check_exact_settings")
         assert images is not None and counts is not None  # _generate ran (or raised)
-        out.update(attach_pixels(self.processing_class, out["prompt_ids"], out["completion_ids"], images, counts))
+        pixels = attach_pixels(self.processing_class, out["prompt_ids"], out["completion_ids"], images, counts)
+        out.update(on_model(pixels, model_placement(self.model)))  # pixels in the model's dtype (bf16 on a GPU)
         return out
 
 
