@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 T0 = time.monotonic()
+PROFILE_DIR = Path("runs/gpu-check")  # main() sets it to --out
+REPEATS = 3  # timed batches per arm (the median is reported)
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
@@ -150,6 +153,21 @@ def step_logprobs(path: Path, device: str, n: int, new_tokens: int) -> dict[str,
     return results
 
 
+def step_seeded_sampling(device: str) -> dict[str, Any]:
+    """The batched seeded draw equals torch.multinomial with each row's own generator, on this device."""
+    import torch
+
+    from envharness.models.sampling import sample_tokens
+
+    torch.manual_seed(0)
+    logprobs = torch.log_softmax(3 * torch.randn(16, 8192, device=device), -1)
+    expected = [int(torch.multinomial(logprobs[i].exp(), 1, generator=torch.Generator(device=device).manual_seed(i))) for i in range(16)]
+    got = sample_tokens(logprobs, 1.0, [torch.Generator(device=device).manual_seed(i) for i in range(16)]).tolist()
+    if got != expected:
+        raise AssertionError(f"batched seeded draw {got} != per-row multinomial {expected}")
+    return {"rows": 16, "equal": True}
+
+
 def step_generation(path: Path, device: str, sizes: list[int], new_tokens: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -162,32 +180,54 @@ def step_generation(path: Path, device: str, sizes: list[int], new_tokens: int) 
     for dtype in (torch.bfloat16, torch.float32):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
         for n in sizes:
+            key = f"{str(dtype)[6:]} x{n}"
             for seeded in (True, False):
                 reqs = requests(n, new_tokens, seeded)
                 backend = TransformersBackend(model, tokenizer)
-                backend.generate_blocking(requests(n, 4, seeded))  # warm-up at the same batch size
-                sync()
-                started = time.perf_counter()
-                gens = backend.generate_blocking(reqs)
-                sync()
-                ours = sum(len(g.completion_ids) for g in gens) / (time.perf_counter() - started)
-                results[f"{str(dtype)[6:]} x{n} {'seeded' if seeded else 'unseeded'} envharness"] = round(ours, 1)
+                backend.generate_blocking(requests(n, new_tokens, seeded))  # warm-up: the same shapes
+                rates = []
+                for _ in range(REPEATS):
+                    sync()
+                    started = time.perf_counter()
+                    gens = backend.generate_blocking(reqs)
+                    sync()
+                    rates.append(sum(len(g.completion_ids) for g in gens) / (time.perf_counter() - started))
+                results[f"{key} {'seeded' if seeded else 'unseeded'} envharness"] = round(statistics.median(rates), 1)
             texts = [tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in reqs]
             batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            rates = []
             with torch.no_grad():
-                model.generate(**batch, max_new_tokens=4, do_sample=True)
-                sync()
-                started = time.perf_counter()
-                out = model.generate(**batch, max_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
-                sync()
-                seconds = time.perf_counter() - started
-            new = out[:, batch["input_ids"].shape[1]:]
-            hf = int((new != tokenizer.pad_token_id).sum()) / seconds
-            results[f"{str(dtype)[6:]} x{n} hf_generate"] = round(hf, 1)
-            log(f"generation {dtype} x{n}: envharness {results[f'{str(dtype)[6:]} x{n} seeded envharness']:.0f} (seeded) / "
-                f"{results[f'{str(dtype)[6:]} x{n} unseeded envharness']:.0f} (unseeded) tok/s, HF generate {hf:.0f} tok/s")
+                model.generate(**batch, max_new_tokens=new_tokens, do_sample=True)  # warm-up: the same shapes
+                for _ in range(REPEATS):
+                    sync()
+                    started = time.perf_counter()
+                    out = model.generate(**batch, max_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+                    sync()
+                    seconds = time.perf_counter() - started
+                    rates.append(int((out[:, batch["input_ids"].shape[1]:] != tokenizer.pad_token_id).sum()) / seconds)
+            results[f"{key} hf_generate"] = round(statistics.median(rates), 1)
+            log(f"generation {key} (median of {REPEATS}): envharness {results[f'{key} seeded envharness']:.0f} (seeded) / "
+                f"{results[f'{key} unseeded envharness']:.0f} (unseeded) tok/s, HF generate {results[f'{key} hf_generate']:.0f} tok/s")
+        if device == "cuda" and dtype == torch.bfloat16:
+            profile_batch(model, tokenizer, requests(sizes[0], 16), PROFILE_DIR)
         del model
     return results
+
+
+def profile_batch(model: Any, tokenizer: Any, reqs: list[Any], out: Path) -> None:
+    """Where one decode batch spends its time (gen_profile.txt), for whoever makes it faster."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from envharness.models.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(model, tokenizer)
+    backend.generate_blocking(reqs[:2])
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        backend.generate_blocking(reqs)
+        sync()
+    table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=50)
+    (out / "gen_profile.txt").write_text(table)
 
 
 #: A reward with spread for a random model (the check's own, registered in the child process
@@ -296,6 +336,7 @@ def summary_table(report: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu-check")
+    parser.add_argument("--work", default=None, help="where the model and the runs go (default: OUT/work)")
     parser.add_argument("--cpu", action="store_true", help="run the steps on the CPU with a tiny model (checks the check)")
     args = parser.parse_args()
     import torch
@@ -307,6 +348,8 @@ def main() -> int:
     device = "cuda" if cuda and not args.cpu else "cpu"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    global PROFILE_DIR
+    PROFILE_DIR = out
     env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     report: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device == "cuda":
@@ -315,15 +358,18 @@ def main() -> int:
     import transformers
 
     report["transformers"] = transformers.__version__
-    path = build_model(out, cuda=device == "cuda")
+    work = Path(args.work) if args.work else out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    path = build_model(work, cuda=device == "cuda")
     big = device == "cuda"
     run_step(report, "logprobs", step_logprobs, path, device, 32 if big else 4, 48 if big else 8)
+    run_step(report, "seeded_sampling", step_seeded_sampling, device)
     run_step(report, "generation", step_generation, path, device, [32, 64] if big else [4], 48 if big else 8)
-    run_step(report, "eval", step_eval, path, out, device, env)
+    run_step(report, "eval", step_eval, path, work, device, env)
     run_step(report, "policy", step_policy, path, device, env)
-    run_step(report, "sft", step_sft, path, out, device, env)
-    run_step(report, "train_no_signal", step_train, path, out, device, ["success"], "train-no-signal", env)
-    run_step(report, "train_signal", step_train, path, out, device, ["success", "spread"], "train-signal", env)
+    run_step(report, "sft", step_sft, path, work, device, env)
+    run_step(report, "train_no_signal", step_train, path, work, device, ["success"], "train-no-signal", env)
+    run_step(report, "train_signal", step_train, path, work, device, ["success", "spread"], "train-signal", env)
     report["seconds"] = round(time.monotonic() - T0, 1)
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     print(summary_table(report))

@@ -39,18 +39,18 @@ def processed_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0,
 def sample_tokens(logprobs: torch.Tensor, temperature: float, generators: list[torch.Generator | None]) -> torch.Tensor:
     """One token id per row of processed logprobs (rows x vocab), on their device: argmax when
     greedy; otherwise each seeded row draws with its own generator (the same seed gives the
-    same token in any batch) and the unseeded rows draw together."""
+    same token in any batch) and the unseeded rows draw together.
+
+    A seeded row's draw is `torch.multinomial(p, 1, generator)` computed as torch computes it
+    (argmax of p / q with q ~ Exp(1) from the generator, ATen's `multinomial` for one sample),
+    so the noise of every row is drawn in one kernel per row and the division and argmax run
+    once for the batch: 2 + rows launches a step instead of ~5 per row."""
     if temperature <= 0:
         return torch.argmax(logprobs, dim=-1)
     probs = logprobs.exp()
-    ids = torch.empty(len(generators), dtype=torch.long, device=logprobs.device)
-    unseeded = [i for i, g in enumerate(generators) if g is None]
-    for i, generator in enumerate(generators):
-        if generator is not None:
-            ids[i] = torch.multinomial(probs[i], 1, generator=generator)[0]
-    if len(unseeded) == len(generators):
+    if all(g is None for g in generators):
         return torch.multinomial(probs, 1)[:, 0]
-    if unseeded:
-        index = torch.tensor(unseeded, dtype=torch.long, device=logprobs.device)
-        ids[index] = torch.multinomial(probs[index], 1)[:, 0]
-    return ids
+    noise = torch.empty_like(probs)
+    for i, generator in enumerate(generators):
+        noise[i].exponential_(1.0, generator=generator)  # unseeded rows: the global generator's stream
+    return torch.argmax(probs / noise, dim=-1)
