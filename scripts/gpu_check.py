@@ -300,7 +300,12 @@ def step_train(path: Path, out: Path, device: str, rewards: list[str], name: str
 # -- the run ---------------------------------------------------------------------------------
 
 
+ONLY: set[str] = set()  # main() sets it from --only
+
+
 def run_step(report: dict[str, Any], name: str, fn: Callable[..., Any], *args: Any) -> None:
+    if ONLY and name not in ONLY:
+        return
     started = time.monotonic()
     log(f"== {name}")
     try:
@@ -336,6 +341,7 @@ def summary_table(report: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu-check")
+    parser.add_argument("--only", default="", help="comma-separated steps to run (default: all)")
     parser.add_argument("--work", default=None, help="where the model and the runs go (default: OUT/work)")
     parser.add_argument("--cpu", action="store_true", help="run the steps on the CPU with a tiny model (checks the check)")
     args = parser.parse_args()
@@ -348,8 +354,8 @@ def main() -> int:
     device = "cuda" if cuda and not args.cpu else "cpu"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    global PROFILE_DIR
-    PROFILE_DIR = out
+    global PROFILE_DIR, ONLY
+    PROFILE_DIR, ONLY = out, {n.strip() for n in args.only.split(",") if n.strip()}
     env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     report: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device == "cuda":

@@ -38,11 +38,14 @@ class TransformersBackend:
     """`await backend.generate([GenerationRequest])` on a local transformers causal LM."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_size: int = 32, prefix_cache_tokens: int = 8192
+        self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_size: int | None = None,
+        prefix_cache_tokens: int = 8192
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
+        #: Requests decoded together; None: 32 on a CPU (where a bigger batch only adds latency)
+        #: and 256 on a GPU (where a decode step costs about the same for 32 or 256 rows).
         self.max_batch_size = max_batch_size
         self._lock = threading.Lock()
         self._eos_ids = eos_ids(model, tokenizer)
@@ -98,8 +101,9 @@ class TransformersBackend:
             raise ValueError("empty prompt: nothing to condition on")
         out: list[Generation] = []
         with self._lock:
-            for start in range(0, len(prompts), self.max_batch_size):
-                stop = start + self.max_batch_size
+            size = self.max_batch_size or (256 if self.placement.on_gpu else 32)
+            for start in range(0, len(prompts), size):
+                stop = start + size
                 out.extend(self._decode(prompts[start:stop], sampling[start:stop]))
         return out
 
