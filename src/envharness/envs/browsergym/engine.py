@@ -226,6 +226,10 @@ class BrowserEngine:
             if self._browser is browser:
                 self._browser = None
 
+    def holds(self, context: Any, generation: int) -> bool:
+        """Whether `context`, made under `generation`, still has its browser (a relaunch ends them all)."""
+        return generation == self.generation and self.connected
+
     def browser_pids(self) -> list[int]:
         """Process ids of this engine's main browser process (for diagnostics and crash tests)."""
         return main_browser_pids(self._marker)

@@ -324,8 +324,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
     def _alive(self) -> bool:
         return (
             self._context is not None
-            and self._generation == self.engine.generation
-            and self.engine.connected
+            and self.engine.holds(self._context, self._generation)
             and not self._page_crashed
             and not self._main_page.is_closed()
         )

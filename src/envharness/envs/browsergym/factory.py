@@ -34,7 +34,7 @@ class BrowserGymEnvironmentFactory:
         return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config), pool=self.pool)
 
     def _alive(self, warm: WarmPage) -> bool:
-        return warm.generation == self.engine.generation and self.engine.connected and not warm.page.is_closed()
+        return self.engine.holds(warm.context, warm.generation) and not warm.page.is_closed()
 
     def task_list(self) -> Any:
         """The tasks this server serves (the server's Task API): MiniWoB's, or the task set's."""
@@ -63,8 +63,12 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
     engine = options.pop("engine", "envharness")
     if engine not in ("envharness", "browsergym"):
         raise ValueError(f"engine={engine!r}: choose envharness (the fast MiniWoB engine) or browsergym (BrowserGym's own code)")
+    browser = options.pop("browser", "local")
     if engine == "browsergym" or options.get("benchmark", "miniwob") != "miniwob":
         from envharness.envs.browsergym.gym_engine import make_gym_factory
+
+        if browser != "local":
+            raise ValueError("browser=cdp://... runs with the envharness engine; BrowserGym's own code launches its browsers")
 
         return make_gym_factory(headless=headless, **options)
     options.pop("benchmark", None)
@@ -73,7 +77,7 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
     unknown = set(options) - fields
     if unknown:
         raise ValueError(f"unknown browsergym option(s) {', '.join(sorted(unknown))}; "
-                         f"valid: headless, chromium_path, {', '.join(sorted(fields | set(OBSERVATION_OPTIONS)))}")
+                         f"valid: browser, headless, chromium_path, {', '.join(sorted(fields | set(OBSERVATION_OPTIONS)))}")
     if "allowed_hosts" in options:
         hosts = options["allowed_hosts"]
         options["allowed_hosts"] = tuple(hosts.split(",") if isinstance(hosts, str) else hosts)
@@ -81,6 +85,16 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
     config.observation = dataclasses.replace(config.observation, **parts)
     task_set = load_task_set(config.tasks)  # a task set that cannot load fails here, before serving
     config.task = task_set.check_task(config.task or task_set.default_tasks()[0])
-    engine = BrowserEngine(headless=headless, executable_path=chromium_path,
-                           allowed_hosts=(*config.allowed_hosts, *task_set.hosts))
+    engine = browser_engine(browser, headless=headless, executable_path=chromium_path,
+                            allowed_hosts=(*config.allowed_hosts, *task_set.hosts))
     return BrowserGymEnvironmentFactory(engine, config)
+
+
+def browser_engine(browser: Any, **local: Any) -> Any:
+    """`browser=local` (default): a Chromium launched here. `cdp://HOST:PORT[,cdp://...]`, a list
+    of them, or `@FILE` (one per line, re-read as it changes): remote Chromiums over CDP."""
+    if browser in (None, "", "local"):
+        return BrowserEngine(**local)
+    from envharness.envs.browsergym.remote_browsers import RemoteBrowsers
+
+    return RemoteBrowsers(browser)
