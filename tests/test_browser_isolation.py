@@ -1,19 +1,37 @@
 """One session cannot see or touch another's page, cookies or storage; sessions run concurrently,
-each with the task it chose at its own reset."""
+each with the task it chose at its own reset. Every test runs twice: on the server's own
+Chromium, and on two remote browser nodes reached over CDP (`browser=cdp://...`)."""
 
 import asyncio
 import re
+
+import pytest
 
 from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import AsyncBrowserGymEnv
 from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.models import BrowserGymAction
+from envharness.envs.browsergym.browser_node import start_browser_node
 from envharness.envs.browsergym.solutions import next_action
 
 #: Scripted tasks the many-sessions test rotates through (each session starts at another one).
 ROTATION = ("enter-text", "click-test", "login-user", "click-checkboxes", "focus-text", "click-button")
 SESSIONS = 8
 ROUNDS = 3
+
+
+@pytest.fixture(scope="module", params=["local", "remote"])
+def browser(request):
+    """The `browser` option: local, or two browser nodes (other processes, loopback CDP)."""
+    if request.param == "local":
+        yield "local"
+        return
+    nodes = [start_browser_node(0) for _ in range(2)]
+    try:
+        yield ",".join(node.address for node in nodes)
+    finally:
+        for node in nodes:
+            node.stop()
 
 
 def A(text: str) -> BrowserGymAction:
@@ -32,8 +50,8 @@ async def _storage(env) -> dict:
     )
 
 
-async def test_sessions_do_not_share_pages_cookies_or_storage():
-    factory = make_environment_factory()
+async def test_sessions_do_not_share_pages_cookies_or_storage(browser):
+    factory = make_environment_factory(browser=browser)
     alice, bob = factory(), factory()
     try:
         await asyncio.gather(alice.reset_async(task="enter-text", seed=1), bob.reset_async(task="enter-text", seed=1))
@@ -67,8 +85,8 @@ async def test_sessions_do_not_share_pages_cookies_or_storage():
         await factory.aclose()
 
 
-async def test_concurrent_sessions_each_solve_their_own_episode():
-    factory = make_environment_factory()
+async def test_concurrent_sessions_each_solve_their_own_episode(browser):
+    factory = make_environment_factory(browser=browser)
     envs = [factory() for _ in range(6)]
 
     async def solve(env, seed):
@@ -87,9 +105,9 @@ async def test_concurrent_sessions_each_solve_their_own_episode():
     assert results == [(1.0, True, seed) for seed in range(len(envs))]
 
 
-async def test_pages_cannot_fetch_other_hosts():
+async def test_pages_cannot_fetch_other_hosts(browser):
     """Requests a page makes itself (not only `goto`) are blocked outside the allowed hosts."""
-    factory = make_environment_factory()
+    factory = make_environment_factory(browser=browser)
     env = factory()
     try:
         await env.reset_async(task="click-test", seed=0)
@@ -103,10 +121,10 @@ async def test_pages_cannot_fetch_other_hosts():
         await factory.aclose()
 
 
-async def test_many_sessions_over_the_wire_each_get_the_task_they_chose():
-    """8 clients on one server (one Chromium): every reset picks its own task and seed, the episodes
-    run interleaved, and each one is the instance a lone session gets for that task and seed."""
-    with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
+async def test_many_sessions_over_the_wire_each_get_the_task_they_chose(browser):
+    """8 clients on one server (one Chromium, or two remote ones): every reset picks its own task and
+    seed, the episodes run interleaved, and each one is the instance a lone session gets for that task and seed."""
+    with LocalServer("browsergym", pruned_html=False, extra_properties=False, browser=browser) as server:
         async def play(i: int) -> list[tuple[str, int, str, float]]:
             played = []
             async with AsyncBrowserGymEnv(server.base_url) as env:
@@ -134,9 +152,9 @@ async def test_many_sessions_over_the_wire_each_get_the_task_they_chose():
                     assert (await lone.reset(task=task, seed=seed)).observation.goal == goal, (task, seed)
 
 
-async def test_text_typed_in_one_session_shows_only_there():
+async def test_text_typed_in_one_session_shows_only_there(browser):
     """All sessions on the same task and seed type at once; each page holds its own text only."""
-    factory = make_environment_factory(pruned_html=False, extra_properties=False)
+    factory = make_environment_factory(pruned_html=False, extra_properties=False, browser=browser)
     envs = [factory() for _ in range(SESSIONS)]
     try:
         firsts = await asyncio.gather(*(env.reset_async(task="enter-text", seed=5) for env in envs))

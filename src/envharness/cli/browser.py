@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     while not stop.wait(0.5):
         if node.process.poll() is not None:
             print(f"envharness browser: Chromium exited ({node.process.returncode})", file=sys.stderr)
-            node.profile.cleanup()
+            node.stop()
             return 1
     node.stop()
     print("envharness browser: stopped", flush=True)

@@ -8,7 +8,10 @@ local one; the server still guards every request of its contexts itself.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -26,9 +29,10 @@ class BrowserNode:
 
     process: subprocess.Popen
     address: str  # cdp://HOST:PORT
-    profile: tempfile.TemporaryDirectory
+    profile: str  # Chromium's user data directory, removed at stop
 
     def stop(self, timeout_s: float = 10.0) -> int:
+        """Stop Chromium and every process it started (its own process group), remove its profile."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -36,7 +40,11 @@ class BrowserNode:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self.profile.cleanup()
+        try:  # renderers and the zygote outlive a killed browser process for a moment
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        shutil.rmtree(self.profile, ignore_errors=True)
         return self.process.returncode
 
 
@@ -44,19 +52,18 @@ def start_browser_node(port: int = 9222, host: str = "127.0.0.1", *, allowed_hos
                        executable_path: str | None = None, start_timeout_s: float = 30.0) -> BrowserNode:
     """Launch Chromium listening on `host:port` (0: a free port) and wait until it does."""
     args = [a for a in CHROMIUM_ARGS if not a.startswith("--host-resolver-rules=")]
-    profile = tempfile.TemporaryDirectory(prefix="envharness-browser-")
+    profile = tempfile.mkdtemp(prefix="envharness-browser-")
     command = [executable_path or DEFAULT_CHROMIUM, *args, host_resolver_rules(allowed_hosts),
-               f"--remote-debugging-port={port}", f"--remote-debugging-address={host}", f"--user-data-dir={profile.name}",
+               f"--remote-debugging-port={port}", f"--remote-debugging-address={host}", f"--user-data-dir={profile}",
                f"{ENGINE_MARKER}node-{port}", "about:blank"]
     try:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     except OSError as exc:
-        profile.cleanup()
+        shutil.rmtree(profile, ignore_errors=True)
         raise RuntimeError(f"cannot start Chromium at {command[0]}: {exc} (set ENVHARNESS_CHROMIUM to its path)") from None
     listening = _wait_listening(process, start_timeout_s)
     if listening is None:
-        process.kill()
-        profile.cleanup()
+        BrowserNode(process, "", profile).stop(timeout_s=1)
         raise RuntimeError(f"Chromium did not open its DevTools port {port} within {start_timeout_s:.0f} s")
     bound_port = listening.rsplit(":", 1)[1]
     shown = f"[{host}]" if ":" in host else host

@@ -83,6 +83,10 @@ def main_browser_pids(marker: str = ENGINE_MARKER) -> list[int]:
     return pids
 
 
+class BrowserUnavailable(RuntimeError):
+    """No browser can be had for a new context (none launches here, or no remote one answers)."""
+
+
 class NavigationBlocked(ValueError):
     """A URL outside the environment's own pages and the allowed hosts."""
 
@@ -154,7 +158,7 @@ class BrowserEngine:
             if self._browser is not None and self._browser.is_connected():
                 return self._browser
             if not Path(self.executable_path).exists():
-                raise RuntimeError(
+                raise BrowserUnavailable(
                     f"Chromium not found at {self.executable_path}; install it (apt-get install chromium) "
                     "or set ENVHARNESS_CHROMIUM to its path"
                 )

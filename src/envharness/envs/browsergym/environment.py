@@ -33,7 +33,7 @@ from typing import Any
 from envharness.core.environment import Environment
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.actions import ActionParseError, parse_actions
-from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
+from envharness.envs.browsergym.engine import BrowserEngine, BrowserUnavailable, HostGuard
 from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
@@ -139,6 +139,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             goal = await self.task_set.start_episode(page, chosen, seed, reload=reload,
                                                      episode_max_time_ms=self.config.episode_max_time_ms)
             self._loaded_task = chosen
+        except BrowserUnavailable:  # no browser to be had (none launches, none answers): said as it is
+            raise
         except Exception as e:
             self._raise_if_lost(e)
             raise

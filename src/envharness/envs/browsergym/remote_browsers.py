@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
-from envharness.envs.browsergym.engine import BID_ATTRIBUTE, CLOSE_TIMEOUT_S, HostGuard, _stop_quietly
+from envharness.envs.browsergym.engine import BID_ATTRIBUTE, CLOSE_TIMEOUT_S, BrowserUnavailable, HostGuard, _stop_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ CONNECT_TIMEOUT_S = 10.0
 LIST_REREAD_S = 1.0
 
 
-class RemoteBrowserUnavailable(RuntimeError):
+class RemoteBrowserUnavailable(BrowserUnavailable):
     """No remote browser answers (the message lists them and why)."""
 
 
