@@ -161,3 +161,18 @@ def test_envharness_browser_prints_its_address_and_stops_on_sigterm():
         assert proc.wait(30) == 0 and "stopped" in proc.stdout.read()
     finally:
         proc.kill()
+
+
+async def test_a_dns_name_stands_for_every_browser_it_resolves_to(nodes):
+    """`dns://NAME:PORT` (a Kubernetes headless Service) is every address NAME resolves to: here
+    `localhost` on one node's port, resolved again as the list is."""
+    port = nodes[0].address.rsplit(":", 1)[1]
+    factory = make_environment_factory(browser=f"dns://localhost:{port}", pruned_html=False, extra_properties=False)
+    env = factory()
+    try:
+        obs = await env.reset_async(task="click-test", seed=0)
+        assert (await env.step_async(click_me(obs.axtree_txt))).reward == 1.0
+        assert f"cdp://127.0.0.1:{port}" in factory.engine.addresses
+    finally:
+        await env.close_async()
+        await factory.aclose()

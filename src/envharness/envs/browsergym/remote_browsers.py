@@ -10,8 +10,10 @@ interface, so sessions, the warm pool and the server do not know the difference:
 - **A browser that disappears** ends only its sessions (`BrowserSessionLost`: an infrastructure
   error over the wire, never a reward), and is tried again with exponential backoff (0.5 s up to
   30 s); the next reset of those sessions lands on another browser.
-- **The list can grow.** `browser=@/path/list.txt` (one address per line) is read again at most
-  once a second, so a browser added to the file is used by the next new context.
+- **The list can change.** `browser=@/path/list.txt` (one address per line) is read again at most
+  once a second, and `dns://NAME:PORT` stands for every address NAME resolves to (a Kubernetes
+  headless Service: one per browser pod), looked up as often: a browser that joins is used by
+  the next new context, one that leaves gets no new ones (its open sessions go on while it lives).
 - **The same isolation.** One context per session, and every request of a context goes through
   the session's `HostGuard` route (task files served, allowed hosts passed, the rest aborted),
   whatever flags the remote Chromium runs with.
@@ -48,17 +50,38 @@ class RemoteBrowserUnavailable(BrowserUnavailable):
 
 
 def parse_addresses(spec: str | Iterable[str]) -> list[str]:
-    """`cdp://h:p,cdp://h2:p2` (or a list of them) -> ['cdp://h:p', ...], each checked."""
+    """`cdp://h:p,dns://name:p` (or a list of them) -> ['cdp://h:p', 'dns://name:p'], each checked."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     out = []
     for item in (i.strip() for i in items):
         if not item or item.startswith("#"):
             continue
         parts = urlsplit(item)
-        if parts.scheme not in ("cdp", "http", "ws") or not parts.hostname or not parts.port:
-            raise ValueError(f"browser address {item!r}: use cdp://HOST:PORT (a Chromium's remote debugging port)")
-        out.append(f"cdp://{parts.hostname}:{parts.port}")
+        if parts.scheme not in ("cdp", "dns", "http", "ws") or not parts.hostname or not parts.port:
+            raise ValueError(f"browser address {item!r}: use cdp://HOST:PORT (a Chromium's remote debugging port) "
+                             "or dns://NAME:PORT (every address NAME resolves to)")
+        out.append(f"{'dns' if parts.scheme == 'dns' else 'cdp'}://{parts.hostname}:{parts.port}")
     return out
+
+
+def expand(addresses: list[str]) -> list[str]:
+    """cdp:// addresses as they are; each dns://NAME:PORT as cdp://IP:PORT for every address of NAME
+    (none when NAME does not resolve now: a Service with no ready pod)."""
+    out: list[str] = []
+    for address in addresses:
+        parts = urlsplit(address)
+        if parts.scheme != "dns":
+            out.append(address)
+            continue
+        try:
+            infos = socket.getaddrinfo(parts.hostname, parts.port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            logger.warning("browser service %s does not resolve: %s", address, exc)
+            continue
+        for info in infos:
+            ip = info[4][0]
+            out.append(f"cdp://{f'[{ip}]' if ':' in ip else ip}:{parts.port}")
+    return list(dict.fromkeys(out))
 
 
 @dataclass
@@ -95,32 +118,35 @@ class RemoteBrowsers:
         self._list_file = Path(spec[1:]) if isinstance(spec, str) and spec.startswith("@") else None
         self._static = [] if self._list_file else parse_addresses(spec)
         self._remotes: dict[str, _Remote] = {}
+        self._listed: list[str] = []  # the addresses new contexts may go to (the list as last read)
         self._read_at = 0.0
         self._playwright: Any = None
         self._lock = asyncio.Lock()
         self.generation = 1  # sessions ask `holds()`: a remote context lives as long as its browser
-        self._refresh(force=True)
-        if not self._remotes:
+        if self._list_file is None and not self._static:
             raise ValueError(f"no browser address in {spec!r}")
 
     # -- the list ------------------------------------------------------------------------------
-    def _refresh(self, force: bool = False) -> None:
-        if self._list_file is None:
-            addresses = self._static
-        elif force or time.monotonic() - self._read_at >= LIST_REREAD_S:
-            self._read_at = time.monotonic()
-            try:
-                addresses = parse_addresses(self._list_file.read_text().splitlines())
-            except OSError as exc:
-                raise ValueError(f"browser list {self._list_file}: {exc}") from None
-        else:
+    def _refresh(self) -> None:
+        """Read the list file and resolve dns:// names again (at most once a second)."""
+        if self._listed and time.monotonic() - self._read_at < LIST_REREAD_S:
             return
-        for address in addresses:
+        self._read_at = time.monotonic()
+        if self._list_file is None:
+            sources = self._static
+        else:
+            try:
+                sources = parse_addresses(self._list_file.read_text().splitlines())
+            except OSError as exc:
+                raise RemoteBrowserUnavailable(f"browser list {self._list_file}: {exc}") from None
+        self._listed = expand(sources)
+        for address in self._listed:
             self._remotes.setdefault(address, _Remote(address))
 
     @property
     def addresses(self) -> list[str]:
-        return list(self._remotes)
+        """The browsers new contexts may go to, as last listed."""
+        return list(self._listed)
 
     def load(self) -> dict[str, int]:
         """Open contexts per browser address (0 for browsers not connected)."""
@@ -181,14 +207,16 @@ class RemoteBrowsers:
     async def _pick(self, exclude: set[str] = frozenset()) -> _Remote:  # type: ignore[assignment]
         """The connected browser with the fewest contexts, connecting to those due for a try."""
         async with self._lock:
-            self._refresh()
+            await asyncio.to_thread(self._refresh)  # a file read, DNS look-ups
+            listed = [self._remotes[a] for a in self._listed if a not in exclude]
             now = time.monotonic()
-            due = [r for r in self._remotes.values() if r.address not in exclude and not r.connected and r.retry_at <= now]
+            due = [r for r in listed if not r.connected and r.retry_at <= now]
             if due:
                 await asyncio.gather(*(self._connect(r) for r in due))
-            live = [r for r in self._remotes.values() if r.address not in exclude and r.connected]
+            live = [r for r in listed if r.connected]
             if not live:
-                why = "; ".join(f"{r.address}: {r.last_error or 'not tried'}" for r in self._remotes.values())
+                why = "; ".join(f"{self._remotes[a].address}: {self._remotes[a].last_error or 'not tried yet'}"
+                                for a in self._listed) or "the list is empty"
                 raise RemoteBrowserUnavailable(f"no remote browser answers ({why})")
             chosen = min(live, key=lambda r: r.load)
             chosen.pending += 1
