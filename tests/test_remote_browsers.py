@@ -51,15 +51,15 @@ def where(factory, env) -> str:
 async def test_episodes_spread_over_two_remote_browsers_over_the_wire(nodes):
     with LocalServer("browsergym", pruned_html=False, extra_properties=False,
                      browser=",".join(n.address for n in nodes)) as server:
-        async def play(seed: int) -> float:
-            async with AsyncBrowserGymEnv(server.base_url) as env:
-                result = await env.reset(task="click-test", seed=seed)
-                result = await env.step(click_me(result.observation.axtree_txt))
-                return result.reward
-
-        assert await asyncio.gather(*(play(seed) for seed in range(6))) == [1.0] * 6
-        pages = [len(_pages(node.address)) for node in nodes]
-        assert all(count >= 1 for count in pages), pages  # both browsers served sessions
+        envs = [AsyncBrowserGymEnv(server.base_url) for _ in range(6)]
+        try:
+            results = await asyncio.gather(*(env.reset(task="click-test", seed=seed) for seed, env in enumerate(envs)))
+            pages = [len(_pages(node.address)) for node in nodes]
+            assert min(pages) >= 2 and sum(pages) >= 6, pages  # both browsers hold sessions' pages
+            steps = await asyncio.gather(*(env.step(click_me(r.observation.axtree_txt)) for env, r in zip(envs, results)))
+            assert [s.reward for s in steps] == [1.0] * 6
+        finally:
+            await asyncio.gather(*(env.close() for env in envs))
 
 
 def _pages(address: str) -> list[dict]:
@@ -76,7 +76,7 @@ async def test_a_dead_browser_ends_only_its_sessions_and_the_next_reset_lands_on
         held = [where(factory, env) for env in envs]
         assert set(held) == {n.address for n in nodes}, held  # spread by load
         victim = nodes[0]
-        os.kill(victim.process.pid, signal.SIGKILL)
+        victim.kill()
         results = await asyncio.wait_for(asyncio.gather(*(env.step_async(BrowserGymAction(action_str="noop()")) for env in envs),
                                                         return_exceptions=True), NO_HANG_S)
         for address, result in zip(held, results):
@@ -99,8 +99,7 @@ async def test_the_dead_browser_over_the_wire_is_an_error_frame_never_a_reward(n
     with LocalServer("browsergym", pruned_html=False, extra_properties=False, browser=nodes[0].address) as server:
         async with AsyncBrowserGymEnv(server.base_url) as env:
             result = await env.reset(task="click-test", seed=0)
-            nodes[0].process.kill()
-            nodes[0].process.wait()
+            nodes[0].kill()
             with pytest.raises(EnvServerError, match="call reset"):
                 await asyncio.wait_for(env.step(click_me(result.observation.axtree_txt)), NO_HANG_S)
             with pytest.raises(EnvServerError, match="no remote browser answers"):
@@ -156,7 +155,10 @@ def test_envharness_browser_prints_its_address_and_stops_on_sigterm():
     try:
         line = proc.stdout.readline()
         address = re.search(r"listening on (cdp://127\.0\.0\.1:\d+)", line).group(1)
-        assert _pages(address)  # a CDP endpoint that answers, with its blank page
+        import httpx
+
+        version = httpx.get(address.replace("cdp://", "http://") + "/json/version", timeout=10).json()
+        assert version["webSocketDebuggerUrl"].startswith("ws://127.0.0.1:")  # a CDP endpoint that answers
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0 and "stopped" in proc.stdout.read()
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,27 +25,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envharness.envs.browsergym.browser_node import start_browser_node
+    import asyncio
+
+    from envharness.envs.browsergym.browser_node import serve_browser_node
+
+    def ready(address: str) -> None:
+        print(f"envharness browser: listening on {address} (serve browsergym --option browser={address})", flush=True)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if args.exit_with_parent is not None:
+            from envharness.core.lifecycle import exit_with_parent
+
+            exit_with_parent(args.exit_with_parent, lambda: loop.call_soon_threadsafe(stop.set), name="envharness browser")
+        return await serve_browser_node(args.port, args.host, ready=ready, stop=stop,
+                                        allowed_hosts=[h for h in args.allowed_hosts.split(",") if h])
 
     try:
-        node = start_browser_node(args.port, args.host, allowed_hosts=[h for h in args.allowed_hosts.split(",") if h])
-    except RuntimeError as exc:
+        code = asyncio.run(main())
+    except RuntimeError as exc:  # no Chromium, or it did not open its port
         print(f"envharness browser: {exc}", file=sys.stderr)
         return 2
-    print(f"envharness browser: listening on {node.address} "
-          f"(serve browsergym --option browser={node.address})", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    if args.exit_with_parent is not None:
-        from envharness.core.lifecycle import exit_with_parent
-
-        exit_with_parent(args.exit_with_parent, stop.set, name="envharness browser")
-    while not stop.wait(0.5):
-        if node.process.poll() is not None:
-            print(f"envharness browser: Chromium exited ({node.process.returncode})", file=sys.stderr)
-            node.stop()
-            return 1
-    node.stop()
-    print("envharness browser: stopped", flush=True)
-    return 0
+    print("envharness browser: stopped" if code == 0 else "envharness browser: Chromium exited", flush=True)
+    return code
