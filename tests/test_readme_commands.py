@@ -5,7 +5,7 @@ comments cut); `code` mentions in prose are not commands. `COVERED` says how eac
 here, in README order, in one scratch folder per block (so `runs/...` of one line is there for the next):
 
 - `Run(set={...})` runs it with flags replaced or added (`None`: a flag without a value);
-- `Serve(...)` starts a server, checks `/health` and stops it with SIGTERM;
+- `Serve(...)` starts a server (or a browser node), checks `/health` (CDP's `/json/version`) and stops it with SIGTERM;
 - `Make({...})` expands a make target's recipe (`make -n`, nothing executed) and runs each
   recipe line with the overrides of the program it calls; `Make(run=False, why=...)` only
   checks the recipe names what the README says (the suite cannot run itself).
@@ -107,6 +107,9 @@ COVERED: dict[str, Run | Serve | Make] = {
     "envharness serve browsergym --option benchmark=openended --port 8000": Serve({"--port": "0"}),
     # TextArena games
     "envharness serve textarena --port 8000": Serve({"--port": "0"}),
+    # browsers elsewhere (issue 38): a browser node, and a server that will use it (it connects at the first reset)
+    "envharness browser --port 9222": Serve({"--port": "0"}),
+    "envharness serve browsergym --option browser=cdp://127.0.0.1:9222 --port 8000": Serve({"--port": "0"}),
     "envharness eval --env textarena --model scripted --tasks rl --episodes 32 --max-turns 12 --out runs/games":
         Run({"--episodes": "1", "--no-progress": None}, expect=("runs/games/summary.json",), says="TowerOfHanoi-v0"),
     "envharness eval --env textarena --model embedded --tasks Wordle-v0 --episodes 32 --max-turns 6 --out runs/wordle":
@@ -269,10 +272,11 @@ def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str, prewa
         deadline = time.monotonic() + 300
         while "\n" not in (output := out.read_text(errors="replace")) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        line = output.split("\n", 1)[0]  # "envharness serve: NAME listening on http://HOST:PORT"
-        match = re.search(r"listening on (http://\S+)", line)
+        line = output.split("\n", 1)[0]  # "envharness serve: NAME listening on http://HOST:PORT" (browser: cdp://)
+        match = re.search(r"listening on ((?:http|cdp)://\S+)", line)
         assert match, f"{name}: no URL in its first line: {output[-2000:]!r}"
-        reply = httpx.get(f"{match.group(1)}/health", timeout=60)
+        url = match.group(1)  # a browser node answers CDP's /json/version, a server /health
+        reply = httpx.get(url.replace("cdp://", "http://") + ("/json/version" if url.startswith("cdp://") else "/health"), timeout=60)
         assert reply.status_code == 200, reply.text
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
