@@ -250,6 +250,8 @@ def test_connect_errors_are_clear():
 
 
 def test_threads_are_not_left_behind_by_sync_clients(echo_server):
+    with EchoEnv(echo_server.base_url) as env:  # the sync clients' one shared loop thread starts at first use, and stays
+        env.reset()
     before = threading.active_count()
     for _ in range(5):
         with EchoEnv(echo_server.base_url) as env:

@@ -100,10 +100,13 @@ async def test_the_dead_browser_over_the_wire_is_an_error_frame_never_a_reward(n
         async with AsyncBrowserGymEnv(server.base_url) as env:
             result = await env.reset(task="click-test", seed=0)
             nodes[0].kill()
-            with pytest.raises(EnvServerError, match="call reset"):
+            with pytest.raises(EnvServerError, match="call reset") as lost:
                 await asyncio.wait_for(env.step(click_me(result.observation.axtree_txt)), NO_HANG_S)
-            with pytest.raises(EnvServerError, match="no remote browser answers"):
+            with pytest.raises(EnvServerError, match="no remote browser answers") as unavailable:
                 await asyncio.wait_for(env.reset(task="click-test", seed=1), NO_HANG_S)
+    from envharness.harness.failures import is_infrastructure_error
+
+    assert is_infrastructure_error(lost.value) and is_infrastructure_error(unavailable.value)  # counted apart, never a reward
 
 
 async def test_a_browser_added_to_the_list_file_is_used(nodes, tmp_path):

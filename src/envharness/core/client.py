@@ -45,6 +45,8 @@ class EnvServerError(RuntimeError):
         self.data = data
         self.code: str = str(data.get("code", "UNKNOWN"))
         self.message: str = str(data.get("message", "Unknown error"))
+        #: The environment's machinery failed (e.g. its browser died), not the episode.
+        self.infrastructure: bool = bool(data.get("infrastructure", False))
         super().__init__(f"Server error: {self.message} (code: {self.code})")  # OpenEnv's wording
 
 

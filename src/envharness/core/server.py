@@ -273,8 +273,11 @@ def too_large(size: int, limit: int) -> ProtocolError:
 
 
 def execution_error(exc: Exception) -> ProtocolError:
-    """What the client hears when the environment raised (a bad task, a lost browser)."""
-    return ProtocolError(ErrorCode.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
+    """What the client hears when the environment raised (a bad task, a lost browser). An
+    exception marked `infrastructure = True` (the environment's machinery failed, not the
+    episode: a browser that died) says so in the frame, so trainers never score it as a reward."""
+    extra = {"infrastructure": True} if getattr(exc, "infrastructure", False) else {}
+    return ProtocolError(ErrorCode.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}", **extra)
 
 
 @contextlib.asynccontextmanager

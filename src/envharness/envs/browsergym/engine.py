@@ -86,6 +86,8 @@ def main_browser_pids(marker: str = ENGINE_MARKER) -> list[int]:
 class BrowserUnavailable(RuntimeError):
     """No browser can be had for a new context (none launches here, or no remote one answers)."""
 
+    infrastructure = True
+
 
 class NavigationBlocked(ValueError):
     """A URL outside the environment's own pages and the allowed hosts."""

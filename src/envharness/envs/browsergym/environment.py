@@ -50,7 +50,10 @@ _GREETING = "Hi! I am your UI assistant, I can perform web tasks for you. What c
 
 
 class BrowserSessionLost(RuntimeError):
-    """The browser (or this session's page) died; call reset() to start a new episode."""
+    """The browser (or this session's page) died; call reset() to start a new episode. An
+    infrastructure failure: the episode is counted apart, never as a reward."""
+
+    infrastructure = True
 
 
 @dataclass
