@@ -75,7 +75,8 @@ class Job:
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float = 240.0, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout_s
         while not predicate():
-            if self.proc.poll() is not None:
+            # an exit between the check and here may come after the job wrote what was awaited: look once more
+            if self.proc.poll() is not None and not predicate():
                 raise AssertionError(f"the job exited ({self.proc.returncode}) before {what}:\n{self.output[-3000:]}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {what} within {timeout_s:.0f}s:\n{self.output[-3000:]}")
@@ -115,3 +116,29 @@ class Job:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def held_at_step(step: int) -> str:
+    """A `Job(script=...)` that runs `envharness ARGS` with every trainer held once `step`
+    optimizer steps are done, before the next begins (every callback of step `step` has run: it
+    is logged and counted as finished); it prints `held at step N` and waits there, so a signal
+    sent on that line always arrives mid-run, however fast the machine is."""
+    return (
+        "import sys, time\n"
+        "import transformers\n"
+        "from transformers import TrainerCallback\n"
+        "class Hold(TrainerCallback):\n"
+        "    def on_step_begin(self, args, state, control, **kwargs):\n"
+        f"        if state.global_step == {step}:\n"
+        f"            print('held at step {step}', flush=True)\n"
+        "            while True:\n"
+        "                time.sleep(0.1)\n"
+        "init = transformers.Trainer.__init__\n"
+        "def held_init(self, *args, **kwargs):\n"
+        "    init(self, *args, **kwargs)\n"
+        "    self.add_callback(Hold())\n"
+        "transformers.Trainer.__init__ = held_init\n"
+        "from envharness.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+

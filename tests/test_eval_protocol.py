@@ -62,10 +62,12 @@ def network_trap():
     sock.close()
 
 
-def run_example(tmp_path: Path, trap_url: str, *ep_args: str, example: Path = EXAMPLE) -> tuple[subprocess.CompletedProcess, list[EvaluationRow]]:
+def run_example(tmp_path: Path, trap_url: str, *ep_args: str, example: Path = EXAMPLE,
+                extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, list[EvaluationRow]]:
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EP_") and "PROXY" not in k.upper()}
+    env.update(extra_env or {})
     env.update(HOME=str(home), LITELLM_LOCAL_MODEL_COST_MAP="True", NO_PROXY="127.0.0.1,localhost",
                no_proxy="127.0.0.1,localhost", ENVHARNESS_CACHE_DIR=str(cache_dir().parent))
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
@@ -97,10 +99,13 @@ def test_seed_example_scores_one_with_the_scripted_policy(tmp_path, network_trap
 
 
 def test_seed_textarena_example_wins_wordle_without_docker(tmp_path, network_trap):
-    """The page's `docker_image="textarena-env:latest"` with `TEXTARENA_*` variables: no Docker
-    engine here, so the image envharness serves itself runs as a local server with those variables."""
+    """The page's `docker_image="textarena-env:latest"` with `TEXTARENA_*` variables: with no Docker
+    engine, the image envharness serves itself runs as a local server with those variables. The
+    engine is made unreachable for the example (a socket that does not exist), so a machine that
+    has Docker never runs or pulls the image here."""
     trap_url, hits = network_trap
-    proc, rows = run_example(tmp_path, trap_url, example=TEXTARENA_EXAMPLE)
+    no_engine = {"DOCKER_HOST": f"unix://{tmp_path}/no-docker-engine.sock", "DOCKER_CONTEXT": "default"}
+    proc, rows = run_example(tmp_path, trap_url, example=TEXTARENA_EXAMPLE, extra_env=no_engine)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "1 passed" in proc.stdout
     assert len(rows) == 3 and json.loads((tmp_path / "summary.json").read_text())["agg_score"] == 1.0

@@ -26,16 +26,25 @@ from envharness.fleet.server_process import TAG_ENV_VAR, tagged_pids
 SCENARIO = Path(__file__).with_name("fleet_ray_scenario.py")
 
 
-def _can_unshare() -> bool:
+def _unshare() -> list[str] | None:
+    """How to enter a private network namespace here: as root (`unshare --net`), or as any user
+    where unprivileged user namespaces are allowed, as on most CI runners (`--user --map-root-user`)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return False
-    return subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode == 0
+        return None
+    for prefix in (["unshare", "--net"], ["unshare", "--user", "--map-root-user", "--net"]):
+        if subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+            return prefix
+    return None
+
+
+UNSHARE = _unshare()
 
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the ray extra (pip install 'envharness[ray]')"),
-    pytest.mark.skipif(not _can_unshare(), reason="needs `unshare --net` (root) to keep Ray's traffic in a private namespace"),
+    pytest.mark.skipif(UNSHARE is None, reason="needs `unshare --net` (root, or unprivileged user namespaces) to keep Ray's "
+                                               "traffic in a private namespace"),
 ]
 
 
@@ -52,7 +61,7 @@ def _leftovers(tag: str) -> dict[int, str]:
 def test_ray_fleet_places_replaces_and_heals_with_nothing_left_behind():
     tag = f"ray-test-{uuid.uuid4().hex[:10]}"
     env = dict(os.environ, **{TAG_ENV_VAR: tag}, RAY_USAGE_STATS_ENABLED="0")
-    command = ["unshare", "--net", "sh", "-c", f'ip link set lo up && exec "{sys.executable}" "{SCENARIO}"']
+    command = [*UNSHARE, "sh", "-c", f'ip link set lo up && exec "{sys.executable}" "{SCENARIO}"']
     try:
         run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)  # expected: ~2-3 min
     finally:

@@ -173,10 +173,19 @@ def test_rollout_func_masks_and_counts_infrastructure_failures(three_servers):
     with FleetRouter(urls, client_class=AsyncEchoEnv, poll_interval_s=0.2) as router:
         router.wait_ready(timeout_s=30)
         factory = EchoFleetSessions(router)
-        threading.Timer(0.6, lambda: os.kill(three_servers[0].process.pid, signal.SIGKILL)).start()
+        victim = three_servers[0]
+
+        def kill_when_busy():  # once the victim holds an episode a few steps in (not at a fixed time a fast or slow machine misses)
+            wait_until(lambda: victim.base_url in factory.server_of.values(), timeout_s=60)
+            time.sleep(0.3)
+            os.kill(victim.process.pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
         rollout_func = build_harness_rollout_func(session_factory=factory, model_step_builder=lambda trainer, session: slow_say,
                                                   limits=HarnessRunLimits(max_turns=TURNS), max_concurrency=6)
         out = rollout_func(["x"] * 6, None)
+        killer.join(timeout=60)
         infra = [bool(m.get("infra_failure")) for m in out["verify_metrics"]]
         assert any(infra) and not all(infra)
         for flagged, mask, reward in zip(infra, out["env_mask"], out["env_reward"]):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from _jobs import Job
+from _jobs import Job, held_at_step
 from envharness.cli import main as cli_main
 from envharness.cli.interrupts import resume_command
 from envharness.integrations.trl.resume import latest_checkpoint, trim_to_step
@@ -28,8 +28,8 @@ TRAIN = ["train", "--model", "tiny", "--lora", "--save-steps", "1", "--num-gener
 def jobs(tmp_path, prewarmed):
     started: list[Job] = []
 
-    def start(args: list[str]) -> Job:
-        job = Job(args, tmp_path, prewarmed=prewarmed)
+    def start(args: list[str], script: str | None = None) -> Job:
+        job = Job(args, tmp_path, script=script, prewarmed=prewarmed)
         started.append(job)
         return job
 
@@ -125,8 +125,8 @@ def test_train_refuses_a_used_folder_without_resume_and_resume_without_a_checkpo
 @pytest.mark.slow
 def test_train_sigterm_checkpoints_finished_steps_and_says_how_to_resume(jobs, tmp_path):
     out = tmp_path / "run"
-    job = jobs([*TRAIN, "--steps", "6", "--save-steps", "5", "--out", str(out)])
-    job.wait_for_output("[train] step 2/6", timeout_s=400)
+    job = jobs([*TRAIN, "--steps", "6", "--save-steps", "5", "--out", str(out)], script=held_at_step(2))  # waits at step 2
+    job.wait_for_output("held at step 2", timeout_s=400)
     job.signal(signal.SIGTERM)
     assert job.wait() == 143
     argv = resume_line(job.output, "train")

@@ -38,7 +38,7 @@ def assert_exact(tiny, gen, temperature):
     with torch.no_grad():
         logits = tiny.model(torch.tensor([gen.prompt_ids + gen.completion_ids])).logits[0, len(gen.prompt_ids) - 1 : -1]
     expected = processed_logprobs(logits, temperature).gather(-1, torch.tensor(gen.completion_ids)[:, None])[:, 0]
-    assert (expected - torch.tensor(gen.logprobs)).abs().mean().item() < 1e-3
+    assert (expected - torch.tensor(gen.logprobs)).abs().max().item() < 1e-4  # every token, not on average
     assert tiny.tokenizer.decode(gen.completion_ids, skip_special_tokens=True).startswith(gen.text[:5])
 
 

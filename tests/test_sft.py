@@ -118,16 +118,15 @@ def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path, 
     import shlex
     import signal
 
-    from _jobs import Job
+    from _jobs import Job, held_at_step
     from envharness.integrations.trl.resume import latest_checkpoint
 
     out = tmp_path / "run"
-    # 12 steps: ~5 s of steps still to go when step 2 is seen, time enough to signal mid-run
     args = ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "4", "--steps", "12", "--batch-size", "1",
             "--save-steps", "100", "--threads", "1", "--out", str(out)]
-    job = Job(args, tmp_path, prewarmed=prewarmed)
+    job = Job(args, tmp_path, script=held_at_step(2), prewarmed=prewarmed)  # the run waits at step 2: the signal comes mid-run
     try:
-        job.wait_for_output("[sft] step 2/12", timeout_s=400)
+        job.wait_for_output("held at step 2", timeout_s=400)
         job.signal(signal.SIGTERM)
         assert job.wait() == 143
         last = job.output.strip().splitlines()[-1]

@@ -38,17 +38,43 @@ def test_eval_embedded_on_wordle_prints_its_table_and_report(tmp_path, capsys):
     assert summary["successes"] == sum(r["env_reward"] >= 1.0 for r in records)
 
 
+def stubborn_model_app(guess: str):
+    """An OpenAI-compatible model that always sends the same Wordle guess (it loses, finding some letters)."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def complete() -> dict:
+        call = {"id": "call_0", "type": "function", "function": {"name": "send", "arguments": json.dumps({"message": f"[{guess}]"})}}
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": "stubborn",
+                "choices": [{"index": 0, "finish_reason": "tool_calls",
+                             "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+    return app
+
+
 def test_eval_counts_a_partial_reward_as_a_loss_and_a_win_as_a_win(tmp_path, capsys):
-    out = tmp_path / "scripted"
-    code = cli_main(["eval", "--env", "textarena", "--model", "scripted", "--tasks", "Wordle-v0,GuessTheNumber-v0",
-                     "--episodes", "3", "--max-turns", "2", "--out", str(out), "--no-progress"])
-    assert code == 0, capsys.readouterr().err
-    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
-    # two moves rarely win either game; each unfinished or lost episode is a failure
-    for r in records:
-        assert r["verify_metrics"]["success"] == (r["env_reward"] >= 1.0)
-    stats = {t["task"]: t for t in json.loads((out / "summary.json").read_text())["tasks"]}
-    assert stats["all"]["successes"] == sum(r["env_reward"] >= 1.0 for r in records)
+    from _models_fixtures import serve
+
+    wins = tmp_path / "scripted"  # the scripted player solves every game with turns enough
+    assert cli_main(["eval", "--env", "textarena", "--model", "scripted", "--tasks", "Wordle-v0,GuessTheNumber-v0",
+                     "--episodes", "2", "--max-turns", "12", "--out", str(wins), "--no-progress"]) == 0, capsys.readouterr().err
+    losses = tmp_path / "stubborn"  # the same guess six times: a lost game, with credit for the letters it found
+    with serve(stubborn_model_app("crane")) as url:
+        assert cli_main(["eval", "--env", "textarena", "--model", f"openai:stubborn@{url}/v1", "--tasks", "Wordle-v0",
+                         "--episodes", "4", "--max-turns", "8", "--out", str(losses), "--no-progress"]) == 0, capsys.readouterr().err
+    won = [json.loads(line) for line in (wins / "episodes.jsonl").read_text().splitlines()]
+    lost = [json.loads(line) for line in (losses / "episodes.jsonl").read_text().splitlines()]
+    assert won and all(r["env_reward"] == 1.0 and r["verify_metrics"]["success"] for r in won)
+    partial = [r for r in lost if 0.0 < r["env_reward"] < 1.0]
+    assert partial, [r["env_reward"] for r in lost]  # the case this test is about happened
+    assert all(r["env_reward"] < 1.0 and not r["verify_metrics"]["success"] for r in lost)
+    for out, records in ((wins, won), (losses, lost)):
+        per_task = [t for t in json.loads((out / "summary.json").read_text())["tasks"] if t["task"] != "all"]
+        assert sum(t["successes"] for t in per_task) == sum(r["env_reward"] >= 1.0 for r in records)
+    assert sum(t["successes"] for t in per_task) == 0 and per_task[0]["episodes"] == 4 and per_task[0]["mean_reward"] > 0
 
 
 def test_one_grpo_step_on_wordle_masks_the_games_feedback(tmp_path, capsys):
