@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", default=None, metavar="MODULE:FUNCTION",
                         help="train your own agent (module.path:function or path/to/agent.py:function, written against "
                              "the openai and mcp SDKs) through the policy endpoint, instead of the harness's loop")
+    parser.add_argument("--agent-timeout", type=float, default=d.agent_timeout_s, metavar="S",
+                        help="with --agent: seconds one agent may take for its rollout; a late one is cancelled, its row "
+                             "masked, counted and named in the log (default %(default)s; 0: no limit)")
     # resuming (issue 17)
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in --out (records and curve continue)")
@@ -95,6 +98,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("--num-generations must be at least 2 (GRPO compares episodes within a group)")
     if args.threads is not None and args.threads < 1:
         raise ValueError("--threads must be at least 1")
+    if args.agent_timeout is not None and args.agent_timeout < 0:
+        raise ValueError("--agent-timeout must not be negative (0: no limit)")
     if args.minutes is not None and args.minutes <= 0:
         raise ValueError("--minutes must be positive")
     if args.temperature <= 0:
@@ -143,6 +148,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         vision_page_text=args.vision_page_text,
         resume=args.resume,
         agent=args.agent,
+        agent_timeout_s=args.agent_timeout or None,
     )
 
 

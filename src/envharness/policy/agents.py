@@ -70,6 +70,8 @@ class AgentResult:
     returned: Any = None
     error: str | None = None
     seconds: float = 0.0
+    #: It ran past its time limit (and was cancelled): masked and counted, never a reward of 0.
+    timed_out: bool = False
 
     @property
     def reward(self) -> float:
@@ -101,7 +103,7 @@ async def run_agent(agent: Callable[..., Any], *, policy: Any, env_url: str, tas
     rollout_id = uuid.uuid4().hex
     trace = policy.store.open(rollout_id, task=task, seed=seed)
     offered = {"base_url": policy.rollout_url(rollout_id), "mcp_url": f"{env_url.rstrip('/')}/mcp?rollout={rollout_id}",
-               "api_key": rollout_id, "model": policy.endpoint.model_name, "task": task, "seed": seed, "rollout_id": rollout_id, **(extra or {})}
+               "api_key": trace.api_key, "model": policy.endpoint.model_name, "task": task, "seed": seed, "rollout_id": rollout_id, **(extra or {})}
     kwargs = agent_kwargs(agent, offered)
     result = AgentResult(trace)
     started = time.perf_counter()
@@ -110,6 +112,8 @@ async def run_agent(agent: Callable[..., Any], *, policy: Any, env_url: str, tas
             result.returned = await asyncio.wait_for(agent(**kwargs), timeout_s)
         else:
             result.returned = await asyncio.wait_for(run_sync(agent, **kwargs), timeout_s)
+    except asyncio.TimeoutError:
+        result.error, result.timed_out = f"the agent did not finish within {timeout_s:g} s (its time limit)", True
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:

@@ -13,6 +13,7 @@ logprobs at the trainer's temperature, so the tokens must be sampled at it too.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from envharness.harness.model_step import BatchingModelStep
@@ -23,6 +24,7 @@ from envharness.models.images import message_text
 from envharness.policy import errors
 from envharness.policy.forks import continuation, fork_size
 from envharness.policy.images import backend_messages
+from envharness.policy.limits import PolicyLimits
 from envharness.policy.traces import RolloutTrace, TraceStore, Turn
 from envharness.policy.wire import ChatRequest, completion_body, tool_call_json
 
@@ -44,8 +46,10 @@ class PolicyEndpoint:
 
     def __init__(self, backend: ModelBackend, *, store: TraceStore | None = None, model_name: str | None = None,
                  context_length: int | None = None, sampling: dict[str, Any] | None = None,
-                 default_max_tokens: int = 256, tool_call_parser: ToolCallParser = parse_json_tool_calls) -> None:
+                 default_max_tokens: int = 256, tool_call_parser: ToolCallParser = parse_json_tool_calls,
+                 limits: PolicyLimits | None = None) -> None:
         self.store = store or TraceStore()
+        self.limits = limits or PolicyLimits()
         self.model_name = model_name or getattr(backend, "name", "policy")
         self.context_length = context_length or backend_context_length(backend)
         self.sampling = dict(sampling or {})
@@ -100,6 +104,8 @@ class PolicyEndpoint:
             raise errors.missing_rollout()
         request = ChatRequest.parse(body)
         trace = self.store.live(rollout_id)
+        trace.last_active = time.monotonic()
+        self.limits.check_calls(len(trace.turns), rollout_id)
         tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
         cont = continuation(trace, request.messages)
         start = len(cont.parent.messages) + 1 if cont.parent is not None else 0
@@ -115,6 +121,7 @@ class PolicyEndpoint:
         if self.context_length is not None and len(gen.prompt_ids) >= self.context_length:
             raise errors.context_exceeded(len(gen.prompt_ids), self.context_length)
         turn = self._record(trace, request, tools, cont.parent, gen, sampling)
+        trace.last_active = time.monotonic()
         return completion_body(
             request, completion_id=f"chatcmpl-{rollout_id}-{turn.index}", model=request.model or self.model_name,
             text=gen.text, tool_calls=turn.tool_calls, finish_reason=gen.finish_reason, prompt_ids=turn.prompt_ids,

@@ -32,9 +32,23 @@ def unknown_rollout(rollout_id: str) -> PolicyError:
                        param="rollout_id")
 
 
-def ended_rollout(rollout_id: str) -> PolicyError:
-    return PolicyError(409, f"rollout {rollout_id!r} has ended; no more model calls are recorded for it", "rollout_ended",
+def ended_rollout(rollout_id: str, reason: str = "") -> PolicyError:
+    why = f" ({reason})" if reason else ""
+    return PolicyError(409, f"rollout {rollout_id!r} has ended{why}; no more model calls are recorded for it", "rollout_ended",
                        param="rollout_id")
+
+
+def unauthorized(message: str = "a valid bearer token is required (Authorization: Bearer TOKEN)") -> PolicyError:
+    return PolicyError(401, message, "invalid_api_key", type="authentication_error")
+
+
+def too_large(size: int, limit: int) -> PolicyError:
+    return PolicyError(413, f"the request has {size} bytes; this endpoint takes at most {limit}", "request_too_large")
+
+
+def call_limit(rollout_id: str, limit: int) -> PolicyError:
+    return PolicyError(400, f"rollout {rollout_id!r} made its {limit} model calls, the most one rollout may make; "
+                            "end it and open another", "rollout_call_limit", param="rollout_id")
 
 
 def missing_rollout() -> PolicyError:

@@ -11,6 +11,7 @@ the lock. Ended rollouts are kept until taken, at most `keep_ended` of them.
 from __future__ import annotations
 
 import re
+import secrets
 import threading
 import time
 import uuid
@@ -67,6 +68,12 @@ class RolloutTrace:
     turns: list[Turn] = field(default_factory=list)
     created: float = field(default_factory=time.time)
     ended: bool = False
+    #: The key an agent of this rollout sends (`api_key`): its id, or a secret when the endpoint has a token.
+    api_key: str = ""
+    #: When a call last arrived (or the rollout opened), for reaping idle rollouts.
+    last_active: float = field(default_factory=time.monotonic)
+    #: Why it ended, when the endpoint ended it (idle timeout).
+    end_reason: str = ""
     #: Decoded `image_url`s of this rollout, by URL (`images.py`).
     image_cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -102,9 +109,12 @@ class TraceStore:
         self._lock = threading.Lock()
         self._live: dict[str, RolloutTrace] = {}
         self._ended: OrderedDict[str, RolloutTrace] = OrderedDict()
+        self._by_key: dict[str, str] = {}  # secret api key -> live rollout id
 
-    def open(self, rollout_id: str | None = None, /, **metadata: Any) -> RolloutTrace:
-        """Start recording a rollout (a fresh id unless one is given; an id is never reused)."""
+    def open(self, rollout_id: str | None = None, /, *, secret_key: bool = False, **metadata: Any) -> RolloutTrace:
+        """Start recording a rollout (a fresh id unless one is given; an id is never reused).
+        `secret_key`: its agent's `api_key` is a secret of its own (an endpoint with a token),
+        not its id."""
         rollout_id = rollout_id or uuid.uuid4().hex
         if not ROLLOUT_ID.fullmatch(rollout_id):
             raise ValueError(f"rollout id {rollout_id!r}: use 1-128 of A-Z a-z 0-9 _ . - (it goes in URLs)")
@@ -112,7 +122,22 @@ class TraceStore:
             if rollout_id in self._live or rollout_id in self._ended:
                 raise ValueError(f"rollout id {rollout_id!r} is already in use")
             trace = self._live[rollout_id] = RolloutTrace(rollout_id, dict(metadata))
+            trace.api_key = secrets.token_urlsafe(24) if secret_key else rollout_id
+            if secret_key:
+                self._by_key[trace.api_key] = rollout_id
         return trace
+
+    def rollout_of_key(self, api_key: str) -> str | None:
+        """The rollout (live, or ended and still kept) a secret `api_key` belongs to."""
+        return self._by_key.get(api_key)
+
+    def reap_idle(self, idle_s: float) -> list[str]:
+        """End the rollouts no call reached for `idle_s` seconds (an agent that went away)."""
+        now = time.monotonic()
+        idle = [r for r, t in list(self._live.items()) if now - t.last_active > idle_s]
+        for rollout_id in idle:
+            self.end(rollout_id, reason=f"no call for {idle_s:.0f} s: ended as idle")
+        return idle
 
     @property
     def open_count(self) -> int:
@@ -125,7 +150,7 @@ class TraceStore:
         if trace is not None:
             return trace
         if rollout_id in self._ended:
-            raise ended_rollout(rollout_id)
+            raise ended_rollout(rollout_id, self._ended[rollout_id].end_reason)
         raise unknown_rollout(rollout_id)
 
     def get(self, rollout_id: str) -> RolloutTrace:
@@ -134,20 +159,23 @@ class TraceStore:
             raise unknown_rollout(rollout_id)
         return trace
 
-    def end(self, rollout_id: str) -> RolloutTrace:
+    def end(self, rollout_id: str, reason: str = "") -> RolloutTrace:
         """Stop recording: later calls for this id are refused (`rollout_ended`)."""
         with self._lock:
             trace = self._live.pop(rollout_id, None)
             if trace is None:
                 return self.get(rollout_id)
-            trace.ended = True
+            trace.ended, trace.end_reason = True, reason
             self._ended[rollout_id] = trace
             while len(self._ended) > self.keep_ended:
-                self._ended.popitem(last=False)
+                _, old = self._ended.popitem(last=False)
+                self._by_key.pop(old.api_key, None)
         return trace
 
     def discard(self, rollout_id: str) -> None:
         """Forget an ended rollout once its trace is taken (a live one is ended first)."""
         self.end(rollout_id)
         with self._lock:
-            self._ended.pop(rollout_id, None)
+            trace = self._ended.pop(rollout_id, None)
+            if trace is not None:
+                self._by_key.pop(trace.api_key, None)

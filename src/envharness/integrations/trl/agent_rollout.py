@@ -32,6 +32,8 @@ from envharness.policy.samples import trace_sample
 from envharness.policy.server import PolicyServer
 
 log = logging.getLogger(__name__)
+#: How long one agent may take for its rollout before it is cancelled (train --agent-timeout).
+DEFAULT_AGENT_TIMEOUT_S = 600.0
 
 
 def agent_episode(result: AgentResult) -> HarnessRolloutResult:
@@ -42,7 +44,7 @@ def agent_episode(result: AgentResult) -> HarnessRolloutResult:
     success = reward > 0.0
     metrics = {**sample.metrics, "success": success, "done": bool(outcome.get("done")),
                "tool_calls": int(outcome.get("tool_calls") or 0), "tool_errors": int(outcome.get("tool_errors") or 0),
-               "agent_seconds": round(result.seconds, 3)}
+               "agent_seconds": round(result.seconds, 3), "agent_timeout": result.timed_out}
     last = result.trace.turns[-1] if result.trace.turns else None
     messages = [*last.messages, {"role": "assistant", "content": last.text}] if last is not None else []
     return HarnessRolloutResult(
@@ -61,14 +63,16 @@ def build_agent_rollout_func(
     env_url: str,
     env_token: str | None = None,
     max_concurrency: int | None = None,
-    timeout_s: float | None = None,
+    timeout_s: float | None = DEFAULT_AGENT_TIMEOUT_S,
     records: str | Path | EpisodeRecordWriter | None = None,
     backend_factory: Callable[[Any], Any] = trainer_backend,
     train_on_failed: bool = False,
     agent_kwargs: dict[str, Any] | None = None,
 ) -> RolloutFunc:
     """A TRL 1.16 `rollout_func(prompts, trainer)` running one copy of `agent` per prompt
-    (`agent_kwargs`: more arguments offered to it, e.g. `max_turns`)."""
+    (`agent_kwargs`: more arguments offered to it, e.g. `max_turns`). An agent still running
+    after `timeout_s` is cancelled; its row is masked, counted (`agent_timeouts`) and named in
+    the log, so one hung agent never holds the GRPO step nor scores a reward."""
     writer = EpisodeRecordWriter(records) if isinstance(records, (str, Path)) else records
     servers: list[PolicyServer] = []
 
@@ -105,10 +109,12 @@ def build_agent_rollout_func(
         out = rollout_outputs(episodes, trainer, train_on_failed=train_on_failed)
         out["step_rewards"] = [list(r.outcome.get("step_rewards") or []) for r in results]
         out["success"] = [bool(e.verify.metrics["success"]) for e in episodes]
-        rollout_func.last_metrics = {**rollout_metrics(episodes), "forks": sum(r.trace.forks for r in results)}  # type: ignore[attr-defined]
+        rollout_func.last_metrics = {**rollout_metrics(episodes), "forks": sum(r.trace.forks for r in results),  # type: ignore[attr-defined]
+                                     "agent_timeouts": sum(r.timed_out for r in results)}
         for r in results:
             if r.error:
-                log.warning("agent rollout %s failed: %s", r.trace.rollout_id, r.error)
+                log.warning("agent rollout %s (task %s, seed %s) failed: %s", r.trace.rollout_id, r.trace.metadata.get("task"),
+                            r.trace.metadata.get("seed"), r.error)
         return out
 
     def close() -> None:

@@ -56,6 +56,10 @@ def group_stats(prompts: list[Any], out: dict[str, list[Any]]) -> dict[str, Any]
     }
     if model_logprobs:
         stats["sampled_nll"] = -sum(model_logprobs) / len(model_logprobs)
+    timed_out = [i for i, flag in enumerate(out.get("timed_out") or []) if flag]
+    if timed_out:  # agents cancelled at their time limit: masked rows, named here
+        stats["episodes/agent_timeouts"] = len(timed_out)
+        stats["episodes/agent_timeout_rows"] = [" ".join(map(str, parse_task_prompt(prompts[i]))) for i in timed_out]
     return stats
 
 
@@ -82,6 +86,8 @@ class GroupStats:
             self.out.setdefault("error", []).extend(out.get("error") or [None] * n)
             self.out.setdefault("logprobs", []).extend(out.get("logprobs") or [])
             self.out.setdefault("env_mask", []).extend(out.get("env_mask") or [])
+            metrics = out.get("verify_metrics") or [{}] * n
+            self.out.setdefault("timed_out", []).extend(bool(m.get("agent_timeout")) for m in metrics)
             return out
 
         observed.records = getattr(rollout_func, "records", None)  # type: ignore[attr-defined]

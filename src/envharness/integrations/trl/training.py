@@ -80,6 +80,9 @@ class TrainConfig:
     #: An agent that owns its loop (`module:function` or `path/to/agent.py:function`, issue 24):
     #: trained through the policy endpoint instead of the harness's own loop.
     agent: str | None = None
+    #: Seconds one agent may take for its rollout; past it, it is cancelled and its row masked,
+    #: counted and named in the log (never a reward of 0). None: no limit.
+    agent_timeout_s: float | None = 600.0
     # -- vision policies (integrations/trl/vision.py) --
     #: Longest side of the screenshots shown to a vision model, in pixels.
     screenshot_max_side: int | None = 448
@@ -395,7 +398,7 @@ def train(
 
             rollout_func = build_agent_rollout_func(
                 load_agent(config.agent), env_url=make_client, backend_factory=timer.backend_factory,
-                agent_kwargs={"max_turns": config.max_turns},
+                agent_kwargs={"max_turns": config.max_turns}, timeout_s=config.agent_timeout_s,
                 records=EpisodeRecordWriter(records_path, append=checkpoint is not None))
         elif is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
