@@ -1,8 +1,10 @@
 """Per-task numbers of an eval run: success rate with its Wilson 95% interval, reward, steps,
 tokens, time. Computed from the run's episode records (plain dicts, as read from JSONL).
 
-An episode succeeded when its session's `verify` says so (``metrics["success"]``), or else when
-the environment's reward is positive (MiniWoB: 1.0 on success).
+An episode succeeded when its session's `verify` says so (``metrics["success"]``: MiniWoB's raw
+reward reaching the task's full score; TextArena's reward reaching 1), or else when the
+environment's reward is positive. Episodes that earned part of a score are counted apart
+(`partial_credit`; BrowserGym counts them as successes).
 Episodes that crashed (`error` set: a model that raised, a timeout) count as failures,
 and are also counted apart so a broken run is not mistaken for a weak model. Episodes lost
 to the infrastructure (their server died or was taken out: `metrics.infra_failure`) are not
@@ -71,6 +73,9 @@ class TaskStats:
     errors: int
     #: Episodes lost to a dead or removed server: not scored, not in `episodes`.
     infra_failures: int = 0
+    #: Episodes that earned part of the task's score (MiniWoB: 0 < raw reward < 1): failures
+    #: here, successes by BrowserGym's count (reward = raw reward > 0).
+    partial_credit: int = 0
 
     @property
     def success_rate(self) -> float:
@@ -96,6 +101,7 @@ def task_stats(task: str, records: list[dict[str, Any]]) -> TaskStats:
         mean_seconds=avg([episode_seconds(r) for r in records]),
         errors=sum(1 for r in records if r.get("error")),
         infra_failures=lost,
+        partial_credit=sum(1 for r in records if (r.get("verify_metrics") or {}).get("partial_credit")),
     )
 
 
@@ -114,7 +120,9 @@ def summarize(records: Iterable[dict[str, Any]], tasks: list[str] | None = None)
 def format_table(rows: list[TaskStats]) -> str:
     """A fixed-width table for the terminal."""
     infra = any(r.infra_failures for r in rows)  # the column appears only when a server was lost
-    header = ("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors") + (("infra",) if infra else ())
+    partial = any(r.partial_credit for r in rows)  # and this one when an episode earned part of a score
+    header = (("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors")
+              + (("partial",) if partial else ()) + (("infra",) if infra else ()))
     lines = [header]
     for r in rows:
         lines.append(
@@ -129,6 +137,7 @@ def format_table(rows: list[TaskStats]) -> str:
                 f"{r.mean_seconds:.1f}s",
                 str(r.errors),
             )
+            + ((str(r.partial_credit),) if partial else ())
             + ((str(r.infra_failures),) if infra else ())
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

@@ -167,18 +167,35 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
 
 
 def _verify(transcript: list[Message], final_state: Any, last_result: Any, state: Any) -> VerifyResult:
-    """Forward the latest result's reward (the last step's, or the reset's before any); metrics from the env's state."""
+    """Forward the latest result's reward (the last step's, or the reset's before any); metrics from the env's state.
+
+    The reward is BrowserGym's (MiniWoB: 1.0 when the task's raw reward is above 0). Success is
+    stricter: the raw reward reaching the task's full score (1). A partial answer (find-greatest's
+    wrong card: raw 0.1, BrowserGym's reward 1.0) is `partial_credit`, not a success."""
     reward = None if last_result is None else last_result.reward
+    metrics = {
+        "step_count": _field(state, "step_count") or 0,
+        "task_name": _field(state, "task_name") or _field(state, "task") or "",
+        "cum_reward": _field(state, "cum_reward") if _field(state, "cum_reward") is not None else (reward or 0.0),
+    }
+    raw = raw_reward(last_result)
+    if raw is not None:
+        metrics.update(raw_reward=raw, success=raw >= 1.0, partial_credit=0.0 < raw < 1.0)
     return VerifyResult(
         env_reward=reward,
         done=False if last_result is None else bool(last_result.done),
-        metrics={
-            "step_count": _field(state, "step_count") or 0,
-            "task_name": _field(state, "task_name") or _field(state, "task") or "",
-            "cum_reward": _field(state, "cum_reward") if _field(state, "cum_reward") is not None else (reward or 0.0),
-        },
+        metrics=metrics,
         artifacts={"final_state": to_plain(state), "final_rollout": final_state, "transcript_length": len(transcript)},
     )
+
+
+def raw_reward(result: Any) -> float | None:
+    """MiniWoB's raw reward (`RAW_REWARD_GLOBAL`) from an observation's task info; None where
+    the task reports none (web tasks)."""
+    metadata = _field(getattr(result, "observation", None), "metadata") or {}
+    info = (metadata.get("browsergym_info") or {}).get("task_info") or {}
+    value = info.get("RAW_REWARD_GLOBAL")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 __all__ = [
