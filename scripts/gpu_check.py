@@ -60,18 +60,14 @@ def log(msg: str) -> None:
 def build_model(out: Path, cuda: bool) -> Path:
     """A random Qwen2 model directory (bf16 weights) with a BPE tokenizer trained on Wordle-like text."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from envharness.models.tiny_vlm import build_tokenizer
 
     rng = random.Random(0)
     words = ["".join(rng.choice("etaoinshrdlcumwfgypbvk") for _ in range(5)) for _ in range(3000)]
     lines = [WORDLE] * 50 + [f"[{w}]\n{' '.join(w.upper())}\n{' '.join(rng.choice('GYX') for _ in range(5))}" for w in words]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=8192, special_tokens=SPECIALS, show_progress=False,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer = build_tokenizer(SPECIALS, corpus=lines, vocab_size=8192)
     tokenizer.chat_template = CHATML
     ids = {s: tokenizer.convert_tokens_to_ids(s) for s in SPECIALS}
     shape = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2) \

@@ -132,43 +132,55 @@ class ServerProcess:
     ends (`_terminate`), as the fleet's `WatchedServer` does.
     """
 
+    #: The line the child prints once it listens; its group is the URL (`base_url`).
+    listening = _LISTENING
+
     def __init__(self, name: str, *, host: str = "127.0.0.1", token: str | None = None,
                  options: dict[str, Any] | None = None, server_args: list[str] | None = None,
                  startup_timeout_s: float = 60.0, env_vars: dict[str, str] | None = None,
                  cancel: threading.Event | None = None) -> None:
-        from envharness.core.lifecycle import spawn
-
-        command = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())",
-                   "serve", name, "--host", host, "--port", "0", *self._parent_death_args(), *(server_args or [])]
+        command = ["serve", name, "--host", host, "--port", "0", *self._parent_death_args(), *(server_args or [])]
         for key, value in (options or {}).items():
             command += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         env = {**os.environ, **{k: str(v) for k, v in (env_vars or {}).items()}}  # e.g. OpenEnv's BROWSERGYM_* settings
         env.pop(TOKEN_ENV_VAR, None)
         if token:
             env[TOKEN_ENV_VAR] = token  # not on the command line, where `ps` shows it
+        self.token = token
+        self._launch(command, env, f"envharness serve {name}", startup_timeout_s, cancel or threading.Event())
+
+    def _launch(self, cli_args: list[str], env: dict[str, str], what: str, startup_timeout_s: float,
+                cancel: threading.Event) -> None:
+        """Start `envharness CLI_ARGS`, read its output, wait for its URL line, then for `_wait_ready`."""
+        from envharness.core.lifecycle import spawn
+
+        command = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())", *cli_args]
         self.output: collections.deque[str] = collections.deque(maxlen=40)
         self._url_seen = threading.Event()
         self.base_url = ""
-        cancel = cancel or threading.Event()
         self.process = spawn(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              text=True, env=env, **self._popen_options())
         _LIVE.add(self)
-        threading.Thread(target=self._read_output, name=f"envharness-serve-{name}-output", daemon=True).start()
+        threading.Thread(target=self._read_output, name=f"{what.replace(' ', '-')}-output", daemon=True).start()
         try:
             deadline = time.monotonic() + startup_timeout_s
             while not self._url_seen.wait(0.1) and time.monotonic() < deadline and not cancel.is_set():
                 pass
             if cancel.is_set():
-                raise LaunchError(f"`envharness serve {name}` start was cancelled")
+                raise LaunchError(f"`{what}` start was cancelled")
             if not self.base_url:
-                raise LaunchError(f"`envharness serve {name}` did not start: {self._tail()}")
-            wait_for_health(self.base_url, token=token, timeout_s=startup_timeout_s,
-                            alive=lambda: self.process.poll() is None and not cancel.is_set())
+                raise LaunchError(f"`{what}` did not start: {self._tail()}")
+            self._wait_ready(startup_timeout_s, cancel)
             if cancel.is_set():
-                raise LaunchError(f"`envharness serve {name}` start was cancelled")
+                raise LaunchError(f"`{what}` start was cancelled")
         except BaseException:
             self.stop()
             raise
+
+    def _wait_ready(self, timeout_s: float, cancel: threading.Event) -> None:
+        """A server is ready when its `/health` answers."""
+        wait_for_health(self.base_url, token=self.token, timeout_s=timeout_s,
+                        alive=lambda: self.process.poll() is None and not cancel.is_set())
 
     def _parent_death_args(self) -> list[str]:
         """`serve` flags that stop the child gracefully once this process is gone."""
@@ -182,7 +194,7 @@ class ServerProcess:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.output.append(line.rstrip())
-            match = _LISTENING.search(line)
+            match = self.listening.search(line)
             if match and not self.base_url:
                 self.base_url = match.group(1)
                 self._url_seen.set()

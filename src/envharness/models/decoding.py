@@ -68,11 +68,6 @@ def decode_batch_step(rows: list[DecodingRow], logits: torch.Tensor, tokenizer: 
     return next_ids
 
 
-def decode_step(row: DecodingRow, logits: torch.Tensor, tokenizer: Any, eos: set[int], pad_id: int) -> int:
-    """One row's step (`decode_batch_step` of a batch of one); returns the id to feed next."""
-    return int(decode_batch_step([row], logits[None], tokenizer, eos, pad_id)[0])
-
-
 def _record(row: DecodingRow, token: int, logprob: float, tokenizer: Any, eos: set[int]) -> None:
     """Append a sampled token and decide whether the row is finished."""
     p = row.params

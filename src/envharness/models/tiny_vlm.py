@@ -42,8 +42,9 @@ _CORPUS = [
 ] * 4
 
 
-def build_tokenizer(specials: list[str] | None = None) -> Any:
-    """A fast byte-level BPE tokenizer (a few hundred tokens) with the given special tokens."""
+def build_tokenizer(specials: list[str] | None = None, corpus: list[str] | None = None, vocab_size: int = 400) -> Any:
+    """A fast byte-level BPE tokenizer (a few hundred tokens by default) with the given special
+    tokens, trained on `corpus` (default: a few lines of web-agent text)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -52,9 +53,9 @@ def build_tokenizer(specials: list[str] | None = None) -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    tok.train_from_iterator(_CORPUS, trainer)
+    tok.train_from_iterator(corpus or _CORPUS, trainer)
     eos = "<|im_end|>" if "<|im_end|>" in specials else "<end_of_utterance>"
     pad = "<|endoftext|>" if "<|endoftext|>" in specials else eos
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=pad)

@@ -12,24 +12,21 @@ guards every request of its contexts itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from envharness.core.launchers import ServerProcess
+from envharness.core.lifecycle import set_parent_death_signal, spawn
 from envharness.envs.browsergym.engine import ENGINE_MARKER, BrowserEngine
-
-#: The line `envharness browser` prints once its browser listens.
-_LISTENING = re.compile(r"listening on (cdp://\S+)")
-
 
 async def serve_browser_node(port: int, host: str, *, allowed_hosts: Iterable[str] = (),
                              ready: Callable[[str], None] = print, stop: asyncio.Event | None = None) -> int:
@@ -39,8 +36,8 @@ async def serve_browser_node(port: int, host: str, *, allowed_hosts: Iterable[st
     profile = tempfile.mkdtemp(prefix="envharness-browser-")
     command = [*await engine_command(allowed_hosts), f"--user-data-dir={profile}",
                f"--remote-debugging-port={port}", f"--remote-debugging-address={host}"]
-    chromium = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent)
+    chromium = spawn(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     preexec_fn=functools.partial(set_parent_death_signal, signal.SIGKILL))  # it dies with the node
     try:
         await asyncio.to_thread(_wait_port, host, port, 30.0, chromium)
         ready(f"cdp://{f'[{host}]' if ':' in host else host}:{port}")
@@ -78,62 +75,45 @@ async def engine_command(allowed_hosts: Iterable[str] = ()) -> list[str]:
     return [a for a in argv if not a.startswith(dropped)] + ["--envharness-node"]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    import ctypes
+class BrowserNode(ServerProcess):
+    """`envharness browser` as a child process (tests, benchmarks): started, read and stopped
+    as `ServerProcess` starts servers; its own process group, so `kill()` takes its host down."""
 
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the node's Chromium dies with it
+    listening = re.compile(r"listening on (cdp://\S+)")
 
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", *, allowed_hosts: Iterable[str] = (),
+                 startup_timeout_s: float = 60.0) -> None:
+        args = ["browser", "--port", str(port), "--host", host, "--allowed-hosts", ",".join(allowed_hosts),
+                *self._parent_death_args()]
+        self._launch(args, dict(os.environ), "envharness browser", startup_timeout_s, threading.Event())
 
-@dataclass
-class BrowserNode:
-    """A node running as a child process (`envharness browser`), for tests and benchmarks."""
+    @property
+    def address(self) -> str:
+        """cdp://HOST:PORT"""
+        return self.base_url
 
-    process: subprocess.Popen
-    address: str  # cdp://HOST:PORT
+    def _popen_options(self) -> dict:
+        return {"start_new_session": True}
+
+    def _wait_ready(self, timeout_s: float, cancel: threading.Event) -> None:
+        """Nothing to wait for: the node prints its address once Chromium's port accepts connections."""
 
     def kill(self) -> None:
-        """The node's host dies: the node, its Playwright driver and its Chromium, at once."""
+        """The node's host dies: the node and its Chromium, at once."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except OSError:
             pass
         self.process.wait()
 
-    def stop(self, timeout_s: float = 20.0) -> int | None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
+    def stop(self, timeout_s: float = 20.0) -> None:
+        super().stop(timeout_s)
         self.kill()  # whatever is left of its process group
-        return self.process.returncode
 
 
-def start_browser_node(port: int = 0, host: str = "127.0.0.1", *, allowed_hosts: Iterable[str] = (),
-                       start_timeout_s: float = 60.0) -> BrowserNode:
-    """`envharness browser` in a child process (its own process group); returns once it listens."""
-    command = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())", "browser",
-               "--port", str(port), "--host", host, "--allowed-hosts", ",".join(allowed_hosts)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    found: list[str] = []
-    done = threading.Event()
-
-    def read() -> None:
-        for line in process.stdout:  # drained to the end, so the node never blocks on a full pipe
-            match = _LISTENING.search(line)
-            if match and not found:
-                found.append(match.group(1))
-                done.set()
-        done.set()
-
-    threading.Thread(target=read, name="browser-node-stdout", daemon=True).start()
-    done.wait(start_timeout_s)
-    if not found:
-        node = BrowserNode(process, "")
-        node.kill()
-        raise RuntimeError(f"the browser node did not start within {start_timeout_s:.0f} s: {process.stderr.read()[-1000:]}")
-    return BrowserNode(process, found[0])
+def start_browser_node(port: int = 0, host: str = "127.0.0.1", *, allowed_hosts: Iterable[str] = ()) -> BrowserNode:
+    """A browser node in a child process; returns once it listens."""
+    return BrowserNode(port, host, allowed_hosts=allowed_hosts)
 
 
 def _free_port(host: str) -> int:

@@ -148,10 +148,6 @@ class RemoteBrowsers:
         """The browsers new contexts may go to, as last listed."""
         return list(self._listed)
 
-    def load(self) -> dict[str, int]:
-        """Open contexts per browser address (0 for browsers not connected)."""
-        return {a: (r.load if r.connected else 0) for a, r in self._remotes.items()}
-
     # -- the BrowserEngine interface -----------------------------------------------------------
     async def start(self) -> None:
         (await self._pick()).pending -= 1
