@@ -98,6 +98,9 @@ def test_one_grpo_step_on_wordle_masks_the_games_feedback(tmp_path, capsys):
     assert two_turns, [r.tool_calls for r in records]
     for r in two_turns:
         assert r.tokens["env"] > 0 and 0 < r.tokens["model"] <= 12 and r.tokens["completion"] == r.tokens["model"] + r.tokens["env"]
+    capsys.readouterr()  # the training run replays: the same game and moves give the same feedback
+    assert cli_main(["replay", str(out)]) == 0
+    assert "2/2 episodes identical, 0 different, 0 skipped (textarena, train run)" in capsys.readouterr().out
 
 
 def test_eval_over_two_servers_plays_every_game(tmp_path, capsys):

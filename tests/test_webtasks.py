@@ -124,6 +124,9 @@ def test_one_grpo_step_trains_on_a_web_task(tmp_path, capsys):
     records = read_records(out / "episodes.jsonl")
     assert len(records) == 2 and all(r.task == "tick-boxes" and r.error is None for r in records)
     assert json.loads((out / "train_config.json").read_text())["env_options"] == {"tasks": TASKS}
+    capsys.readouterr()  # replayed on a server started as train's was (its train_server_options and the tasks)
+    assert cli_main(["replay", str(out)]) == 0
+    assert "2/2 episodes identical, 0 different, 0 skipped (browsergym, train run)" in capsys.readouterr().out
 
 
 # -- bad input: clear errors, the session goes on, the server lives ----------------------------------

@@ -155,18 +155,7 @@ class MCPHarnessAdapter(HarnessAdapter):
         return stop_reason
 
     async def _call_tool(self, session: Any, tools_by_name: dict[str, Any], call: ToolCall) -> ToolResult:
-        tool = tools_by_name.get(call.name)
-        if tool is None:
-            known = ", ".join(tools_by_name) or "none"
-            return ToolResult(error=f"unknown tool {call.name!r}; available tools: {known}", metadata={"error_type": "unknown_tool"})
-        problem = validate_arguments(tool, call.args)
-        if problem is not None:
-            return ToolResult(error=f"bad arguments for {call.name}: {problem}", metadata={"error_type": "invalid_arguments"})
-        try:
-            return await call_session(session, "call_tool", call.name, dict(call.args))
-        except TOOL_ERRORS as exc:
-            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            return ToolResult(error=f"{call.name} failed: {message}", metadata={"error_type": type(exc).__name__})
+        return await call_tool_checked(session, tools_by_name, call.name, call.args)
 
     @staticmethod
     def _record_tool(
@@ -188,3 +177,20 @@ class MCPHarnessAdapter(HarnessAdapter):
             )
         )
         messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": tool_message_content(tool_result)})
+
+
+async def call_tool_checked(session: Any, tools_by_name: dict[str, Any], name: str, arguments: dict[str, Any]) -> ToolResult:
+    """One tool call as an episode makes it: an unknown tool or bad arguments come back as the
+    model's error without reaching the session, and so does a tool's own failure."""
+    tool = tools_by_name.get(name)
+    if tool is None:
+        known = ", ".join(tools_by_name) or "none"
+        return ToolResult(error=f"unknown tool {name!r}; available tools: {known}", metadata={"error_type": "unknown_tool"})
+    problem = validate_arguments(tool, arguments)
+    if problem is not None:
+        return ToolResult(error=f"bad arguments for {name}: {problem}", metadata={"error_type": "invalid_arguments"})
+    try:
+        return await call_session(session, "call_tool", name, dict(arguments))
+    except TOOL_ERRORS as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        return ToolResult(error=f"{name} failed: {message}", metadata={"error_type": type(exc).__name__})

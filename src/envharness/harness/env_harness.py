@@ -97,6 +97,9 @@ class EnvHarness:
     #: Server options -> the harness for a server started with them (the browser's ``tasks=``
     #: changes its task list and scripted solutions); None: options change nothing here.
     configure: Callable[[Mapping[str, Any]], "EnvHarness"] | None = None
+    #: Why the same task, seed and actions may not give the same episode (live websites);
+    #: `envharness replay` says so before it compares. None: they must.
+    replay_caveat: str | None = None
 
     def for_options(self, options: Mapping[str, Any] | None) -> "EnvHarness":
         """This harness as it plays a server started with `options` (eval's and train's

@@ -45,6 +45,9 @@ class EpisodeRecord:
     tokens: dict[str, int] = field(default_factory=dict)
     #: Exact sequences (prompt_ids, completion_ids, logprobs, env_mask) when asked for.
     token_ids: dict[str, list] | None = None
+    #: A fingerprint of each observation the environment returned (the reset's first, then one
+    #: per step that reached it): what `envharness replay` compares. None: not recorded.
+    observation_digests: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +83,11 @@ def _tool_calls(result: HarnessRolloutResult) -> list[dict[str, Any]]:
     return calls
 
 
+def _observation_digests(result: HarnessRolloutResult) -> list[str] | None:
+    digests = result.verify.artifacts.get("observation_digests") if result.verify is not None else None
+    return [str(d) for d in digests] if isinstance(digests, list) else None
+
+
 def record_from_result(result: HarnessRolloutResult, *, include_tokens: bool = False) -> EpisodeRecord:
     """The record of one finished episode."""
     calls = _tool_calls(result)
@@ -98,6 +106,7 @@ def record_from_result(result: HarnessRolloutResult, *, include_tokens: bool = F
         verify_metrics=_jsonable(result.verify.metrics) if result.verify is not None else {},
         timings=dict(result.timings),
         tokens=token_counts,
+        observation_digests=_observation_digests(result),
         token_ids=(
             {"prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids, "logprobs": result.logprobs, "env_mask": result.env_mask}
             if include_tokens

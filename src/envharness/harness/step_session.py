@@ -12,7 +12,9 @@ factories (BrowserGym's) are written once.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 from typing import Any, Callable
 
 from envharness.harness.session import ResourceSession
@@ -26,6 +28,17 @@ VerifyBuilder = Callable[[list[Message], Any, Any, Any], VerifyResult]
 def to_plain(value: Any) -> Any:
     """Pydantic models (states, observations) as plain data for metrics and records."""
     return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+ObservationView = Callable[[Any], Any]
+
+
+def observation_digest(observation: Any, view: ObservationView | None = None) -> str:
+    """A short fingerprint of what an observation shows, for replay: `view` picks the part that
+    the same task, seed and actions must reproduce (None: the whole observation)."""
+    shown = view(observation) if view is not None else to_plain(observation)
+    text = json.dumps(shown, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def default_tool_result(name: str, arguments: dict[str, Any], result: Any, state: Any) -> ToolResult:
@@ -76,6 +89,7 @@ class StepEnvSessionAdapter(ResourceSession):
         tool_result_builder: ToolResultBuilder | None = None,
         verify_builder: VerifyBuilder | None = None,
         reset_kwargs: dict[str, Any] | None = None,
+        observation_view: ObservationView | None = None,
     ):
         self._client = client
         self._is_async = inspect.iscoroutinefunction(getattr(client, "reset", None))
@@ -98,9 +112,13 @@ class StepEnvSessionAdapter(ResourceSession):
         self._last_result: Any = None
         self._last_state: Any = None
         self._closed = False
+        self._observation_view = observation_view
+        #: One fingerprint per observation (the reset's, then each step's): `verify` hands them
+        #: to the episode's record, and `envharness replay` compares them.
+        self.observation_digests: list[str] = []
         if not self._is_async:
             try:
-                self._initial_result = client.reset(**self._reset_payload)
+                self._initial_result = self._observed(client.reset(**self._reset_payload))
                 self._last_state = self._read_state()
             except Exception:
                 self.close()
@@ -123,6 +141,10 @@ class StepEnvSessionAdapter(ResourceSession):
         state = getattr(self._client, "state", None)
         return state() if callable(state) else None
 
+    def _observed(self, result: Any) -> Any:
+        self.observation_digests.append(observation_digest(getattr(result, "observation", None), self._observation_view))
+        return result
+
     def _action_for(self, name: str, arguments: dict[str, Any]) -> Any:
         if name in RESERVED_TOOL_NAMES:
             raise KeyError(f"Reserved orchestration tool: {name}")
@@ -140,7 +162,7 @@ class StepEnvSessionAdapter(ResourceSession):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         self._require_sync()
         action = self._action_for(name, arguments)
-        self._last_result = self._client.step(action)
+        self._last_result = self._observed(self._client.step(action))
         self._last_state = self._read_state()
         return self._tool_result_builder(name, dict(arguments), self._last_result, self._last_state)
 
@@ -149,7 +171,9 @@ class StepEnvSessionAdapter(ResourceSession):
         reached the environment (every call named an unknown tool, say), so such an episode
         scores the reward the environment gives its first page, not a missing one."""
         latest = self._last_result if self._last_result is not None else self._initial_result
-        return self._verify_builder(list(transcript), final_state, latest, self._last_state)
+        verdict = self._verify_builder(list(transcript), final_state, latest, self._last_state)
+        verdict.artifacts.setdefault("observation_digests", list(self.observation_digests))
+        return verdict
 
     def close(self) -> None:
         if self._closed:
@@ -165,7 +189,7 @@ class StepEnvSessionAdapter(ResourceSession):
 
     async def _ensure_reset(self) -> None:
         if self._initial_result is None:
-            self._initial_result = await self._client.reset(**self._reset_payload)
+            self._initial_result = self._observed(await self._client.reset(**self._reset_payload))
             self._last_state = await self._read_state_async()
 
     async def initial_messages_async(self) -> list[Message]:
@@ -182,7 +206,7 @@ class StepEnvSessionAdapter(ResourceSession):
             return await super().call_tool_async(name, arguments)
         await self._ensure_reset()
         action = self._action_for(name, arguments)
-        self._last_result = await self._client.step(action)
+        self._last_result = self._observed(await self._client.step(action))
         self._last_state = await self._read_state_async()
         return self._tool_result_builder(name, dict(arguments), self._last_result, self._last_state)
 

@@ -66,7 +66,9 @@ def configure(options: Mapping[str, Any]) -> EnvHarness:
         return dataclasses.replace(
             HARNESS, task_list=lambda: listing,
             check_task=functools.partial(benchmarks.check_task, benchmarks.check_benchmark(benchmark)),
-            default_tasks=listing.splits["default"])
+            default_tasks=listing.splits["default"],
+            replay_caveat=f"BrowserGym's {benchmark} pages are live sites or their servers' state: the same seed "
+                          "and actions need not show the same pages")
     spec = options.get("tasks")
     if spec is None:
         return HARNESS

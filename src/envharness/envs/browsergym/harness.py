@@ -124,6 +124,7 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
                 tool_result_builder=self._tool_result,
                 verify_builder=_verify,
                 reset_kwargs=reset_kwargs,
+                observation_view=replay_view,
             )
         except Exception:
             close = getattr(client, "close", None)
@@ -164,6 +165,13 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
                 "state": to_plain(state),
             },
         )
+
+
+def replay_view(observation: Any) -> dict[str, Any]:
+    """What the same task, seed and actions must show again: the page's text, not its pixels
+    (anti-aliasing and the caret blink) or its timings."""
+    return {name: _field(observation, name) for name in
+            ("goal", "url", "axtree_txt", "last_action_error", "focused_element_bid", "open_pages_urls")}
 
 
 def _verify(transcript: list[Message], final_state: Any, last_result: Any, state: Any) -> VerifyResult:

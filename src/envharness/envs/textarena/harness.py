@@ -62,6 +62,11 @@ def feedback_text(observation: Any) -> str:
     return text or "(the game said nothing)"
 
 
+def replay_view(observation: Any) -> dict[str, Any]:
+    """What the same game, seed and moves must show again: the game's prompt and messages."""
+    return {"prompt": _field(observation, "prompt", ""), "messages": [to_plain(m) for m in _messages(observation)]}
+
+
 def resolve_task(task: Any, default_task: str | None) -> str | None:
     """The game of an episode: a game id (``'Wordle-v0'``), a dict with ``task``/``env_id``, or
     anything else (a chat prompt from a dataset) -> `default_task`."""
@@ -119,7 +124,8 @@ class TextArenaSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
             return StepEnvSessionAdapter(
                 client, task=game, seed=seed, episode_id=episode_id, tool_specs=[SEND_TOOL],
                 action_builder=_action, initial_messages_builder=self._initial_messages,
-                tool_result_builder=self._tool_result, verify_builder=_verify, reset_kwargs=reset_kwargs)
+                tool_result_builder=self._tool_result, verify_builder=_verify, reset_kwargs=reset_kwargs,
+                observation_view=replay_view)
         except Exception:
             close = getattr(client, "close", None)
             if callable(close) and not inspect.iscoroutinefunction(close):

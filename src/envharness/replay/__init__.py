@@ -1,0 +1,109 @@
+"""`envharness replay RUN_DIR`: play a run's recorded episodes again and check they come out the same.
+
+A reward is only as good as its environment: the same task, seed and actions must give the
+same observations, rewards and done flags. Replay starts a fresh server as the run did (or
+uses `env_url`), plays every recorded episode's tool calls in order and reports, per
+episode, whether it is identical or the first step where it differs (`replay/episode.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from envharness.replay.episode import EpisodeReplay, Finding, replay_episode
+from envharness.replay.run import RecordedRun, ReplaySetupError, read_run
+
+
+@dataclass
+class ReplayReport:
+    run: RecordedRun
+    episodes: list[EpisodeReplay] = field(default_factory=list)
+    #: Why this environment may not reproduce its episodes (live websites); None: it must.
+    caveat: str | None = None
+
+    @property
+    def identical(self) -> int:
+        return sum(e.identical for e in self.episodes)
+
+    @property
+    def differing(self) -> list[EpisodeReplay]:
+        return [e for e in self.episodes if e.findings]
+
+    @property
+    def skipped(self) -> list[EpisodeReplay]:
+        return [e for e in self.episodes if e.skipped is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": str(self.run.folder), "kind": self.run.kind, "env": self.run.env, "server_options": self.run.server_options,
+            "caveat": self.caveat, "episodes": len(self.episodes), "identical": self.identical,
+            "differing": len(self.differing), "skipped": len(self.skipped),
+            "results": [dataclasses.asdict(e) | {"identical": e.identical} for e in self.episodes],
+        }
+
+
+def _session_factory(run: RecordedRun, base_url: str) -> Any:
+    from envharness.core.registry import env_harness, get_spec
+
+    harness = env_harness(run.env, run.server_options)
+    client_class = get_spec(run.env).load("client")
+    reset_kwargs = dict(harness.reset_kwargs)
+    if harness.screenshots:  # pixels are not compared: do not pay for them
+        reset_kwargs["screenshot"] = False
+    options: dict[str, Any] = {"reset_kwargs": reset_kwargs}
+    if run.tools is not None:
+        options["tools"] = run.tools
+    return harness.session_factory(lambda: client_class(base_url), default_task=run.default_task, **options), harness
+
+
+async def replay_run_async(folder: str | Path, *, env_url: str | None = None, concurrency: int = 4,
+                           on_episode: Callable[[EpisodeReplay], Any] | None = None) -> ReplayReport:
+    """Replay every episode recorded in `folder` on a fresh local server (or `env_url`, which
+    must serve the same environment with the same options)."""
+    run = read_run(folder)
+    if concurrency < 1:
+        raise ReplaySetupError("concurrency must be at least 1")
+    server = None
+    if env_url is None:
+        from envharness.core.launchers import launch_local_async
+
+        server = await launch_local_async(run.env, options=run.server_options,
+                                          server_args=["--max-sessions", str(max(16, 2 * concurrency))])
+    try:
+        factory, harness = _session_factory(run, env_url or server.base_url)
+        report = ReplayReport(run, caveat=harness.replay_caveat)
+        gate = asyncio.Semaphore(concurrency)
+        results: list[EpisodeReplay | None] = [None] * len(run.records)
+
+        async def one(i: int) -> None:
+            async with gate:
+                results[i] = await replay_episode(factory, run.records[i])
+            if on_episode is not None:
+                on_episode(results[i])
+
+        await asyncio.gather(*(one(i) for i in range(len(run.records))))
+        report.episodes = [r for r in results if r is not None]
+        return report
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+def replay_run(folder: str | Path, **kwargs: Any) -> ReplayReport:
+    """Synchronous `replay_run_async`."""
+    return asyncio.run(replay_run_async(folder, **kwargs))
+
+
+def write_report(report: ReplayReport, path: str | Path) -> Path:
+    target = Path(path)
+    target.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+    return target
+
+
+__all__ = ["EpisodeReplay", "Finding", "RecordedRun", "ReplayReport", "ReplaySetupError", "read_run", "replay_episode",
+           "replay_run", "replay_run_async", "write_report"]

@@ -1,0 +1,133 @@
+"""Play one recorded episode again and say where it stops being the same.
+
+The episode's task and seed open a fresh session; its tool calls go in the recorded order
+through the same checks an episode makes (`call_tool_checked`). After each call the
+environment's reward, done flag and error, and the fingerprint of what it showed, are
+compared with the record; so is the reset's observation and the episode's final reward.
+Nothing the model said matters here: only what reached the environment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from envharness.harness.adapter import call_tool_checked
+from envharness.harness.records import EpisodeRecord
+from envharness.harness.rollout import resolve_env_reward
+from envharness.harness.session import call_session, create_session
+from envharness.harness.tools import tool_name
+from envharness.harness.types import HarnessRolloutResult, ToolTraceEntry
+
+
+@dataclass
+class Finding:
+    """One difference. `step` 0 is the reset; step k is the k-th recorded tool call."""
+
+    step: int
+    what: str
+    recorded: Any
+    replayed: Any
+
+    def describe(self) -> str:
+        where = "the reset" if self.step == 0 else f"step {self.step}"
+        return f"{where}: {self.what} was {_short(self.recorded)}, replayed {_short(self.replayed)}"
+
+
+@dataclass
+class EpisodeReplay:
+    episode_id: str | None
+    task: Any
+    seed: int | None
+    steps: int = 0
+    #: Differences in step order; the first is where the episodes part.
+    findings: list[Finding] = field(default_factory=list)
+    #: Why the episode could not be compared (the record failed, the replay crashed).
+    skipped: str | None = None
+    #: Whether observations were compared (records written before fingerprints were kept hold none).
+    observations_compared: bool = True
+
+    @property
+    def identical(self) -> bool:
+        return self.skipped is None and not self.findings
+
+    @property
+    def first_difference(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+    except (TypeError, ValueError):
+        return a == b
+
+
+async def replay_episode(session_factory: Any, record: EpisodeRecord) -> EpisodeReplay:
+    """Replay `record` in a fresh session from `session_factory` (the environment's harness
+    session factory, on a server started as the recorded run's was)."""
+    replay = EpisodeReplay(record.episode_id, record.task, record.seed, steps=len(record.tool_calls))
+    if record.error is not None:
+        replay.skipped = f"the recorded episode failed ({record.error}); there is no outcome to compare"
+        return replay
+    session = await create_session(session_factory, record.task, record.seed, None)
+    try:
+        await _replay_calls(session, record, replay)
+    except Exception as exc:  # the replay's own failure is a finding about the environment, not a crash
+        replay.skipped = f"the replay failed: {type(exc).__name__}: {exc}"
+    finally:
+        await call_session(session, "close")
+    replay.findings.sort(key=lambda f: f.step)
+    return replay
+
+
+async def _replay_calls(session: Any, record: EpisodeRecord, replay: EpisodeReplay) -> None:
+    await call_session(session, "initial_messages")
+    tools_by_name = {tool_name(t): t for t in await call_session(session, "list_tools")}
+    recorded_digests = record.observation_digests
+    replay.observations_compared = recorded_digests is not None
+    seen = 0  # observations fingerprinted so far (the reset's is 1)
+    trace = []
+    for step, call in enumerate(record.tool_calls, 1):
+        result = await call_tool_checked(session, tools_by_name, str(call.get("name")), dict(call.get("arguments") or {}))
+        trace.append(ToolTraceEntry(tool_name=str(call.get("name")), arguments=dict(call.get("arguments") or {}), result=result))
+        digests = list(getattr(session, "observation_digests", None) or [])
+        if recorded_digests is not None and digests:
+            if seen == 0:
+                _compare(replay, 0, "the first observation", _at(recorded_digests, 0), digests[0])
+            for index in range(max(seen, 1), len(digests)):
+                _compare(replay, step, "the observation", _at(recorded_digests, index), digests[index])
+            seen = len(digests)
+        _compare(replay, step, "the reward", call.get("reward"), result.metadata.get("reward"), numeric=True)
+        _compare(replay, step, "done", bool(call.get("done")), bool(result.done))
+        _compare(replay, step, "the error", call.get("error"), result.error)
+    verdict = await call_session(session, "verify", [], None)
+    digests = list(verdict.artifacts.get("observation_digests") or [])
+    if recorded_digests is not None:
+        if seen == 0 and digests:
+            _compare(replay, 0, "the first observation", _at(recorded_digests, 0), digests[0])
+        if len(digests) != len(recorded_digests):
+            _compare(replay, len(record.tool_calls), "the number of observations", len(recorded_digests), len(digests))
+    try:
+        reward: Any = resolve_env_reward(HarnessRolloutResult(tool_trace=trace), verdict)
+    except ValueError as exc:
+        reward = f"none ({exc})"
+    _compare(replay, len(record.tool_calls), "the episode's reward", record.env_reward, reward, numeric=True)
+
+
+def _at(values: list[str], index: int) -> str | None:
+    return values[index] if index < len(values) else None
+
+
+def _compare(replay: EpisodeReplay, step: int, what: str, recorded: Any, replayed: Any, *, numeric: bool = False) -> None:
+    same = _same_number(recorded, replayed) if numeric else recorded == replayed
+    if not same:
+        replay.findings.append(Finding(step, what, recorded, replayed))
