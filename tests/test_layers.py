@@ -21,7 +21,7 @@ LAYERS = {
     "harness": 2, "mcp": 2,
     "envs": 3, "policy": 3,
     "prompts": 4, "web": 4, "fleet": 4,
-    "eval": 5, "integrations": 5,
+    "eval": 5, "integrations": 5, "replay": 5,
     "cli": 6,
 }
 

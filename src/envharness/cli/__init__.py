@@ -1,4 +1,4 @@
-"""`envharness serve | eval | train | sft | mcp | policy | browser`: one dispatcher, one module per command.
+"""`envharness serve | eval | train | sft | mcp | policy | replay | browser`: one dispatcher, one module per command.
 
 Only the chosen command's module is imported, so `envharness serve echo` never pays for
 torch or TRL. Benchmarks live in `bench/` (`make bench`).
@@ -19,6 +19,7 @@ COMMANDS = {
     "sft": ("envharness.cli.sft", "Fine-tune a model on demonstrations (the scripted policy's, or a run's successes)"),
     "mcp": ("envharness.cli.mcp", "Serve an environment's tools to an MCP client over stdio"),
     "policy": ("envharness.cli.policy", "Serve a model as an OpenAI-compatible endpoint that records each rollout's exact tokens"),
+    "replay": ("envharness.cli.replay", "Replay a run's recorded episodes on a fresh server and report any that come out different"),
     "browser": ("envharness.cli.browser", "Run a browser node: a Chromium that browsergym servers elsewhere connect to over CDP"),
 }
 
