@@ -11,19 +11,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Coroutine, Protocol, TypeVar
 
 from envharness.fleet.errors import ServerLostError, connection_lost
 from envharness.fleet.placement import TrackedServer
 
-if TYPE_CHECKING:
-    from envharness.fleet.router import FleetRouter
+T = TypeVar("T")
+
+
+class ServerPool(Protocol):
+    """What a lease needs of the router that lends it servers (`FleetRouter`)."""
+
+    reset_attempts: int
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def acquire(self, exclude: set[str], reuse: bool) -> tuple[TrackedServer, Any, bool]:
+        """(server, client, reused) for a new session, none of `exclude`."""
+
+    async def release(self, server: TrackedServer, client: Any, reuse: bool) -> None:
+        """A finished session, back to the pool (`reuse`) or ended."""
+
+    async def lost_server(self, server: TrackedServer, client: Any, exc: BaseException) -> None:
+        """A session whose connection failed: its server is out until it answers again."""
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the pool's event loop (the sync lease's calls)."""
 
 
 class AsyncFleetLease:
     """One episode's session on a fleet server (async names of `AsyncEnvClient`)."""
 
-    def __init__(self, router: FleetRouter, *, reuse: bool = False) -> None:
+    def __init__(self, router: ServerPool, *, reuse: bool = False) -> None:
         self._router = router
         self._reuse = reuse
         self._server: TrackedServer | None = None
@@ -47,11 +67,11 @@ class AsyncFleetLease:
                 assert server is not None
                 tried.add(server.url)
                 last = exc
-                await router._lost_server(server, client, exc)
+                await router.lost_server(server, client, exc)
         attempts = 0
         while attempts < router.reset_attempts:
             attempts += 1
-            server, client, reused = await router._acquire(tried, self._reuse)
+            server, client, reused = await router.acquire(tried, self._reuse)
             try:
                 result = await client.reset(**kwargs)
             except Exception as exc:
@@ -61,14 +81,14 @@ class AsyncFleetLease:
                 last = exc
                 if reused:  # a stale pooled connection (the server restarted): one fresh try, same server
                     attempts -= 1
-                    await router._release(server, client, reuse=False)
+                    await router.release(server, client, reuse=False)
                     continue
                 if str(getattr(exc, "code", "")) == "CAPACITY_REACHED":
                     tried.add(server.url)
-                    await router._release(server, client, reuse=False)
+                    await router.release(server, client, reuse=False)
                     continue
                 tried.add(server.url)
-                await router._lost_server(server, client, exc)
+                await router.lost_server(server, client, exc)
                 continue
             self._server, self._client = server, client
             return result
@@ -85,7 +105,7 @@ class AsyncFleetLease:
         """Give the session back (pooled leases) or end it."""
         server, client, self._server, self._client = self._server, self._client, None, None
         if server is not None:
-            await self._router._release(server, client, self._reuse)
+            await self._router.release(server, client, self._reuse)
 
     async def __aenter__(self) -> "AsyncFleetLease":
         return self
@@ -103,7 +123,7 @@ class AsyncFleetLease:
             if not connection_lost(exc):
                 raise
             self._server = self._client = None
-            await self._router._lost_server(server, client, exc)
+            await self._router.lost_server(server, client, exc)
             raise ServerLostError(f"the environment server {server.url} was lost mid-episode "
                                   f"({type(exc).__name__}: {exc}); this episode cannot go on") from exc
 
@@ -112,7 +132,7 @@ class FleetLease:
     """The sync lease `router()` returns: `AsyncFleetLease` run on the router's loop,
     its session pooled for the next episode (as `ClientPool` does)."""
 
-    def __init__(self, router: FleetRouter) -> None:
+    def __init__(self, router: ServerPool) -> None:
         self._router = router
         self._lease = AsyncFleetLease(router, reuse=True)
 
@@ -121,17 +141,17 @@ class FleetLease:
         return self._lease.url
 
     def reset(self, **kwargs: Any) -> Any:
-        return self._router._run(self._lease.reset(**kwargs))
+        return self._router.run(self._lease.reset(**kwargs))
 
     def step(self, action: Any) -> Any:
-        return self._router._run(self._lease.step(action))
+        return self._router.run(self._lease.step(action))
 
     def state(self) -> Any:
-        return self._router._run(self._lease.state())
+        return self._router.run(self._lease.state())
 
     def close(self) -> None:
-        if not self._router._closed:
-            self._router._run(self._lease.close())
+        if not self._router.closed:
+            self._router.run(self._lease.close())
 
     def __enter__(self) -> "FleetLease":
         return self

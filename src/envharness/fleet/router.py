@@ -134,7 +134,7 @@ class FleetRouter(HealthPolling):
             self.poll_now()
             self._poller.result(timeout=self.health_timeout_s + 5)
         with contextlib.suppress(Exception):
-            self._run(close_all(idle))
+            self.run(close_all(idle))
         self._loop.stop()
 
     def __enter__(self) -> FleetRouter:
@@ -143,11 +143,15 @@ class FleetRouter(HealthPolling):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)
 
     # -- choosing and releasing servers -------------------------------------------------
-    async def _acquire(self, exclude: set[str], reuse: bool) -> tuple[TrackedServer, Any, bool]:
+    async def acquire(self, exclude: set[str], reuse: bool) -> tuple[TrackedServer, Any, bool]:
         """(server, client, reused) for a new session, waiting for one with room."""
         deadline = time.monotonic() + self.acquire_timeout_s
         while True:
@@ -172,7 +176,7 @@ class FleetRouter(HealthPolling):
                  for s in statuses]
         return f"no healthy environment server with room within {self.acquire_timeout_s:.0f}s ({'; '.join(parts) or 'no servers'})"
 
-    async def _release(self, server: TrackedServer, client: Any, reuse: bool) -> None:
+    async def release(self, server: TrackedServer, client: Any, reuse: bool) -> None:
         """A finished session: back to the pool when its server is still in, else ended."""
         with self._lock:
             server.leased = max(0, server.leased - 1)
@@ -182,7 +186,7 @@ class FleetRouter(HealthPolling):
         if not keep:
             await close_quietly(client)
 
-    async def _lost_server(self, server: TrackedServer, client: Any, exc: BaseException) -> None:
+    async def lost_server(self, server: TrackedServer, client: Any, exc: BaseException) -> None:
         """A lease's connection failed: take the server out until its /health answers again."""
         with self._lock:
             server.leased = max(0, server.leased - 1)

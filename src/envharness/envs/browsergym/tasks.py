@@ -12,42 +12,17 @@ the user's web tasks (``mypkg.webtasks`` or ``mypkg.webtasks:TASKS``, see `webta
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
+from typing import Mapping
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.solutions import solve as solve_miniwob
+from envharness.envs.browsergym.task_set import RouteHandler, TaskSet, TaskStatus
+from envharness.envs.browsergym.webtasks import load_web_tasks
 
-#: A context-wide route handler answering requests to one host from files.
-RouteHandler = Callable[[Any], Awaitable[None]]
-TaskStatus = miniwob.TaskStatus
 MINIWOB = "miniwob"
 #: A small MiniWoB++ set: clicking, typing, forms; all solved by the scripted policy.
 MINIWOB_DEFAULT_TASKS = ("click-test", "click-button", "click-checkboxes", "click-dialog", "focus-text",
                          "enter-text", "enter-password", "login-user")
-
-
-@runtime_checkable
-class TaskSet(Protocol):
-    """What the environment needs to know about a set of tasks."""
-
-    #: The ``tasks=`` value that names this set (``miniwob``, or a module path).
-    name: str
-    #: Default viewport of its pages (``viewport=`` overrides it).
-    viewport: dict[str, int]
-    #: Hosts whose requests the browser context answers itself, with their handlers.
-    served: Mapping[str, RouteHandler]
-    #: Other hosts its pages need (URL tasks): allowed in the engine with `allowed_hosts`.
-    hosts: tuple[str, ...]
-
-    def all_tasks(self) -> tuple[str, ...]: ...
-    def splits(self) -> dict[str, tuple[str, ...]]: ...
-    def default_tasks(self) -> tuple[str, ...]: ...
-    def check_task(self, task: str) -> str: ...
-    def can_restart(self, task: str, url: str) -> bool: ...
-    async def start_episode(self, page: Any, task: str, seed: int | None, *, reload: bool,
-                            episode_max_time_ms: int) -> str: ...
-    async def task_status(self, page: Any, task: str) -> TaskStatus: ...
-    def solve(self, goal: str, axtree_txt: str) -> str | None: ...
 
 
 class MiniWoBTaskSet:
@@ -99,8 +74,6 @@ def load_task_set(spec: str | None = None) -> TaskSet:
 
 @lru_cache(maxsize=32)
 def _load_web_tasks(spec: str) -> TaskSet:
-    from envharness.envs.browsergym.webtasks import load_web_tasks
-
     return load_web_tasks(spec)
 
 

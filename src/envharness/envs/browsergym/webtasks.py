@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 from urllib.parse import urlencode, urlsplit
 
 from envharness.envs.browsergym.solutions import Node, parse_axtree
-from envharness.envs.browsergym.tasks import RouteHandler, TaskStatus
+from envharness.envs.browsergym.task_set import RouteHandler, TaskStatus
 
 WEBTASKS_HOST = "webtasks.local"
 WEBTASKS_ORIGIN = f"http://{WEBTASKS_HOST}"
