@@ -29,7 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from envharness.integrations.trl.training import TrainConfig, browser_clients, evaluate, load_model, train  # noqa: E402
+from envharness.integrations.trl.training import TrainConfig, env_clients, evaluate, load_model, train  # noqa: E402
 from envharness.prompts import prompt_names  # noqa: E402
 
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
               + f" success on {len(seeds)} held-out episodes", file=sys.stderr, flush=True)
         return rates
 
-    with browser_clients(args.env_url) as make_client:
+    with env_clients("browsergym", args.env_url) as make_client:
         before = measure(model, "before")
         result = train(config, model=model, tokenizer=tokenizer, client_factory=make_client)
         after = measure(result.model, "after")

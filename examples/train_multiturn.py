@@ -32,7 +32,7 @@ from typing import Any
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from envharness.eval.stats import wilson_interval  # noqa: E402
-from envharness.integrations.trl.training import TrainConfig, browser_clients, evaluate, load_model, train  # noqa: E402
+from envharness.integrations.trl.training import TrainConfig, env_clients, evaluate, load_model, train  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model("embedded")
     started = time.perf_counter()
     overrides = {"entropy_coef": args.entropy_coef} if args.entropy_coef else {}
-    with browser_clients() as make_client:
+    with env_clients("browsergym") as make_client:
         if args.reuse_before:
             before = json.loads(Path(args.reuse_before).read_text())
             for src in Path(args.reuse_before).parent.glob("eval_before_*.jsonl"):

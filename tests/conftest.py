@@ -132,11 +132,11 @@ def browser_server():
 
 @pytest.fixture(scope="session")
 def training_browser_server():
-    """A browser server with `train`'s options (`TRAIN_SERVER_OPTIONS`: no pruned HTML, no
+    """A browser server with `train`'s options (`train_server_options("browsergym")`: no pruned HTML, no
     element properties, what the compact training prompt reads), shared like `browser_server`."""
-    from envharness.integrations.trl.training import TRAIN_SERVER_OPTIONS
+    from envharness.integrations.trl.training import train_server_options
 
-    with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as server:
+    with LocalServer("browsergym", **train_server_options("browsergym")) as server:
         yield server
 
 

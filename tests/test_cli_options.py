@@ -44,12 +44,12 @@ def test_the_options_reach_each_command_config():
         (["click-test", "click-button", "enter-text"], "runs/x", 3, 7, "compact")
     # defaults are each command's own (the environment's, resolved when the run is checked), and
     # a given --tasks replaces them
-    from envharness.eval.config import DEFAULT_TASKS
+    from envharness.core.registry import env_harness
     from envharness.integrations.trl.training import _check
 
     evaluated = eval_cli.config_from_args(parse(eval_cli, ["--out", "x"]))
     evaluated.check()
-    assert evaluated.tasks == list(DEFAULT_TASKS) and evaluated.prompt == "default" and evaluated.env == "browsergym"
+    assert evaluated.tasks == list(env_harness("browsergym").default_tasks) and evaluated.prompt == "default" and evaluated.env == "browsergym"
     trained = train_cli.config_from_args(parse(train_cli, ["--model", "tiny"]))
     _check(trained)
     assert trained.tasks == ["click-test"] and trained.prompt == "compact"

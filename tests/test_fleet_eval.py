@@ -63,11 +63,11 @@ def test_train_over_two_servers_runs_every_episode(tmp_path):
     import os
 
     from envharness.harness import read_records
-    from envharness.integrations.trl.training import TRAIN_SERVER_OPTIONS
+    from envharness.integrations.trl.training import train_server_options
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     out = tmp_path / "run"
-    with LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as a, LocalServer("browsergym", **TRAIN_SERVER_OPTIONS) as b:
+    with LocalServer("browsergym", **train_server_options("browsergym")) as a, LocalServer("browsergym", **train_server_options("browsergym")) as b:
         code = main(["train", "--model", "tiny", "--steps", "1", "--save-steps", "1", "--output-dir", str(out),
                      "--num-generations", "2", "--groups-per-step", "2", "--max-completion-length", "8",
                      "--env-urls", f"{a.base_url},{b.base_url}"])

@@ -17,7 +17,7 @@ import os
 import pytest
 
 from envharness.harness import HarnessRunLimits
-from envharness.integrations.trl import build_browsergym_rollout_func
+from envharness.integrations.trl import build_env_rollout_func
 from envharness.integrations.trl.training import prompt_options
 from _grpo_helpers import loss_row, one_grpo_step, runs
 
@@ -30,7 +30,8 @@ TURNS = 3
 def test_loss_time_logprobs_and_masks_over_three_turns(compact_browser_url, tmp_path):
     from envharness.envs.browsergym import AsyncBrowserGymEnv
 
-    rollout_func = build_browsergym_rollout_func(
+    rollout_func = build_env_rollout_func(
+        "browsergym",
         functools.partial(AsyncBrowserGymEnv, base_url=compact_browser_url),
         default_task="click-button-sequence",
         limits=HarnessRunLimits(max_turns=TURNS),

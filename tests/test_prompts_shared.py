@@ -1,6 +1,6 @@
 """One registry of prompt styles for eval and train, and proof that both run a style the same way.
 
-The end-to-end tests play one episode through train's rollout function (`build_browsergym_rollout_func`
+The end-to-end tests play one episode through train's rollout function (`build_env_rollout_func`
 with `prompt_options(style)`, the trainer's generation replaced by a given backend) and one
 through `run_eval` with the same backend, on the same real browser server, task and seed: the
 messages (and, for a conversation style, the exact token ids and env mask) must be equal.
@@ -19,8 +19,8 @@ from envharness.envs.browsergym import BrowserGymEnv
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.eval.runner import run_eval
 from envharness.harness import HarnessRunLimits, read_records
-from envharness.integrations.trl.rollout import build_browsergym_rollout_func, task_prompt
-from envharness.integrations.trl.training import TRAIN_SERVER_OPTIONS, TrainConfig, TrainSetupError, _check, prompt_options
+from envharness.integrations.trl.rollout import build_env_rollout_func, task_prompt
+from envharness.integrations.trl.training import TrainConfig, train_server_options, TrainSetupError, _check, prompt_options
 from envharness import prompts
 from envharness.prompts import PromptStyle, get_prompt_style, prompt_names, register_prompt_style
 
@@ -95,7 +95,8 @@ def _backend(kind, tiny_backend):
 def train_episode(url, backend, style, task, seed, turns, max_tokens, tmp_path):
     pool = ClientPool(functools.partial(BrowserGymEnv, base_url=url))
     tokenizer = getattr(backend, "tokenizer", None)
-    rollout = build_browsergym_rollout_func(
+    rollout = build_env_rollout_func(
+        "browsergym",
         pool, default_task=task, limits=HarnessRunLimits(max_turns=turns), records=tmp_path / "train.jsonl",
         include_tokens_in_records=True, session_factory_kwargs=prompt_options(style, tokenizer),
         backend_factory=lambda trainer: backend,

@@ -1,4 +1,5 @@
-"""`BrowserGymToolEnv` as TRL's `environment_factory`, on the real browser env (click-test)."""
+"""Any environment as TRL's `environment_factory` (`integrations/trl/environment.py`): the browser
+(click-test) and Wordle, their tools as methods made from their own tool specs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 import pytest
 
 from envharness.integrations.trl import task_prompt
-from envharness.integrations.trl.environment import BrowserGymToolEnv, browsergym_environment_factory
+from envharness.integrations.trl.environment import environment_factory
 
 pytestmark = pytest.mark.timeout(240)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -26,7 +27,7 @@ def server_url(browser_server):
 def make_env(server_url):
     from envharness.envs.browsergym import BrowserGymEnv
 
-    return browsergym_environment_factory(functools.partial(BrowserGymEnv, base_url=server_url), task="click-test")
+    return environment_factory("browsergym", functools.partial(BrowserGymEnv, base_url=server_url), task="click-test")
 
 
 def test_tools_drive_the_browser_and_the_reward_follows(make_env):
@@ -37,7 +38,7 @@ def test_tools_drive_the_browser_and_the_reward_follows(make_env):
         assert env.get_reward() == 0.0
 
         missing = env.click("no-such-bid")
-        assert "Previous action error:" in missing and "no-such-bid" in missing
+        assert missing.startswith("Error: ") and "no-such-bid" in missing
         assert env.get_reward() == 0.0
 
         solved = env.click(bid)
@@ -51,21 +52,45 @@ def test_tools_drive_the_browser_and_the_reward_follows(make_env):
 def test_bad_arguments_come_back_as_text_for_the_model(make_env):
     with make_env() as env:
         env.reset()
-        assert "Previous action error:" in env.scroll("sideways")
+        assert env.scroll("sideways").startswith("Error: bad arguments for scroll")
         assert env.get_reward() == 0.0
 
 
-def test_public_methods_are_exactly_the_browser_tools_with_schemas():
+def test_public_methods_are_exactly_the_environments_tools_with_their_schemas(make_env):
+    """The methods say what the environment's tool specs say (TRL reads them with get_json_schema)."""
+    import inspect
+
     from transformers.utils import get_json_schema
 
-    public = {n for n in vars(BrowserGymToolEnv) if not n.startswith("_") and callable(getattr(BrowserGymToolEnv, n))}
+    with make_env() as env:
+        cls = type(env)
+    assert cls.__name__ == "BrowserGymToolEnv"
+    public = {n for n, _ in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
     assert public == TOOLS | {"reset", "get_reward"}
-    click = get_json_schema(BrowserGymToolEnv.click)["function"]
-    assert click["description"] == "Click an element of the page."
-    assert click["parameters"]["properties"]["bid"]["type"] == "string"
-    assert click["parameters"]["required"] == ["bid"]
-    fill = get_json_schema(BrowserGymToolEnv.fill)["function"]["parameters"]
-    assert set(fill["required"]) == {"bid", "text"}
+    specs = {t["name"]: t for t in cls.tools}
+    for name in TOOLS:
+        schema = get_json_schema(getattr(cls, name))["function"]
+        assert schema["description"] == specs[name]["description"]
+        assert schema["parameters"].get("required", []) == specs[name]["inputSchema"].get("required", [])
+        assert set(schema["parameters"].get("properties", {})) == set(specs[name]["inputSchema"]["properties"])
+    assert get_json_schema(cls.click)["function"]["parameters"]["properties"]["bid"]["type"] == "string"
+
+
+def test_wordle_through_the_same_adapter(tmp_path):
+    """A second environment needs nothing of its own: its one tool `send` becomes the method."""
+    from envharness.core.launchers import LocalServer
+    from envharness.envs.textarena import TextArenaEnv
+
+    with LocalServer("textarena") as server:
+        make = environment_factory("textarena", functools.partial(TextArenaEnv, base_url=server.base_url), task="Wordle-v0")
+        with make() as env:
+            assert type(env).__name__ == "TextArenaToolEnv"
+            opening = env.reset(task="Wordle-v0", seed=1)
+            assert "Wordle" in opening
+            answer = env.send(message="[crane]")
+            assert "crane" in answer.lower() and env.get_reward() >= 0.0
+            assert env.send(message="").startswith("Error: ")  # refused with a message; the game goes on
+            assert "slate" in env.send(message="[slate]").lower()  # the session lived on
 
 
 def test_grpo_trainer_takes_it_as_environment_factory(make_env, tmp_path):
@@ -92,6 +117,5 @@ def test_grpo_trainer_takes_it_as_environment_factory(make_env, tmp_path):
     assert trainer.state.global_step == 1
     assert len(trainer.environments) == 2
     for env in trainer.environments:
-        state = env._client.state()
-        assert state.task_name == "click-test" and env.get_reward() in (0.0, 1.0)
+        assert env._session is not None and env._session.task == "click-test" and env.get_reward() in (0.0, 1.0)
         env.__exit__(None, None, None)

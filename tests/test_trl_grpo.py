@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from envharness.harness import HarnessRunLimits, read_records
-from envharness.integrations.trl import build_browsergym_rollout_func, task_dataset
+from envharness.integrations.trl import build_env_rollout_func, task_dataset
 from envharness.integrations.trl.rewards import reward_success, reward_sum
 from envharness.integrations.trl.training import TrainConfig, grpo_config
 
@@ -59,7 +59,8 @@ def test_one_grpo_step_on_click_test_is_exact_and_changes_the_weights(server_url
 
     model, tokenizer = tiny
     records = tmp_path / "episodes.jsonl"
-    rollout_func = build_browsergym_rollout_func(
+    rollout_func = build_env_rollout_func(
+        "browsergym",
         functools.partial(AsyncBrowserGymEnv, base_url=server_url),
         default_task="click-test",
         limits=HarnessRunLimits(max_turns=2),

@@ -69,6 +69,9 @@ def load_target(target: str) -> Any:
 
 
 ENVIRONMENTS: dict[str, EnvSpec] = {}
+#: What `eval`, `train` and the Python API play when no environment is named: the browser,
+#: the first environment envharness had.
+DEFAULT_ENV = "browsergym"
 
 
 def register_environment(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:

@@ -7,13 +7,12 @@
   `runfolder.py`: the run folder's layout.
 """
 
-from envharness.eval.config import DEFAULT_TASKS, EvalConfig, EvalSetupError
+from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.prompts.text import PromptContext, StepSummary, default_prompt, load_prompt_builder
 from envharness.eval.runner import EvalResult, run_eval, run_eval_async
 from envharness.eval.stats import TaskStats, summarize, wilson_interval
 
 __all__ = [
-    "DEFAULT_TASKS",
     "EvalConfig",
     "EvalResult",
     "EvalSetupError",

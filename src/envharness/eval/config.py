@@ -5,17 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: The browser's default tasks (each environment's are `EnvHarness.default_tasks`).
-DEFAULT_TASKS = (
-    "click-test",
-    "click-button",
-    "click-checkboxes",
-    "click-dialog",
-    "focus-text",
-    "enter-text",
-    "enter-password",
-    "login-user",
-)
+from envharness.core.registry import DEFAULT_ENV
 
 
 class EvalSetupError(ValueError):
@@ -26,9 +16,9 @@ class EvalSetupError(ValueError):
 class EvalConfig:
     out: str
     #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
-    env: str = "browsergym"
+    env: str = DEFAULT_ENV
     #: Options of the environment server (`serve NAME --option`): the server the run starts
-    #: gets them, and the harness (its task list) follows them, e.g. browsergym's ``tasks``.
+    #: gets them, and the harness (its task list) follows them, e.g. the browser's ``tasks``.
     env_options: dict[str, Any] = field(default_factory=dict)
     #: Task names, split names or `all` (the environment's listing); empty: its default tasks.
     tasks: list[str] = field(default_factory=list)

@@ -13,7 +13,7 @@ slot), and hands out `FleetRouter`s that re-read the actors' addresses on every 
     ray.init(address="auto")
     fleet = EnvFleet("browsergym", servers=4, server_args=["--max-sessions", "16"])
     fleet.wait_ready(timeout_s=180)
-    rollout_func = build_browsergym_rollout_func(fleet.client_pool(), max_concurrency=fleet.capacity)
+    rollout_func = build_env_rollout_func("browsergym", fleet.client_pool(), max_concurrency=fleet.capacity)
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from envharness.fleet.router import Endpoint, FleetRouter, default_client_class
 from envharness.fleet.server_process import TAG_ENV_VAR, WatchedServer, kill_tagged
+from envharness.core.registry import DEFAULT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class EnvFleet:
 
     def __init__(
         self,
-        env: str = "browsergym",
+        env: str = DEFAULT_ENV,
         servers: int = 2,
         *,
         one_per_node: bool = True,

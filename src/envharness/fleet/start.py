@@ -14,6 +14,7 @@ import json
 from typing import Any, Iterator, Sequence
 
 from envharness.fleet.router import FleetRouter, default_client_class
+from envharness.core.registry import DEFAULT_ENV
 
 
 def server_arguments(max_sessions: int, options: dict[str, Any] | None = None) -> list[str]:
@@ -34,7 +35,7 @@ def split_urls(text: str | Sequence[str] | None) -> list[str]:
 
 @contextlib.contextmanager
 def open_fleet(
-    env: str = "browsergym",
+    env: str = DEFAULT_ENV,
     *,
     env_urls: Sequence[str] = (),
     servers: int = 0,

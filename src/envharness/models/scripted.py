@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from envharness.models.base import Generation, GenerationRequest, Message
 from envharness.models.images import refuse_images
+from envharness.core.registry import DEFAULT_ENV
 
 #: The reply when the policy has no move (the browser's no-op; other environments' policies
 #: return their own fallback instead of raising).
@@ -24,10 +25,10 @@ class ScriptedBackend:
 
     name = "scripted"
 
-    def __init__(self, policy: ScriptedPolicy | None = None, *, env: str = "browsergym",
+    def __init__(self, policy: ScriptedPolicy | None = None, *, env: str | None = None,
                  env_options: dict[str, Any] | None = None, fallback: str = FALLBACK_ACTION):
         self._policy = policy
-        self.env = env
+        self.env = env or DEFAULT_ENV
         self.env_options = dict(env_options or {})  # the server's options (the browser's web tasks)
         self.fallback = fallback
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from envharness.core.registry import DEFAULT_ENV
 from envharness.harness.prompt_style import Message, OpeningBuilder, PromptStyle
 from envharness.prompts.text import (
     PromptBuilder,
@@ -36,9 +37,6 @@ from envharness.prompts.text import (
     load_prompt_builder,
 )
 
-#: The environment whose styles `--prompt` means when no environment is named (the browser's,
-#: the first environment envharness had).
-DEFAULT_ENV = "browsergym"
 _STYLES: dict[str, dict[str, PromptStyle]] = {}
 
 

@@ -19,12 +19,13 @@ def harness_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[M
     return [{"role": "user", "content": action_instructions(tool_names) + "\n\n" + format_observation(observation, task=task, max_chars=12000)}]
 
 
-def vision_session_factory(client_factory: Any, *, vision_max_side: int | None = 448, **options: Any) -> Any:
-    """The "vision" style's sessions: every prompt and tool result carries the page's screenshot."""
+def vision_session_factory(client_factory: Any, *, vision_max_side: int | None = 448, vision: Any = None, **options: Any) -> Any:
+    """The "vision" style's sessions: every prompt and tool result carries the page's screenshot
+    (`vision`: a whole `VisionPromptConfig`, else one that shrinks screenshots to `vision_max_side`)."""
     from envharness.prompts.vision import VisionPromptConfig
     from envharness.prompts.vision_session import VisionBrowserGymSessionFactory
 
-    return VisionBrowserGymSessionFactory(client_factory, vision=VisionPromptConfig(max_side=vision_max_side), **options)
+    return VisionBrowserGymSessionFactory(client_factory, vision=vision or VisionPromptConfig(max_side=vision_max_side), **options)
 
 
 STYLES: dict[str, PromptStyle] = {style.name: style for style in (

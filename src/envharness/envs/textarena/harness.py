@@ -111,6 +111,8 @@ class TextArenaSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         super().__init__(client_factory)
         self.default_task = default_task
         self.tool_names = list(TOOL_NAMES)
+        #: The tools every session offers (known without a session: TRL's environment_factory reads them).
+        self.tool_specs = [SEND_TOOL]
         self._reset_kwargs = dict(reset_kwargs or {})
         self._prompt_builder = prompt_builder
         self._observation_text = observation_text

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from envharness.models import load_backend
 from envharness.models.base import Generation, GenerationRequest, ModelBackend, SamplingParams
+from envharness.core.registry import DEFAULT_ENV
 
 ENVHARNESS_PREFIX = "envharness:"
 _ENVHARNESS_NAMES = frozenset({"embedded", "scripted"})
@@ -101,7 +102,7 @@ class ModelResolver:
         self.model = model
         self.policy_factory = policy_factory
         #: The environment whose scripted policy `scripted` plays (the client's `env_name`).
-        self.env = env or "browsergym"
+        self.env = env or DEFAULT_ENV
         self._backends: dict[Any, ModelBackend] = {}
         self._lock: asyncio.Lock | None = None
 

@@ -1,9 +1,9 @@
 """TRL (GRPO) on envharness: the rollout function, reward functions, a tool environment for
 TRL's `environment_factory`, and the training loop behind `envharness train`.
 
-    rollout.py      `build_browsergym_rollout_func` / `build_trl_rollout_func` (TRL's `rollout_func`)
+    rollout.py      `build_env_rollout_func` / `build_trl_rollout_func` (TRL's `rollout_func`)
     rewards.py      reward functions over the episodes' step rewards
-    environment.py  `BrowserGymToolEnv` for `GRPOTrainer(environment_factory=...)`
+    environment.py  `environment_factory(env, ...)`: any environment for `GRPOTrainer(environment_factory=...)`
     training.py     `TrainConfig`, `train()`: what `envharness train` runs
     callbacks.py    progress, time budget, reward curve
 
@@ -15,7 +15,7 @@ from envharness.integrations.trl.rewards import REWARD_FUNCS, reward_max, reward
 from envharness.integrations.trl.rollout import (
     TaskPromptSessionFactory,
     TRLVLLMGenerationBackend,
-    build_browsergym_rollout_func,
+    build_env_rollout_func,
     build_trl_rollout_func,
     parse_task_prompt,
     task_dataset,
@@ -26,7 +26,16 @@ from envharness.integrations.trl.rollout import (
 
 __all__ = [
     "REWARD_FUNCS", "reward_max", "reward_mean", "reward_success", "reward_sum",
-    "TaskPromptSessionFactory", "TRLVLLMGenerationBackend", "build_browsergym_rollout_func",
+    "TaskPromptSessionFactory", "TRLVLLMGenerationBackend", "build_env_rollout_func",
     "build_trl_rollout_func", "parse_task_prompt", "task_dataset", "task_prompt",
     "trainer_backend", "trainer_sampling",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Names from before environments were generic (`compat.py`), still importable from here."""
+    import importlib
+
+    if name not in ("build_browsergym_rollout_func", "browser_clients", "browsergym_environment_factory", "TRAIN_SERVER_OPTIONS"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")  # a submodule not imported yet, say
+    return importlib.import_module("envharness.integrations.trl.compat").deprecated(__name__, name)

@@ -1,4 +1,4 @@
-"""A browser tab for TRL's `environment_factory`: its public methods are the browser tools.
+"""Any registered environment as TRL's `environment_factory`: its tools become public methods.
 
 TRL 1.16 (`GRPOTrainer(environment_factory=...)`) builds instances with a zero-argument
 factory, calls `reset(**dataset_row)` before each rollout (the returned text is appended to
@@ -8,109 +8,194 @@ scores the rollout with `get_reward()`. TRL owns the generation loop there, so t
 must speak its chat template's tool-call format (e.g. Qwen, Hermes); for text actions such
 as `click('13')`, use the rollout function in `integrations/trl/rollout.py` instead.
 
-    factory = browsergym_environment_factory(BrowserGymEnv.from_local, task="click-test")
+The methods are made from the environment's own tool specs (what eval, train and MCP call),
+and each call goes through the session an episode uses, so the tool messages are the ones
+the harness shows a model:
+
+    factory = environment_factory("textarena", functools.partial(TextArenaEnv, base_url=url), task="Wordle-v0")
     trainer = GRPOTrainer(model=..., environment_factory=factory, args=GRPOConfig(max_steps=50, ...))
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import inspect
+from typing import Any, Callable, Sequence
 
-from envharness.envs.browsergym.action_text import build_browsergym_action_str
-from envharness.envs.browsergym.harness import format_observation
+from envharness.harness.adapter import call_tool_checked, tool_message_content
+from envharness.harness.concurrency import run_coroutine_sync
+from envharness.harness.tools import tool_name, tool_schema
+from envharness.harness.types import Tool
 from envharness.integrations.trl.rollout import parse_task_prompt
 
+_JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
 
-class BrowserGymToolEnv:
-    """One browser session (a sync `BrowserGymEnv` client) seen as five tools."""
 
-    def __init__(self, client: Any, *, task: str = "click-test", max_observation_chars: int | None = 6000):
-        self._client = client
+class ToolEnvironment:
+    """One environment's episodes, one at a time, through its harness session. Subclasses made
+    by `tool_environment_class` add one public method per tool."""
+
+    #: The tools the methods call (set on each generated subclass).
+    tools: tuple[Tool, ...] = ()
+
+    def __init__(self, session_factory: Any, *, task: str | None = None):
+        self._factory = session_factory
         self._default_task = task
-        self._max_chars = max_observation_chars
+        self._session: Any = None
         self._reward = 0.0
         self._done = False
 
     def reset(self, **row: Any) -> str:
         """Start an episode. The dataset row may name `task` and `seed` (or carry them in a
         `task_prompt` JSON prompt); otherwise the factory's task with a fresh seed."""
+        self._end_session()
         task, seed = parse_task_prompt(row.get("prompt"))
         task = row.get("task") or (task if isinstance(task, str) else None) or self._default_task
         seed = row.get("seed", seed)
-        result = self._client.reset(task=task, **({"seed": seed} if seed is not None else {}))
-        self._reward, self._done = 0.0, bool(result.done)
-        return format_observation(result.observation, task=task, max_chars=self._max_chars)
-
-    def click(self, bid: str) -> str:
-        """Click an element of the page.
-
-        Args:
-            bid: The element's bid, the identifier in square brackets in the accessibility tree.
-        """
-        return self._act("click", {"bid": bid})
-
-    def fill(self, bid: str, text: str) -> str:
-        """Replace the text of an input field.
-
-        Args:
-            bid: The input field's bid, the identifier in square brackets in the accessibility tree.
-            text: The text to put in the field.
-        """
-        return self._act("fill", {"bid": bid, "text": text})
-
-    def send_keys(self, text: str) -> str:
-        """Type text, or a key such as Enter, into the focused element.
-
-        Args:
-            text: The text or key name to send.
-        """
-        return self._act("send_keys", {"text": text})
-
-    def scroll(self, direction: str) -> str:
-        """Scroll the page.
-
-        Args:
-            direction: One of 'up', 'down', 'left' or 'right'.
-        """
-        return self._act("scroll", {"direction": direction})
-
-    def noop(self) -> str:
-        """Do nothing and look at the page again."""
-        return self._act("noop", {})
+        self._session = self._factory.create(task, seed)
+        self._reward, self._done = 0.0, False
+        return _text([m for m in self._session.initial_messages() if m.get("role") == "user"])
 
     def get_reward(self) -> float:
         """The environment's reward for the episode so far (its last step's reward)."""
         return self._reward
 
-    def _act(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run one action; errors go back to the model as text (TRL shows exceptions too)."""
-        from envharness.envs.browsergym.models import BrowserGymAction
-
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool; errors go back to the model as text, as the harness shows them."""
+        if self._session is None:
+            return "No episode has started: reset first."
         if self._done:
             return "The episode is over; no more actions are needed."
-        result = self._client.step(BrowserGymAction(action_str=build_browsergym_action_str(name, arguments)))
-        self._reward, self._done = float(result.reward or 0.0), bool(result.done)
-        text = format_observation(result.observation, max_chars=self._max_chars)
-        return f"{text}\n\nReward: {self._reward}  Done: {self._done}"
+        result = run_coroutine_sync(call_tool_checked(self._session, {tool_name(t): t for t in self.tools}, name, arguments))
+        reward = result.metadata.get("reward")
+        if reward is not None:
+            self._reward = float(reward)
+        self._done = bool(result.done)
+        return _text([{"content": tool_message_content(result)}])
 
-    def __enter__(self) -> "BrowserGymToolEnv":
+    def _end_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    def __enter__(self) -> "ToolEnvironment":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        close = getattr(self._client, "close", None)
-        if callable(close):
-            close()
+        self._end_session()
 
 
-def browsergym_environment_factory(client_factory: Callable[[], Any], **options: Any) -> Callable[[], BrowserGymToolEnv]:
-    """A zero-argument factory for `environment_factory`: each instance gets its own client
-    (e.g. `functools.partial(BrowserGymEnv, base_url=url)` for a running server)."""
-    return functools.partial(_make, client_factory, options)
+def _text(messages: list[dict[str, Any]]) -> str:
+    """Messages' text (image parts left out: TRL's tool messages are text)."""
+    parts = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts += [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        elif content:
+            parts.append(str(content))
+    return "\n\n".join(p for p in parts if p)
 
 
-def _make(client_factory: Callable[[], Any], options: dict[str, Any]) -> BrowserGymToolEnv:
-    return BrowserGymToolEnv(client_factory(), **options)
+def _tool_method(tool: Tool) -> Callable[..., str]:
+    """A method whose signature, type hints and docstring say what the tool's JSON schema says
+    (TRL reads them with transformers' `get_json_schema`)."""
+    name = tool_name(tool)
+    schema = tool_schema(tool)
+    properties: dict[str, Any] = dict(schema.get("properties") or {})
+    required = set(schema.get("required") or [])
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    for arg in sorted(properties, key=lambda a: a not in required):  # required ones first, as Python wants
+        kind = _JSON_TYPES.get(properties[arg].get("type"), str)
+        annotations[arg] = kind if arg in required else kind | None
+        default = inspect.Parameter.empty if arg in required else None
+        parameters.append(inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotations[arg]))
+    signature = inspect.Signature(parameters, return_annotation=str)
+
+    def method(self: ToolEnvironment, *args: Any, **kwargs: Any) -> str:
+        bound = signature.bind(self, *args, **kwargs)
+        return self._call(name, {k: v for k, v in bound.arguments.items() if k != "self" and v is not None})
+
+    lines = [(tool.get("description") if isinstance(tool, dict) else getattr(tool, "description", "")) or name]
+    if properties:
+        lines += ["", "Args:"] + [f"    {arg}: {properties[arg].get('description') or arg}" for arg in signature.parameters if arg != "self"]
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = "\n".join(lines)
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__annotations__ = {**annotations, "return": str}
+    return method
 
 
-__all__ = ["BrowserGymToolEnv", "browsergym_environment_factory"]
+def _class_name(env: str) -> str:
+    """`AsyncBrowserGymEnv` -> `BrowserGymToolEnv`: TRL names the reward column after the class."""
+    from envharness.core.registry import get_spec
+
+    client = get_spec(env).load("client").__name__
+    base = client.removeprefix("Async").removesuffix("Env").removesuffix("Client")
+    if not base or base == "":
+        base = "".join(part.title() for part in env.replace("-", "_").split("_"))
+    return f"{base}ToolEnv"
+
+
+@functools.lru_cache(maxsize=None)
+def tool_environment_class(env: str, tools: tuple[Tool, ...] | None = None) -> type[ToolEnvironment]:
+    """The `ToolEnvironment` subclass of `env` with one method per tool (one class per
+    environment: TRL tells environments apart by their exact type)."""
+    methods = {tool_name(t): _tool_method(t) for t in (tools or ())}
+    reserved = sorted(set(methods) & {"reset", "get_reward"})
+    if reserved:
+        raise ValueError(f"{env}: a tool may not be named {', '.join(reserved)} (TRL's own methods)")
+    return type(_class_name(env), (ToolEnvironment,), {**methods, "tools": tuple(tools or ()), "__module__": __name__})
+
+
+def _tools_of(factory: Any) -> tuple[Tool, ...]:
+    """The tools a session factory's sessions offer: its `tool_specs` when it declares them,
+    else those of one session opened and closed at once."""
+    specs = getattr(factory, "tool_specs", None)
+    if specs is None:
+        session = factory.create(None, None)
+        try:
+            specs = session.list_tools()
+        finally:
+            session.close()
+    return tuple(_frozen(t) for t in specs)
+
+
+class _FrozenDict(dict):
+    """A tool spec that can key the class cache."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        import json
+
+        return hash(json.dumps(self, sort_keys=True, default=str))
+
+
+def _frozen(tool: Any) -> Tool:
+    if isinstance(tool, dict):
+        return _FrozenDict(tool)
+    return _FrozenDict(name=tool_name(tool), description=getattr(tool, "description", ""), inputSchema=tool_schema(tool))
+
+
+def environment_factory(env: str, client_factory: Callable[[], Any], *, task: str | None = None,
+                        tools: Sequence[str] | None = None, **session_options: Any) -> Callable[[], ToolEnvironment]:
+    """A zero-argument factory for TRL's `environment_factory`: each instance gets its own
+    sync client of `env` from `client_factory` (e.g. `functools.partial(TextArenaEnv, base_url=url)`).
+    `tools` narrows the environment's default tools; `session_options` go to its session factory."""
+    from envharness.core.registry import env_harness
+
+    harness = env_harness(env)
+    options = dict(session_options)
+    options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
+    if tools is not None:
+        options["tools"] = list(tools)
+    task = task or harness.default_tasks[0]
+
+    def make() -> ToolEnvironment:
+        factory = harness.session_factory(client_factory, default_task=task, **options)
+        return tool_environment_class(env, _tools_of(factory))(factory, task=task)
+
+    return make
+
+
+__all__ = ["ToolEnvironment", "environment_factory", "tool_environment_class"]

@@ -1,6 +1,6 @@
 """TRL GRPO through the harness: a `rollout_func` that plays whole episodes with the trainer's model.
 
-    rollout_func = build_browsergym_rollout_func(client_factory, default_task="click-test")
+    rollout_func = build_env_rollout_func("browsergym", client_factory, default_task="click-test")
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, rollout_func=rollout_func,
                           reward_funcs=[reward_success], train_dataset=task_dataset(["click-test"], 64), ...)
 
@@ -278,25 +278,10 @@ def build_env_rollout_func(
     return build_trl_rollout_func(factory, **kwargs)
 
 
-def build_browsergym_rollout_func(
-    client_factory: Callable[[], Any],
-    *,
-    default_task: str | None = "click-test",
-    tools: Sequence[str] | None = None,
-    session_factory_kwargs: dict[str, Any] | None = None,
-    **kwargs: Any,
-) -> RolloutFunc:
-    """`build_env_rollout_func("browsergym", ...)`: model text such as `click('13')` parsed into
-    browser tool calls."""
-    return build_env_rollout_func("browsergym", client_factory, default_task=default_task, tools=tools,
-                                  session_factory_kwargs=session_factory_kwargs, **kwargs)
-
-
 __all__ = [
     "REWARD_FUNCS",
     "TRLVLLMGenerationBackend",
     "TaskPromptSessionFactory",
-    "build_browsergym_rollout_func",
     "build_env_rollout_func",
     "build_trl_rollout_func",
     "parse_task_prompt",

@@ -21,12 +21,13 @@ from typing import Any
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.precision import trainer_precision
 from envharness.models.device import resolve
+from envharness.core.registry import DEFAULT_ENV
 
 
 @dataclass
 class SFTRunConfig:
     #: The environment and its server options (as `eval` / `train`).
-    env: str = "browsergym"
+    env: str = DEFAULT_ENV
     env_options: dict[str, Any] = field(default_factory=dict)
     #: Tasks to demonstrate (names, split names or `all`); empty: the environment's defaults.
     tasks: list[str] = field(default_factory=list)

@@ -26,6 +26,7 @@ from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to, grpo_tracking_options
 from envharness.prompts import get_prompt_style, opening_builder
 from envharness.prompts.text import tokenizer_counter
+from envharness.core.registry import DEFAULT_ENV
 
 
 @dataclass
@@ -33,7 +34,7 @@ class TrainConfig:
     #: Task names, split names or `all` of the environment; empty: its first default task.
     tasks: list[str] = field(default_factory=list)
     #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
-    env: str = "browsergym"
+    env: str = DEFAULT_ENV
     #: Options of the environment server (`serve NAME --option`): the server train starts gets
     #: them, and the task list follows them (e.g. browsergym's ``tasks``).
     env_options: dict[str, Any] = field(default_factory=dict)
@@ -184,21 +185,15 @@ def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
     return GRPOConfig(**options)
 
 
-def train_server_options(env: str = "browsergym") -> dict[str, Any]:
+def train_server_options(env: str = DEFAULT_ENV) -> dict[str, Any]:
     """The options `train` starts its own server of `env` with (`EnvHarness.train_server_options`)."""
     from envharness.core.registry import env_harness
 
     return dict(env_harness(env).train_server_options)
 
 
-#: The browser's training server options: the prompts read only the accessibility tree, so the
-#: pruned HTML and element properties are not computed; a click on a bid that is not on the page
-#: fails after 1 s instead of 3 s.
-TRAIN_SERVER_OPTIONS: dict[str, Any] = train_server_options("browsergym")
-
-
 @contextlib.contextmanager
-def env_clients(env: str = "browsergym", env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
+def env_clients(env: str = DEFAULT_ENV, env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
                 ray_address: str | None = None, env_options: dict[str, Any] | None = None) -> Iterator[Callable[[], Any]]:
     """A factory of pooled clients of `env` (one lease per episode) on `env_url`, or on a server
     started on loopback for the duration of the block; with `env_urls` or `servers`, a fleet
@@ -223,9 +218,6 @@ def env_clients(env: str = "browsergym", env_url: str | None = None, *, env_urls
         yield pool
 
 
-browser_clients = functools.partial(env_clients, "browsergym")
-
-
 @contextlib.contextmanager
 def agent_env_url(env: str, env_url: str | None, env_options: dict[str, Any] | None = None) -> Iterator[str]:
     """The URL of a server of `env` (with `/mcp`) for agents that play through MCP: `env_url`,
@@ -245,7 +237,7 @@ def _train_prompt(env: str) -> str:
     return env_harness(env).train_prompt
 
 
-def reward_functions(env: str = "browsergym") -> dict[str, Callable[..., Any]]:
+def reward_functions(env: str = DEFAULT_ENV) -> dict[str, Callable[..., Any]]:
     """The rewards `--rewards` picks from: the generic ones (success, sum, mean, max of the
     environment's own reward) and the environment's shaped ones (`EnvHarness.reward_functions`)."""
     from envharness.core.registry import env_harness, load_target
@@ -402,7 +394,7 @@ def train(
                 records=EpisodeRecordWriter(records_path, append=checkpoint is not None))
         elif is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
-                make_client, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
+                make_client, env=config.env, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
                 backend_factory=functools.partial(timer.backend_factory, inner_factory=vision_grpo.vision_trainer_backend),
                 vision=vision_grpo.VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
             )

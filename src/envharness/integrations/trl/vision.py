@@ -41,6 +41,7 @@ from typing import Any, Callable
 import torch
 from trl import GRPOTrainer
 
+from envharness.core.registry import DEFAULT_ENV
 from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.models.vision_processors import image_inputs, image_token_id, is_vision_model_dir, load_processor, placeholder_counts
@@ -186,22 +187,31 @@ def vision_trainer_backend(trainer: Any) -> Any:
 def build_vision_rollout_func(
     client_factory: Callable[[], Any],
     *,
-    default_task: str | None = "click-test",
+    env: str = DEFAULT_ENV,
+    default_task: str | None = None,
     vision: VisionPromptConfig | None = None,
     session_factory_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> RolloutFunc:
-    """A `rollout_func` for `VisionGRPOTrainer` on BrowserGym: screenshots in every prompt
-    (`VisionBrowserGymSessionFactory`), the trainer's VLM as the policy, and per row the
-    episode's images and placeholder counts for the loss pass."""
-    from envharness.envs.browsergym.harness import build_browsergym_action_tool_call
-    from envharness.prompts.vision_session import VisionBrowserGymSessionFactory
+    """A `rollout_func` for `VisionGRPOTrainer`: the sessions of `env`'s "vision" prompt style
+    (screenshots in every prompt and tool result), the trainer's VLM as the policy, and per row
+    the episode's images and placeholder counts for the loss pass."""
+    from envharness.core.registry import env_harness
+    from envharness.prompts import get_prompt_style
 
     vision = vision or VisionPromptConfig()
     if vision.keep_screenshots is not None:
         raise VisionTrainingError("keep_screenshots must be None for training: dropping a screenshot rewrites earlier tokens")
-    factory = VisionBrowserGymSessionFactory(client_factory, vision=vision, default_task=default_task, **(session_factory_kwargs or {}))
-    kwargs.setdefault("tool_call_parser", build_browsergym_action_tool_call)
+    harness = env_harness(env)
+    try:
+        style = get_prompt_style("vision", env)
+    except ValueError:
+        style = None
+    if style is None or style.session_factory is None:
+        raise VisionTrainingError(f"{env} has no 'vision' prompt style (sessions that show screenshots) to train a VLM on")
+    factory = style.session_factory(client_factory, vision=vision, default_task=default_task or harness.default_tasks[0],
+                                    **(session_factory_kwargs or {}))
+    kwargs.setdefault("tool_call_parser", harness.tool_call_parser)
     kwargs.setdefault("send_tools", False)
     kwargs.setdefault("backend_factory", vision_trainer_backend)
     return build_trl_rollout_func(factory, with_images=True, **kwargs)
