@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import io
 import json
 import statistics
 import time

@@ -277,7 +277,7 @@ def step_policy(path: Path, device: str, env: dict[str, str]) -> dict[str, Any]:
 def step_sft(path: Path, out: Path, device: str, env: dict[str, str]) -> dict[str, Any]:
     envharness_cli(["sft", "--env", "textarena", "--tasks", "Wordle-v0", "--model", str(path), "--device", device,
                     "--episodes", "4", "--steps", "2", "--batch-size", "4", "--max-turns", "2", "--out", str(out / "sft")], 300, env)
-    return {"log": [json.loads(l) for l in (out / "sft" / "train_log.jsonl").read_text().splitlines() if l.strip()][-1]}
+    return {"log": [json.loads(line) for line in (out / "sft" / "train_log.jsonl").read_text().splitlines() if line.strip()][-1]}
 
 
 def step_train(path: Path, out: Path, device: str, rewards: list[str], name: str, env: dict[str, str]) -> dict[str, Any]:
@@ -287,7 +287,7 @@ def step_train(path: Path, out: Path, device: str, rewards: list[str], name: str
     for reward in rewards:
         args += ["--reward", reward]
     envharness_cli(args, 300, env)
-    lines = [json.loads(l) for l in (out / name / "train_log.jsonl").read_text().splitlines() if l.strip()]
+    lines = [json.loads(line) for line in (out / name / "train_log.jsonl").read_text().splitlines() if line.strip()]
     keep = ("step", "device", "dtype", "weights_dtype", "no_signal_skipped", "loss", "reward", "time/step_s", "time/generate_s",
             "time/train_s")
     return {"steps": [{k: v for k, v in line.items() if k in keep or k.startswith("sampling/")} for line in lines if "step" in line]}

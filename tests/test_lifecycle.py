@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from _jobs import CLI, Job, tagged_processes
+from _jobs import Job, tagged_processes
 from conftest import wait_until
 
 from envharness.core import lifecycle

@@ -20,7 +20,7 @@ from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.eval.runner import run_eval
 from envharness.harness import HarnessRunLimits, read_records
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_prompt
-from envharness.integrations.trl.training import TrainConfig, train_server_options, TrainSetupError, _check, prompt_options
+from envharness.integrations.trl.training import TrainConfig, TrainSetupError, _check, prompt_options
 from envharness import prompts
 from envharness.prompts import PromptStyle, get_prompt_style, prompt_names, register_prompt_style
 

@@ -9,7 +9,6 @@ tests/test_browser_isolation.py's, run on both kinds of browser."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess

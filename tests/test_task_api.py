@@ -4,7 +4,6 @@ listing follows the server's options; a server whose environment lists none answ
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import httpx

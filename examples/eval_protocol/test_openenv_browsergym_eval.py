@@ -1,5 +1,4 @@
 from typing import Any, Dict, List
-import os
 import re
 
 import pytest

@@ -59,12 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record-tokens", action="store_true",
                         help="keep each episode's exact token ids in episodes.jsonl, as training sees them (conversation prompts)")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print two runs' results side by side, run nothing")
-    # -- vision policies (issue 11) --
+    # -- vision policies --
     parser.add_argument("--vision", action=argparse.BooleanOptionalAction, default=None,
                         help="put the page's screenshot into every prompt (default: when the model is a vision model)")
     parser.add_argument("--screenshot-max-side", type=int, default=_D.screenshot_max_side,
                         help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)")
-    # fleet (issue 13): episodes spread over many browser servers, with failover
+    # fleet: episodes spread over many browser servers, with failover
     parser.add_argument("--env-urls", type=options.names, default=[],
                         help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)")
     parser.add_argument("--servers", type=int, default=0, help="run N environment servers on Ray and spread episodes over them")

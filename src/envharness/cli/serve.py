@@ -26,9 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024, help="largest accepted message")
     parser.add_argument("--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
-    # issue 14: the page to play by hand at /web (off unless asked; MCP at /mcp is always on)
+    # the page to play by hand at /web (off unless asked; MCP at /mcp is always on)
     parser.add_argument("--web", action="store_true", help="serve a page at /web to play the environment by hand")
-    # lifecycle (issue 17): never outlive the job that started the server
+    # lifecycle: never outlive the job that started the server
     parser.add_argument("--exit-with-parent", type=int, default=None, metavar="PID",
                         help="stop (closing every browser) when process PID exits; PID is usually the parent's")
     parser.add_argument("--shutdown-timeout", type=float, default=20.0,

@@ -60,29 +60,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-logprob-correction", dest="logprob_correction", action="store_false",
                         help="log the gap between sampled and training logprobs but do not correct it "
                              "(default: truncated importance sampling, as TRL does behind vLLM)")
-    # -- experiment tracking (issue 11) --
+    # -- experiment tracking --
     parser.add_argument("--report-to", default=d.report_to, choices=list(REPORT_TO),
                         help="experiment tracker (default none: nothing leaves the machine); tensorboard writes "
                              "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline")
-    # fleet (issue 13): episodes spread over many browser servers, with failover
+    # fleet: episodes spread over many browser servers, with failover
     parser.add_argument("--env-urls", type=options.names, default=[],
                         help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)")
     parser.add_argument("--servers", type=int, default=0, help="run N environment servers on Ray and spread episodes over them")
     parser.add_argument("--ray-address", default=None,
                         help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
-    # -- vision policies (issue 11): `--model <VLM directory>` or `--model tiny-vlm` trains on screenshots --
+    # -- vision policies: `--model <VLM directory>` or `--model tiny-vlm` trains on screenshots --
     parser.add_argument("--screenshot-max-side", type=int, default=d.screenshot_max_side,
                         help="vision models: longest side of the screenshots they see, in pixels")
     parser.add_argument("--vision-page-text", choices=["elements", "axtree", "none"], default=d.vision_page_text,
                         help="vision models: page text shown beside the screenshot")
-    # agents that own their loop (issue 24)
+    # agents that own their loop
     parser.add_argument("--agent", default=None, metavar="MODULE:FUNCTION",
                         help="train your own agent (module.path:function or path/to/agent.py:function, written against "
                              "the openai and mcp SDKs) through the policy endpoint, instead of the harness's loop")
     parser.add_argument("--agent-timeout", type=float, default=d.agent_timeout_s, metavar="S",
                         help="with --agent: seconds one agent may take for its rollout; a late one is cancelled, its row "
                              "masked, counted and named in the log (default %(default)s; 0: no limit)")
-    # resuming (issue 17)
+    # resuming
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in --out (records and curve continue)")
 

@@ -64,7 +64,7 @@ class EvalConfig:
     #: Keep each episode's exact token ids (prompt_ids, completion_ids, logprobs, env_mask) in
     #: episodes.jsonl, as training sees them (conversation prompt styles only).
     record_tokens: bool = False
-    #: A fleet instead of one server (issue 13): running servers' urls, or N servers on Ray
+    #: A fleet instead of one server: running servers' urls, or N servers on Ray
     #: (`ray_address`: the cluster; None starts Ray here). Not part of the run's identity.
     env_urls: list[str] = field(default_factory=list)
     servers: int = 0

@@ -6,8 +6,8 @@ same words. `auto` picks the GPU when torch sees one, and there bf16 when the GP
 (fp32 otherwise); on a CPU, fp32. A choice the machine cannot honour is refused in words before
 anything loads, never silently replaced.
 
-Why fp32 stays the CPU default: sampled and recomputed logprobs agree to ~1e-5 in fp32, while
-bf16 differs by ~0.05 nats on average (measured on an H200); training corrects that difference
+Why fp32 stays the CPU default: sampled and recomputed logprobs agree closely in fp32 and
+visibly less in bf16 (docs/gpu.md has the numbers); training corrects that difference
 (`integrations/trl/logprob_agreement.py`), evaluation has nothing to correct.
 """
 

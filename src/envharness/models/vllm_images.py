@@ -169,7 +169,7 @@ async def generate_with_images(client: httpx.AsyncClient, base_url: str, model: 
 
 def with_image_fields(generation: Generation, **fields: Any) -> Generation:
     """Attach what a trainer needs to rebuild this turn's pixels: `Generation`'s image fields
-    where it has them (issue 11's model core adds them), else the same names in `metadata`."""
+    where it has them, else the same names in `metadata`."""
     for name, value in fields.items():
         if name in getattr(Generation, "__dataclass_fields__", {}):
             setattr(generation, name, value)

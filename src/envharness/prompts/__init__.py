@@ -123,6 +123,7 @@ def opening_builder(
 __all__ = [
     "OpeningBuilder",
     "PromptContext",
+    "PromptBuilder",
     "PromptStyle",
     "DEFAULT_ENV",
     "default_prompt",

@@ -32,20 +32,15 @@ NO_SPARE_RENDERER = "SpareRendererForSitePerProcess"
 CHROMIUM_ARGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    # As BrowserGym: keep scrollbars visible in screenshots. Chromium 156 also opens two WebUI
-    # omnibox popups (each a renderer, ~33 MB) in every browser context, headless or not: off,
-    # which takes an extra session from 68 to 29 MB. Not here: RenderDocument off. It loads a task
-    # change's page in ~60 instead of ~85 ms, but with it off the renderer of Chromium 156 stops
-    # answering (Accessibility.enable and evaluate never return) on an in-place restart after a few
-    # task changes with the DOM snapshot observed (bench/README.md). No spare renderer: after each
-    # navigation Chromium starts a renderer in advance for the next cross-site one, which a
-    # session (one context, one site) never takes, and a new context cannot use another's: a
-    # fresh context with its page took 0.21 CPU-s with it and 0.18 without.
+    # As BrowserGym: keep scrollbars visible in screenshots. The WebUI omnibox popups are a
+    # renderer each in every browser context, headless or not: off. No spare renderer: after each
+    # navigation Chromium starts one in advance for the next cross-site page, which a session (one
+    # context, one site) never takes. RenderDocument stays on: without it Chromium's renderer stops
+    # answering on in-place restarts (bench/README.md, "Chromium flags", has the measurements).
     f"--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,WebUIOmniboxPopup,WebUIOmniboxAimPopup,{NO_SPARE_RENDERER}",
-    # Not here: --disable-gpu-vsync / --disable-frame-rate-limit. Headless Chromium 156 keeps
-    # animation frames at ~57 Hz with or without them, so Playwright's "element is stable" check
-    # (two frames) costs ~35 ms of every click. --run-all-compositor-stages-before-draw does uncap
-    # frames (two frames: 5 ms) but spins Chromium at 200% CPU with a few pages open: clicks got slower.
+    # Not here: --disable-gpu-vsync / --disable-frame-rate-limit (headless frames keep their rate
+    # with or without them) and --run-all-compositor-stages-before-draw (it spins the browser with
+    # a few pages open: clicks got slower). bench/README.md, "Chromium flags".
     # Nothing leaves the machine: no proxy look-up, and every host name fails to resolve (Chromium's
     # own calls to Google's update, time and account hosts, and the favicon request, which Playwright
     # cannot route); loopback stays reachable. MiniWoB pages never reach DNS: the context serves them.
@@ -57,7 +52,7 @@ ENGINE_MARKER = "--envharness-engine="
 #: BrowserGym makes Playwright's test-id attribute `bid`, so `get_by_test_id(bid)` finds elements.
 BID_ATTRIBUTE = "bid"
 #: Hang guards of `aclose()`: a browser that does not close in this time (it stopped answering)
-#: is killed, and so is a Playwright driver that does not stop. Closing takes ~0.1 s.
+#: is killed, and so is a Playwright driver that does not stop; a healthy browser closes at once.
 CLOSE_TIMEOUT_S = 30.0
 
 

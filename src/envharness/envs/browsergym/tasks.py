@@ -12,7 +12,7 @@ the user's web tasks (``mypkg.webtasks`` or ``mypkg.webtasks:TASKS``, see `webta
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Mapping
+from typing import Any, Mapping
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.solutions import solve as solve_miniwob

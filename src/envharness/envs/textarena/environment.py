@@ -160,8 +160,8 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         return _plain(snap)
 
     async def step_async(self, action: TextArenaAction) -> TextArenaObservation:
-        """A move runs on the event loop: textarena's single-player steps take well under 2 ms
-        (measured for every game), less than a hop to a worker thread costs. Resets, which may
+        """A move runs on the event loop: textarena's single-player steps cost less than a hop
+        to a worker thread does. Resets, which may
         build a game (seconds for the word games' dictionaries), stay in a thread."""
         return self.step(action)
 

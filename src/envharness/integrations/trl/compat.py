@@ -7,7 +7,6 @@ and warns with the generic call that replaces it. This is the one module outside
 
 from __future__ import annotations
 
-import functools
 import warnings
 from typing import Any, Callable
 

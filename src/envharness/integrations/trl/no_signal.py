@@ -3,9 +3,8 @@
 When every group of a batch got the same reward for all its episodes (`frac_reward_zero_std`
 = 1, typical while a small model has not yet found any success), every advantage is 0. With
 `beta = 0` and no entropy bonus, GRPO's loss is then exactly 0 and so is its gradient, yet TRL
-still runs the forward and backward pass over the whole batch: on a 2-core CPU that is 80-90 %
-of such a step (measured: 172-486 s of 212-542 s, SmolLM2-135M, 8 two-turn episodes). Here
-that pass is skipped: the loss is a zero that touches no parameter, so no gradient exists and
+still runs the forward and backward pass over the whole batch, most of such a step on a CPU
+(bench/README.md). Here that pass is skipped: the loss is a zero that touches no parameter, so no gradient exists and
 the optimizer leaves the weights (and its moments) as they are. Steps with signal are
 untouched. Skipped steps are logged as `no_signal_skipped: 1` and carry no loss-time metrics
 (entropy, clip ratios).

@@ -69,16 +69,16 @@ class TrainConfig:
     prompt: str = ""
     use_vllm: bool = False
     #: torch CPU threads (None: torch's default). On a machine shared with other jobs, 1 thread
-    #: avoids OpenMP threads waiting on each other: ~10x faster generation measured on 2 busy cores.
+    #: avoids OpenMP threads waiting on each other (much faster generation on a busy CPU).
     threads: int | None = None
     #: Experiment tracker: "none", "tensorboard", "trackio" (local) or "wandb" (see tracking.py).
     report_to: str = "none"
-    #: A fleet instead of one server (issue 13): running servers' urls, or N servers on Ray
+    #: A fleet instead of one server: running servers' urls, or N servers on Ray
     #: (`ray_address`: the cluster; None starts Ray here).
     env_urls: list[str] = field(default_factory=list)
     servers: int = 0
     ray_address: str | None = None
-    #: An agent that owns its loop (`module:function` or `path/to/agent.py:function`, issue 24):
+    #: An agent that owns its loop (`module:function` or `path/to/agent.py:function`):
     #: trained through the policy endpoint instead of the harness's own loop.
     agent: str | None = None
     #: Seconds one agent may take for its rollout; past it, it is cancelled and its row masked,

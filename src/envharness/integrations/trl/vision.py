@@ -3,7 +3,7 @@
 TRL 1.16's `GRPOTrainer` hands every extra key of a `rollout_func` (images included) only to
 the reward functions; its loss pass rebuilds images from the *dataset* column, so the
 screenshots of an episode never reach it. Nothing raises: the policy is trained as if it were
-blind, off-policy (measured on a tiny Qwen2-VL: loss-time vs sampling logprobs up to 5e-2).
+blind and off-policy (loss-time and sampling logprobs disagree).
 
 `VisionGRPOTrainer` fixes that. The rollout (`build_vision_rollout_func`) returns, per row,
 the episode's images in placeholder order (`episode_images`) and how many placeholder

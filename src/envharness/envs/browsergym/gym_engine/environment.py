@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envharness.core.environment import Environment
-from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS, BrowserSessionLost, episode_options
+from envharness.envs.browsergym.environment import BrowserSessionLost, episode_options
 from envharness.envs.browsergym.gym_engine import benchmarks
 from envharness.envs.browsergym.gym_engine.process import WorkerError, WorkerLost, WorkerProcess
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
