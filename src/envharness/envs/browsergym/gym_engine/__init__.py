@@ -19,7 +19,8 @@ import dataclasses
 from typing import Any
 
 from envharness.envs.browsergym.gym_engine.benchmarks import BENCHMARKS, BenchmarkUnavailable, check_benchmark
-from envharness.envs.browsergym.gym_engine.environment import OBSERVATION_OPTIONS, GymBrowserEnvironment, GymEngineConfig
+from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS
+from envharness.envs.browsergym.gym_engine.environment import GymBrowserEnvironment, GymEngineConfig
 
 
 class GymEnvironmentFactory:
