@@ -77,9 +77,11 @@ TINY_EVAL = {"--episodes": "1", "--max-steps": "2", "--max-new-tokens": "8", "--
 COVERED: dict[str, Run | Serve | Make] = {
     "make demo": Make({"envharness": Run({"--tasks": "click-test", **TINY_EVAL, "--max-steps": "1"}, expect=("runs/demo/report.html",))}),
     "make test": Make(run=False, why="the suite itself: running it from a test would recurse"),
-    "envharness serve browsergym --port 8000": Serve({"--port": "0"}),
+    # environments
     "envharness serve browsergym --port 8000 --web": Serve({"--port": "0"}),
-    "envharness mcp browsergym": Run(),  # an stdio server: no stdin here, so it ends at EOF
+    "envharness eval --env textarena --model scripted --tasks rl --episodes 32 --max-turns 12 --out runs/games":
+        Run({"--episodes": "1", "--no-progress": None}, expect=("runs/games/summary.json",), says="TowerOfHanoi-v0"),
+    # the commands: evaluate, train, evaluate the checkpoint, compare, replay
     "envharness eval --model embedded --tasks click-test,click-button --episodes 8 --out runs/mine":
         Run({"--model": "scripted", **TINY_EVAL}, expect=("runs/mine/summary.json", "runs/mine/report.html")),
     "envharness train --tasks click-test --minutes 30 --out runs/train":
@@ -88,57 +90,7 @@ COVERED: dict[str, Run | Serve | Make] = {
     "envharness eval --model runs/train/final --prompt compact --tasks click-test --out runs/trained":
         Run(TINY_EVAL, expect=("runs/trained/summary.json",)),
     "envharness eval --compare runs/mine runs/trained": Run(says="click-test"),
-    # learning from demonstrations
-    "envharness sft --tasks enter-text,login-user --episodes 64 --out runs/sft":
-        Run({"--model": "tiny", "--episodes": "1", "--steps": "1", "--batch-size": "1", "--max-turns": "3", "--threads": "1"},
-            expect=("runs/sft/final/config.json", "runs/sft/demos/episodes.jsonl")),
-    "envharness eval --model runs/sft/final --prompt compact --tasks enter-text,login-user --out runs/sft-eval":
-        Run(TINY_EVAL, expect=("runs/sft-eval/summary.json",)),
-    "envharness train --model runs/sft/final --tasks enter-text,login-user --max-turns 3 --out runs/sft-grpo":
-        Run({**TINY_TRAIN, "--steps": "1", "--max-turns": "2"}, expect=("runs/sft-grpo/final/config.json",)),
-    ".venv/bin/python examples/sft_then_grpo.py --out runs/two-stage --sft-steps 3 --grpo-minutes 40 --threads 1":
-        Run({"--model": "tiny", "--demo-episodes": "1", "--sft-steps": "1", "--sft-batch-size": "1", "--grpo-minutes": "0.01",
-             "--eval-episodes": "1", "--num-generations": "2", "--max-new-tokens": "4", "--max-turns": "2"},
-            expect=("runs/two-stage/results.md", "runs/two-stage/page-swap-grpo.json"), says="SFT+GRPO"),
-    ".venv/bin/python examples/page_swap.py --model runs/two-stage/sft-grpo/final --run runs/two-stage/base":
-        Run({"--max-new-tokens": "4", "--threads": "1"}, says="first action depends on the page"),
-    # BrowserGym engine
-    "envharness serve browsergym --option engine=browsergym --port 8000": Serve({"--port": "0"}),
-    "envharness serve browsergym --option benchmark=openended --port 8000": Serve({"--port": "0"}),
-    # TextArena games
-    "envharness serve textarena --port 8000": Serve({"--port": "0"}),
-    # browsers elsewhere (issue 38): a browser node, and a server that will use it (it connects at the first reset)
-    "envharness browser --port 9222": Serve({"--port": "0"}),
-    "envharness serve browsergym --option browser=cdp://127.0.0.1:9222 --port 8000": Serve({"--port": "0"}),
-    "envharness eval --env textarena --model scripted --tasks rl --episodes 32 --max-turns 12 --out runs/games":
-        Run({"--episodes": "1", "--no-progress": None}, expect=("runs/games/summary.json",), says="TowerOfHanoi-v0"),
-    "envharness eval --env textarena --model embedded --tasks Wordle-v0 --episodes 32 --max-turns 6 --out runs/wordle":
-        Run({**TINY_EVAL, "--max-turns": "2"}, expect=("runs/wordle/report.html",)),
-    "envharness train --env textarena --tasks Wordle-v0 --max-turns 6 --reward success --reward greens --out runs/wordle-train":
-        Run({"--model": "tiny", "--steps": "1", "--max-turns": "2", **TINY_TRAIN}, expect=("runs/wordle-train/final/config.json",)),
-    # vision policies: the README's VLM directory is a tiny random Qwen2-VL here
-    "envharness train --model ./my-qwen2-vl --tasks click-test --max-turns 2 --screenshot-max-side 448":
-        Run({"--model": "tiny-vlm:qwen2-vl", **TINY_TRAIN, "--steps": "1", "--out": "runs/vlm-dir"}, expect=("runs/vlm-dir/final",)),
-    "envharness train --model tiny-vlm --steps 2": Run({**TINY_TRAIN, "--steps": "1", "--out": "runs/tiny-vlm"}, expect=("runs/tiny-vlm/final",)),
-    "envharness train --model embedded-vlm --threads 1":
-        Run({**TINY_TRAIN, "--steps": "1", "--max-turns": "1", "--out": "runs/embedded-vlm"}, expect=("runs/embedded-vlm/final",)),
-    "envharness eval --model tiny-vlm --prompt vision --tasks click-test --episodes 2 --out runs/vlm":
-        Run(TINY_EVAL, expect=("runs/vlm/report.html",)),
-    "envharness train --model tiny-vlm --steps 1 --report-to tensorboard --out runs/vlm-train":
-        Run(TINY_TRAIN, expect=("runs/vlm-train/final", "runs/vlm-train/runs")),
-    # the policy endpoint (issue 24): the agent file is the repo's (the commands run in a scratch folder)
-    "envharness policy --model embedded --port 9000": Serve({"--port": "0", "--model": "tiny"}),
-    "envharness train --agent examples/openai_mcp_agent/agent.py:play --tasks click-test --steps 30 --out runs/agent":
-        Run({"--agent": f"{ROOT}/examples/openai_mcp_agent/agent.py:play", "--model": "tiny", "--steps": "1", "--max-turns": "2",
-             **TINY_TRAIN}, expect=("runs/agent/final/config.json", "runs/agent/episodes.jsonl")),
-    ".venv/bin/python examples/train_multiturn.py --tasks click-button-sequence --max-turns 2 --minutes 27 --eval-episodes 32 "
-    "--num-generations 8 --groups-per-step 1 --lr 3e-5 --max-completion-length 12 --threads 1":
-        Run({"--minutes": "0.01", "--max-steps": "1", "--eval-episodes": "1", "--num-generations": "2",
-             "--max-completion-length": "4", "--output-dir": "runs/multiturn"}, expect=("runs/multiturn/results.json",)),
-    ".venv/bin/python examples/train_click_test.py --task click-button --minutes 38 --eval-episodes 32 "
-    "--num-generations 8 --groups-per-step 1 --lr 3e-5 --max-completion-length 12 --threads 1":
-        Run({"--minutes": "0.01", "--eval-episodes": "2", "--no-greedy-eval": None, "--num-generations": "2",
-             "--max-completion-length": "4", "--output-dir": "runs/example"}, expect=("runs/example/results.json",)),
+    "envharness replay runs/mine": Run(expect=("runs/mine/replay.json",), says="episodes identical"),
 }
 
 
