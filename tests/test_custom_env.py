@@ -1,6 +1,8 @@
-"""A user's own environment (examples/custom_env/number_guess.py) goes everywhere MiniWoB goes,
-with nothing in envharness naming it: served, evaluated with its scripted policy over every
-task of its listing, trained for a GRPO step, played over MCP and described to `/web`."""
+"""A user's own environment goes everywhere MiniWoB goes, with nothing in envharness naming it:
+served, evaluated with its scripted policy over every task of its listing, trained for a GRPO
+step, replayed, played over MCP and described to `/web`. Both forms of the same game: the
+short one (`examples/custom_env/guess.py`: `define_environment` derives the rest) and the long
+one (`number_guess.py`: its own session factory, parser and prompt styles)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from envharness.harness import read_records
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_env"
 SPEC = "number_guess:SPEC"
+FORMS = ["guess:SPEC", SPEC]  # short, long
 pytestmark = pytest.mark.timeout(600)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -28,9 +31,10 @@ def importable(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
-def test_eval_plays_every_listed_task_with_the_scripted_policy(tmp_path, capsys):
+@pytest.mark.parametrize("spec", FORMS)
+def test_eval_plays_every_listed_task_with_the_scripted_policy(spec, tmp_path, capsys):
     out = tmp_path / "eval"
-    code = cli_main(["eval", "--env", SPEC, "--model", "scripted", "--tasks", "all", "--episodes", "3",
+    code = cli_main(["eval", "--env", spec, "--model", "scripted", "--tasks", "all", "--episodes", "3",
                      "--max-turns", "12", "--out", str(out), "--no-progress"])
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
@@ -40,6 +44,9 @@ def test_eval_plays_every_listed_task_with_the_scripted_policy(tmp_path, capsys)
     hard = [e for e in episodes if e["task"] == "guess-1000"]
     assert all(len(e["steps"]) <= 10 for e in hard)  # bisection: at most ceil(log2(1000)) guesses
     assert [s["action"] for s in hard[0]["steps"]][0] == "500"
+    capsys.readouterr()
+    assert cli_main(["replay", str(out)]) == 0  # the same seeds and guesses give the same games
+    assert "9/9 episodes identical" in capsys.readouterr().out
 
 
 def test_a_split_name_and_a_bad_task_or_prompt(tmp_path, capsys):
@@ -54,24 +61,44 @@ def test_a_split_name_and_a_bad_task_or_prompt(tmp_path, capsys):
     assert "unknown prompt style 'compact'" in capsys.readouterr().err
 
 
-def test_one_grpo_step_trains_on_it(tmp_path, capsys):
+@pytest.mark.parametrize("spec", FORMS)
+def test_one_grpo_step_trains_on_it(spec, tmp_path, capsys):
     out = tmp_path / "train"
-    code = cli_main(["train", "--env", SPEC, "--model", "tiny", "--steps", "1", "--max-turns", "2",
+    code = cli_main(["train", "--env", spec, "--model", "tiny", "--steps", "1", "--max-turns", "2",
                      "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "6", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     records = read_records(out / "episodes.jsonl")
     assert len(records) == 2 and all(r.task == "guess-100" and r.error is None for r in records)
     assert all(r.tool_calls and r.tool_calls[0]["name"] == "guess" for r in records)
-    assert json.loads((out / "train_config.json").read_text())["env"] == SPEC
+    assert json.loads((out / "train_config.json").read_text())["env"] == spec
 
 
-def test_served_mcp_tools_and_web_info():
-    with LocalServer(SPEC, web=True) as server:
+@pytest.mark.parametrize("spec, field", [("guess:SPEC", "number"), (SPEC, "guess")])
+def test_served_mcp_tools_and_web_info(spec, field):
+    with LocalServer(spec, web=True) as server:
         info = httpx.get(f"{server.base_url}/web/info").json()
-        assert info["env"] == SPEC and "guess" in info["action_schema"]["properties"]
+        assert info["env"] == spec and field in info["action_schema"]["properties"]
         headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         reply = httpx.post(f"{server.base_url}/mcp", json=body, headers=headers)
         assert reply.status_code == 200, reply.text
         names = {t["name"] for t in reply.json()["result"]["tools"]}
         assert {"reset", "step", "state"} <= names  # the generic tools of an environment that brings none
+
+
+def test_the_short_form_derives_its_tool_parser_and_tasks():
+    """What `define_environment` derives from the environment class: the tool from the action
+    type, a plain reply read as its argument, the task list and its check."""
+    from envharness.core.registry import env_harness
+
+    harness = env_harness("guess:SPEC")
+    factory = harness.session_factory(lambda: None)
+    assert factory.tool_specs == [{"name": "guess", "description": "Guess the number.", "inputSchema": {
+        "type": "object", "properties": {"number": {"type": "integer", "description": "your guess"}}, "required": ["number"]}}]
+    assert harness.tool_call_parser("I think it is 42.").args == {"number": 42}
+    assert harness.tool_call_parser('{"name": "guess", "arguments": {"number": 7}}')[0].args == {"number": 7}
+    assert harness.tool_call_parser("no idea").metadata["parse_error"].startswith("no number")
+    assert harness.task_list().tasks == ("guess-10", "guess-100", "guess-1000") and harness.default_tasks == ("guess-100",)
+    with pytest.raises(ValueError, match="unknown task 'guess-7'"):
+        harness.check_task("guess-7")
+    assert len((EXAMPLE / "guess.py").read_text().splitlines()) <= 65  # the whole game, evaluable and trainable

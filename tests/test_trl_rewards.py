@@ -56,3 +56,18 @@ def test_task_dataset_cycles_tasks_with_reproducible_training_seeds():
     assert ds["prompt"] == task_dataset(["click-test", "click-button"], 6, seed=1)["prompt"]
     with pytest.raises(ValueError):
         task_dataset([], 3)
+
+
+def test_a_step_whose_every_episode_failed_is_printed_not_a_crash(tmp_path):
+    """TRL logs reward None when no episode of the batch has a reward; the progress line says n/a."""
+    import io
+    from types import SimpleNamespace
+
+    from envharness.integrations.trl.callbacks import ProgressCallback
+
+    stream = io.StringIO()
+    callback = ProgressCallback(tmp_path / "log.jsonl", stream)
+    state = SimpleNamespace(global_step=1, max_steps=3, is_world_process_zero=True)
+    callback.on_log(None, state, None, logs={"reward": None, "loss": None, "rewards/reward_success/mean": None})
+    assert "reward n/a" in stream.getvalue() and "loss n/a" in stream.getvalue()
+    assert json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])["reward"] is None

@@ -22,6 +22,7 @@ target, or an `EnvSpec` of the user's own.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -34,16 +35,17 @@ from envharness.core.sessions import EnvFactory
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """One environment as the generic layers see it. Parts are ``"module:attribute"``."""
+    """One environment as the generic layers see it. Parts are ``"module:attribute"`` strings
+    (imported when first needed), or the objects themselves (`harness.define.define_environment`)."""
 
     name: str
     #: Server side: an `Environment` subclass, or ``options -> factory``.
-    environment: str
+    environment: Any
     #: The async client class (`AsyncEnvClient` subclass) that parses its observations.
-    client: str = "envharness.core.client:AsyncEnvClient"
+    client: Any = "envharness.core.client:AsyncEnvClient"
     #: How an agent plays it (`envharness.harness.EnvHarness`): sessions, tool-call parser,
     #: tasks, prompt styles, scripted policy, reward functions. None: no eval/train support.
-    harness: str | None = None
+    harness: Any = None
     #: ``(EnvDescription) -> EnvToolset`` for `/mcp`; None: the generic reset/step/state tools.
     mcp_toolset: str | None = None
     #: ``() -> dict`` merged into `/web/info` (``tasks``, ``actions`` with examples).
@@ -54,7 +56,7 @@ class EnvSpec:
     def load(self, part: str) -> Any:
         """The object a part names (None when the spec leaves it out)."""
         target = getattr(self, part)
-        return None if target is None else load_target(target)
+        return load_target(target) if isinstance(target, str) else target
 
 
 def load_target(target: str) -> Any:
@@ -88,6 +90,7 @@ register_environment(EnvSpec(
     name="echo",
     environment="envharness.envs.echo.environment:EchoEnvironment",
     client="envharness.envs.echo.client:AsyncEchoEnv",
+    harness="envharness.envs.echo.spec:SPEC.harness",
     summary="echoes each message back (the template for new environments)",
 ))
 register_environment(EnvSpec(
@@ -118,15 +121,14 @@ def get_spec(name: str) -> EnvSpec:
     if ":" not in name:
         raise KeyError(f"Unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))} (or module.path:attribute)")
     target = load_target(name)
-    if isinstance(target, EnvSpec):
-        return target
+    if isinstance(target, EnvSpec):  # known by the name it is served as (`module:SPEC`)
+        return target if target.name == name else dataclasses.replace(target, name=name)
     return EnvSpec(name=name, environment=name)
 
 
 def resolve(name: str) -> Any:
     """The server-side registry target for `name` (a registered name or `module:attribute`)."""
-    spec = get_spec(name)
-    return load_target(spec.environment)
+    return get_spec(name).load("environment")
 
 
 def env_harness(name: str, options: dict[str, Any] | None = None) -> Any:
@@ -137,6 +139,8 @@ def env_harness(name: str, options: dict[str, Any] | None = None) -> Any:
     if harness is None:
         raise KeyError(f"environment {name!r} registers no harness (tasks, tools, prompts): it can be served, "
                        "not evaluated or trained")
+    if not getattr(harness, "env", name):  # a harness defined with its environment knows it by the name served
+        harness = dataclasses.replace(harness, env=name)
     return harness.for_options(options) if options and hasattr(harness, "for_options") else harness
 
 

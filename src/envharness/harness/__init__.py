@@ -10,10 +10,12 @@ only its imports changed. The map:
 - `tokens.py`: exact multi-turn token sequences and the env mask.
 - `rollout.py`: `run_episodes` (async, concurrent) and `build_harness_rollout_func` (TRL).
 - `records.py`: episode records as versioned JSONL.
+- `define.py`: `define_environment`, a playable environment from its `Environment` class.
 """
 
 from envharness.harness.adapter import HarnessAdapter, MCPHarnessAdapter, tool_message_content
 from envharness.harness.concurrency import run_coroutine_sync
+from envharness.harness.define import define_environment
 from envharness.harness.model_step import BatchingModelStep, EpisodeModelStep, ModelStep, call_model_step
 from envharness.harness.records import (
     RECORD_VERSION,
@@ -47,6 +49,7 @@ __all__ = [
     "RECORD_VERSION",
     "RESERVED_TOOL_NAMES",
     "BatchingModelStep",
+    "define_environment",
     "EpisodeModelStep",
     "EpisodeRecord",
     "EpisodeRecordWriter",

@@ -73,9 +73,9 @@ class EnvHarness:
     check_task: Callable[[str], str]
     #: What `eval` and `train` run when no `--tasks` are given.
     default_tasks: tuple[str, ...]
-    #: ``"module:attribute"`` of a ``dict[str, PromptStyle]`` (`envharness.prompts`): the
-    #: styles `--prompt` chooses from for this environment.
-    prompt_styles: str
+    #: ``"module:attribute"`` of a ``dict[str, PromptStyle]`` (`envharness.prompts`), or the
+    #: dict itself: the styles `--prompt` chooses from for this environment.
+    prompt_styles: Any
     #: The style `eval` uses when none is given, and the one `train` uses.
     default_prompt: str = "default"
     train_prompt: str = "default"

@@ -48,7 +48,8 @@ def _styles(env: str | None) -> dict[str, PromptStyle]:
         from envharness.core.registry import env_harness, load_target
 
         harness = env_harness(env)
-        _STYLES[env] = dict(load_target(harness.prompt_styles)) if harness.prompt_styles else {}
+        styles = load_target(harness.prompt_styles) if isinstance(harness.prompt_styles, str) else harness.prompt_styles
+        _STYLES[env] = dict(styles or {})
     return _STYLES[env]
 
 

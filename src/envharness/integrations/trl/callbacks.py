@@ -12,6 +12,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 
+
+def _number(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
 class ProgressCallback(TrainerCallback):
     """Prints reward and success per step and appends TRL's logs to a JSONL file."""
 
@@ -44,7 +48,8 @@ class ProgressCallback(TrainerCallback):
         if "reward" in logs:
             success = logs.get("rewards/reward_success/mean")
             extra = f"  success {success:.2f}" if success is not None else ""
-            print(f"{step}  reward {logs['reward']:.3f}{extra}  loss {logs.get('loss', float('nan')):.4f}"
+            # a batch whose every episode failed has no reward (TRL logs None): say so, do not crash
+            print(f"{step}  reward {_number(logs['reward'], '.3f')}{extra}  loss {_number(logs.get('loss'), '.4f')}"
                   f"  {entry['elapsed_s']:.0f}s", file=self.stream, flush=True)
         elif "loss" in logs:  # supervised steps: the loss on the model's tokens
             accuracy = logs.get("mean_token_accuracy")
