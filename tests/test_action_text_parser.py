@@ -21,10 +21,13 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("click( 'a42' )", "click", {"bid": "a42"}),
     ("noop()", "noop", {}),
     ("noop(500)", "noop", {"wait_ms": 500}),
-    ("fill('7', 'hello world')", "fill", {"bid": "7", "text": "hello world"}),
-    ('fill("7", "it\'s here")', "fill", {"bid": "7", "text": "it's here"}),
-    ("fill('7', value='Bob')", "fill", {"bid": "7", "text": "Bob"}),
-    ("fill(bid='7', text='x, y (z)')", "fill", {"bid": "7", "text": "x, y (z)"}),
+    ("fill('7', 'hello world')", "fill", {"bid": "7", "value": "hello world"}),
+    ('fill("7", "it\'s here")', "fill", {"bid": "7", "value": "it's here"}),
+    ("fill('7', value='Bob')", "fill", {"bid": "7", "value": "Bob"}),
+    ("fill(bid='7', text='x, y (z)')", "fill", {"bid": "7", "value": "x, y (z)"}),  # `text`: fill's older name
+    ("fill('7', 'Bob', True)", "fill", {"bid": "7", "value": "Bob", "enable_autocomplete_menu": True}),
+    ("click('7', modifiers=['Shift'])", "click", {"bid": "7", "modifiers": ["Shift"]}),
+    ("mouse_click(10, 20, 'right')", "mouse_click", {"x": 10, "y": 20, "button": "right"}),
     ("send_keys('Enter')", "send_keys", {"text": "Enter"}),
     ("scroll('down')", "scroll", {"direction": "down"}),
     ("scroll(\"UP\")", "scroll", {"direction": "up"}),
@@ -32,7 +35,7 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("scroll(0, -200.5)", "scroll", {"direction": "up"}),
     # --- capitalised names, as small models write them
     ("CLICK('13')", "click", {"bid": "13"}),
-    ("Action: Fill('7', 'Bob')", "fill", {"bid": "7", "text": "Bob"}),
+    ("Action: Fill('7', 'Bob')", "fill", {"bid": "7", "value": "Bob"}),
     ("I will Fill (the form) first.\nAction: Click(9)", "click", {"bid": "9"}),
     # --- with the "Action:" convention and prose
     ("Action: click('13')", "click", {"bid": "13"}),
@@ -44,17 +47,18 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("I considered click('3') but it is disabled.\nAction: click('4')", "click", {"bid": "4"}),
     # --- code fences
     ("```python\nclick('13')\n```", "click", {"bid": "13"}),
-    ("```\nfill('9', 'abc')\n```", "fill", {"bid": "9", "text": "abc"}),
+    ("```\nfill('9', 'abc')\n```", "fill", {"bid": "9", "value": "abc"}),
     ("Here is my action:\n```py\nsend_keys('hi')\n```\nDone.", "send_keys", {"text": "hi"}),
     ("`click('8')`", "click", {"bid": "8"}),
     # --- several candidate calls: the first valid wins
     ("click('1')\nclick('2')", "click", {"bid": "1"}),
     ("click(bid)\nclick('2')", "click", {"bid": "2"}),
-    ("fill('3')  # oops\nfill('3', 'ok')", "fill", {"bid": "3", "text": "ok"}),
+    ("fill('3')  # oops\nfill('3', 'ok')", "fill", {"bid": "3", "value": "ok"}),
     ("Action: click(x)\nAction: click('6')", "click", {"bid": "6"}),
     # --- JSON tool-call blobs
     ('{"name": "click", "arguments": {"bid": "13"}}', "click", {"bid": "13"}),
-    ('<tool_call>\n{"name": "fill", "arguments": {"bid": "4", "text": "Zoe"}}\n</tool_call>', "fill", {"bid": "4", "text": "Zoe"}),
+    ('<tool_call>\n{"name": "fill", "arguments": {"bid": "4", "text": "Zoe"}}\n</tool_call>', "fill", {"bid": "4", "value": "Zoe"}),
+    ('{"name": "fill", "arguments": {"bid": "4", "value": "Zoe"}}', "fill", {"bid": "4", "value": "Zoe"}),
     ('{"function": {"name": "click", "arguments": "{\\"bid\\": \\"12\\"}"}}', "click", {"bid": "12"}),
     ('{"action": "click", "bid": 17}', "click", {"bid": "17"}),
     ('{"action": "click(\'18\')"}', "click", {"bid": "18"}),
@@ -74,20 +78,20 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("Action: `click('13')`", "click", {"bid": "13"}),
     ("```\nAction: click('13')\n```", "click", {"bid": "13"}),
     ("click('13')<|im_end|>", "click", {"bid": "13"}),
-    ("<think>I should click('3') first?</think>\nAction: fill('5', 'abc')", "fill", {"bid": "5", "text": "abc"}),
+    ("<think>I should click('3') first?</think>\nAction: fill('5', 'abc')", "fill", {"bid": "5", "value": "abc"}),
     ('click("13", button="left")', "click", {"bid": "13", "button": "left"}),
     ("send_keys('Enter').", "send_keys", {"text": "Enter"}),
     ("1. click('13')", "click", {"bid": "13"}),
     ("Action: click('13') # the submit button", "click", {"bid": "13"}),
     ("Action:\nclick('7')", "click", {"bid": "7"}),
     ("Action: click('13')\nObservation: the page changed", "click", {"bid": "13"}),
-    ("fill('12', \"O'Brien\")", "fill", {"bid": "12", "text": "O'Brien"}),
-    ("fill('3', 42)", "fill", {"bid": "3", "text": "42"}),
+    ("fill('12', \"O'Brien\")", "fill", {"bid": "12", "value": "O'Brien"}),
+    ("fill('3', 42)", "fill", {"bid": "3", "value": "42"}),
     # Python-dict tool calls (single quotes), as small models write them: literals only
     ("{'name': 'click', 'arguments': {'bid': '13'}}", "click", {"bid": "13"}),
-    ("I'll do {'action': 'fill', 'bid': '4', 'text': 'Zoe'} now", "fill", {"bid": "4", "text": "Zoe"}),
+    ("I'll do {'action': 'fill', 'bid': '4', 'text': 'Zoe'} now", "fill", {"bid": "4", "value": "Zoe"}),
     # Many calls while reasoning cannot crowd out the declared action.
-    ("I think click('1') " * 100 + "Action: fill('2', 'a')", "fill", {"bid": "2", "text": "a"}),
+    ("I think click('1') " * 100 + "Action: fill('2', 'a')", "fill", {"bid": "2", "value": "a"}),
     # --- malformed: nothing usable, falls back to noop with the problem recorded
     ("", FALLBACK, {}),
     ("I don't know what to do.", FALLBACK, {}),
@@ -142,7 +146,7 @@ def test_parse_error_says_what_was_wrong():
     call = build_browsergym_action_tool_call("Action: click(button_bid)")
     assert "literal" in call.metadata["parse_error"]
     call = build_browsergym_action_tool_call("fill('7')")
-    assert "text" in call.metadata["parse_error"]
+    assert "value" in call.metadata["parse_error"]
 
 
 @pytest.mark.parametrize("text,name,args", [c for c in CORPUS if c[1] is not FALLBACK])
@@ -154,7 +158,9 @@ def test_round_trip_through_the_action_string(text: str, name: str, args: dict):
 
 
 def test_action_strings_quote_safely():
-    assert build_browsergym_action_str("fill", {"bid": "7", "text": "a'b\"c"}) == "fill('7', 'a\\'b\"c')"
+    assert build_browsergym_action_str("fill", {"bid": "7", "value": "a'b\"c"}) == "fill('7', 'a\\'b\"c')"
+    assert build_browsergym_action_str("fill", {"bid": "7", "text": "a'b\"c"}) == "fill('7', 'a\\'b\"c')"  # older name
+    assert build_browsergym_action_str("click", {"bid": "7", "modifiers": ["Shift"]}) == "click('7', modifiers=['Shift'])"
     assert build_browsergym_action_str("noop", {}) == "noop()"
     assert build_browsergym_action_str("scroll", {"direction": "down"}) == "scroll('down')"
     with pytest.raises(KeyError):
@@ -163,6 +169,10 @@ def test_action_strings_quote_safely():
         build_browsergym_action_str("click", {})
     with pytest.raises(ValueError):
         build_browsergym_action_str("click", {"bid": "1", "force": True})
+    with pytest.raises(ValueError, match="twice"):
+        build_browsergym_action_str("fill", {"bid": "1", "value": "a", "text": "b"})
+    with pytest.raises(ValueError, match="needs argument 'value'"):
+        build_browsergym_action_str("fill", {"bid": "1"})
 
 
 def test_every_tool_spec_is_an_mcp_tool():

@@ -40,7 +40,8 @@ async def play_click_test(session: ClientSession) -> dict:
     tools = {t.name: t for t in (await session.list_tools()).tools}
     assert {"reset", "observation", *ACTION_TOOLS} <= set(tools)
     assert tools["click"].inputSchema["required"] == ["bid"]
-    assert tools["fill"].inputSchema["properties"]["text"] == {"type": "string"}
+    assert tools["fill"].inputSchema["properties"]["value"] == {"type": "string"}  # BrowserGym's name
+    assert tools["fill"].inputSchema["properties"]["text"]["type"] == "string"  # its older name, still accepted
     assert set(tools["reset"].inputSchema["properties"]) == {"task", "seed", "screenshot"}
 
     first = await session.call_tool("reset", {"task": "click-test", "seed": SEED, "screenshot": True})

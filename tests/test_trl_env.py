@@ -119,3 +119,22 @@ def test_grpo_trainer_takes_it_as_environment_factory(make_env, tmp_path):
     for env in trainer.environments:
         assert env._session is not None and env._session.task == "click-test" and env.get_reward() in (0.0, 1.0)
         env.__exit__(None, None, None)
+
+
+def test_every_browser_tool_becomes_a_method_with_a_schema():
+    """All 22 browser tools (array-typed arguments and aliases included) as methods TRL can read."""
+    from transformers.utils import get_json_schema
+
+    from envharness.core.registry import env_harness
+    from envharness.integrations.trl.environment import _tools_of, tool_environment_class
+
+    harness = env_harness("browsergym")
+    defaults = harness.session_factory(lambda: None).tool_specs
+    from envharness.envs.browsergym.action_text import ACTION_TOOLS
+
+    factory = harness.session_factory(lambda: None, tools=list(ACTION_TOOLS))
+    cls = tool_environment_class("browsergym", _tools_of(factory))
+    assert len(cls.tools) == len(ACTION_TOOLS) == 22 > len(defaults) == 5
+    for spec in cls.tools:
+        schema = get_json_schema(getattr(cls, spec["name"]))["function"]
+        assert schema["name"] == spec["name"] and set(schema["parameters"].get("properties", {})) == set(spec["inputSchema"]["properties"])

@@ -43,7 +43,7 @@ def test_web_page_plays_click_test_to_reward_one(tmp_path):
             assert await page.locator("#task option").count() == len(all_tasks())
             assert await page.input_value("#task") == "click-test"
             actions = await page.text_content("#actions")
-            assert "click(bid, button?)" in actions and "fill('12', 'hello')" in actions
+            assert "click(bid, button?, modifiers?)" in actions and "fill('12', 'hello')" in actions
             assert await page.locator("#actions .ex").count() == len(ACTION_TOOLS)
             assert await page.is_disabled("#action")  # nothing to act on before a reset
 

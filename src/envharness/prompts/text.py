@@ -87,7 +87,8 @@ def action_list(tool_names: tuple[str, ...] | list[str]) -> str:
     lines = []
     for name in tool_names:
         tool = ACTION_TOOLS[name]
-        params = ", ".join(f"'{p}'" if kind == "string" else p for p, kind in tool.params if p not in tool.optional)
+        required = [(tool.shown(p), kind) for p, kind in tool.params if p not in tool.optional]
+        params = ", ".join(f"'{shown}'" if kind == "string" else shown for shown, kind in required)
         lines.append(f"{name}({params}): {tool.description}")
     return "\n".join(lines)
 

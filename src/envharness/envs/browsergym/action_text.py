@@ -1,8 +1,7 @@
-"""BrowserGym actions as tools, both ways: tool call -> action string, model text -> tool call.
+"""Model text -> one BrowserGym tool call: what real models write, read without evaluating it.
 
-`ACTION_TOOLS` is the one table: each BrowserGym action a model may call, its parameters
-(in BrowserGym's positional order) and JSON types. The seed's five tools (`click`, `fill`,
-`send_keys`, `scroll`, `noop`) are on by default; the rest are opt-in.
+The tools are `action_tools.ACTION_TOOLS` (derived from the actions `executor.py` declares;
+re-exported here with `DEFAULT_TOOL_NAMES` and `build_browsergym_action_str`).
 
 `build_browsergym_action_tool_call(text)` reads what real models write: `Action: click('13')`,
 code fences, double quotes, `click(13)`, prose around the call, several calls (the first
@@ -15,82 +14,35 @@ When nothing parses it returns `noop()` with the problem in `ToolCall.metadata["
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from envharness.envs.browsergym.action_set import SCROLL_DIRECTIONS
+from envharness.envs.browsergym.action_tools import (
+    ACTION_TOOLS,
+    DEFAULT_TOOL_NAMES,
+    NUM,
+    STR,
+    ActionTool,
+    build_browsergym_action_str,
+)
+from envharness.envs.browsergym.executor import ACTIONS
 from envharness.harness.tool_parsing import iter_json_objects, tool_call_from_json
-from envharness.harness.tools import tool_spec
-from envharness.harness.types import Tool, ToolCall
-
-STR, NUM = "string", "number"
-SCROLL_DIRECTIONS = ("up", "down", "left", "right")
-
-
-@dataclass(frozen=True)
-class ActionTool:
-    name: str
-    description: str
-    params: tuple[tuple[str, Any], ...] = ()  # (name, JSON type), in positional order
-    optional: tuple[str, ...] = ()
-
-    def spec(self) -> Tool:
-        props = {p: {"type": t} for p, t in self.params}
-        if self.name == "scroll":
-            props["direction"]["enum"] = list(SCROLL_DIRECTIONS)
-        return tool_spec(self.name, self.description, props, [p for p, _ in self.params if p not in self.optional])
-
-    def action_string(self, args: dict[str, Any]) -> str:
-        """The BrowserGym action string; string values are Python literals (repr), so the env's
-        `ast` parser reads back exactly the value given."""
-        unknown = set(args) - {p for p, _ in self.params}
-        if unknown:
-            raise ValueError(f"{self.name} takes no argument(s) {', '.join(sorted(unknown))}")
-        values = []
-        for param, _ in self.params:
-            if param not in args:
-                if param in self.optional:
-                    break
-                raise ValueError(f"{self.name} needs argument {param!r}")
-            values.append(repr(args[param]))
-        return f"{self.name}({', '.join(values)})"
-
-
-ACTION_TOOLS: dict[str, ActionTool] = {
-    t.name: t
-    for t in [
-        ActionTool("click", "Click the element with this BrowserGym bid.", (("bid", STR), ("button", STR)), ("button",)),
-        ActionTool("fill", "Replace the text of an input field (by bid) with `text`.", (("bid", STR), ("text", STR))),
-        ActionTool("send_keys", "Type text (or a key such as Enter) into the focused element.", (("text", STR),)),
-        ActionTool("scroll", "Scroll the page: 'up', 'down', 'left' or 'right'.", (("direction", STR),)),
-        ActionTool("noop", "Do nothing and observe the page again (optionally wait `wait_ms`).", (("wait_ms", NUM),), ("wait_ms",)),
-        ActionTool("dblclick", "Double-click an element.", (("bid", STR),)),
-        ActionTool("hover", "Move the mouse over an element.", (("bid", STR),)),
-        ActionTool("clear", "Clear an input field.", (("bid", STR),)),
-        ActionTool("focus", "Focus an element.", (("bid", STR),)),
-        ActionTool("check", "Tick a checkbox.", (("bid", STR),)),
-        ActionTool("uncheck", "Untick a checkbox.", (("bid", STR),)),
-        ActionTool("select_option", "Select option(s) of a <select> by their text.", (("bid", STR), ("options", [STR, "array"]))),
-        ActionTool("press", "Press a key combination (e.g. 'Control+a') in an element.", (("bid", STR), ("key_comb", STR))),
-        ActionTool("keyboard_press", "Press a key or combination on the page.", (("key", STR),)),
-        ActionTool("keyboard_type", "Type text with the keyboard.", (("text", STR),)),
-        ActionTool("drag_and_drop", "Drag one element onto another.", (("from_bid", STR), ("to_bid", STR))),
-        ActionTool("mouse_click", "Click at page coordinates.", (("x", NUM), ("y", NUM))),
-        ActionTool("go_back", "Go back in history."),
-        ActionTool("go_forward", "Go forward in history."),
-        ActionTool("goto", "Open a URL.", (("url", STR),)),
-        ActionTool("send_msg_to_user", "Send a message to the user.", (("text", STR),)),
-        ActionTool("report_infeasible", "Report that the task cannot be done.", (("reason", STR),)),
-    ]
-}
-DEFAULT_TOOL_NAMES = ("click", "fill", "send_keys", "scroll", "noop")
+from envharness.harness.types import ToolCall
 
 #: Keyword spellings models use for our parameter names.
 _KEYWORD_ALIASES = {"value": "text", "element": "bid", "id": "bid", "dir": "direction"}
 
-#: Case-insensitive: small models write `Click('13')` and `CLICK('13')` as often as `click('13')`.
-_CALL_START = re.compile(r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(", re.IGNORECASE)
+
+@functools.lru_cache(maxsize=4)
+def _call_start(version: int) -> re.Pattern[str]:
+    """A call of any tool, for the tools of this registry version. Case-insensitive: small
+    models write `Click('13')` and `CLICK('13')` as often as `click('13')`."""
+    return re.compile(r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(", re.IGNORECASE)
+
+
 _ACTION_MARKER = re.compile(r"\baction\s*:", re.IGNORECASE)
 #: Bounds on the work one model output can cause (degenerate outputs repeat "click(" or
 #: "{" thousands of times): the longest call or dict read, and how many of each are tried.
@@ -127,6 +79,7 @@ def _call_span(text: str, open_paren: int) -> int | None:
 
 
 def _coerce(tool: ActionTool, param: str, value: Any) -> Any:
+    """`value` as the JSON type of `param` (numbers a model wrote for text become text)."""
     kind = dict(tool.params)[param]
     if kind == STR or (isinstance(kind, list) and not isinstance(value, list)):
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -134,6 +87,12 @@ def _coerce(tool: ActionTool, param: str, value: Any) -> Any:
         return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
     if kind == NUM and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ValueError(f"{param} must be a number, got {value!r}")
+    if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{param} must be a whole number, got {value!r}")
+    if kind == "boolean" and not isinstance(value, bool):
+        raise ValueError(f"{param} must be True or False, got {value!r}")
+    if kind == "array" and not isinstance(value, list):
+        raise ValueError(f"{param} must be a list, got {value!r}")
     if isinstance(value, list) and not all(isinstance(v, str) for v in value):
         raise ValueError(f"{param} must be a list of text")
     return value
@@ -155,19 +114,21 @@ def _normalize(name: str, positional: list[Any], keywords: dict[str, Any]) -> di
     if len(positional) > len(names):
         raise ValueError(f"{name} takes at most {len(names)} argument(s), got {len(positional)}")
     args = dict(zip(names, positional))
+    renamed = dict(tool.aliases)
     for key, value in keywords.items():
-        key = key if key in names else _KEYWORD_ALIASES.get(key, key)
+        key = key if key in names else renamed.get(key) or _KEYWORD_ALIASES.get(key, key)
         if key not in names:
             raise ValueError(f"{name} has no argument {key!r}")
         args[key] = value
-    missing = [p for p in names if p not in args and p not in tool.optional]
+    missing = [p for p in tool.required if p not in args]
     if missing:
         raise ValueError(f"{name} needs {', '.join(missing)}")
     args = {k: _coerce(tool, k, v) for k, v in args.items()}
-    if name == "scroll":
-        args["direction"] = args["direction"].strip().lower()
-        if args["direction"] not in SCROLL_DIRECTIONS:
-            raise ValueError(f"scroll direction must be one of {', '.join(SCROLL_DIRECTIONS)}")
+    for param in tool.declared:
+        if param.kind == "direction" and param.name in args:  # models write 'Down', ' up'
+            args[param.name] = args[param.name].strip().lower()
+            if args[param.name] not in SCROLL_DIRECTIONS:
+                raise ValueError(f"{name} direction must be one of {', '.join(SCROLL_DIRECTIONS)}")
     return args
 
 
@@ -208,8 +169,9 @@ def _candidates(text: str, marker: int | None) -> list[tuple[int, str, Any]]:
     """(position, kind, payload) of everything that might be the action, in text order.
     Calls are looked for after the `Action:` marker first, so reasoning cannot crowd them out."""
     found: list[tuple[int, str, Any]] = []
-    after = [] if marker is None else itertools.islice(_CALL_START.finditer(text, marker), _MAX_CANDIDATES)
-    before = itertools.takewhile(lambda m: marker is None or m.start() < marker, _CALL_START.finditer(text))
+    call_start = _call_start(ACTIONS.version)
+    after = [] if marker is None else itertools.islice(call_start.finditer(text, marker), _MAX_CANDIDATES)
+    before = itertools.takewhile(lambda m: marker is None or m.start() < marker, call_start.finditer(text))
     for match in itertools.chain(after, itertools.islice(before, _MAX_CANDIDATES)):
         end = _call_span(text, match.end() - 1)
         if end is not None:
@@ -264,8 +226,11 @@ def build_browsergym_action_tool_call(text: str) -> ToolCall:
     return ToolCall(id="browsergym-noop", name="noop", args={}, metadata={"parse_error": reason, "raw_text": text[:500]})
 
 
-def build_browsergym_action_str(tool_name: str, arguments: dict[str, Any]) -> str:
-    """The BrowserGym action string for a tool call (OpenEnv's name). KeyError for unknown tools."""
-    if tool_name not in ACTION_TOOLS:
-        raise KeyError(f"Unsupported BrowserGym tool: {tool_name}")
-    return ACTION_TOOLS[tool_name].action_string(arguments)
+__all__ = [
+    "ACTION_TOOLS",
+    "DEFAULT_TOOL_NAMES",
+    "SCROLL_DIRECTIONS",
+    "ActionTool",
+    "build_browsergym_action_str",
+    "build_browsergym_action_tool_call",
+]

@@ -7,18 +7,29 @@ are literals (strings, numbers, booleans, lists of those). Anything else -- attr
 access, names, lambdas, starred arguments, comprehensions, calls inside arguments --
 is rejected with an `ActionParseError` whose message says why, in words.
 
-The signatures below are BrowserGym's (``browsergym/core/action/functions.py``), with
-the same parameter names and defaults, so keyword arguments work as they do there.
-Two aliases used by OpenEnv's BrowserGym harness tools are accepted as well and
-rewritten into BrowserGym actions: ``send_keys(text)`` and ``scroll('down'|'up')``.
+The signatures are BrowserGym's (``browsergym/core/action/functions.py``), with the same
+parameter names and defaults, so keyword arguments work as they do there. They are not
+written here: `ACTION_SIGNATURES` is derived from the actions `executor.py` declares, and so
+is `SHORTHANDS`, OpenEnv's harness tools that the grammar rewrites into BrowserGym actions:
+``send_keys(text)`` and ``scroll('down'|'up'|'left'|'right')``.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass, field
 from typing import Any
+
+from envharness.envs.browsergym.action_set import (
+    REQUIRED,
+    SCROLL_DIRECTIONS,
+    Action,
+    ActionSet,
+    Derived,
+    Param,
+    ParsedAction,
+)
+from envharness.envs.browsergym.executor import ACTIONS, SCROLL_STEP
 
 #: Whole action strings longer than this are refused before parsing.
 MAX_ACTION_CHARS = 20_000
@@ -28,10 +39,7 @@ MAX_STRING_CHARS = 10_000
 MAX_CALLS = 20
 #: Largest coordinate, delta or wait accepted (pixels or milliseconds).
 MAX_NUMBER = 1_000_000
-#: Pixels one ``scroll('down')`` moves (before BrowserGym's coordinate scaling).
-SCROLL_STEP = 200
 
-_REQUIRED = object()
 _BUTTONS = ("left", "middle", "right")
 _MODIFIERS = ("Alt", "Control", "ControlOrMeta", "Meta", "Shift")
 
@@ -40,86 +48,19 @@ class ActionParseError(ValueError):
     """The action string is not a valid BrowserGym action; the message says why."""
 
 
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: str  # one of the keys of _CHECKS
-    default: Any = _REQUIRED
+def _signatures(actions: ActionSet) -> dict[str, tuple[Param, ...]]:
+    return {name: declared.params for name, declared in actions.actions.items()}
 
 
-@dataclass(frozen=True)
-class ParsedAction:
-    """One allow-listed call with checked, literal arguments (defaults filled in)."""
-
-    name: str
-    args: dict[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.args.items())})"
-
-
-def _p(name: str, kind: str, default: Any = _REQUIRED) -> Param:
-    return Param(name, kind, default)
-
-
-_BID = _p("bid", "str")
-_XY = (_p("x", "number"), _p("y", "number"))
-_BUTTON = _p("button", "button", "left")
-
-#: name -> parameters, in BrowserGym's order. `executor.py` has one function per name.
-ACTION_SIGNATURES: dict[str, tuple[Param, ...]] = {
-    # chat / infeasibility
-    "send_msg_to_user": (_p("text", "str"),),
-    "report_infeasible": (_p("reason", "str"),),
-    "noop": (_p("wait_ms", "number", None),),  # None: the environment's default wait
-    # element (bid) actions
-    "click": (_BID, _BUTTON, _p("modifiers", "modifiers", ())),
-    "dblclick": (_BID, _BUTTON, _p("modifiers", "modifiers", ())),
-    "hover": (_BID,),
-    "fill": (_BID, _p("value", "str"), _p("enable_autocomplete_menu", "bool", False)),
-    "clear": (_BID,),
-    "check": (_BID,),
-    "uncheck": (_BID,),
-    "select_option": (_BID, _p("options", "str_or_list")),
-    "press": (_BID, _p("key_comb", "key")),
-    "focus": (_BID,),
-    "drag_and_drop": (_p("from_bid", "str"), _p("to_bid", "str")),
-    "scroll": (_p("delta_x", "number"), _p("delta_y", "number")),
-    # coordinate actions
-    "scroll_at": (*_XY, _p("dx", "number"), _p("dy", "number")),
-    "mouse_move": _XY,
-    "mouse_up": (*_XY, _BUTTON),
-    "mouse_down": (*_XY, _BUTTON),
-    "mouse_click": (*_XY, _BUTTON),
-    "mouse_dblclick": (*_XY, _BUTTON),
-    "mouse_drag_and_drop": (
-        _p("from_x", "number"), _p("from_y", "number"), _p("to_x", "number"), _p("to_y", "number")
-    ),
-    "keyboard_press": (_p("key", "key"),),
-    "keyboard_down": (_p("key", "key"),),
-    "keyboard_up": (_p("key", "key"),),
-    "keyboard_type": (_p("text", "str"),),
-    "keyboard_insert_text": (_p("text", "str"),),
-    # navigation and tabs
-    "goto": (_p("url", "str"),),
-    "go_back": (),
-    "go_forward": (),
-    "new_tab": (),
-    "tab_close": (),
-    "tab_focus": (_p("index", "int"),),
-}
+#: name -> parameters, in BrowserGym's order, as `executor.py` declares them.
+ACTION_SIGNATURES: Derived[tuple[Param, ...]] = Derived(ACTIONS, _signatures)
+#: Calls the grammar rewrites into an action (a shorthand may share a primitive's name).
+SHORTHANDS: Derived[Action] = Derived(ACTIONS, lambda actions: dict(actions.shorthands))
 
 #: BrowserGym actions deliberately not offered, with the reason given to the caller.
 UNSUPPORTED_ACTIONS = {
     "upload_file": "uploading files from the server's disk is disabled in this environment",
     "mouse_upload_file": "uploading files from the server's disk is disabled in this environment",
-}
-
-#: Key names `send_keys` presses as one key (anything else is typed as text).
-_NAMED_KEYS = {
-    "Enter", "Tab", "Escape", "Backspace", "Delete", "Insert", "Home", "End", "PageUp",
-    "PageDown", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Space", "Shift", "Control",
-    "Alt", "Meta", *(f"F{i}" for i in range(1, 13)),
 }
 
 
@@ -174,6 +115,13 @@ def _check_str_or_list(v: Any) -> str | tuple[str, ...]:
     return _check_str(v)
 
 
+def _check_direction(v: Any) -> str:
+    if v not in SCROLL_DIRECTIONS:
+        raise ActionParseError(f"expected one direction: 'up', 'down', 'left' or 'right', got {_describe(v)}")
+    return v
+
+
+#: One check per argument kind (`action_set.KINDS`).
 _CHECKS = {
     "str": _check_str,
     "key": lambda v: _check_str(v, 100),
@@ -183,6 +131,7 @@ _CHECKS = {
     "button": _check_button,
     "modifiers": _check_modifiers,
     "str_or_list": _check_str_or_list,
+    "direction": _check_direction,
 }
 
 
@@ -220,8 +169,8 @@ def _node_kind(node: ast.AST) -> str:
 
 
 # -- binding --------------------------------------------------------------------------
-def _bind(name: str, args: list[Any], kwargs: dict[str, Any]) -> ParsedAction:
-    params = ACTION_SIGNATURES[name]
+def _bind(name: str, params: tuple[Param, ...], args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by parameter name, checked, defaults filled in."""
     if len(args) > len(params):
         raise ActionParseError(f"{name}() takes at most {len(params)} arguments ({len(args)} given)")
     bound: dict[str, Any] = {}
@@ -237,7 +186,7 @@ def _bind(name: str, args: list[Any], kwargs: dict[str, Any]) -> ParsedAction:
     checked: dict[str, Any] = {}
     for param in params:
         if param.name not in bound:
-            if param.default is _REQUIRED:
+            if param.default is REQUIRED:
                 raise ActionParseError(f"{name}() is missing the required argument {param.name!r}")
             checked[param.name] = param.default
             continue
@@ -249,29 +198,20 @@ def _bind(name: str, args: list[Any], kwargs: dict[str, Any]) -> ParsedAction:
             checked[param.name] = _CHECKS[param.kind](value)
         except ActionParseError as e:
             raise ActionParseError(f"{name}() argument {param.name!r}: {e}") from None
-    return ParsedAction(name, checked)
+    return checked
 
 
-def _alias(name: str, args: list[Any], kwargs: dict[str, Any]) -> ParsedAction | None:
-    """OpenEnv harness aliases: ``send_keys(text)`` and ``scroll('down'|'up'|'left'|'right')``."""
-    if name == "send_keys":
-        if kwargs.keys() - {"text"} or len(args) + len(kwargs) != 1:
-            raise ActionParseError("send_keys() takes exactly one argument: the text or key to send")
-        text = _check_str(args[0] if args else kwargs["text"])
-        parts = text.split("+")
-        if all(part in _NAMED_KEYS or (len(part) == 1 and len(parts) > 1) for part in parts):
-            return ParsedAction("keyboard_press", {"key": text})
-        return ParsedAction("keyboard_type", {"text": text})
-    if name == "scroll" and len(args) + len(kwargs) == 1:
-        direction = args[0] if args else kwargs.get("direction")
-        moves = {"down": (0, SCROLL_STEP), "up": (0, -SCROLL_STEP), "right": (SCROLL_STEP, 0), "left": (-SCROLL_STEP, 0)}
-        if direction not in moves:
-            raise ActionParseError(
-                "scroll() takes either (delta_x, delta_y) or one direction: 'up', 'down', 'left' or 'right'"
-            )
-        dx, dy = moves[direction]
-        return ParsedAction("scroll", {"delta_x": dx, "delta_y": dy})
-    return None
+def _shorthand(name: str, args: list[Any], kwargs: dict[str, Any]) -> ParsedAction | None:
+    """The action a shorthand call stands for; None when the call is the primitive of that name
+    (``scroll(0, 200)``: a shorthand takes a primitive's name only for its own argument count)."""
+    short = SHORTHANDS.get(name)
+    if short is None:
+        return None
+    primitive = ACTION_SIGNATURES.get(name)
+    if primitive is not None and (len(args) + len(kwargs) != len(short.params)
+                                  or not set(kwargs) <= {p.name for p in short.params}):
+        return None
+    return short.run(**_bind(name, short.params, args, kwargs))
 
 
 def _parse_call(stmt: ast.stmt) -> ParsedAction:
@@ -283,15 +223,16 @@ def _parse_call(stmt: ast.stmt) -> ParsedAction:
     name = call.func.id
     if name in UNSUPPORTED_ACTIONS:
         raise ActionParseError(f"{name}() is not available: {UNSUPPORTED_ACTIONS[name]}")
-    if name not in ACTION_SIGNATURES and name != "send_keys":
-        raise ActionParseError(f"unknown action {name!r}; valid actions: {', '.join(sorted(ACTION_SIGNATURES))}, send_keys")
+    if name not in ACTION_SIGNATURES and name not in SHORTHANDS:
+        valid = [*sorted(ACTION_SIGNATURES), *(n for n in SHORTHANDS if n not in ACTION_SIGNATURES)]
+        raise ActionParseError(f"unknown action {name!r}; valid actions: {', '.join(valid)}")
     args = [_literal(a) for a in call.args]
     kwargs: dict[str, Any] = {}
     for kw in call.keywords:
         if kw.arg is None:
             raise ActionParseError("**keyword unpacking is not allowed in actions")
         kwargs[kw.arg] = _literal(kw.value)
-    return _alias(name, args, kwargs) or _bind(name, args, kwargs)
+    return _shorthand(name, args, kwargs) or ParsedAction(name, _bind(name, ACTION_SIGNATURES[name], args, kwargs))
 
 
 def _strip_fences(text: str) -> str:
@@ -322,3 +263,19 @@ def parse_actions(text: str) -> list[ParsedAction]:
     if len(module.body) > MAX_CALLS:
         raise ActionParseError(f"{len(module.body)} calls in one action; the limit is {MAX_CALLS}")
     return [_parse_call(stmt) for stmt in module.body]
+
+
+__all__ = [
+    "ACTION_SIGNATURES",
+    "MAX_ACTION_CHARS",
+    "MAX_CALLS",
+    "MAX_NUMBER",
+    "MAX_STRING_CHARS",
+    "SCROLL_STEP",
+    "SHORTHANDS",
+    "UNSUPPORTED_ACTIONS",
+    "ActionParseError",
+    "Param",
+    "ParsedAction",
+    "parse_actions",
+]

@@ -13,6 +13,7 @@ import functools
 from typing import Any, Mapping
 
 from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym.action_set import PARAMS
 from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
 from envharness.envs.browsergym.harness import BrowserGymSessionFactory
 from envharness.envs.browsergym.scripted import scripted_action
@@ -22,9 +23,8 @@ from envharness.harness.env_harness import EnvHarness, TaskList
 #: A small MiniWoB++ set: clicking, typing, forms; all solved by the scripted policy.
 DEFAULT_TASKS = MINIWOB_DEFAULT_TASKS
 
-EXAMPLE_VALUES = {"bid": "12", "text": "hello", "direction": "down", "wait_ms": 500, "button": "left", "key": "Enter",
-                  "key_comb": "Control+a", "options": "Option 1", "from_bid": "12", "to_bid": "14", "x": 50, "y": 80,
-                  "url": "http://miniwob.local/miniwob/click-test.html", "reason": "the page has no such button"}
+#: An example value of each parameter name, for `/web`'s list of actions.
+EXAMPLE_VALUES = {name: info.example for name, info in PARAMS.items()}
 
 
 def task_list() -> TaskList:
@@ -90,10 +90,8 @@ def describe_observation(observation: Any) -> tuple[str, str]:
 
 def browser_actions() -> list[dict[str, str]]:
     """Each BrowserGym action with its signature and an example, the seed's five first."""
-    names = [*DEFAULT_TOOL_NAMES, *(n for n in ACTION_TOOLS if n not in DEFAULT_TOOL_NAMES)]
     actions = []
-    for name in names:
-        tool = ACTION_TOOLS[name]
+    for name, tool in ACTION_TOOLS.items():  # the default tools first
         signature = ", ".join(p if p not in tool.optional else f"{p}?" for p, _ in tool.params)
         example = tool.action_string({p: EXAMPLE_VALUES[p] for p, _ in tool.params if p not in tool.optional})
         actions.append({"name": name, "signature": f"{name}({signature})", "description": tool.description, "example": example})

@@ -1,4 +1,9 @@
-"""Runs a `ParsedAction` on a page: one short async function per BrowserGym primitive.
+"""The browser's actions: each declared once, by the short async function that runs it.
+
+`@action` registers a BrowserGym primitive in `ACTIONS` from its signature and docstring
+(`action_set.py`); the grammar, the tools and the prompts derive from that registry.
+`@shorthand` declares OpenEnv's harness tools that stand for a primitive (``send_keys``,
+``scroll('down')``). `execute` runs parsed actions on the page.
 
 Each function keeps the meaning of its namesake in ``browsergym/core/action/functions.py``
 (element timeouts, coordinates divided by the page's ``_bgym_scale_factor``,
@@ -22,11 +27,22 @@ Documented differences from BrowserGym:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from envharness.envs.browsergym.action_set import (
+    ActionSet,
+    Button,
+    Derived,
+    Direction,
+    Key,
+    Modifiers,
+    Options,
+    ParsedAction,
+)
 from envharness.envs.browsergym.actionability import pointer_action, require_actionable
-from envharness.envs.browsergym.actions import ParsedAction
-from envharness.envs.browsergym.engine import HostGuard
+
+if TYPE_CHECKING:
+    from envharness.envs.browsergym.engine import HostGuard
 
 _SHOW_PAGE_JS = "window.dispatchEvent(new Event('pageshow', {bubbles: true, cancelable: false}));"
 
@@ -43,6 +59,12 @@ class ActionContext:
     element_timeout_ms: float = 3000.0
     infeasible: bool = False
     fast_actions: bool = True  # False: Playwright's locator actions (polling checks) only
+
+
+#: Every action the browser runs, declared below by the function that runs it.
+ACTIONS = ActionSet()
+action = ACTIONS.action
+shorthand = ACTIONS.shorthand
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -75,23 +97,6 @@ async def _activate(ctx: ActionContext, page: Any) -> None:
     await page.evaluate(_SHOW_PAGE_JS)
 
 
-# -- chat / infeasibility ---------------------------------------------------------------
-async def send_msg_to_user(ctx: ActionContext, text: str) -> None:
-    ctx.chat_messages.append({"role": "assistant", "message": text})
-
-
-async def report_infeasible(ctx: ActionContext, reason: str) -> None:
-    ctx.chat_messages.append({"role": "infeasible", "message": reason})
-    ctx.infeasible = True
-
-
-async def noop(ctx: ActionContext, wait_ms: float | None) -> None:
-    wait = ctx.noop_wait_ms if wait_ms is None else wait_ms
-    if wait > 0:
-        await ctx.page.wait_for_timeout(wait)
-
-
-# -- element actions --------------------------------------------------------------------
 async def _checked(ctx: ActionContext, bid: str, action: str) -> None:
     """Fail fast when `bid` cannot take `action` (the Playwright call that follows is then quick)."""
     if ctx.fast_actions:
@@ -105,27 +110,58 @@ async def _pointer(ctx: ActionContext, bid: str, action: str, **kwargs: Any) -> 
     return await pointer_action(ctx.page, bid, action, timeout_ms=ctx.element_timeout_ms, **kwargs)
 
 
-async def click(ctx: ActionContext, bid: str, button: str, modifiers: tuple[str, ...]) -> None:
+# -- chat / infeasibility ---------------------------------------------------------------
+@action
+async def send_msg_to_user(ctx: ActionContext, text: str) -> None:
+    """Send a message to the user."""
+    ctx.chat_messages.append({"role": "assistant", "message": text})
+
+
+@action
+async def report_infeasible(ctx: ActionContext, reason: str) -> None:
+    """Report that the task cannot be done."""
+    ctx.chat_messages.append({"role": "infeasible", "message": reason})
+    ctx.infeasible = True
+
+
+@action
+async def noop(ctx: ActionContext, wait_ms: float | None = None) -> None:
+    """Do nothing and observe the page again (optionally wait `wait_ms`)."""
+    wait = ctx.noop_wait_ms if wait_ms is None else wait_ms  # None: the environment's default wait
+    if wait > 0:
+        await ctx.page.wait_for_timeout(wait)
+
+
+# -- element (bid) actions ------------------------------------------------------------------
+@action
+async def click(ctx: ActionContext, bid: str, button: Button = "left", modifiers: Modifiers = ()) -> None:
+    """Click the element with this BrowserGym bid."""
     if await _pointer(ctx, bid, "click", button=button, modifiers=modifiers):
         return
     elem = await get_elem_by_bid(ctx.page, bid)
     await elem.click(button=button, modifiers=list(modifiers), timeout=ctx.element_timeout_ms)
 
 
-async def dblclick(ctx: ActionContext, bid: str, button: str, modifiers: tuple[str, ...]) -> None:
+@action
+async def dblclick(ctx: ActionContext, bid: str, button: Button = "left", modifiers: Modifiers = ()) -> None:
+    """Double-click an element."""
     if await _pointer(ctx, bid, "dblclick", button=button, modifiers=modifiers):
         return
     elem = await get_elem_by_bid(ctx.page, bid)
     await elem.dblclick(button=button, modifiers=list(modifiers), timeout=ctx.element_timeout_ms)
 
 
+@action
 async def hover(ctx: ActionContext, bid: str) -> None:
+    """Move the mouse over an element."""
     if await _pointer(ctx, bid, "hover"):
         return
     await (await get_elem_by_bid(ctx.page, bid)).hover(timeout=ctx.element_timeout_ms)
 
 
-async def fill(ctx: ActionContext, bid: str, value: str, enable_autocomplete_menu: bool) -> None:
+@action(aliases={"text": "value"})  # the tool's argument was called `text` before it took BrowserGym's name
+async def fill(ctx: ActionContext, bid: str, value: str, enable_autocomplete_menu: bool = False) -> None:
+    """Replace the text of an input field (by bid) with `text`."""
     await _checked(ctx, bid, "fill")
     elem = await get_elem_by_bid(ctx.page, bid)
     timeout = ctx.element_timeout_ms
@@ -140,126 +176,178 @@ async def fill(ctx: ActionContext, bid: str, value: str, enable_autocomplete_men
         await elem.type(value[-1], delay=0, timeout=timeout)
 
 
+@action
 async def clear(ctx: ActionContext, bid: str) -> None:
+    """Clear an input field."""
     await _checked(ctx, bid, "clear")
     await (await get_elem_by_bid(ctx.page, bid)).clear(timeout=ctx.element_timeout_ms)
 
 
+@action
 async def check(ctx: ActionContext, bid: str) -> None:
+    """Tick a checkbox."""
     await _checked(ctx, bid, "check")
     await (await get_elem_by_bid(ctx.page, bid)).check(timeout=ctx.element_timeout_ms)
 
 
+@action
 async def uncheck(ctx: ActionContext, bid: str) -> None:
+    """Untick a checkbox."""
     await _checked(ctx, bid, "uncheck")
     await (await get_elem_by_bid(ctx.page, bid)).uncheck(timeout=ctx.element_timeout_ms)
 
 
-async def select_option(ctx: ActionContext, bid: str, options: str | tuple[str, ...]) -> None:
+@action
+async def select_option(ctx: ActionContext, bid: str, options: Options) -> None:
+    """Select option(s) of a <select> by their text."""
     await _checked(ctx, bid, "select_option")
     elem = await get_elem_by_bid(ctx.page, bid)
     await elem.select_option(options if isinstance(options, str) else list(options), timeout=ctx.element_timeout_ms)
 
 
-async def press(ctx: ActionContext, bid: str, key_comb: str) -> None:
+@action
+async def press(ctx: ActionContext, bid: str, key_comb: Key) -> None:
+    """Press a key combination (e.g. 'Control+a') in an element."""
     await (await get_elem_by_bid(ctx.page, bid)).press(key_comb, timeout=ctx.element_timeout_ms)
 
 
+@action
 async def focus(ctx: ActionContext, bid: str) -> None:
+    """Focus an element."""
     await (await get_elem_by_bid(ctx.page, bid)).focus(timeout=ctx.element_timeout_ms)
 
 
+@action(stateful=True)
 async def drag_and_drop(ctx: ActionContext, from_bid: str, to_bid: str) -> None:
+    """Drag one element onto another."""
     await hover(ctx, from_bid)
     await ctx.page.mouse.down()
     await hover(ctx, to_bid)
     await ctx.page.mouse.up()
 
 
+@action(tool=False)  # the `scroll` tool is the shorthand scroll(direction) below
 async def scroll(ctx: ActionContext, delta_x: float, delta_y: float) -> None:
+    """Scroll the page by (delta_x, delta_y) pixels."""
     await ctx.page.mouse.wheel(*_page_xy(ctx, delta_x, delta_y))
 
 
 # -- coordinate actions -------------------------------------------------------------------
+@action(tool=False)
 async def scroll_at(ctx: ActionContext, x: float, y: float, dx: float, dy: float) -> None:
+    """Scroll by (dx, dy) pixels with the mouse at (x, y)."""
     await ctx.page.mouse.move(*_page_xy(ctx, x, y))
     await ctx.page.mouse.wheel(*_page_xy(ctx, dx, dy))
 
 
+@action(tool=False)
 async def mouse_move(ctx: ActionContext, x: float, y: float) -> None:
+    """Move the mouse to page coordinates."""
     await ctx.page.mouse.move(*_page_xy(ctx, x, y))
 
 
-async def mouse_up(ctx: ActionContext, x: float, y: float, button: str) -> None:
+@action(tool=False)
+async def mouse_up(ctx: ActionContext, x: float, y: float, button: Button = "left") -> None:
+    """Release a mouse button at page coordinates."""
     await ctx.page.mouse.move(*_page_xy(ctx, x, y))
     await ctx.page.mouse.up(button=button)
 
 
-async def mouse_down(ctx: ActionContext, x: float, y: float, button: str) -> None:
+@action(tool=False, stateful=True)
+async def mouse_down(ctx: ActionContext, x: float, y: float, button: Button = "left") -> None:
+    """Press a mouse button at page coordinates (and hold it)."""
     await ctx.page.mouse.move(*_page_xy(ctx, x, y))
     await ctx.page.mouse.down(button=button)
 
 
-async def mouse_click(ctx: ActionContext, x: float, y: float, button: str) -> None:
+@action
+async def mouse_click(ctx: ActionContext, x: float, y: float, button: Button = "left") -> None:
+    """Click at page coordinates."""
     await ctx.page.mouse.click(*_page_xy(ctx, x, y), button=button)
 
 
-async def mouse_dblclick(ctx: ActionContext, x: float, y: float, button: str) -> None:
+@action(tool=False)
+async def mouse_dblclick(ctx: ActionContext, x: float, y: float, button: Button = "left") -> None:
+    """Double-click at page coordinates."""
     await ctx.page.mouse.dblclick(*_page_xy(ctx, x, y), button=button)
 
 
+@action(tool=False)
 async def mouse_drag_and_drop(ctx: ActionContext, from_x: float, from_y: float, to_x: float, to_y: float) -> None:
+    """Drag from one point of the page to another."""
     await ctx.page.mouse.move(*_page_xy(ctx, from_x, from_y))
     await ctx.page.mouse.down()
     await ctx.page.mouse.move(*_page_xy(ctx, to_x, to_y))
     await ctx.page.mouse.up()
 
 
-async def keyboard_press(ctx: ActionContext, key: str) -> None:
+@action
+async def keyboard_press(ctx: ActionContext, key: Key) -> None:
+    """Press a key or combination on the page."""
     await ctx.page.keyboard.press(key)
 
 
-async def keyboard_down(ctx: ActionContext, key: str) -> None:
+@action(tool=False, stateful=True)
+async def keyboard_down(ctx: ActionContext, key: Key) -> None:
+    """Press a key and hold it."""
     await ctx.page.keyboard.down(key)
 
 
-async def keyboard_up(ctx: ActionContext, key: str) -> None:
+@action(tool=False)
+async def keyboard_up(ctx: ActionContext, key: Key) -> None:
+    """Release a held key."""
     await ctx.page.keyboard.up(key)
 
 
+@action
 async def keyboard_type(ctx: ActionContext, text: str) -> None:
+    """Type text with the keyboard."""
     await ctx.page.keyboard.type(text)
 
 
+@action(tool=False)
 async def keyboard_insert_text(ctx: ActionContext, text: str) -> None:
+    """Insert text at the caret, without key events."""
     await ctx.page.keyboard.insert_text(text)
 
 
 # -- navigation and tabs ---------------------------------------------------------------------
+@action(stateful=True)
 async def goto(ctx: ActionContext, url: str) -> None:
+    """Open a URL."""
     ctx.guard.check(url)
     await ctx.page.goto(url)
 
 
+@action(stateful=True)
 async def go_back(ctx: ActionContext) -> None:
+    """Go back in history."""
     await ctx.page.go_back()
 
 
+@action(stateful=True)
 async def go_forward(ctx: ActionContext) -> None:
+    """Go forward in history."""
     await ctx.page.go_forward()
 
 
+@action(tool=False, stateful=True)
 async def new_tab(ctx: ActionContext) -> None:
+    """Open a new tab and switch to it."""
     await _activate(ctx, await ctx.context.new_page())
 
 
+@action(tool=False, stateful=True)
 async def tab_close(ctx: ActionContext) -> None:
+    """Close the active tab."""
     await ctx.page.close()
     pages = ctx.context.pages
     await _activate(ctx, pages[-1] if pages else await ctx.context.new_page())
 
 
+@action(tool=False, stateful=True)
 async def tab_focus(ctx: ActionContext, index: int) -> None:
+    """Switch to the tab at this index."""
     pages = ctx.context.pages
     if not -len(pages) <= index < len(pages):
         raise IndexError(f"tab index {index} is out of range: {len(pages)} tab(s) open")
@@ -267,23 +355,45 @@ async def tab_focus(ctx: ActionContext, index: int) -> None:
     await _activate(ctx, pages[index])
 
 
-PRIMITIVES: dict[str, Callable[..., Awaitable[None]]] = {
-    f.__name__: f
-    for f in (
-        send_msg_to_user, report_infeasible, noop, click, dblclick, hover, fill, clear, check, uncheck,
-        select_option, press, focus, drag_and_drop, scroll, scroll_at, mouse_move, mouse_up, mouse_down,
-        mouse_click, mouse_dblclick, mouse_drag_and_drop, keyboard_press, keyboard_down, keyboard_up,
-        keyboard_type, keyboard_insert_text, goto, go_back, go_forward, new_tab, tab_close, tab_focus,
-    )
+# -- shorthands: OpenEnv's harness tools, rewritten into the primitives above ---------------
+#: Pixels one ``scroll('down')`` moves (before BrowserGym's coordinate scaling).
+SCROLL_STEP = 200
+_SCROLL_MOVES = {"down": (0, SCROLL_STEP), "up": (0, -SCROLL_STEP),
+                 "right": (SCROLL_STEP, 0), "left": (-SCROLL_STEP, 0)}
+#: Key names `send_keys` presses as one key (anything else is typed as text).
+_NAMED_KEYS = {
+    "Enter", "Tab", "Escape", "Backspace", "Delete", "Insert", "Home", "End", "PageUp",
+    "PageDown", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Space", "Shift", "Control",
+    "Alt", "Meta", *(f"F{i}" for i in range(1, 13)),
 }
 
-#: Actions after which the next reset reloads the page instead of restarting in place
-#: (they leave state behind that a restarted episode must not inherit).
-STATEFUL_ACTIONS = frozenset({"mouse_down", "keyboard_down", "drag_and_drop", "goto", "go_back",
-                              "go_forward", "new_tab", "tab_close", "tab_focus"})
+
+@shorthand
+def send_keys(text: str) -> ParsedAction:
+    """Type text (or a key such as Enter) into the focused element."""
+    parts = text.split("+")
+    if all(part in _NAMED_KEYS or (len(part) == 1 and len(parts) > 1) for part in parts):
+        return ParsedAction("keyboard_press", {"key": text})
+    return ParsedAction("keyboard_type", {"text": text})
+
+
+@shorthand(name="scroll")
+def scroll_direction(direction: Direction) -> ParsedAction:
+    """Scroll the page: 'up', 'down', 'left' or 'right'."""
+    dx, dy = _SCROLL_MOVES[direction]
+    return ParsedAction("scroll", {"delta_x": dx, "delta_y": dy})
+
+
+# -- derived from the declarations ------------------------------------------------------------
+#: name -> the function that runs it.
+PRIMITIVES: Derived[Callable[..., Awaitable[None]]] = Derived(
+    ACTIONS, lambda actions: {name: a.run for name, a in actions.actions.items()})
+#: Actions after which the next reset reloads the page instead of restarting in place.
+STATEFUL_ACTIONS: Derived[Any] = Derived(
+    ACTIONS, lambda actions: {name: a for name, a in actions.actions.items() if a.stateful})
 
 
 async def execute(ctx: ActionContext, actions: list[ParsedAction]) -> None:
     """Run the actions in order; the first failure stops the rest and propagates."""
-    for action in actions:
-        await PRIMITIVES[action.name](ctx, **action.args)
+    for parsed in actions:
+        await ACTIONS.actions[parsed.name].run(ctx, **parsed.args)

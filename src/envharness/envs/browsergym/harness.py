@@ -53,7 +53,7 @@ def action_instructions(tool_names: Iterable[str]) -> str:
     lines = []
     for name in tool_names:
         tool = ACTION_TOOLS[name]
-        params = ", ".join(p if p not in tool.optional else f"{p}=..." for p, _ in tool.params)
+        params = ", ".join(tool.shown(p) if p not in tool.optional else f"{p}=..." for p, _ in tool.params)
         lines.append(f"- {name}({params}): {tool.description}")
     return (
         "You control a web browser to complete the goal below. Page elements are named by the\n"
@@ -102,6 +102,8 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         self.default_task = default_task
         self.tool_names = names
         self._tool_specs = [ACTION_TOOLS[n].spec() for n in names]
+        #: The tools every session offers (known without a session: TRL's environment_factory reads them).
+        self.tool_specs = self._tool_specs
         self._reset_kwargs = dict(reset_kwargs or {})
         self._max_chars = max_observation_chars
         self._prompt_builder = prompt_builder

@@ -1,4 +1,4 @@
-"""The browser's MCP tools: BrowserGym's actions (from `ACTION_TOOLS`), plus `reset` and `observation`.
+"""The browser's MCP tools: BrowserGym's actions (`ACTION_TOOLS`, derived from their declarations), plus `reset` and `observation`.
 
 Every result carries the page as text (goal, URL, the AXTree with bids), the reward, done
 and `last_action_error` (in `structuredContent` too), and the screenshot as MCP image
@@ -14,7 +14,7 @@ from typing import Any
 from mcp import types
 
 from envharness.core.types import Observation
-from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES, build_browsergym_action_str
+from envharness.envs.browsergym.action_tools import ACTION_TOOLS, build_browsergym_action_str
 from envharness.envs.browsergym.harness import format_observation
 from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.toolset import EnvToolset
@@ -40,10 +40,9 @@ OBSERVATION_TOOL = types.Tool(
 
 
 def _action_tools() -> list[types.Tool]:
-    names = [*DEFAULT_TOOL_NAMES, *(n for n in ACTION_TOOLS if n not in DEFAULT_TOOL_NAMES)]
     tools = []
-    for name in names:
-        spec = ACTION_TOOLS[name].spec()
+    for name, tool in ACTION_TOOLS.items():  # the default tools first
+        spec = tool.spec()
         schema = dict(spec["inputSchema"], additionalProperties=False)
         tools.append(types.Tool(name=name, description=f"BrowserGym action {name}: {spec['description']}", inputSchema=schema))
     return tools

@@ -107,7 +107,8 @@ def _tool_method(tool: Tool) -> Callable[..., str]:
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {}
     for arg in sorted(properties, key=lambda a: a not in required):  # required ones first, as Python wants
-        kind = _JSON_TYPES.get(properties[arg].get("type"), str)
+        declared = properties[arg].get("type")
+        kind = _JSON_TYPES.get(declared[0] if isinstance(declared, list) and declared else declared, str)  # ["string", "array"]: the first
         annotations[arg] = kind if arg in required else kind | None
         default = inspect.Parameter.empty if arg in required else None
         parameters.append(inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotations[arg]))
