@@ -54,7 +54,7 @@ def baseline_backend_class(ref: str) -> Any:
 
 def grpo_step(backend: Any, obs: list[Any]) -> tuple[float, int]:
     """Two turns of 2 groups x 8 episodes; returns (seconds, prompt tokens in the requests)."""
-    from envharness.prompts.compact import compact_prompt, compact_tool_result
+    from envharness.envs.browsergym.compact_prompt import compact_prompt, compact_tool_result
 
     tools = ["click", "fill", "send_keys", "scroll", "noop"]
     convs = [compact_prompt(o, None, tools) for o in obs for _ in range(8)]
@@ -72,7 +72,8 @@ def grpo_step(backend: Any, obs: list[Any]) -> tuple[float, int]:
 
 
 def demo_step(backend: Any, obs: list[Any]) -> tuple[float, int]:
-    from envharness.prompts.text import PromptContext, default_prompt
+    from envharness.envs.browsergym.prompts import default_prompt
+from envharness.prompts.text import PromptContext
 
     count = lambda text: len(backend.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
     convs = [default_prompt(PromptContext(goal=o.goal, url=o.url, axtree=o.axtree_txt, count_tokens=count)) for o in obs]

@@ -24,7 +24,7 @@ from envharness.envs.browsergym.actions import (
     parse_actions,
 )
 from envharness.envs.browsergym.executor import ACTIONS, PRIMITIVES, STATEFUL_ACTIONS, ActionContext, execute
-from envharness.prompts.text import action_list
+from envharness.envs.browsergym.action_tools import action_list
 
 
 def one(text: str) -> ParsedAction:

@@ -3,7 +3,7 @@ a small model copies by mistake; later turns see the page in the same form."""
 
 from __future__ import annotations
 
-from envharness.prompts.compact import compact_elements, compact_prompt, compact_tool_result
+from envharness.envs.browsergym.compact_prompt import compact_elements, compact_prompt, compact_tool_result
 
 TREE = """RootWebArea 'Login User Task', focused, url='http://miniwob.local/miniwob/login-user.html'
 \t[14] paragraph ''

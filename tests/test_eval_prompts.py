@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from envharness.envs.browsergym.action_text import build_browsergym_action_tool_call
+from envharness.envs.browsergym.prompts import default_prompt
 from envharness.prompts.text import (
     PromptContext,
     StepSummary,
-    default_prompt,
     load_prompt_builder,
     truncate_to_tokens,
 )
@@ -68,7 +68,10 @@ def blind_prompt(ctx: PromptContext) -> list[dict]:
 
 
 def test_prompt_builders_are_named_module_colon_function():
-    assert load_prompt_builder(None) is default_prompt and load_prompt_builder("default") is default_prompt
+    from envharness.prompts import get_prompt_style
+
+    assert get_prompt_style("default", "browsergym").step is default_prompt  # the browser's per-step prompt
+    assert get_prompt_style(f"{__name__}:blind_prompt", "browsergym").step is blind_prompt
     assert load_prompt_builder(f"{__name__}:blind_prompt") is blind_prompt
     for spec, reason in [("no_colon", "module.path:function"), ("no.such.module:f", "cannot import"), (f"{__name__}:missing", "no callable")]:
         with pytest.raises(ValueError, match=reason):

@@ -19,9 +19,9 @@ LAYERS = {
     "core": 0,
     "models": 1,
     "harness": 2, "mcp": 2,
-    "envs": 3, "policy": 3,
-    "prompts": 4, "web": 4, "fleet": 4,
-    "eval": 5, "integrations": 5, "replay": 5,
+    "prompts": 3, "policy": 3,
+    "envs": 4, "web": 4, "fleet": 4,
+    "eval": 5, "integrations": 5, "check": 5, "replay": 5,
     "cli": 6,
 }
 
@@ -76,3 +76,105 @@ def test_environments_do_not_know_each_other():
             if parts[:2] == ["envharness", "envs"] and len(parts) > 2 and parts[2] != relative.parts[0]:
                 bad.append(f"envs/{relative}:{line} imports {module}")
     assert bad == []
+
+
+ENVIRONMENT_NAMES = ("browsergym", "textarena", "echo")
+
+
+def test_generic_layers_import_no_environment():
+    """What an environment registers reaches eval, train, MCP and the fleet through the registry,
+    never through an import of `envharness.envs.<name>`."""
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "envs":
+            continue
+        for line, module in _imports(path):
+            parts = module.split(".")
+            if parts[:2] == ["envharness", "envs"] and len(parts) > 2:
+                bad.append(f"{relative}:{line} imports {module}")
+    assert bad == []
+
+
+def test_generic_layers_name_no_environment():
+    """An environment's name is written where users choose one (cli/) and where it registers
+    (core/registry.py); a generic layer that tests for a name has forgotten to ask the registry.
+    The one other place is integrations/trl/compat.py: browser-named helpers kept for old code."""
+    bad = []
+    allowed = {"core/registry.py", "integrations/trl/compat.py"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] in ("envs", "cli") or relative.as_posix() in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ENVIRONMENT_NAMES:
+                bad.append(f"{relative}:{node.lineno} names {node.value!r}")
+    assert bad == []
+
+
+def _imported_modules(path: Path) -> list[str]:
+    """Modules `path` imports; `from pkg import mod` imports the module `pkg.mod`, not only `pkg`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_module_imports_itself_back():
+    """No circle between modules (a lazy import inside a function counts too): each module can
+    be read knowing only what it imports."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for module in _imported_modules(path):
+            while module and module not in modules:  # `from pkg.mod import name`: the module itself
+                module = module.rpartition(".")[0]
+            if module and module != name and not name.startswith(module + "."):  # a package's own __init__ is not a circle
+                targets.add(module)
+        graph[name] = targets
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                circles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert circles == []
+
+
+def test_old_browser_names_still_import_and_say_what_replaces_them():
+    import warnings
+
+    import envharness.integrations.trl as trl
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = trl.build_browsergym_rollout_func
+        rollout_func = old(lambda: None)
+        options = trl.TRAIN_SERVER_OPTIONS
+    assert callable(rollout_func) and options == trl.training.train_server_options("browsergym")
+    assert any('build_env_rollout_func("browsergym"' in str(w.message) for w in caught)
+    import pytest
+
+    with pytest.raises(AttributeError):
+        trl.no_such_name

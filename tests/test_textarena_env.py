@@ -228,3 +228,19 @@ def test_nltk_data_builds_from_the_installed_packages(tmp_path):
     finally:
         nltk.data.path.remove(str(tmp_path))
     assert [t for _, t in tagger.tag(["the", "crane", "is", "quick"])] == ["DT", "NN", "VBZ", "JJ"]
+
+
+@pytest.mark.parametrize("game", ["Countdown-v0", "Cryptarithm-v0", "Slitherlink-v0", "ThreeCardMonte-v0"])
+def test_a_second_invalid_move_ends_the_game_as_a_loss_with_its_reason(game):
+    """textarena 0.7.4 swaps set_invalid_move's arguments in these games: the episode still ends
+    with a numeric reward and the move's reason, instead of crashing on a reward that is text."""
+    from envharness.envs.textarena.environment import TextArenaEnvironment
+    from envharness.envs.textarena.models import TextArenaAction
+
+    env = TextArenaEnvironment()
+    env.reset(seed=0, task=game)
+    first = env.step(TextArenaAction(message="[zz zz zz]"))
+    assert not first.done  # one invalid move is allowed
+    second = env.step(TextArenaAction(message="[zz zz zz]"))
+    assert second.done and isinstance(second.reward, float) and second.reward < 1.0
+    assert second.info["reason"].startswith("Invalid Move: ") and any(c.isalpha() for c in second.info["reason"][14:])

@@ -35,6 +35,8 @@ class GuessEnvironment(Environment[GuessAction, GuessObservation]):
     action_type, observation_type = GuessAction, GuessObservation
 
     def reset(self, seed=None, episode_id=None, task="guess-100", **options) -> GuessObservation:
+        if task not in RANGES:
+            raise ValueError(f"unknown task {task!r}; choose from {', '.join(RANGES)}")
         self._top, self._state = RANGES[task], State(episode_id=episode_id, step_count=0)
         self._secret = random.Random(seed).randint(1, self._top)  # the same seed, the same game
         return GuessObservation(text=f"I am thinking of a number from 1 to {self._top}. Guess it.")

@@ -1,4 +1,5 @@
-"""`envharness serve | eval | train | sft | mcp | policy | replay | browser`: one dispatcher, one module per command.
+"""`envharness serve | eval | train | sft | mcp | policy | replay | check`, and the commands environments
+register (the browser's `browser`): one dispatcher, one module per command.
 
 Only the chosen command's module is imported, so `envharness serve echo` never pays for
 torch or TRL. Benchmarks live in `bench/` (`make bench`).
@@ -20,8 +21,19 @@ COMMANDS = {
     "mcp": ("envharness.cli.mcp", "Serve an environment's tools to an MCP client over stdio"),
     "policy": ("envharness.cli.policy", "Serve a model as an OpenAI-compatible endpoint that records each rollout's exact tokens"),
     "replay": ("envharness.cli.replay", "Replay a run's recorded episodes on a fresh server and report any that come out different"),
-    "browser": ("envharness.cli.browser", "Run a browser node: a Chromium that browsergym servers elsewhere connect to over CDP"),
+    "check": ("envharness.cli.check", "Check an environment's contract (reset, step, bad actions, tasks), or its adversarial floor (--floor)"),
 }
+
+
+def _commands() -> dict[str, tuple[str, str]]:
+    """The commands above, then those environments register (`EnvSpec.commands`)."""
+    from envharness.core.registry import ENVIRONMENTS
+
+    commands = dict(COMMANDS)
+    for spec in ENVIRONMENTS.values():
+        for name, module, help_text in spec.commands:
+            commands.setdefault(name, (module, help_text))
+    return commands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = argv[0] if argv else None
-    for name, (module_name, help_text) in COMMANDS.items():
+    for name, (module_name, help_text) in _commands().items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
         if name != chosen:
             continue
@@ -53,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     code = int(args._run(args) or 0)
     if from_command_line:  # the process ends next: its teardown need not garbage-collect a model's
-        gc.freeze()        # heap object by object (~9 s after `train` on 2 busy cores, 0 s frozen)
+        gc.freeze()        # heap object by object (seconds after `train`)
     return code
 
 

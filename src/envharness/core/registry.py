@@ -26,6 +26,8 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,9 @@ class EnvSpec:
     web_info: str | None = None
     #: One line for `--help` and listings.
     summary: str = ""
+    #: Commands of its own, ``(name, "module.path", help)``: `envharness NAME` runs the module's
+    #: `add_arguments(parser)` and `run(args)` (the browser's `envharness browser` node).
+    commands: tuple[tuple[str, str, str], ...] = ()
 
     def load(self, part: str) -> Any:
         """The object a part names (None when the spec leaves it out)."""
@@ -64,10 +69,23 @@ def load_target(target: str) -> Any:
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise KeyError(f"{target!r} is not module.path:attribute")
-    value: Any = importlib.import_module(module_name)
+    value: Any = _import_here_too(module_name)
     for name in attribute.split("."):
         value = getattr(value, name)
     return value
+
+
+def _import_here_too(module_name: str) -> Any:
+    """Import a module, also from the current folder: `envharness serve guess:SPEC` run where
+    guess.py is finds it, as `python -m` would (a console script's path leaves the folder out)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != module_name.partition(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(module_name)
 
 
 ENVIRONMENTS: dict[str, EnvSpec] = {}
@@ -101,6 +119,8 @@ register_environment(EnvSpec(
     mcp_toolset="envharness.envs.browsergym.mcp_tools:BrowserGymToolset",
     web_info="envharness.envs.browsergym.agent:web_info",
     summary="MiniWoB++ in Chromium, BrowserGym's actions and observations",
+    commands=(("browser", "envharness.envs.browsergym.node_command",
+               "Run a browser node: a Chromium that browsergym servers elsewhere connect to over CDP"),),
 ))
 register_environment(EnvSpec(
     name="textarena",

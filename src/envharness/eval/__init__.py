@@ -8,7 +8,7 @@
 """
 
 from envharness.eval.config import EvalConfig, EvalSetupError
-from envharness.prompts.text import PromptContext, StepSummary, default_prompt, load_prompt_builder
+from envharness.prompts.text import PromptContext, StepSummary, load_prompt_builder
 from envharness.eval.runner import EvalResult, run_eval, run_eval_async
 from envharness.eval.stats import TaskStats, summarize, wilson_interval
 
@@ -19,7 +19,6 @@ __all__ = [
     "PromptContext",
     "StepSummary",
     "TaskStats",
-    "default_prompt",
     "load_prompt_builder",
     "run_eval",
     "run_eval_async",

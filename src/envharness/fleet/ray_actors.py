@@ -11,9 +11,9 @@ node, or `SPREAD`), with no surplus actors (a pending one would take a restarted
 slot), and hands out `FleetRouter`s that re-read the actors' addresses on every poll.
 
     ray.init(address="auto")
-    fleet = EnvFleet("browsergym", servers=4, server_args=["--max-sessions", "16"])
+    fleet = EnvFleet(ENV, servers=4, server_args=["--max-sessions", "16"])
     fleet.wait_ready(timeout_s=180)
-    rollout_func = build_env_rollout_func("browsergym", fleet.client_pool(), max_concurrency=fleet.capacity)
+    rollout_func = build_env_rollout_func(ENV, fleet.client_pool(), max_concurrency=fleet.capacity)
 """
 
 from __future__ import annotations

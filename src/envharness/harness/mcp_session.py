@@ -1,7 +1,7 @@
 """Any MCP server as a harness `ResourceSession`: the harness's tools are MCP tools for real.
 
 `MCPSessionFactory(url=...)` (streamable HTTP, e.g. `envharness serve`'s `/mcp`) or
-`MCPSessionFactory(command=[...])` (stdio, e.g. `envharness mcp browsergym`) opens one MCP
+`MCPSessionFactory(command=[...])` (stdio, e.g. `envharness mcp NAME`) opens one MCP
 session per episode with the SDK's `ClientSession`. If the server has a `reset` tool (ours
 do), the episode starts with `reset(task, seed)` and its result is the first prompt;
 `list_tools` hides `reset`/`observation` from the model unless asked. A tool result's

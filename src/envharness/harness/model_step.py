@@ -52,7 +52,7 @@ class BatchingModelStep:
     """Groups the concurrent model steps of many episodes into batched `backend.generate` calls.
 
     `tool_call_parser(text)` turns the model's text into tool calls (default: JSON tool calls;
-    for BrowserGym pass `build_browsergym_action_tool_call`). `max_batch_size` caps one call;
+    an environment's own is its `EnvHarness.tool_call_parser`). `max_batch_size` caps one call;
     `max_wait_s` bounds how long a batch waits for live episodes still busy in their
     environment (0: send whoever is waiting now). `send_tools=False` keeps tool specs out of
     the chat template (for text-action prompts).

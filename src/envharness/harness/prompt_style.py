@@ -28,7 +28,7 @@ class PromptStyle:
     #: (None: the harness's default, the whole page text); eval and train use the same.
     observation_text: Callable[[Any], str] | None = None
     #: The episode shows the model screenshots: the opening and every tool result carry the
-    #: page's image (`prompts/vision_session.py`); only vision models can take it.
+    #: page's image (the browser's vision session); only vision models can take it.
     vision: bool = False
     #: Builds the episode's session factory instead of the environment's own (same arguments
     #: as `EnvHarness.session_factory`, plus ``vision_max_side``): a style whose tool results

@@ -2,7 +2,7 @@
 
 `EnvToolset` is the interface; `StepToolset` serves any environment (reset, step with the
 action's own JSON schema, state); environments with a better vocabulary bring their own
-(the browser's is `envs/browsergym/mcp_tools.py`, named by its `EnvSpec.mcp_toolset`). `run_tool` is the one entry point that
+(the browser's is its `mcp_tools.py`, named by its `EnvSpec.mcp_toolset`). `run_tool` is the one entry point that
 both the SDK server and the OpenEnv dialect use: lookup, schema check, errors as
 `isError` results (never a crashed session).
 """

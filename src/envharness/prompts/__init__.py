@@ -6,21 +6,23 @@ an episode the same way:
 
 - a *conversation* style gives the episode's opening messages from the first observation;
   each later turn appends the model's reply and the tool result (the page after the action),
-  as train's rollout does (`BrowserGymSessionFactory(prompt_builder=style.opening)`);
+  as train's rollout does (the session factory's `prompt_builder=style.opening`);
 - a *per-step* style builds a fresh prompt at every step from a `PromptContext` (goal, URL,
-  AXTree cut to a token budget, last steps, last error), as `envharness eval` does by default.
-  Training on a per-step style is one turn per episode (later turns would not be one token
-  sequence).
+  page text cut to a token budget, last steps, last error), as `envharness eval` does by
+  default. Training on a per-step style is one turn per episode (later turns would not be
+  one token sequence).
 
-    text.py     the per-step prompt ("default")
-    compact.py  the short conversation prompt for small models ("compact")
-    vision.py   the conversation prompt for vision-language models ("vision": the newest
-                screenshot in the newest message, tool results carry the next one)
+Each environment registers its styles (`EnvHarness.prompt_styles`: the browser's are in
+each in its `envs/<name>/prompts.py`); this package
+holds what they share:
+
+    text.py        `PromptContext` and the pieces of a per-step prompt (token budgets, history)
+    vision.py      screenshots in the newest message, for vision-language models
     screenshot.py  `add_screenshot`: any per-step prompt plus the page's screenshot
 
-Adding a style is one call, e.g. in prompts/vision.py plus one import line below:
+Adding a style at run time is one call:
 
-    register_prompt_style(PromptStyle("vision", "the page as a screenshot", opening=vision_prompt))
+    register_prompt_style(PromptStyle("mine", "my prompt", step=my_prompt), env=ENV)
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from envharness.prompts.text import (
     PromptBuilder,
     PromptContext,
     approximate_tokens,
-    default_prompt,
     load_prompt_builder,
 )
 
@@ -127,7 +128,6 @@ __all__ = [
     "PromptBuilder",
     "PromptStyle",
     "DEFAULT_ENV",
-    "default_prompt",
     "get_prompt_style",
     "opening_builder",
     "prompt_names",

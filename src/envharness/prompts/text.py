@@ -1,12 +1,10 @@
-"""The per-step text prompt `envharness eval` uses by default, as BrowserGym/AgentLab agents and the seeds build them.
+"""What a per-step prompt is built from: `PromptContext` (goal, url, the last steps, the last
+action's error, the page text, the enabled actions, a token counter), and the pieces every
+builder needs (token counting, cutting page text to a budget, recalling earlier steps).
 
-A prompt builder takes a `PromptContext` (goal, url, the last steps, the last action's
-error, the accessibility tree, the enabled actions, a token counter) and returns chat
-messages. The default one writes the goal, the URL, the AXTree cut to a token budget, the
-previous steps and the last error, and shows one worked example as an earlier turn: small
-models (SmolLM2-135M) answer in the action format only when they have seen it once.
-
-Users replace it with `--prompt module:function` (any callable with the same signature).
+A per-step prompt builder takes a `PromptContext` and returns chat messages; an environment
+registers its own (the browser's is in its `prompts.py`), and users give theirs with
+`--prompt module:function` (any callable with the same signature).
 """
 
 from __future__ import annotations
@@ -14,8 +12,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
-
-from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES
 
 Message = dict[str, Any]
 
@@ -52,7 +48,7 @@ class PromptContext:
     history: list[StepSummary] = field(default_factory=list)
     step: int = 1
     task: str | None = None
-    tool_names: tuple[str, ...] = DEFAULT_TOOL_NAMES
+    tool_names: tuple[str, ...] = ()
     #: Counts tokens the way the model will (its tokenizer when the backend has one).
     count_tokens: Callable[[str], int] = approximate_tokens
     #: How many tokens the page text may take.
@@ -82,17 +78,6 @@ def truncate_to_tokens(text: str, budget: int, count_tokens: Callable[[str], int
     return "\n".join(lines[:lo] + [f"... ({len(lines) - lo} more lines cut to fit {budget} tokens)"])
 
 
-def action_list(tool_names: tuple[str, ...] | list[str]) -> str:
-    """The enabled actions in the syntax the action parser reads, one per line."""
-    lines = []
-    for name in tool_names:
-        tool = ACTION_TOOLS[name]
-        required = [(tool.shown(p), kind) for p, kind in tool.params if p not in tool.optional]
-        params = ", ".join(f"'{shown}'" if kind == "string" else shown for shown, kind in required)
-        lines.append(f"{name}({params}): {tool.description}")
-    return "\n".join(lines)
-
-
 def format_history(history: list[StepSummary], keep: int) -> str:
     if not history:
         return "none"
@@ -108,50 +93,13 @@ def format_history(history: list[StepSummary], keep: int) -> str:
     return "\n".join(lines)
 
 
-def observation_text(goal: str, url: str, axtree: str, history: str, error: str) -> str:
-    """One step's user message. The tree sits between its header and a blank line, where
-    readers of these prompts (the scripted backend) look for it."""
-    return (
-        f"Goal: {goal}\n"
-        f"URL: {url or '(unknown)'}\n"
-        f"Page (accessibility tree):\n{axtree or '(empty page)'}\n\n"
-        f"Previous steps:\n{history}\n"
-        f"Last action error: {error or 'none'}\n\n"
-        "Reply with one action."
-    )
-
-
-# Shaped like a real MiniWoB tree (its root line names the URL too): with a plainer example,
-# SmolLM2-135M copies words of the root line into the bid (click('click-test-test-...')).
-_EXAMPLE_URL = "http://miniwob.local/miniwob/example.html"
-_EXAMPLE_TREE = f"RootWebArea 'Example Task', focused, url='{_EXAMPLE_URL}'\n\t[11] textbox ''\n\t[13] button 'OK'\n\t[14] button 'Cancel'"
-EXAMPLE = [
-    {"role": "user", "content": observation_text('Click on the "OK" button.', _EXAMPLE_URL, _EXAMPLE_TREE, "none", "")},
-    {"role": "assistant", "content": "click('13')"},
-]
-
-
-def default_prompt(ctx: PromptContext) -> list[Message]:
-    """System message with the actions, one worked example, then this step's page."""
-    system = (
-        "You are a web agent. You act on a web page to complete a goal. Page elements have an id in\n"
-        "square brackets, e.g. [13]. Reply with exactly one action and nothing else.\n"
-        "Actions:\n" + action_list(ctx.tool_names)
-    )
-    page = truncate_to_tokens(ctx.axtree, ctx.axtree_token_budget, ctx.count_tokens)
-    user = observation_text(ctx.goal, ctx.url, page, format_history(ctx.history, ctx.history_steps), ctx.last_action_error)
-    return [{"role": "system", "content": system}, *EXAMPLE, {"role": "user", "content": user}]
-
-
-def load_prompt_builder(spec: str | None) -> PromptBuilder:
-    """`None`/'default' -> `default_prompt`; 'module.path:function' -> that function.
+def load_prompt_builder(spec: str) -> PromptBuilder:
+    """'module.path:function' -> that function (a user's per-step prompt, `--prompt`).
 
     Raises ValueError with the reason when the spec does not name a callable."""
-    if spec in (None, "", "default"):
-        return default_prompt
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise ValueError(f"--prompt expects 'module.path:function' (or 'default'), got {spec!r}")
+        raise ValueError(f"--prompt expects a prompt style or 'module.path:function', got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

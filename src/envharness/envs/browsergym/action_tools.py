@@ -112,3 +112,14 @@ def build_browsergym_action_str(tool_name: str, arguments: dict[str, Any]) -> st
     if tool_name not in ACTION_TOOLS:
         raise KeyError(f"Unsupported BrowserGym tool: {tool_name}")
     return ACTION_TOOLS[tool_name].action_string(arguments)
+
+
+def action_list(tool_names: tuple[str, ...] | list[str]) -> str:
+    """The enabled actions in the syntax the action parser reads, one per line."""
+    lines = []
+    for name in tool_names:
+        tool = ACTION_TOOLS[name]
+        required = [(tool.shown(p), kind) for p, kind in tool.params if p not in tool.optional]
+        params = ", ".join(f"'{shown}'" if kind == "string" else shown for shown, kind in required)
+        lines.append(f"{name}({params}): {tool.description}")
+    return "\n".join(lines)

@@ -3,7 +3,7 @@ and `/web` find through the `browsergym` `EnvSpec` (core/registry.py).
 
 Everything MiniWoB- or BrowserGym-specific that a generic layer needs is reached from here:
 the session factory (BrowserGym actions as tools), the action-text parser, the task list,
-the prompt styles (`prompts/browsergym.py`), the scripted solutions and the page info.
+the prompt styles (`prompts.py`), the scripted solutions and the page info.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ HARNESS = EnvHarness(
     task_list=task_list,
     check_task=miniwob.check_task,
     default_tasks=DEFAULT_TASKS,
-    prompt_styles="envharness.prompts.browsergym:STYLES",
+    prompt_styles="envharness.envs.browsergym.prompts:STYLES",
     default_prompt="default",
     train_prompt="compact",
     default_tools=tuple(DEFAULT_TOOL_NAMES),

@@ -99,6 +99,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         done, info = self._rng.run(None, lambda: self._game.step(message))
         self._state.step_count += 1
         base = games.unwrap(self._game).state
+        games.repair_swapped_invalid_move(base)
         self._state.turn = int(getattr(base, "turn", self._state.turn + 1))
         info = dict(info or {})
         if not done and self.config.max_turns is not None and self._state.step_count >= self.config.max_turns:

@@ -253,3 +253,23 @@ def iter_games(ids: list[str]) -> Iterator[tuple[str, str]]:
     """(id, family) pairs, for listings."""
     for env_id in ids:
         yield env_id, game_of(env_id) or "?"
+
+
+def repair_swapped_invalid_move(state: Any) -> None:
+    """Undo textarena 0.7.4's swapped `set_invalid_move(reward, reason)` (Countdown, Cryptarithm,
+    Slitherlink, ThreeCardMonte; the signature is `(reason, reward)`): the move's reason sits where
+    the reward goes and the reward in the reason. Put back, the game ends as the loss it meant
+    instead of a reward that is text."""
+    rewards = getattr(state, "rewards", None)
+    if not isinstance(rewards, dict):
+        return
+    for player, value in list(rewards.items()):
+        if not isinstance(value, str):
+            continue
+        outcome = (getattr(state, "game_info", None) or {}).setdefault(player, {})
+        meant = str(outcome.get("reason", "")).removeprefix("Invalid Move: ").strip()
+        try:
+            rewards[player] = float(meant)
+        except ValueError:
+            rewards[player] = -1.0  # textarena's own default for an invalid move
+        outcome["reason"] = f"Invalid Move: {value}"

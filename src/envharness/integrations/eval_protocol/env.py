@@ -13,7 +13,7 @@ retried: the action may already have run.
 their task at start), or -- new -- from a local envharness server that the connector
 starts once (`envharness serve NAME`, NAME the client's `env_name`) and shares between all episodes, one session
 each; there the task goes to `reset(task=...)`. A `docker_image` of an OpenEnv environment that
-envharness serves itself (`textarena-env:latest`, `browsergym-env`, `echo-env`) runs the same
+envharness serves itself (an image named after one of its environments, `NAME-env`) runs the same
 way where no Docker engine is at hand, one local server per distinct `env_vars` (a warning
 says so): the seed's Docker-based examples run here with only their imports changed.
 """

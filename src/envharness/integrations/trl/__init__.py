@@ -36,6 +36,4 @@ def __getattr__(name: str) -> object:
     """Names from before environments were generic (`compat.py`), still importable from here."""
     import importlib
 
-    if name not in ("build_browsergym_rollout_func", "browser_clients", "browsergym_environment_factory", "TRAIN_SERVER_OPTIONS"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")  # a submodule not imported yet, say
     return importlib.import_module("envharness.integrations.trl.compat").deprecated(__name__, name)

@@ -1,6 +1,6 @@
 """TRL GRPO through the harness: a `rollout_func` that plays whole episodes with the trainer's model.
 
-    rollout_func = build_env_rollout_func("browsergym", client_factory, default_task="click-test")
+    rollout_func = build_env_rollout_func(ENV, client_factory, default_task=TASK)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, rollout_func=rollout_func,
                           reward_funcs=[reward_success], train_dataset=task_dataset(["click-test"], 64), ...)
 

@@ -1,7 +1,7 @@
 """Where a GRPO step's time goes: generation, environment, and the loss forward/backward.
 
     timer = StepTimer()
-    rollout_func = build_env_rollout_func("browsergym", ..., backend_factory=timer.backend_factory)
+    rollout_func = build_env_rollout_func(ENV, ..., backend_factory=timer.backend_factory)
     trainer = GRPOTrainer(..., rollout_func=timer.wrap(rollout_func), callbacks=[timer.callback(), ...])
 
 Every logged step then carries `time/generate_s` (inside the model backend: prefill and

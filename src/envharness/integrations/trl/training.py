@@ -36,7 +36,7 @@ class TrainConfig:
     #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
     env: str = DEFAULT_ENV
     #: Options of the environment server (`serve NAME --option`): the server train starts gets
-    #: them, and the task list follows them (e.g. browsergym's ``tasks``).
+    #: them, and the task list follows them (e.g. the browser's ``tasks``).
     env_options: dict[str, Any] = field(default_factory=dict)
     #: "embedded" (SmolLM2-135M-Instruct, offline), "tiny" (random, for tests), or a path / hub id.
     #: A vision-language model directory (or "tiny-vlm[:qwen2-vl|qwen3-vl]") trains on screenshots

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from envharness.prompts.text import action_list
+from envharness.envs.browsergym.action_tools import action_list
 
 _ELEMENT = re.compile(r"^\s*\[(\w+)\]\s+(\w+)\s+'(.*?)'((?:,.*)?)$")
 #: Roles worth showing even without a name: things one can click, type into or pick.

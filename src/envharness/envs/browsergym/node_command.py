@@ -1,4 +1,5 @@
 """`envharness browser`: a browser node, a Chromium that environment servers elsewhere connect to.
+The browser registers this command with its `EnvSpec` (`commands`); `cli/` lists it.
 
     envharness browser --port 9222 --host 0.0.0.0          # on the browser host
     envharness serve browsergym --option browser=cdp://BROWSER_HOST:9222   # on the GPU node
