@@ -73,7 +73,7 @@ def grpo_step(backend: Any, obs: list[Any]) -> tuple[float, int]:
 
 def demo_step(backend: Any, obs: list[Any]) -> tuple[float, int]:
     from envharness.envs.browsergym.prompts import default_prompt
-from envharness.prompts.text import PromptContext
+    from envharness.prompts.text import PromptContext
 
     count = lambda text: len(backend.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
     convs = [default_prompt(PromptContext(goal=o.goal, url=o.url, axtree=o.axtree_txt, count_tokens=count)) for o in obs]
