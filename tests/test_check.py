@@ -132,6 +132,21 @@ def test_the_custom_example_passes(capsys):
     assert "8 passed, 0 failed, 0 skipped" in out and "task_list: 3 task(s) listed" in out
 
 
+def test_a_web_task_module_passes(monkeypatch):
+    """The browser with the user's own web tasks (`--env-option tasks=webtasks.formtasks`)."""
+    examples = str(TESTS.parent / "examples")
+    monkeypatch.syspath_prepend(examples)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([examples, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    report = check_environment("browsergym", options={"tasks": "webtasks.formtasks"}, tasks=["fill-form", "tick-boxes"], episodes=1)
+    assert statuses(report) == dict.fromkeys(statuses(report), PASS), report.format()
+
+
+def test_the_short_form_of_the_example_passes(capsys):
+    """`examples/custom_env/guess.py`: the game in `define_environment`'s short form."""
+    assert cli_main(["check", "guess:SPEC", "--tasks", "all", "--episodes", "1"]) == 0
+    assert "8 passed, 0 failed, 0 skipped" in capsys.readouterr().out
+
+
 # -- and fails, saying why, on broken environments --------------------------------------------
 @pytest.mark.parametrize("env, check, words", [
     ("test_check:SEEDLESS", "same_seed_same_episode", "played twice with the same actions"),
