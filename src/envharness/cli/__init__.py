@@ -25,7 +25,7 @@ COMMANDS = {
 }
 
 
-def _commands() -> dict[str, tuple[str, str]]:
+def all_commands() -> dict[str, tuple[str, str]]:
     """The commands above, then those environments register (`EnvSpec.commands`)."""
     from envharness.core.registry import ENVIRONMENTS
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = argv[0] if argv else None
-    for name, (module_name, help_text) in _commands().items():
+    for name, (module_name, help_text) in all_commands().items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
         if name != chosen:
             continue
