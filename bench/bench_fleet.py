@@ -33,7 +33,7 @@ from typing import Any
 from envharness.core import ClientPool
 from envharness.core.launchers import launch_local
 from envharness.envs.browsergym.client import AsyncBrowserGymEnv, BrowserGymEnv
-from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
+from envharness.envs.browsergym.sessions import BrowserGymSessionFactory, build_browsergym_action_tool_call
 from envharness.envs.echo.client import AsyncEchoEnv, EchoEnv
 from envharness.envs.echo.models import EchoAction
 from envharness.fleet import FleetRouter

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from envharness.core import ClientPool
 from envharness.envs.browsergym import BrowserGymEnv
-from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
+from envharness.envs.browsergym.sessions import BrowserGymSessionFactory, build_browsergym_action_tool_call
 from envharness.harness import BatchingModelStep, HarnessRunLimits, build_harness_rollout_func
 from envharness.models.base import Generation, GenerationRequest
 from envharness.models.scripted import ScriptedBackend

@@ -250,8 +250,8 @@ def tap_twice():
 
 
 def test_an_action_declared_once_shows_up_everywhere(tap_twice):
-    from envharness.envs.browsergym.agent import browser_actions
-    from envharness.envs.browsergym.harness import BrowserGymSessionFactory, action_instructions
+    from envharness.envs.browsergym.harness import browser_actions
+    from envharness.envs.browsergym.sessions import BrowserGymSessionFactory, action_instructions
     from envharness.envs.browsergym.mcp_tools import BrowserGymToolset
 
     # the grammar and the executor

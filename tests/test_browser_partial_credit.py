@@ -11,7 +11,7 @@ import re
 from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import BrowserGymAction
 from envharness.envs.browsergym.client import BrowserGymEnv
-from envharness.envs.browsergym.harness import _verify
+from envharness.envs.browsergym.sessions import _verify
 from envharness.eval.stats import format_table, summarize
 
 CARD = re.compile(r'<div bid="(\w+)" class="card hidden" data-index="\d">\s*<span bid="\w+" class="card-value">\s*(-?\d+)')

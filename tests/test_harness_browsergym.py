@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymEnv
-from envharness.envs.browsergym.harness import BrowserGymSessionFactory, build_browsergym_action_tool_call
+from envharness.envs.browsergym.sessions import BrowserGymSessionFactory, build_browsergym_action_tool_call
 from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, build_harness_rollout_func, run_episodes
 from envharness.models.base import Generation
 from envharness.models.scripted import ScriptedBackend

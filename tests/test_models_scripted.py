@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envharness.envs.browsergym.harness import action_instructions, format_observation
+from envharness.envs.browsergym.sessions import action_instructions, format_observation
 from envharness.models import load_backend
 from envharness.models.base import GenerationRequest
 from envharness.envs.browsergym.scripted import find_goal_and_tree, scripted_action

@@ -95,7 +95,7 @@ def test_trl_async_grpo_harness_worker_runs_agent_sessions(env_url):
     from openenv.core.harness.capture.upstream import training_sampling
     from trl.experimental.async_grpo.openenv_harness import _HarnessRolloutLoop
 
-    from envharness.integrations.trl.async_harness import AgentSessionFactory
+    from envharness.integrations.trl.agent_sessions import AgentSessionFactory
     from envharness.models import load_backend
 
     backend = load_backend("tiny")

@@ -14,7 +14,7 @@ from openenv.core.generic_client import GenericEnvClient
 
 from envharness.core.client import EnvServerError
 from envharness.core.launchers import LocalServer
-from envharness.envs.textarena.agent import HARNESS
+from envharness.envs.textarena.harness import HARNESS
 from envharness.envs.textarena.client import AsyncTextArenaEnv, TextArenaAction, TextArenaEnv
 from envharness.envs.textarena.scripted import scripted_move
 from envharness.harness import BatchingModelStep, HarnessRunLimits, run_episodes

@@ -115,9 +115,9 @@ register_environment(EnvSpec(
     name="browsergym",
     environment="envharness.envs.browsergym.factory:make_environment_factory",
     client="envharness.envs.browsergym.client:AsyncBrowserGymEnv",
-    harness="envharness.envs.browsergym.agent:HARNESS",
+    harness="envharness.envs.browsergym.harness:HARNESS",
     mcp_toolset="envharness.envs.browsergym.mcp_tools:BrowserGymToolset",
-    web_info="envharness.envs.browsergym.agent:web_info",
+    web_info="envharness.envs.browsergym.harness:web_info",
     summary="MiniWoB++ in Chromium, BrowserGym's actions and observations",
     commands=(("browser", "envharness.envs.browsergym.node_command",
                "Run a browser node: a Chromium that browsergym servers elsewhere connect to over CDP"),),
@@ -126,9 +126,9 @@ register_environment(EnvSpec(
     name="textarena",
     environment="envharness.envs.textarena.factory:make_environment_factory",
     client="envharness.envs.textarena.client:AsyncTextArenaEnv",
-    harness="envharness.envs.textarena.agent:HARNESS",
+    harness="envharness.envs.textarena.harness:HARNESS",
     mcp_toolset="envharness.envs.textarena.mcp_tools:TextArenaToolset",
-    web_info="envharness.envs.textarena.agent:web_info",
+    web_info="envharness.envs.textarena.harness:web_info",
     summary="TextArena's single-player text games (Wordle-v0 by default)",
 ))
 

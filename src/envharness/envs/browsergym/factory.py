@@ -38,7 +38,7 @@ class BrowserGymEnvironmentFactory:
 
     def task_list(self) -> Any:
         """The tasks this server serves (the server's Task API): MiniWoB's, or the task set's."""
-        from envharness.envs.browsergym.agent import served_task_list
+        from envharness.envs.browsergym.harness import served_task_list
 
         return served_task_list({"tasks": self.config.tasks} if self.config.tasks else {})
 

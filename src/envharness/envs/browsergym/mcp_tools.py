@@ -15,7 +15,7 @@ from mcp import types
 
 from envharness.core.types import Observation
 from envharness.envs.browsergym.action_tools import ACTION_TOOLS, build_browsergym_action_str
-from envharness.envs.browsergym.harness import format_observation
+from envharness.envs.browsergym.sessions import format_observation
 from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.toolset import EnvToolset
 

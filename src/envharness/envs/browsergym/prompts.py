@@ -13,7 +13,7 @@ from typing import Any
 
 from envharness.envs.browsergym.action_tools import DEFAULT_TOOL_NAMES, action_list
 from envharness.envs.browsergym.compact_prompt import compact_prompt, compact_tool_result
-from envharness.envs.browsergym.harness import action_instructions, format_observation
+from envharness.envs.browsergym.sessions import action_instructions, format_observation
 from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
 from envharness.prompts import PromptStyle
 from envharness.prompts.text import Message, PromptContext, format_history, truncate_to_tokens

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from envharness.envs.browsergym.harness import BrowserGymSessionFactory
+from envharness.envs.browsergym.sessions import BrowserGymSessionFactory
 from envharness.prompts.vision import VisionPromptConfig, vision_prompt, vision_step_parts
 
 

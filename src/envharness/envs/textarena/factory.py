@@ -75,7 +75,7 @@ class TextArenaEnvironmentFactory:
 
     def task_list(self) -> Any:
         """Every offline single-player game and the splits (the server's Task API)."""
-        from envharness.envs.textarena.agent import task_list
+        from envharness.envs.textarena.harness import task_list
 
         return task_list()
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from mcp import types
 
-from envharness.envs.textarena.harness import feedback_text, move_of, opening_text
+from envharness.envs.textarena.sessions import feedback_text, move_of, opening_text
 from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.toolset import EnvToolset
 

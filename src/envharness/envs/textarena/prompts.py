@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envharness.envs.textarena.harness import REPLY_HINT, feedback_text, opening_text
+from envharness.envs.textarena.sessions import REPLY_HINT, feedback_text, opening_text
 from envharness.harness.prompt_style import PromptStyle
 
 Message = dict[str, Any]

@@ -34,7 +34,7 @@ class GymEnvironmentFactory:
 
     def task_list(self) -> Any:
         """The benchmark's tasks (the server's Task API)."""
-        from envharness.envs.browsergym.agent import served_task_list
+        from envharness.envs.browsergym.harness import served_task_list
 
         return served_task_list({"benchmark": self.config.benchmark})
 
