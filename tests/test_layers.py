@@ -178,3 +178,19 @@ def test_old_browser_names_still_import_and_say_what_replaces_them():
 
     with pytest.raises(AttributeError):
         trl.no_such_name
+
+
+def test_a_run_looks_its_environment_up_once(tmp_path, monkeypatch):
+    """`run_eval` resolves the environment at its start and hands the object down: the prompts,
+    the client, the harness and the scripted policy never look the name up again (the server it
+    starts, another process, gets the name)."""
+    from envharness.core import registry
+    from envharness.eval import EvalConfig, run_eval
+
+    calls = []
+    real = registry.get_spec
+    monkeypatch.setattr(registry, "get_spec", lambda name: calls.append(name) or real(name))
+    result = run_eval(EvalConfig(out=str(tmp_path / "run"), env="echo", model="scripted", episodes=1, max_steps=1,
+                                 progress=False, screenshots=False))
+    assert result.ran == 1 and result.stats[0].successes == 1
+    assert calls == ["echo"]

@@ -76,7 +76,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
 
 def prepare(config: SFTRunConfig) -> tuple[object, object]:
     """Settings checked (TrainSetupError naming the first bad one); (checkpoint, demos EvalConfig)."""
-    from envharness.core.registry import env_harness
+    from envharness.core.registry import resolve_environment
     from envharness.eval.config import EvalConfig, EvalSetupError
     from envharness.integrations.trl.resume import plan_resume
     from envharness.integrations.trl.training import check_model_spec
@@ -84,11 +84,12 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
 
     check_model_spec(config.model)
     try:
-        harness = env_harness(config.env, config.env_options)
+        env = resolve_environment(config.env, config.env_options)
+        harness = env.require_harness()
     except (KeyError, ImportError, ValueError) as exc:
         raise TrainSetupError(f"--env {config.env}: {exc}") from None
     config.prompt = config.prompt or harness.train_prompt
-    if not get_prompt_style(config.prompt, config.env).conversation:
+    if not get_prompt_style(config.prompt, env).conversation:
         raise TrainSetupError(f"prompt style {config.prompt!r} builds a fresh prompt every step; demonstrations are one "
                               "token sequence per episode: use a conversation style (the environment's training style)")
     out = Path(config.output_dir)

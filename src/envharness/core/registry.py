@@ -151,17 +151,53 @@ def resolve(name: str) -> Any:
     return get_spec(name).load("environment")
 
 
-def env_harness(name: str, options: dict[str, Any] | None = None) -> Any:
-    """How agents play `name` (an `EnvHarness`), on a server started with `options` (its tasks
-    may depend on them: `EnvHarness.for_options`); a clear error when it has none."""
+@dataclass(frozen=True)
+class ResolvedEnv:
+    """An environment as one run plays it, looked up once: the entry point (a command, `run_eval`,
+    `train`) resolves the name and hands this down, so nothing below looks it up again. Only
+    what crosses a process boundary (a server to start) travels as `name` and `options`."""
+
+    name: str
+    spec: EnvSpec
+    #: The server options the run's servers get (the harness follows them).
+    options: dict[str, Any]
+    #: How agents play it on such a server (`EnvHarness.for_options`); None when it registers none.
+    harness: Any
+
+    @property
+    def client_class(self) -> Any:
+        """The async client that parses its observations."""
+        return self.spec.load("client")
+
+    def require_harness(self) -> Any:
+        """The harness, or a clear error for an environment that can only be served."""
+        if self.harness is None:
+            raise KeyError(f"environment {self.name!r} registers no harness (tasks, tools, prompts): it can be served, "
+                           "not evaluated or trained")
+        return self.harness
+
+
+def resolve_environment(name: str, options: dict[str, Any] | None = None) -> ResolvedEnv:
+    """Look `name` up once, with the server options the run uses."""
     spec = get_spec(name)
     harness = spec.load("harness")
-    if harness is None:
-        raise KeyError(f"environment {name!r} registers no harness (tasks, tools, prompts): it can be served, "
-                       "not evaluated or trained")
-    if not getattr(harness, "env", name):  # a harness defined with its environment knows it by the name served
-        harness = dataclasses.replace(harness, env=name)
-    return harness.for_options(options) if options and hasattr(harness, "for_options") else harness
+    if harness is not None:
+        if not getattr(harness, "env", name):  # a harness defined with its environment knows it by the name served
+            harness = dataclasses.replace(harness, env=name)
+        if options and hasattr(harness, "for_options"):
+            harness = harness.for_options(options)
+    return ResolvedEnv(name=name, spec=spec, options=dict(options or {}), harness=harness)
+
+
+def resolved(env: "str | ResolvedEnv", options: dict[str, Any] | None = None) -> ResolvedEnv:
+    """`env` as it is when already resolved, else looked up (the Python API takes either)."""
+    return env if isinstance(env, ResolvedEnv) else resolve_environment(env, options)
+
+
+def env_harness(name: "str | ResolvedEnv", options: dict[str, Any] | None = None) -> Any:
+    """How agents play `name` (an `EnvHarness`), on a server started with `options` (its tasks
+    may depend on them: `EnvHarness.for_options`); a clear error when it has none."""
+    return resolved(name, options).require_harness()
 
 
 def make_factory(name: str, **options: Any) -> EnvFactory:

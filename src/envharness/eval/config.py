@@ -70,12 +70,14 @@ class EvalConfig:
     servers: int = 0
     ray_address: str | None = None
 
-    def check(self) -> None:
-        """Raise `EvalSetupError` naming the first bad setting; task names are normalized."""
-        from envharness.core.registry import env_harness
+    def check(self) -> Any:
+        """Raise `EvalSetupError` naming the first bad setting; task names are normalized. Returns
+        the environment resolved (`core.registry.ResolvedEnv`), which the run hands down."""
+        from envharness.core.registry import resolve_environment
 
         try:
-            harness = env_harness(self.env, self.env_options)
+            env = resolve_environment(self.env, self.env_options)
+            harness = env.require_harness()
         except (KeyError, ImportError, AttributeError, ValueError) as exc:
             raise EvalSetupError(f"--env {self.env}: {exc}") from None
         positive = ("episodes", "max_steps", "max_new_tokens", "axtree_tokens", "concurrency")
@@ -100,7 +102,7 @@ class EvalConfig:
         from envharness.prompts import get_prompt_style
 
         try:
-            style = get_prompt_style(self.prompt, self.env)
+            style = get_prompt_style(self.prompt, env)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
         self.prompt = style.name
@@ -117,6 +119,7 @@ class EvalConfig:
             raise EvalSetupError("give one of --env-url, --env-urls and --servers")
         if self.servers < 0 or (self.ray_address and not self.servers):
             raise EvalSetupError("--servers must be positive, and --ray-address needs --servers")
+        return env
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

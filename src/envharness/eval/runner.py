@@ -109,13 +109,13 @@ async def _start_server(config: EvalConfig) -> Any:
                                     server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
 
 
-async def _load_backend(config: EvalConfig) -> Any:
+async def _load_backend(config: EvalConfig, env: Any) -> Any:
     from envharness.core.lifecycle import in_daemon_thread
     from envharness.models import load_backend
 
     try:  # a daemon thread: an interrupted run does not wait for the model to finish loading
         # the environment's scripted policy (on a server with these options: e.g. web tasks' solutions)
-        options = {"env": config.env, "env_options": config.env_options} if config.model == "scripted" else {}
+        options = {"env": env} if config.model == "scripted" else {}
         options.update(device=config.device, dtype=config.dtype)
         return await in_daemon_thread(functools.partial(load_backend, config.model, **options))
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
@@ -157,14 +157,14 @@ def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Jo
     return record
 
 
-async def run_jobs(config: EvalConfig, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str, fleet: Any = None) -> None:
-    """Run `jobs` through the harness, appending each finished episode to the run's JSONL
-    (`fleet`: a `FleetRouter` whose servers share the episodes, instead of `base_url`)."""
-    from envharness.core.registry import env_harness, get_spec
-
-    harness = env_harness(config.env, config.env_options)
-    client_class = get_spec(config.env).load("client")
-    style = get_prompt_style(config.prompt, config.env)
+async def run_jobs(config: EvalConfig, env: Any, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str,
+                   fleet: Any = None) -> None:
+    """Run `jobs` through the harness of `env` (as `config.check()` resolved it), appending each
+    finished episode to the run's JSONL (`fleet`: a `FleetRouter` whose servers share the
+    episodes, instead of `base_url`)."""
+    harness = env.require_harness()
+    client_class = env.client_class
+    style = get_prompt_style(config.prompt, env)
     count_tokens = token_counter(backend)
     vision = vision_for(style, config, backend)
     if vision and not config.screenshots:
@@ -277,7 +277,7 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     """Run (or resume) an eval and write its folder. `backend`: an already loaded
     `ModelBackend` to use instead of loading `config.model` (which still names it)."""
     started = time.perf_counter()
-    config.check()
+    env = config.check()
     folder, existing = prepare_folder(config)
     wanted: set[EpisodeKey] = {(j.task, j.seed) for j in plan_jobs(config)}
     done = finished_keys(existing) & wanted
@@ -291,7 +291,7 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
             starting = asyncio.ensure_future(_start_server(config))
             opening = asyncio.ensure_future(_open_fleet(config, fleet))
             try:
-                owned_backend = loaded = None if backend is not None else await _load_backend(config)
+                owned_backend = loaded = None if backend is not None else await _load_backend(config, env)
                 await asyncio.gather(starting, opening)
             finally:
                 for task in (starting, opening):
@@ -300,7 +300,7 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
                 server, router = _result(starting), _result(opening)
             base_url = config.env_url or (server.base_url if server else "")
             placement = _placement(backend or loaded)
-            await run_jobs(config, folder, jobs, backend or loaded, base_url, fleet=router)
+            await run_jobs(config, env, folder, jobs, backend or loaded, base_url, fleet=router)
     finally:
         await asyncio.to_thread(fleet.close)
         if owned_backend is not None:

@@ -25,7 +25,7 @@ class ScriptedBackend:
 
     name = "scripted"
 
-    def __init__(self, policy: ScriptedPolicy | None = None, *, env: str | None = None,
+    def __init__(self, policy: ScriptedPolicy | None = None, *, env: Any = None,
                  env_options: dict[str, Any] | None = None, fallback: str = FALLBACK_ACTION):
         self._policy = policy
         self.env = env or DEFAULT_ENV
@@ -51,9 +51,9 @@ class ScriptedBackend:
         if self._policy is None:
             from envharness.core.registry import env_harness
 
-            policy = env_harness(self.env, self.env_options).scripted_policy
+            policy = env_harness(self.env, self.env_options).scripted_policy  # a name, or a run's ResolvedEnv
             if policy is None:
-                raise ValueError(f"environment {self.env!r} has no scripted policy")
+                raise ValueError(f"environment {getattr(self.env, 'name', self.env)!r} has no scripted policy")
             self._policy = policy
         return self._policy
 

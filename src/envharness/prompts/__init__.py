@@ -41,20 +41,24 @@ from envharness.prompts.text import (
 _STYLES: dict[str, dict[str, PromptStyle]] = {}
 
 
-def _styles(env: str | None) -> dict[str, PromptStyle]:
+#: An environment by name, or as a run resolved it (`core.registry.ResolvedEnv`).
+EnvRef = Any
+
+
+def _styles(env: EnvRef) -> dict[str, PromptStyle]:
     """The styles of `env`: those its harness registers (`EnvHarness.prompt_styles`), plus any
     added with `register_prompt_style(..., env=env)`."""
-    env = env or DEFAULT_ENV
-    if env not in _STYLES:
-        from envharness.core.registry import env_harness, load_target
+    from envharness.core.registry import load_target, resolved
 
-        harness = env_harness(env)
+    env = resolved(env or DEFAULT_ENV)
+    if env.name not in _STYLES:
+        harness = env.require_harness()
         styles = load_target(harness.prompt_styles) if isinstance(harness.prompt_styles, str) else harness.prompt_styles
-        _STYLES[env] = dict(styles or {})
-    return _STYLES[env]
+        _STYLES[env.name] = dict(styles or {})
+    return _STYLES[env.name]
 
 
-def register_prompt_style(style: PromptStyle, *, env: str | None = None, replace: bool = False) -> PromptStyle:
+def register_prompt_style(style: PromptStyle, *, env: EnvRef = None, replace: bool = False) -> PromptStyle:
     """Make `style` available to `--prompt` in eval and train, for `env` (default: the browser)."""
     styles = _styles(env)
     if style.name in styles and not replace:
@@ -65,27 +69,28 @@ def register_prompt_style(style: PromptStyle, *, env: str | None = None, replace
     return style
 
 
-def prompt_styles(env: str | None = None) -> list[PromptStyle]:
+def prompt_styles(env: EnvRef = None) -> list[PromptStyle]:
     return list(_styles(env).values())
 
 
-def prompt_names(env: str | None = None) -> list[str]:
+def prompt_names(env: EnvRef = None) -> list[str]:
     return list(_styles(env))
 
 
-def get_prompt_style(spec: str | None, env: str | None = None) -> PromptStyle:
+def get_prompt_style(spec: str | None, env: EnvRef = None) -> PromptStyle:
     """A style of `env` by name (None/'' -> the environment's default), or 'module.path:function'
     as a per-step style (a `PromptBuilder`). Raises ValueError naming the choices."""
+    from envharness.core.registry import resolved
+
+    env = resolved(env or DEFAULT_ENV)
     styles = _styles(env)
     if not (spec or "").strip():
-        from envharness.core.registry import env_harness
-
-        spec = env_harness(env or DEFAULT_ENV).default_prompt
+        spec = env.require_harness().default_prompt
     spec = spec.strip()
     if spec in styles:
         return styles[spec]
     if ":" not in spec:
-        raise ValueError(f"unknown prompt style {spec!r}{f' for {env}' if env and env != DEFAULT_ENV else ''}; "
+        raise ValueError(f"unknown prompt style {spec!r}{f' for {env.name}' if env.name != DEFAULT_ENV else ''}; "
                          f"choose from {', '.join(styles)} or give module.path:function")
     return PromptStyle(spec, "a user prompt builder", step=load_prompt_builder(spec))
 

@@ -251,7 +251,7 @@ def build_trl_rollout_func(
 
 
 def build_env_rollout_func(
-    env: str,
+    env: Any,
     client_factory: Callable[[], Any],
     *,
     default_task: str | None = None,

@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Union
 
 from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
@@ -26,7 +26,7 @@ from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to, grpo_tracking_options
 from envharness.prompts import get_prompt_style, opening_builder
 from envharness.prompts.text import tokenizer_counter
-from envharness.core.registry import DEFAULT_ENV
+from envharness.core.registry import DEFAULT_ENV, ResolvedEnv, resolve_environment, resolved
 
 
 @dataclass
@@ -138,7 +138,12 @@ def load_model(spec: str, placement: Any = None) -> tuple[Any, Any]:
     return master_weights(model, placement), tokenizer
 
 
-def prompt_options(style: str, tokenizer: Any = None, env: str | None = None) -> dict[str, Any]:
+#: An environment by name, or as the run resolved it (`core.registry.ResolvedEnv`): the entry
+#: point resolves it once, the helpers below take either.
+EnvRef = Union[str, ResolvedEnv, None]
+
+
+def prompt_options(style: str, tokenizer: Any = None, env: EnvRef = None) -> dict[str, Any]:
     """Session factory options for a prompt style of the environment: the opening messages
     `envharness eval --prompt STYLE` also gives (page text budgets counted with `tokenizer`,
     as eval counts them with the model's)."""
@@ -185,41 +190,39 @@ def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
     return GRPOConfig(**options)
 
 
-def train_server_options(env: str = DEFAULT_ENV) -> dict[str, Any]:
+def train_server_options(env: EnvRef = DEFAULT_ENV) -> dict[str, Any]:
     """The options `train` starts its own server of `env` with (`EnvHarness.train_server_options`)."""
-    from envharness.core.registry import env_harness
-
-    return dict(env_harness(env).train_server_options)
+    return dict(resolved(env).require_harness().train_server_options)
 
 
 @contextlib.contextmanager
-def env_clients(env: str = DEFAULT_ENV, env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
+def env_clients(env: EnvRef = DEFAULT_ENV, env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
                 ray_address: str | None = None, env_options: dict[str, Any] | None = None) -> Iterator[Callable[[], Any]]:
     """A factory of pooled clients of `env` (one lease per episode) on `env_url`, or on a server
     started on loopback for the duration of the block; with `env_urls` or `servers`, a fleet
     router spreading the episodes over many servers (`envharness.fleet`)."""
     from envharness.core.client import sync_client_class
-    from envharness.core.registry import get_spec
 
+    env = resolved(env, env_options)
     options = {**train_server_options(env), **(env_options or {})}
     if env_urls or servers:
         from envharness.fleet.start import open_fleet
 
-        with open_fleet(env, env_urls=env_urls or [], servers=servers, ray_address=ray_address, env_options=options) as router:
+        with open_fleet(env.name, env_urls=env_urls or [], servers=servers, ray_address=ray_address, env_options=options) as router:
             yield router
         return
     with contextlib.ExitStack() as stack:
         if not env_url:
             from envharness.core.launchers import LocalServer
 
-            env_url = stack.enter_context(LocalServer(env, **options)).base_url
-        pool = ClientPool(functools.partial(sync_client_class(get_spec(env).load("client")), base_url=env_url))
+            env_url = stack.enter_context(LocalServer(env.name, **options)).base_url
+        pool = ClientPool(functools.partial(sync_client_class(env.client_class), base_url=env_url))
         stack.callback(pool.close)
         yield pool
 
 
 @contextlib.contextmanager
-def agent_env_url(env: str, env_url: str | None, env_options: dict[str, Any] | None = None) -> Iterator[str]:
+def agent_env_url(env: EnvRef, env_url: str | None, env_options: dict[str, Any] | None = None) -> Iterator[str]:
     """The URL of a server of `env` (with `/mcp`) for agents that play through MCP: `env_url`,
     or a server started on loopback for the duration of the block."""
     if env_url:
@@ -227,27 +230,26 @@ def agent_env_url(env: str, env_url: str | None, env_options: dict[str, Any] | N
         return
     from envharness.core.launchers import LocalServer
 
-    with LocalServer(env, **{**train_server_options(env), **(env_options or {})}) as server:
+    env = resolved(env, env_options)
+    with LocalServer(env.name, **{**train_server_options(env), **(env_options or {})}) as server:
         yield server.base_url
 
 
-def _train_prompt(env: str) -> str:
-    from envharness.core.registry import env_harness
-
-    return env_harness(env).train_prompt
+def _train_prompt(env: EnvRef) -> str:
+    return resolved(env).require_harness().train_prompt
 
 
-def reward_functions(env: str = DEFAULT_ENV) -> dict[str, Callable[..., Any]]:
+def reward_functions(env: EnvRef = DEFAULT_ENV) -> dict[str, Callable[..., Any]]:
     """The rewards `--rewards` picks from: the generic ones (success, sum, mean, max of the
     environment's own reward) and the environment's shaped ones (`EnvHarness.reward_functions`)."""
-    from envharness.core.registry import env_harness, load_target
+    from envharness.core.registry import load_target
 
-    harness = env_harness(env)
+    harness = resolved(env).require_harness()
     shaped = load_target(harness.reward_functions) if harness.reward_functions else {}
     return {**REWARD_FUNCS, **shaped}
 
 
-def _prompt_style(style: str, env: str | None = None) -> Any:
+def _prompt_style(style: str, env: EnvRef = None) -> Any:
     try:
         return get_prompt_style(style, env)
     except ValueError as exc:
@@ -271,17 +273,17 @@ def check_model_spec(spec: str) -> None:
                               "(use 'embedded', 'tiny', a model directory or a hub id org/name)")
 
 
-def _check(config: TrainConfig, *, model_given: bool = False) -> Any:
+def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -> Any:
     """Every setting checked before anything slow starts; returns the checkpoint to resume from."""
     import importlib.util
 
-    from envharness.core.registry import env_harness
     from envharness.integrations.trl.resume import plan_resume
 
     if not model_given:
         check_model_spec(config.model)
     try:
-        harness = env_harness(config.env, config.env_options)
+        env = env or resolve_environment(config.env, config.env_options)
+        harness = env.require_harness()
         config.tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
     except (ValueError, KeyError, ImportError) as exc:
         raise TrainSetupError(str(exc)) from None
@@ -290,11 +292,11 @@ def _check(config: TrainConfig, *, model_given: bool = False) -> Any:
     config.prompt = config.prompt or harness.train_prompt
     if config.env_url and not config.env_url.startswith(("http://", "https://")):
         raise TrainSetupError(f"--env-url must be an http(s) URL, got {config.env_url!r}")
-    known = reward_functions(config.env)
+    known = reward_functions(env)
     unknown = [r for r in config.rewards if r not in known]
     if unknown:
         raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(known)}")
-    if not _prompt_style(config.prompt, config.env).conversation and config.max_turns > 1:
+    if not _prompt_style(config.prompt, env).conversation and config.max_turns > 1:
         raise TrainSetupError(
             f"prompt style {config.prompt!r} builds a fresh prompt every step, so turns after the first are not one "
             "token sequence: train it with max_turns=1, or use a conversation style (compact, harness)"
@@ -344,16 +346,21 @@ def train(
 
     from envharness.integrations.trl import vision as vision_grpo
 
+    try:  # the environment, looked up once for the whole run
+        env = resolve_environment(config.env, config.env_options)
+        env.require_harness()
+    except (KeyError, ImportError, AttributeError, ValueError) as exc:
+        raise TrainSetupError(f"--env {config.env}: {exc}") from None
     is_vlm = vision_grpo.is_vision_spec(config.model) if model is None else hasattr(tokenizer, "image_processor")
     if is_vlm and config.prompt not in ("vision", "", "compact"):  # "" / compact: the browser's training default
         raise TrainSetupError(f"a vision-language model trains on --prompt vision (screenshots in every turn), not {config.prompt!r}")
     if not is_vlm:
-        config.prompt = config.prompt or _train_prompt(config.env)
-    if not is_vlm and _prompt_style(config.prompt, config.env).vision:
+        config.prompt = config.prompt or _train_prompt(env)
+    if not is_vlm and _prompt_style(config.prompt, env).vision:
         raise TrainSetupError(f"--prompt vision shows screenshots: {config.model!r} is not a vision-language model")
     if is_vlm:
         config.prompt = "vision"  # recorded in train_config.json: `eval --prompt vision` plays what was trained
-    checkpoint = _check(config, model_given=model is not None)
+    checkpoint = _check(config, env, model_given=model is not None)
     if config.threads:
         import torch
 
@@ -375,10 +382,10 @@ def train(
         text_tokenizer.pad_token = text_tokenizer.eos_token
 
     if config.agent:  # the agent plays through the server's /mcp: it needs the server's URL
-        environment = agent_env_url(config.env, config.env_url, config.env_options)
+        environment = agent_env_url(env, config.env_url, config.env_options)
     else:
         environment = contextlib.nullcontext(client_factory) if client_factory else env_clients(
-            config.env, config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
+            env, config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
             env_options=config.env_options)
     with environment as make_client:
         records_path = out / "episodes.jsonl"
@@ -394,18 +401,18 @@ def train(
                 records=EpisodeRecordWriter(records_path, append=checkpoint is not None))
         elif is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
-                make_client, env=config.env, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
+                make_client, env=env, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
                 backend_factory=functools.partial(timer.backend_factory, inner_factory=vision_grpo.vision_trainer_backend),
                 vision=vision_grpo.VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
             )
         else:
             rollout_func = build_env_rollout_func(
-                config.env,
+                env,
                 make_client,
                 default_task=config.tasks[0],
                 limits=HarnessRunLimits(max_turns=config.max_turns),
                 records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
-                session_factory_kwargs=prompt_options(config.prompt, tokenizer, config.env),
+                session_factory_kwargs=prompt_options(config.prompt, tokenizer, env),
                 backend_factory=timer.backend_factory,
             )
         # one prompt per group; with a time budget, TRL cycles through this many pages
@@ -413,7 +420,7 @@ def train(
         trainer = (vision_grpo.VisionGRPOTrainer if is_vlm else GRPOTrainer)(
             model=model,
             processing_class=tokenizer,
-            reward_funcs=[reward_functions(config.env)[r] for r in config.rewards],
+            reward_funcs=[reward_functions(env)[r] for r in config.rewards],
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
             rollout_func=groups.wrap(timer.wrap(rollout_func)),
@@ -458,15 +465,15 @@ def evaluate(
 ) -> float:
     """Success rate of `model` on `config.tasks[0]` over `seeds`, played exactly as in training
     (same prompt, turns, token budget; sampled at the training temperature)."""
-    from envharness.core.registry import env_harness
     from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records
     from envharness.integrations.trl.rollout import TaskPromptSessionFactory
     from envharness.models.transformers_backend import TransformersBackend
 
     task = config.tasks[0]
-    harness = env_harness(config.env, config.env_options)
+    env = resolve_environment(config.env, config.env_options)
+    harness = env.require_harness()
     style = config.prompt or harness.train_prompt
-    factory = TaskPromptSessionFactory(harness.session_factory(client_factory, default_task=task, **prompt_options(style, tokenizer, config.env)))
+    factory = TaskPromptSessionFactory(harness.session_factory(client_factory, default_task=task, **prompt_options(style, tokenizer, env)))
     batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=harness.tool_call_parser, send_tools=False)
     sampling = {"temperature": config.temperature, "max_tokens": config.max_completion_length}
     results = run_coroutine_sync(
