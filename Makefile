@@ -21,6 +21,7 @@ demo: setup
 # would compile every envharness module again without the __pycache__ the first one writes.
 test: setup
 	$(BIN)/ruff check src tests bench examples scripts
+	$(BIN)/ruff format --check src tests bench examples scripts
 	PYTHONDONTWRITEBYTECODE= LITELLM_LOCAL_MODEL_COST_MAP=True PLAYWRIGHT_BROWSERS_PATH=$(CURDIR)/$(VENV)/ms-playwright $(BIN)/python -m pytest -q -ra $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # The benchmarks of bench/README.md (about 30 minutes): browser, RL-shaped policy mix, step

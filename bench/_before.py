@@ -22,8 +22,9 @@ def before_env(rev: str = BEFORE_ISSUE_25) -> dict[str, str] | None:
     """Environment variables for a server running `rev`'s code; None when git cannot give it
     (a shallow clone, no git), so that the benchmark can leave the column out."""
     try:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
-                                 capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"], capture_output=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     folder = Path(tempfile.mkdtemp(prefix=f"envharness-{rev}-"))

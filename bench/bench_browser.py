@@ -128,12 +128,17 @@ async def _fresh_sessions(base_url: str, n: int) -> tuple[list[float], float]:
     return opened, n / (time.perf_counter() - start)
 
 
-async def bench_envharness(parts: dict, n: int, levels: list[int], steps_per_session: int,
-                           env_vars: dict | None = None) -> dict:
+async def bench_envharness(
+    parts: dict, n: int, levels: list[int], steps_per_session: int, env_vars: dict | None = None
+) -> dict:
     from envharness.core.launchers import launch_local
 
-    server = launch_local("browsergym", options=parts, server_args=["--max-sessions", str(max(levels, default=1) + 2)],
-                          env_vars=env_vars)
+    server = launch_local(
+        "browsergym",
+        options=parts,
+        server_args=["--max-sessions", str(max(levels, default=1) + 2)],
+        env_vars=env_vars,
+    )
     out: dict = {}
     try:
         env, bid = await _session(server.base_url, 0)
@@ -188,8 +193,11 @@ async def bench_floor(n: int) -> dict:
     engine = BrowserEngine()  # for its Chromium path and flags only
     out: dict = {"step": [], "reset_same": [], "reset_change": [], "fresh": []}
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=engine.executable_path, args=engine.args,
-                                           ignore_default_args=["--hide-scrollbars"])
+        browser = await pw.chromium.launch(
+            executable_path=engine.executable_path,
+            args=engine.args,
+            ignore_default_args=["--hide-scrollbars"],
+        )
 
         async def serve(route):
             await miniwob.serve_miniwob_request(route)
@@ -240,7 +248,9 @@ async def bench_scale(levels: list[int], steps: int) -> dict:
     from envharness.core.launchers import launch_local
     from envharness.envs.browsergym import BrowserGymAction
 
-    server = launch_local("browsergym", options=TEXT_PARTS, server_args=["--max-sessions", str(max(levels) + 8)])
+    server = launch_local(
+        "browsergym", options=TEXT_PARTS, server_args=["--max-sessions", str(max(levels) + 8)]
+    )
     out: dict = {}
     try:
         base = tree_memory_mb(server.process.pid)
@@ -248,8 +258,10 @@ async def bench_scale(levels: list[int], steps: int) -> dict:
             progress(f"scale: opening {level} sessions")
             sessions, errors = [], 0
             for first in range(0, level, 32):  # open in waves, as a trainer's workers start
-                opened = await asyncio.gather(*(_session(server.base_url, s) for s in range(first, min(level, first + 32))),
-                                              return_exceptions=True)
+                opened = await asyncio.gather(
+                    *(_session(server.base_url, s) for s in range(first, min(level, first + 32))),
+                    return_exceptions=True,
+                )
                 errors += sum(isinstance(o, BaseException) for o in opened)
                 sessions += [o for o in opened if not isinstance(o, BaseException)]
             memory = tree_memory_mb(server.process.pid)
@@ -273,8 +285,12 @@ async def bench_scale(levels: list[int], steps: int) -> dict:
             played = await asyncio.gather(*(play(e, b) for e, b in sessions))
             wall = time.perf_counter() - t
             times = [x for p in played for x in p]
-            out[level] = {"step": times, "rate": len(times) / wall, "errors": errors,
-                          "mb_per_session": (memory - base) / max(1, len(sessions))}
+            out[level] = {
+                "step": times,
+                "rate": len(times) / wall,
+                "errors": errors,
+                "mb_per_session": (memory - base) / max(1, len(sessions)),
+            }
             await asyncio.gather(*(e.close() for e, _ in sessions), return_exceptions=True)
             await asyncio.sleep(2)  # the closed contexts go before the next level is measured
     finally:
@@ -316,7 +332,9 @@ def _browsergym_worker(miniwob_url: str, resets: int, steps: int, barrier, queue
         obs, *_ = env.step(f"click('{bid}')")
         step_times.append(time.perf_counter() - t)
     t1 = time.perf_counter()
-    queue.put({"reset": reset_times, "step": step_times, "t0": t0, "t1": t1, "rss": tree_memory_mb(os.getpid())})
+    queue.put(
+        {"reset": reset_times, "step": step_times, "t0": t0, "t1": t1, "rss": tree_memory_mb(os.getpid())}
+    )
     barrier.wait()  # hold the browsers open until every worker has measured its memory
     env.close()
 
@@ -332,8 +350,13 @@ def bench_browsergym(n: int, levels: list[int], steps_per_session: int) -> dict:
         for level in levels:
             barrier, queue = ctx.Barrier(level), ctx.Queue()
             steps = n if level == 1 else steps_per_session
-            procs = [ctx.Process(target=_browsergym_worker, args=(url, max(2, n // 4) if level == 1 else 1, steps, barrier, queue))
-                     for _ in range(level)]
+            procs = [
+                ctx.Process(
+                    target=_browsergym_worker,
+                    args=(url, max(2, n // 4) if level == 1 else 1, steps, barrier, queue),
+                )
+                for _ in range(level)
+            ]
             for p in procs:
                 p.start()
             results = [queue.get(timeout=600) for _ in procs]
@@ -369,12 +392,20 @@ def print_table(header: tuple, rows: list[tuple]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions, fewer BrowserGym sessions, no scale table")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer repetitions, fewer BrowserGym sessions, no scale table"
+    )
     parser.add_argument("--no-browsergym", action="store_true", help="measure envharness only")
-    parser.add_argument("--before", default=BEFORE_ISSUE_25,
-                        help=f"git revision for the 'before' column (default {BEFORE_ISSUE_25}; '' leaves it out)")
-    parser.add_argument("--scale", default=None, help="session counts for the scale table (default 8,64,256; "
-                        "--quick: none); 'none' leaves it out")
+    parser.add_argument(
+        "--before",
+        default=BEFORE_ISSUE_25,
+        help=f"git revision for the 'before' column (default {BEFORE_ISSUE_25}; '' leaves it out)",
+    )
+    parser.add_argument(
+        "--scale",
+        default=None,
+        help="session counts for the scale table (default 8,64,256; --quick: none); 'none' leaves it out",
+    )
     args = parser.parse_args()
     n = 15 if args.quick else 40
     levels = [1, 4, 8, 16]
@@ -385,7 +416,11 @@ def main() -> int:
     load = os.getloadavg()[0]
 
     before_vars = before_env(args.before) if args.before else None
-    before = asyncio.run(bench_envharness(TEXT_PARTS, n, levels, steps_per_session, env_vars=before_vars)) if before_vars else {}
+    before = (
+        asyncio.run(bench_envharness(TEXT_PARTS, n, levels, steps_per_session, env_vars=before_vars))
+        if before_vars
+        else {}
+    )
     text = asyncio.run(bench_envharness(TEXT_PARTS, n, levels, steps_per_session))
     full = asyncio.run(bench_envharness(DEFAULT_PARTS, n, [], steps_per_session))
     floor = asyncio.run(bench_floor(n))
@@ -401,35 +436,126 @@ def main() -> int:
         return f"{statistics.median(text[key]) / statistics.median(floor[key]):.1f}x"
 
     rows = [
-        ("reset p50, same task", cell(before, "reset_same"), ms(text["reset_same"]), ms(full["reset_same"]),
-         cell(floor, "reset_same"), ratio("reset_same"), cell(bg, "reset_change"), ""),
-        ("reset p50, task change", cell(before, "reset_change"), ms(text["reset_change"]), ms(full["reset_change"]),
-         cell(floor, "reset_change"), ratio("reset_change"), cell(bg, "reset_change"), "<= 40 ms"),
-        ("reset p50, task change named in advance (next_task)", "-", cell(text, "reset_hinted"), "",
-         "", "", "-", "<= 40 ms"),
-        ("step p50 (click + observation)", cell(before, "step"), ms(text["step"]), ms(full["step"]),
-         cell(floor, "step"), ratio("step"), cell(bg, "step"), "<= 1.3x floor"),
-        ("fresh session: open + reset p50", cell(before, "fresh"), cell(text, "fresh"), "", cell(floor, "fresh"),
-         ratio("fresh"), cell(bg, "fresh"), "<= 50 ms"),
-        ("fresh sessions/s (open + reset + step + close)", f"{before['fresh_rate']:.1f}" if "fresh_rate" in before else "-",
-         f"{text['fresh_rate']:.1f}", "", "", "", "-", ""),
-        *[(f"steps/s, {lv} session{'s' if lv > 1 else ''}", f"{before[f'rate_{lv}']:.1f}" if f"rate_{lv}" in before else "-",
-           f"{text[f'rate_{lv}']:.1f}", "", "", "", f"{bg[f'rate_{lv}']:.1f}" if f"rate_{lv}" in bg else "-", "")
-          for lv in levels],
-        ("memory per extra session", per_extra_session(before, levels), per_extra_session(text, levels), "", "", "",
-         per_extra_session(bg, bg_levels), "<= 20 MB"),
+        (
+            "reset p50, same task",
+            cell(before, "reset_same"),
+            ms(text["reset_same"]),
+            ms(full["reset_same"]),
+            cell(floor, "reset_same"),
+            ratio("reset_same"),
+            cell(bg, "reset_change"),
+            "",
+        ),
+        (
+            "reset p50, task change",
+            cell(before, "reset_change"),
+            ms(text["reset_change"]),
+            ms(full["reset_change"]),
+            cell(floor, "reset_change"),
+            ratio("reset_change"),
+            cell(bg, "reset_change"),
+            "<= 40 ms",
+        ),
+        (
+            "reset p50, task change named in advance (next_task)",
+            "-",
+            cell(text, "reset_hinted"),
+            "",
+            "",
+            "",
+            "-",
+            "<= 40 ms",
+        ),
+        (
+            "step p50 (click + observation)",
+            cell(before, "step"),
+            ms(text["step"]),
+            ms(full["step"]),
+            cell(floor, "step"),
+            ratio("step"),
+            cell(bg, "step"),
+            "<= 1.3x floor",
+        ),
+        (
+            "fresh session: open + reset p50",
+            cell(before, "fresh"),
+            cell(text, "fresh"),
+            "",
+            cell(floor, "fresh"),
+            ratio("fresh"),
+            cell(bg, "fresh"),
+            "<= 50 ms",
+        ),
+        (
+            "fresh sessions/s (open + reset + step + close)",
+            f"{before['fresh_rate']:.1f}" if "fresh_rate" in before else "-",
+            f"{text['fresh_rate']:.1f}",
+            "",
+            "",
+            "",
+            "-",
+            "",
+        ),
+        *[
+            (
+                f"steps/s, {lv} session{'s' if lv > 1 else ''}",
+                f"{before[f'rate_{lv}']:.1f}" if f"rate_{lv}" in before else "-",
+                f"{text[f'rate_{lv}']:.1f}",
+                "",
+                "",
+                "",
+                f"{bg[f'rate_{lv}']:.1f}" if f"rate_{lv}" in bg else "-",
+                "",
+            )
+            for lv in levels
+        ],
+        (
+            "memory per extra session",
+            per_extra_session(before, levels),
+            per_extra_session(text, levels),
+            "",
+            "",
+            "",
+            per_extra_session(bg, bg_levels),
+            "<= 20 MB",
+        ),
     ]
-    print_table(("", "envharness before", "envharness, AXTree text", "envharness, AXTree+HTML+props",
-                 "floor: raw Playwright + CDP", "envharness / floor", "BrowserGym 0.14.3 in-process", "goal"), rows)
+    print_table(
+        (
+            "",
+            "envharness before",
+            "envharness, AXTree text",
+            "envharness, AXTree+HTML+props",
+            "floor: raw Playwright + CDP",
+            "envharness / floor",
+            "BrowserGym 0.14.3 in-process",
+            "goal",
+        ),
+        rows,
+    )
     if scale:
-        print("\nMany sessions on one server (envharness now, AXTree text; 3 clicks per session, all at once):\n")
-        print_table(("sessions", "step p50", "steps/s", "errors", "memory per session"),
-                    [(str(lv), ms(r["step"]), f"{r['rate']:.1f}", str(r["errors"]), f"{r['mb_per_session']:.0f} MB")
-                     for lv, r in scale.items()])
+        print(
+            "\nMany sessions on one server (envharness now, AXTree text; 3 clicks per session, all at once):\n"
+        )
+        print_table(
+            ("sessions", "step p50", "steps/s", "errors", "memory per session"),
+            [
+                (
+                    str(lv),
+                    ms(r["step"]),
+                    f"{r['rate']:.1f}",
+                    str(r["errors"]),
+                    f"{r['mb_per_session']:.0f} MB",
+                )
+                for lv, r in scale.items()
+            ],
+        )
     if before_vars:
         print(f"\n'envharness before': revision {args.before}, run in the same session.")
-    print(f"\n{os.cpu_count()} CPUs; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
-          f"{n} resets/steps per median; {steps_per_session} steps per session for steps/s.")
+    print(
+        f"\n{os.cpu_count()} CPUs; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+        f"{n} resets/steps per median; {steps_per_session} steps per session for steps/s."
+    )
     return 0
 
 

@@ -34,10 +34,37 @@ if sys.argv[1] == "os_exit":
     os._exit(1)
 time.sleep(600)
 """
-TRAIN = ["train", "--model", "tiny", "--lora", "--steps", "6", "--save-steps", "5", "--num-generations", "2",
-         "--groups-per-step", "1", "--max-completion-length", "8", "--threads", "1"]
-EVAL = ["eval", "--model", "scripted", "--tasks", "click-test,click-button", "--episodes", "5", "--concurrency", "1",
-        "--no-progress", "--no-screenshots"]
+TRAIN = [
+    "train",
+    "--model",
+    "tiny",
+    "--lora",
+    "--steps",
+    "6",
+    "--save-steps",
+    "5",
+    "--num-generations",
+    "2",
+    "--groups-per-step",
+    "1",
+    "--max-completion-length",
+    "8",
+    "--threads",
+    "1",
+]
+EVAL = [
+    "eval",
+    "--model",
+    "scripted",
+    "--tasks",
+    "click-test,click-button",
+    "--episodes",
+    "5",
+    "--concurrency",
+    "1",
+    "--no-progress",
+    "--no-screenshots",
+]
 
 
 def tagged(tag: str) -> list[int]:
@@ -46,8 +73,9 @@ def tagged(tag: str) -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if needle in (entry / "environ").read_bytes().split(b"\0") and \
-                        (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                if needle in (entry / "environ").read_bytes().split(b"\0") and (
+                    entry / "stat"
+                ).read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
                     pids.append(int(entry.name))
             except (OSError, IndexError):
                 pass
@@ -74,8 +102,14 @@ def run_case(src: str, name: str, grace_s: float, work: Path) -> dict:
         episodes = run_dir / "episodes.jsonl"
         ready = lambda: episodes.exists() and episodes.stat().st_size > 0  # noqa: E731
     with out.open("w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 300
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -97,24 +131,41 @@ def run_case(src: str, name: str, grace_s: float, work: Path) -> dict:
         os.kill(pid, signal.SIGKILL)
     text = out.read_text(errors="replace")
     checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*")) if kind == "train" else []
-    return {"code": code, "exit_s": exited_s, "left": len(left), "clean_s": clean_s, "checkpoints": checkpoints, "kind": kind,
-            "traceback": "Traceback" in text, "resume_line": "Resume with:" in text}
+    return {
+        "code": code,
+        "exit_s": exited_s,
+        "left": len(left),
+        "clean_s": clean_s,
+        "checkpoints": checkpoints,
+        "kind": kind,
+        "traceback": "Traceback" in text,
+        "resume_line": "Resume with:" in text,
+    }
 
 
 def fmt(r: dict) -> str:
     gone = f"{r['left']} left after {r['clean_s']:.0f}s" if r["left"] else f"none left at {r['clean_s']:.1f}s"
     notes = ", traceback" if r["traceback"] else ""
     notes += ", resume line" if r["resume_line"] else ""
-    notes += f", kept {','.join(r['checkpoints']) or 'no checkpoint'}" if "checkpoints" in r and r.get("kind") == "train" else ""
+    notes += (
+        f", kept {','.join(r['checkpoints']) or 'no checkpoint'}"
+        if "checkpoints" in r and r.get("kind") == "train"
+        else ""
+    )
     return f"rc {r['code']}, exit {r['exit_s']:.1f}s, {gone}{notes}"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--src", action="append", help="source folder(s) to compare (default: ./src)")
     parser.add_argument("--grace", type=float, default=20.0, help="seconds to wait for processes to go")
-    parser.add_argument("--cases", default="script:os_exit,script:SIGKILL,script:SIGTERM,eval:bad-model,"
-                                           "eval:ctrl-c,eval:SIGTERM,eval:SIGKILL,train:SIGTERM")
+    parser.add_argument(
+        "--cases",
+        default="script:os_exit,script:SIGKILL,script:SIGTERM,eval:bad-model,"
+        "eval:ctrl-c,eval:SIGTERM,eval:SIGKILL,train:SIGTERM",
+    )
     args = parser.parse_args()
     sources = [str(Path(s).resolve()) for s in (args.src or ["src"])]
     with tempfile.TemporaryDirectory(prefix="envharness-exit-") as work:

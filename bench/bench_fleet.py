@@ -40,29 +40,50 @@ from envharness.fleet import FleetRouter
 from envharness.harness import BatchingModelStep, HarnessRunLimits, build_harness_rollout_func
 from envharness.models.scripted import ScriptedBackend
 
-TASKS = ["click-test", "click-button", "enter-text", "focus-text", "click-dialog", "click-checkboxes", "click-tab"]
+TASKS = [
+    "click-test",
+    "click-button",
+    "enter-text",
+    "focus-text",
+    "click-dialog",
+    "click-checkboxes",
+    "click-tab",
+]
 
 
 def start(name: str, n: int, *args: str) -> list[Any]:
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
-        return list(pool.map(lambda _: launch_local(name, server_args=["--max-sessions", "32", *args]), range(n)))
+        return list(
+            pool.map(lambda _: launch_local(name, server_args=["--max-sessions", "32", *args]), range(n))
+        )
 
 
-def rollout_once(client_factory: Any, prompts: list[str], concurrency: int, max_turns: int) -> tuple[float, int, float]:
+def rollout_once(
+    client_factory: Any, prompts: list[str], concurrency: int, max_turns: int
+) -> tuple[float, int, float]:
     """(wall s, tool calls, mean reward) of one rollout_func call."""
-    factory = BrowserGymSessionFactory(client_factory=client_factory, reset_kwargs={"pruned_html": False, "extra_properties": False})
-    batcher = BatchingModelStep(ScriptedBackend(), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
+    factory = BrowserGymSessionFactory(
+        client_factory=client_factory, reset_kwargs={"pruned_html": False, "extra_properties": False}
+    )
+    batcher = BatchingModelStep(
+        ScriptedBackend(), tool_call_parser=build_browsergym_action_tool_call, send_tools=False
+    )
     steps: list[int] = []
     rollout_func = build_harness_rollout_func(
-        session_factory=factory, model_step_builder=lambda trainer, session: batcher.for_episode(),
-        limits=HarnessRunLimits(max_turns=max_turns), max_concurrency=concurrency,
-        on_result=lambda i, r: steps.append(len(r.tool_trace)))
+        session_factory=factory,
+        model_step_builder=lambda trainer, session: batcher.for_episode(),
+        limits=HarnessRunLimits(max_turns=max_turns),
+        max_concurrency=concurrency,
+        on_result=lambda i, r: steps.append(len(r.tool_trace)),
+    )
     started = time.perf_counter()
     out = rollout_func(prompts, None)
     wall = time.perf_counter() - started
     failed = sum(1 for m in out["verify_metrics"] if m.get("error"))
     if failed:
-        raise SystemExit(f"{failed} episodes failed: {[m['error'] for m in out['verify_metrics'] if m.get('error')][:2]}")
+        raise SystemExit(
+            f"{failed} episodes failed: {[m['error'] for m in out['verify_metrics'] if m.get('error')][:2]}"
+        )
     return wall, sum(steps), statistics.mean(out["env_reward"])
 
 
@@ -72,22 +93,33 @@ def scale(args: argparse.Namespace) -> None:
     prompts = [TASKS[i % len(TASKS)] for i in range(args.episodes)]
     pools: list[Any] = []
     try:
-        rows = [("1 server, ClientPool (no router)", lambda: ClientPool(lambda: BrowserGymEnv(base_url=urls[0])))]
-        rows += [(f"{k} server{'s' if k > 1 else ''}, FleetRouter", lambda k=k: FleetRouter(urls[:k], client_class=AsyncBrowserGymEnv))
-                 for k in (1, 2, 3)]
+        rows = [
+            ("1 server, ClientPool (no router)", lambda: ClientPool(lambda: BrowserGymEnv(base_url=urls[0])))
+        ]
+        rows += [
+            (
+                f"{k} server{'s' if k > 1 else ''}, FleetRouter",
+                lambda k=k: FleetRouter(urls[:k], client_class=AsyncBrowserGymEnv),
+            )
+            for k in (1, 2, 3)
+        ]
         for label, make in rows:
             pool = make()
             pools.append(pool)
             if isinstance(pool, FleetRouter):
                 pool.wait_ready(timeout_s=60)
-            rollout_once(pool, prompts[: args.concurrency], args.concurrency, args.max_turns)  # warm: sessions, browsers
+            rollout_once(
+                pool, prompts[: args.concurrency], args.concurrency, args.max_turns
+            )  # warm: sessions, browsers
         runs: list[list[tuple[float, int, float]]] = [[] for _ in rows]
         for _ in range(args.repeats):  # interleaved: a change in the machine's load hits every row
             for i, pool in enumerate(pools):
                 runs[i].append(rollout_once(pool, prompts, args.concurrency, args.max_turns))
-        print(f"\n### Scale: {args.episodes} episodes, {args.concurrency} in flight, max_turns={args.max_turns}, "
-              f"scripted policy, median of {args.repeats} interleaved (this machine: {os.cpu_count()} cores, "
-              f"load average {os.getloadavg()[0]:.1f})\n")
+        print(
+            f"\n### Scale: {args.episodes} episodes, {args.concurrency} in flight, max_turns={args.max_turns}, "
+            f"scripted policy, median of {args.repeats} interleaved (this machine: {os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.1f})\n"
+        )
         print("| servers | wall s | steps/s | episodes/s | vs 1 server | mean reward |")
         print("|---|---|---|---|---|---|")
         base = None
@@ -95,8 +127,11 @@ def scale(args: argparse.Namespace) -> None:
             wall = statistics.median(r[0] for r in rs)
             rate = statistics.median(r[1] / r[0] for r in rs)
             base = base or rate
-            print(f"| {label} | {wall:.2f} | {rate:.1f} | {args.episodes / wall:.2f} | {rate / base:.2f}x | "
-                  f"{statistics.median(r[2] for r in rs):.2f} |", flush=True)
+            print(
+                f"| {label} | {wall:.2f} | {rate:.1f} | {args.episodes / wall:.2f} | {rate / base:.2f}x | "
+                f"{statistics.median(r[2] for r in rs):.2f} |",
+                flush=True,
+            )
     finally:
         for pool in pools:
             pool.close()
@@ -129,7 +164,9 @@ def overhead(args: argparse.Namespace) -> None:
             a += lease_cycle_ms(pool, args.cycles // 5)
             b += lease_cycle_ms(router, args.cycles // 5)
         pa, pb = statistics.median(a), statistics.median(b)
-        print(f"\n### Router overhead per session: lease + reset + step + close, echo, {len(a)} cycles each, interleaved\n")
+        print(
+            f"\n### Router overhead per session: lease + reset + step + close, echo, {len(a)} cycles each, interleaved\n"
+        )
         print("| client factory | p50 ms | p90 ms |")
         print("|---|---|---|")
         for label, t in (("ClientPool, 1 server", a), ("FleetRouter, 3 servers", b)):
@@ -209,20 +246,31 @@ def ray_replace(args: argparse.Namespace) -> None:
 
 
 def ray_part(args: argparse.Namespace) -> None:
-    command = ["unshare", "--net", "sh", "-c",
-               f'ip link set lo up && exec "{sys.executable}" "{__file__}" --ray-inside --repeats {args.repeats}']
+    command = [
+        "unshare",
+        "--net",
+        "sh",
+        "-c",
+        f'ip link set lo up && exec "{sys.executable}" "{__file__}" --ray-inside --repeats {args.repeats}',
+    ]
     run = subprocess.run(command, capture_output=True, text=True, timeout=900)
     line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RAY ")), None)
     if run.returncode != 0 or line is None:
         print(f"\n(the Ray part failed: {run.stderr[-2000:]})")
         return
     data = json.loads(line[4:])
-    print("\n### Replacing a dead server with Ray (3-node local Cluster in a private netns, echo servers; "
-          "actor health check every 1 s, router polls every 0.5 s)\n")
+    print(
+        "\n### Replacing a dead server with Ray (3-node local Cluster in a private netns, echo servers; "
+        "actor health check every 1 s, router polls every 0.5 s)\n"
+    )
     print("| event, from the SIGKILL | median s | runs |")
     print("|---|---|---|")
-    print(f"| router takes the server out | {statistics.median(data['detect']):.2f} | {len(data['detect'])} |")
-    print(f"| restarted server (new port) healthy in the router | {statistics.median(data['replace']):.2f} | {len(data['replace'])} |")
+    print(
+        f"| router takes the server out | {statistics.median(data['detect']):.2f} | {len(data['detect'])} |"
+    )
+    print(
+        f"| restarted server (new port) healthy in the router | {statistics.median(data['replace']):.2f} | {len(data['replace'])} |"
+    )
 
 
 def main() -> None:
@@ -232,7 +280,9 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cycles", type=int, default=200, help="lease cycles per side in the overhead part")
-    parser.add_argument("--ray", action="store_true", help="also time a Ray restart (needs root for `unshare --net`)")
+    parser.add_argument(
+        "--ray", action="store_true", help="also time a Ray restart (needs root for `unshare --net`)"
+    )
     parser.add_argument("--ray-inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=["scale", "overhead", "detect", "ray"], help="one part only")
     args = parser.parse_args()

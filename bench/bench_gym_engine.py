@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_browser import TEXT_PARTS, bench_browsergym, bench_envharness, ms, per_extra_session, print_table  # noqa: E402
 
 
-def ratio(a: list[float] | float | None, b: list[float] | float | None, higher_is_better: bool = False) -> str:
+def ratio(
+    a: list[float] | float | None, b: list[float] | float | None, higher_is_better: bool = False
+) -> str:
     if not a or not b:
         return "-"
     x = statistics.median(a) if isinstance(a, list) else a
@@ -50,19 +52,50 @@ def main() -> int:
     ref_memory = per_extra_session(ref, levels)
     mb = lambda text: float(text.split()[0]) if text != "-" else None  # noqa: E731
     rows = [
-        ("reset p50 (same task)", ms(fast["reset_same"]), ms(gym["reset_same"]), ms(ref["reset_change"]),
-         ratio(gym["reset_same"], ref["reset_change"])),
-        ("step p50 (click + observation)", ms(fast["step"]), ms(gym["step"]), ms(ref["step"]), ratio(gym["step"], ref["step"])),
-        *[(f"steps/s, {lv} session{'s' if lv > 1 else ''}", f"{fast[f'rate_{lv}']:.1f}", f"{gym[f'rate_{lv}']:.1f}",
-           f"{ref[f'rate_{lv}']:.1f}", ratio(gym[f"rate_{lv}"], ref[f"rate_{lv}"], higher_is_better=True)) for lv in levels],
-        ("memory per extra session", per_extra_session(fast, levels), gym_memory, ref_memory,
-         ratio(mb(gym_memory), mb(ref_memory))),
+        (
+            "reset p50 (same task)",
+            ms(fast["reset_same"]),
+            ms(gym["reset_same"]),
+            ms(ref["reset_change"]),
+            ratio(gym["reset_same"], ref["reset_change"]),
+        ),
+        (
+            "step p50 (click + observation)",
+            ms(fast["step"]),
+            ms(gym["step"]),
+            ms(ref["step"]),
+            ratio(gym["step"], ref["step"]),
+        ),
+        *[
+            (
+                f"steps/s, {lv} session{'s' if lv > 1 else ''}",
+                f"{fast[f'rate_{lv}']:.1f}",
+                f"{gym[f'rate_{lv}']:.1f}",
+                f"{ref[f'rate_{lv}']:.1f}",
+                ratio(gym[f"rate_{lv}"], ref[f"rate_{lv}"], higher_is_better=True),
+            )
+            for lv in levels
+        ],
+        (
+            "memory per extra session",
+            per_extra_session(fast, levels),
+            gym_memory,
+            ref_memory,
+            ratio(mb(gym_memory), mb(ref_memory)),
+        ),
     ]
-    header = ("MiniWoB (click-checkboxes)", "envharness engine", "BrowserGym engine (server)", "BrowserGym in-process",
-              "BrowserGym engine cost vs in-process (goal <= 1.2x)")
+    header = (
+        "MiniWoB (click-checkboxes)",
+        "envharness engine",
+        "BrowserGym engine (server)",
+        "BrowserGym in-process",
+        "BrowserGym engine cost vs in-process (goal <= 1.2x)",
+    )
     print_table(header, rows)
-    print(f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; {n} resets/steps per median; "
-          f"{steps} steps per session for steps/s.")
+    print(
+        f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; {n} resets/steps per median; "
+        f"{steps} steps per session for steps/s."
+    )
     return 0
 
 

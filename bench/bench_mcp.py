@@ -58,7 +58,9 @@ class Mcp:
         return self
 
     async def reset(self) -> str:
-        return (await self.session.call_tool("reset", {"task": TASK, "seed": SEED})).structuredContent["axtree_txt"]
+        return (await self.session.call_tool("reset", {"task": TASK, "seed": SEED})).structuredContent[
+            "axtree_txt"
+        ]
 
     async def click(self, bid: str) -> None:
         result = await self.session.call_tool("click", {"bid": bid})
@@ -104,11 +106,21 @@ async def measure(paths: list, rounds: int, steps: int) -> dict[str, dict[str, l
 
 async def main(args: argparse.Namespace) -> None:
     server = launch_local("browsergym")
-    cli = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())", "mcp", "browsergym"]
+    cli = [
+        sys.executable,
+        "-c",
+        "import sys; from envharness.cli import main; sys.exit(main())",
+        "mcp",
+        "browsergym",
+    ]
     paths: list = []
     try:
         paths.append(Ws(server.base_url))
-        paths.append(await Mcp("MCP streamable HTTP (mcp SDK client)", streamable_http_client(f"{server.base_url}/mcp")).open())
+        paths.append(
+            await Mcp(
+                "MCP streamable HTTP (mcp SDK client)", streamable_http_client(f"{server.base_url}/mcp")
+            ).open()
+        )
         paths.append(OpenEnvMcp(server.base_url))
         stdio = StdioServerParameters(command=cli[0], args=cli[1:], env=dict(os.environ))
         paths.append(await Mcp("MCP stdio (envharness mcp, env in-process)", stdio_client(stdio)).open())
@@ -120,15 +132,21 @@ async def main(args: argparse.Namespace) -> None:
             with contextlib.suppress(Exception):
                 await path.aclose()
         server.stop()
-    print(f"\n{args.rounds} rounds x (1 reset + {args.steps} clicks) per path, {TASK} seed {SEED}, interleaved; medians\n")
+    print(
+        f"\n{args.rounds} rounds x (1 reset + {args.steps} clicks) per path, {TASK} seed {SEED}, interleaved; medians\n"
+    )
     print("| path | reset p50 (ms) | click+observation p50 (ms) | click p90 (ms) |\n|---|---|---|---|")
     for name, t in times.items():
         q = statistics.quantiles(t["step"], n=10)
-        print(f"| {name} | {statistics.median(t['reset']) * 1e3:.1f} | {statistics.median(t['step']) * 1e3:.1f} | {q[8] * 1e3:.1f} |")
+        print(
+            f"| {name} | {statistics.median(t['reset']) * 1e3:.1f} | {statistics.median(t['step']) * 1e3:.1f} | {q[8] * 1e3:.1f} |"
+        )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10)
     asyncio.run(main(parser.parse_args()))

@@ -51,10 +51,20 @@ class NullBackend:
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         out = []
         for r in requests:
-            new = len(r.messages) - (max(i for i, m in enumerate(r.messages) if m["role"] == "assistant") + 1 if r.prefix_ids else 0)
+            new = len(r.messages) - (
+                max(i for i, m in enumerate(r.messages) if m["role"] == "assistant") + 1
+                if r.prefix_ids
+                else 0
+            )
             prompt = list(r.prefix_ids or []) + [7] * (8 * new)
-            out.append(Generation(text=f"reply {len(prompt)}", prompt_ids=prompt, completion_ids=[5, 6, 7, 2],
-                                  logprobs=[-0.5] * 4))
+            out.append(
+                Generation(
+                    text=f"reply {len(prompt)}",
+                    prompt_ids=prompt,
+                    completion_ids=[5, 6, 7, 2],
+                    logprobs=[-0.5] * 4,
+                )
+            )
         return out
 
     async def aclose(self) -> None:
@@ -65,26 +75,37 @@ SYSTEM = {"role": "system", "content": "You control a web page. Answer with one 
 
 
 def user(turn: int) -> dict:
-    return {"role": "user", "content": f"Observation {turn}: [13] button 'Click Me!' [14] textbox 'Name' ..." * 3}
+    return {
+        "role": "user",
+        "content": f"Observation {turn}: [13] button 'Click Me!' [14] textbox 'Name' ..." * 3,
+    }
 
 
 async def direct_rollout(batcher: BatchingModelStep, turns: int, max_tokens: int, times: list[float]) -> None:
     messages, prefix = [SYSTEM, user(0)], None
     for turn in range(turns):
         started = time.perf_counter()
-        gen = await batcher.generate(GenerationRequest(list(messages), None, SamplingParams(temperature=1.0, max_tokens=max_tokens), prefix))
+        gen = await batcher.generate(
+            GenerationRequest(
+                list(messages), None, SamplingParams(temperature=1.0, max_tokens=max_tokens), prefix
+            )
+        )
         times.append(time.perf_counter() - started)
         prefix = gen.prompt_ids + gen.completion_ids
         messages += [{"role": "assistant", "content": gen.text}, user(turn + 1)]
 
 
-async def endpoint_rollout(http: httpx.AsyncClient, policy: PolicyServer, turns: int, max_tokens: int, times: list[float]) -> None:
+async def endpoint_rollout(
+    http: httpx.AsyncClient, policy: PolicyServer, turns: int, max_tokens: int, times: list[float]
+) -> None:
     rollout = policy.store.open()
     url = f"{policy.rollout_url(rollout.rollout_id)}/chat/completions"
     messages = [SYSTEM, user(0)]
     for turn in range(turns):
         started = time.perf_counter()
-        reply = await http.post(url, json={"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 1.0})
+        reply = await http.post(
+            url, json={"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 1.0}
+        )
         body = reply.json()
         times.append(time.perf_counter() - started)
         assert reply.status_code == 200, body
@@ -99,14 +120,18 @@ async def in_process_rollout(policy: PolicyServer, turns: int, max_tokens: int, 
     messages = [SYSTEM, user(0)]
     for turn in range(turns):
         started = time.perf_counter()
-        body = await policy.endpoint.complete(rollout.rollout_id, {"model": "m", "messages": messages, "max_tokens": max_tokens,
-                                                                   "temperature": 1.0})
+        body = await policy.endpoint.complete(
+            rollout.rollout_id,
+            {"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 1.0},
+        )
         times.append(time.perf_counter() - started)
         messages += [body["choices"][0]["message"], user(turn + 1)]
     policy.store.discard(rollout.rollout_id)
 
 
-async def measure(backend, rollouts: int, turns: int, calls: int, max_tokens: int) -> tuple[list[float], list[float], list[float], float]:
+async def measure(
+    backend, rollouts: int, turns: int, calls: int, max_tokens: int
+) -> tuple[list[float], list[float], list[float], float]:
     """Per-call latencies of the three paths, and the endpoint's extra wall time per call over whole rounds."""
     direct, endpoint, inproc, extra = [], [], [], 0.0
     batcher = BatchingModelStep(backend, max_wait_s=0.0)
@@ -124,13 +149,19 @@ async def measure(backend, rollouts: int, turns: int, calls: int, max_tokens: in
             rounds = max(1, calls // (rollouts * turns))
             for _ in range(rounds):  # alternate, so a load change on the machine hits both alike
                 started = time.perf_counter()
-                await asyncio.gather(*(direct_rollout(batcher, turns, max_tokens, direct) for _ in range(rollouts)))
+                await asyncio.gather(
+                    *(direct_rollout(batcher, turns, max_tokens, direct) for _ in range(rollouts))
+                )
                 middle = time.perf_counter()
-                await asyncio.gather(*(endpoint_rollout(http, policy, turns, max_tokens, endpoint) for _ in range(rollouts)))
+                await asyncio.gather(
+                    *(endpoint_rollout(http, policy, turns, max_tokens, endpoint) for _ in range(rollouts))
+                )
                 extra += (time.perf_counter() - middle) - (middle - started)
             if backend.name == "null":  # the endpoint's own work, on this thread's loop (no model to share)
                 for _ in range(rounds):
-                    await asyncio.gather(*(in_process_rollout(policy, turns, max_tokens, inproc) for _ in range(rollouts)))
+                    await asyncio.gather(
+                        *(in_process_rollout(policy, turns, max_tokens, inproc) for _ in range(rollouts))
+                    )
     return direct, endpoint, inproc, extra / len(endpoint)
 
 
@@ -140,7 +171,9 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny", help="a model spec (load_backend), besides the null backend")
+    parser.add_argument(
+        "--model", default="tiny", help="a model spec (load_backend), besides the null backend"
+    )
     parser.add_argument("--rollouts", default="1,16", help="concurrent rollouts, comma-separated")
     parser.add_argument("--turns", type=int, default=4, help="calls per rollout (history grows each call)")
     parser.add_argument("--calls", type=int, default=128, help="calls per row and path (at least one round)")
@@ -152,24 +185,46 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from envharness.models import load_backend
 
-    backends = [("null", NullBackend())] + ([(args.model, load_backend(args.model))] if args.model != "null" else [])
+    backends = [("null", NullBackend())] + (
+        [(args.model, load_backend(args.model))] if args.model != "null" else []
+    )
     rows = []
     for name, backend in backends:
         for n in [int(x) for x in args.rollouts.split(",")]:
-            direct, endpoint, inproc, extra = asyncio.run(measure(backend, n, args.turns, args.calls, args.max_tokens))
-            rows.append((name, n, len(endpoint), pct(direct, 50), pct(endpoint, 50), pct(direct, 90), pct(endpoint, 90), extra,
-                         pct(inproc, 50) if inproc else None))
-    print(f"\npolicy endpoint overhead per call ({args.turns} turns per rollout, {args.max_tokens} new tokens per call)\n")
-    print("| backend | rollouts | calls | direct p50 | endpoint p50 | **overhead p50** | direct p90 | endpoint p90 "
-          "| extra wall per call | endpoint without HTTP p50 |")
+            direct, endpoint, inproc, extra = asyncio.run(
+                measure(backend, n, args.turns, args.calls, args.max_tokens)
+            )
+            rows.append(
+                (
+                    name,
+                    n,
+                    len(endpoint),
+                    pct(direct, 50),
+                    pct(endpoint, 50),
+                    pct(direct, 90),
+                    pct(endpoint, 90),
+                    extra,
+                    pct(inproc, 50) if inproc else None,
+                )
+            )
+    print(
+        f"\npolicy endpoint overhead per call ({args.turns} turns per rollout, {args.max_tokens} new tokens per call)\n"
+    )
+    print(
+        "| backend | rollouts | calls | direct p50 | endpoint p50 | **overhead p50** | direct p90 | endpoint p90 "
+        "| extra wall per call | endpoint without HTTP p50 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, n, count, d50, e50, d90, e90, extra, i50 in rows:
         inproc = f"{i50 * 1e3:.3f} ms" if i50 is not None else ""
-        print(f"| {name} | {n} | {count} | {d50 * 1e3:.2f} ms | {e50 * 1e3:.2f} ms | **{(e50 - d50) * 1e3:.2f} ms** "
-              f"| {d90 * 1e3:.2f} ms | {e90 * 1e3:.2f} ms | {extra * 1e3:.2f} ms | {inproc} |")
+        print(
+            f"| {name} | {n} | {count} | {d50 * 1e3:.2f} ms | {e50 * 1e3:.2f} ms | **{(e50 - d50) * 1e3:.2f} ms** "
+            f"| {d90 * 1e3:.2f} ms | {e90 * 1e3:.2f} ms | {extra * 1e3:.2f} ms | {inproc} |"
+        )
 
-
-    print(f"\nHTTP floor (keep-alive GET /health on the same server, same client): p50 {statistics.median(FLOOR) * 1e3:.2f} ms")
+    print(
+        f"\nHTTP floor (keep-alive GET /health on the same server, same client): p50 {statistics.median(FLOOR) * 1e3:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,12 @@ def observations(pages: list[tuple[str, int]]) -> list[Any]:
 
 
 def baseline_backend_class(ref: str) -> Any:
-    source = subprocess.run(["git", "show", f"{ref}:src/envharness/models/transformers_backend.py"],
-                            check=True, capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{ref}:src/envharness/models/transformers_backend.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "baseline_transformers_backend.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("baseline_transformers_backend", path)
@@ -60,11 +64,18 @@ def grpo_step(backend: Any, obs: list[Any]) -> tuple[float, int]:
     convs = [compact_prompt(o, None, tools) for o in obs for _ in range(8)]
     started = time.perf_counter()
     first = backend.generate_blocking(
-        [GenerationRequest(c, sampling=SamplingParams(temperature=1.0, max_tokens=12, seed=i)) for i, c in enumerate(convs)]
+        [
+            GenerationRequest(c, sampling=SamplingParams(temperature=1.0, max_tokens=12, seed=i))
+            for i, c in enumerate(convs)
+        ]
     )
     second = [
-        GenerationRequest(c + [{"role": "assistant", "content": g.text}, {"role": "tool", "content": compact_tool_result(o)}],
-                          sampling=SamplingParams(temperature=1.0, max_tokens=12, seed=100 + i), prefix_ids=g.prompt_ids + g.completion_ids)
+        GenerationRequest(
+            c
+            + [{"role": "assistant", "content": g.text}, {"role": "tool", "content": compact_tool_result(o)}],
+            sampling=SamplingParams(temperature=1.0, max_tokens=12, seed=100 + i),
+            prefix_ids=g.prompt_ids + g.completion_ids,
+        )
         for i, (c, g, o) in enumerate(zip(convs, first, [o for o in obs for _ in range(8)]))
     ]
     gens = backend.generate_blocking(second)
@@ -76,7 +87,10 @@ def demo_step(backend: Any, obs: list[Any]) -> tuple[float, int]:
     from envharness.prompts.text import PromptContext
 
     count = lambda text: len(backend.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
-    convs = [default_prompt(PromptContext(goal=o.goal, url=o.url, axtree=o.axtree_txt, count_tokens=count)) for o in obs]
+    convs = [
+        default_prompt(PromptContext(goal=o.goal, url=o.url, axtree=o.axtree_txt, count_tokens=count))
+        for o in obs
+    ]
     started = time.perf_counter()
     gens = backend.generate_blocking(
         [GenerationRequest(c, sampling=SamplingParams(temperature=0.0, max_tokens=16)) for c in convs]
@@ -99,7 +113,9 @@ def main() -> int:
     model, tokenizer = load_model()
     Baseline = baseline_backend_class(args.baseline_ref)
     grpo_obs = observations([("click-button-sequence", 1_000_001), ("click-button-sequence", 1_000_002)])
-    demo_obs = observations([(t, s) for t in ("click-test", "click-button", "focus-text", "enter-text") for s in range(4)])
+    demo_obs = observations(
+        [(t, s) for t in ("click-test", "click-button", "focus-text", "enter-text") for s in range(4)]
+    )
     results: dict[tuple[str, str], list[float]] = {}
     prefill: dict[str, int] = {}
     for rep in range(args.reps):
@@ -110,13 +126,23 @@ def main() -> int:
                 seconds, prompt_tokens = fn(backend, obs)
                 results.setdefault((workload, name), []).append(seconds)
                 prefill[f"{workload}/{name}"] = getattr(backend, "prefill_tokens", prompt_tokens)
-                print(f"rep {rep} {workload:9} {name:6} {seconds:7.1f} s  prompt tokens {prompt_tokens}  "
-                      f"prefilled {prefill[f'{workload}/{name}']}", flush=True)
-    print(f"\n| workload | before (s, median of {args.reps}) | after (s) | speed-up | prompt tokens prefilled before -> after |")
+                print(
+                    f"rep {rep} {workload:9} {name:6} {seconds:7.1f} s  prompt tokens {prompt_tokens}  "
+                    f"prefilled {prefill[f'{workload}/{name}']}",
+                    flush=True,
+                )
+    print(
+        f"\n| workload | before (s, median of {args.reps}) | after (s) | speed-up | prompt tokens prefilled before -> after |"
+    )
     print("|---|---|---|---|---|")
     for workload in ("grpo-step", "demo-step"):
-        b, a = statistics.median(results[(workload, "before")]), statistics.median(results[(workload, "after")])
-        print(f"| {workload} | {b:.1f} | {a:.1f} | {b / a:.1f}x | {prefill[f'{workload}/before']} -> {prefill[f'{workload}/after']} |")
+        b, a = (
+            statistics.median(results[(workload, "before")]),
+            statistics.median(results[(workload, "after")]),
+        )
+        print(
+            f"| {workload} | {b:.1f} | {a:.1f} | {b / a:.1f}x | {prefill[f'{workload}/before']} -> {prefill[f'{workload}/after']} |"
+        )
     return 0
 
 

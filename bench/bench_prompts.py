@@ -28,17 +28,38 @@ async def measure(args: argparse.Namespace, url: str) -> list[tuple]:
     try:
         for style in args.styles.split(","):
             with tempfile.TemporaryDirectory() as out:
-                config = EvalConfig(out=out, tasks=args.tasks.split(","), episodes=args.episodes, model=args.model, prompt=style,
-                                    max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, env_url=url,
-                                    concurrency=args.concurrency, screenshots=False, progress=False)
+                config = EvalConfig(
+                    out=out,
+                    tasks=args.tasks.split(","),
+                    episodes=args.episodes,
+                    model=args.model,
+                    prompt=style,
+                    max_steps=args.max_steps,
+                    max_new_tokens=args.max_new_tokens,
+                    env_url=url,
+                    concurrency=args.concurrency,
+                    screenshots=False,
+                    progress=False,
+                )
                 started = time.perf_counter()
                 result = await run_eval_async(config, backend=backend)
                 seconds = time.perf_counter() - started
             n = len(result.records)
             wins = sum((r.get("env_reward") or 0) > 0 for r in result.records)
             steps = sum(len(r["steps"]) for r in result.records) / n
-            prompt_tokens = sum(s["prompt_tokens"] for r in result.records for s in r["steps"]) / max(1, sum(len(r["steps"]) for r in result.records))
-            rows.append((style, f"{wins}/{n}", f"{wins / n:.2f}", f"{steps:.1f}", f"{prompt_tokens:.0f}", f"{seconds:.0f} s"))
+            prompt_tokens = sum(s["prompt_tokens"] for r in result.records for s in r["steps"]) / max(
+                1, sum(len(r["steps"]) for r in result.records)
+            )
+            rows.append(
+                (
+                    style,
+                    f"{wins}/{n}",
+                    f"{wins / n:.2f}",
+                    f"{steps:.1f}",
+                    f"{prompt_tokens:.0f}",
+                    f"{seconds:.0f} s",
+                )
+            )
             print("| " + " | ".join(rows[-1]) + " |", file=sys.stderr, flush=True)  # as it comes
     finally:
         await backend.aclose()

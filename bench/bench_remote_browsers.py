@@ -49,22 +49,38 @@ def main() -> int:
         node.stop()
 
     def median_of(mode: str, key: str) -> float:
-        return statistics.median(v for run in runs[mode] for v in (run[key] if isinstance(run[key], list) else [run[key]]))
+        return statistics.median(
+            v for run in runs[mode] for v in (run[key] if isinstance(run[key], list) else [run[key]])
+        )
 
     def per_session(mode: str) -> float:
         return statistics.median((run["rss_8"] - run["rss_1"]) / 7 for run in runs[mode])
 
     rows = []
-    for label, key, fmt in (("reset p50, same task (in place)", "reset_same", ms), ("reset p50, task change (page load)", "reset_change", ms),
-                            ("step p50 (click + AXTree)", "step", ms)):
+    for label, key, fmt in (
+        ("reset p50, same task (in place)", "reset_same", ms),
+        ("reset p50, task change (page load)", "reset_change", ms),
+        ("step p50 (click + AXTree)", "step", ms),
+    ):
         local, remote = median_of("local", key), median_of("remote", key)
         rows.append((label, fmt([local]), fmt([remote]), f"{remote / local:.2f}x"))
     local, remote = median_of("local", "rate_8"), median_of("remote", "rate_8")
     rows.append(("steps/s, 8 sessions", f"{local:.1f}", f"{remote:.1f}", f"{local / remote:.2f}x"))
-    rows.append(("server-side memory per extra session", f"{per_session('local'):.0f} MB", f"{per_session('remote'):.0f} MB", ""))
-    print(f"\nlocal vs remote browsers, {rounds} interleaved round(s), medians; remote = a browser node on loopback CDP\n")
+    rows.append(
+        (
+            "server-side memory per extra session",
+            f"{per_session('local'):.0f} MB",
+            f"{per_session('remote'):.0f} MB",
+            "",
+        )
+    )
+    print(
+        f"\nlocal vs remote browsers, {rounds} interleaved round(s), medians; remote = a browser node on loopback CDP\n"
+    )
     print_table(("measure", "local Chromium", "remote (CDP)", "remote / local (time)"), rows)
-    print(f"\nbrowser node: its memory grew {statistics.median(node_memory):.0f} MB over a round (sessions closed since: what stays)")
+    print(
+        f"\nbrowser node: its memory grew {statistics.median(node_memory):.0f} MB over a round (sessions closed since: what stays)"
+    )
     return 0
 
 

@@ -46,17 +46,42 @@ from _before import BEFORE_ISSUE_25, before_env
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.solutions import solve
 
-TASKS = ["click-test", "click-button", "click-checkboxes", "click-dialog", "enter-text", "focus-text",
-         "sign-agreement", "click-collapsible"]
+TASKS = [
+    "click-test",
+    "click-button",
+    "click-checkboxes",
+    "click-dialog",
+    "enter-text",
+    "focus-text",
+    "sign-agreement",
+    "click-collapsible",
+]
 MAX_STEPS = 10
 GROUP_TASK, GROUP_SEED, GROUP_SIZE = "click-checkboxes", 3, 16
 TEXT_ONLY = {"axtree": True, "pruned_html": False, "extra_properties": False}
-KINDS = ("good action", "other element", "hidden bid", "disabled/covered bid", "missing bid", "malformed", "noop")
+KINDS = (
+    "good action",
+    "other element",
+    "hidden bid",
+    "disabled/covered bid",
+    "missing bid",
+    "malformed",
+    "noop",
+)
 MIX = (0.30, 0.10, 0.15, 0.10, 0.10, 0.15, 0.10)
 HIDDEN_BIDS = [str(i) for i in range(1, 10)]  # <head> and its children on every MiniWoB page
 BLOCKED_BIDS = {"click-dialog": ["14", "16"], "sign-agreement": ["16", "18"]}  # covered / disabled
-MALFORMED = ["click(13", "Click the button.", "click(bid=13)", "press_button('13')", "fill('13')",
-             "I will click the submit button", "click('13') then submit", "", "click(\"13\", 'middle', 5)"]
+MALFORMED = [
+    "click(13",
+    "Click the button.",
+    "click(bid=13)",
+    "press_button('13')",
+    "fill('13')",
+    "I will click the submit button",
+    "click('13') then submit",
+    "",
+    "click(\"13\", 'middle', 5)",
+]
 PROBES = ["noop()", "click('999')", "click('1')", "click('2')", "fill('2', 'x')"]
 COLUMNS = ("envharness before", "envharness", "envharness, next_task hints", "BrowserGym 0.14.3")
 
@@ -79,7 +104,9 @@ class MixPolicy:
             verb = self.rng.choice(["click('{}')", "fill('{}', 'abc')"])
             return kind, verb.format(self.rng.choice(BLOCKED_BIDS[task]))
         if kind in ("hidden bid", "disabled/covered bid"):
-            return "hidden bid", self.rng.choice(["click('{}')", "fill('{}', 'abc')"]).format(self.rng.choice(HIDDEN_BIDS))
+            return "hidden bid", self.rng.choice(["click('{}')", "fill('{}', 'abc')"]).format(
+                self.rng.choice(HIDDEN_BIDS)
+            )
         if kind == "missing bid":
             return kind, f"click('{self.rng.randint(500, 9999)}')"
         if kind == "malformed":
@@ -96,8 +123,16 @@ def p50_ms(values: list[float]) -> str:
 
 
 # -- envharness ----------------------------------------------------------------------------------
-async def _episodes(base_url: str, session: int, steps: int, log: dict, task: str | None = None,
-                    seed: int | None = None, episodes: int | None = None, hints: bool = False) -> int:
+async def _episodes(
+    base_url: str,
+    session: int,
+    steps: int,
+    log: dict,
+    task: str | None = None,
+    seed: int | None = None,
+    episodes: int | None = None,
+    hints: bool = False,
+) -> int:
     """Play episodes until `steps` steps (or `episodes` episodes) are done; returns steps taken.
     `hints`: each reset names the next episode's task (``next_task``)."""
     from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
@@ -142,12 +177,19 @@ async def _probes(base_url: str, repeats: int) -> dict:
     return out
 
 
-async def bench_envharness(options: dict, levels: list[int], steps: int, probes: int,
-                           env_vars: dict | None = None, hints: bool = False) -> dict:
+async def bench_envharness(
+    options: dict,
+    levels: list[int],
+    steps: int,
+    probes: int,
+    env_vars: dict | None = None,
+    hints: bool = False,
+) -> dict:
     from envharness.core.launchers import launch_local
 
-    server = launch_local("browsergym", options=options, server_args=["--max-sessions", str(max(levels) + 2)],
-                          env_vars=env_vars)
+    server = launch_local(
+        "browsergym", options=options, server_args=["--max-sessions", str(max(levels) + 2)], env_vars=env_vars
+    )
     name = f"envharness{' before' if env_vars else ''}{' with hints' if hints else ''}"
     out: dict = {}
     try:
@@ -157,15 +199,21 @@ async def bench_envharness(options: dict, levels: list[int], steps: int, probes:
             progress(f"{name}: {level} session(s)")
             log: dict = defaultdict(list)
             start = time.perf_counter()
-            taken = await asyncio.gather(*(_episodes(server.base_url, s, steps, log, hints=hints) for s in range(level)))
+            taken = await asyncio.gather(
+                *(_episodes(server.base_url, s, steps, log, hints=hints) for s in range(level))
+            )
             out[f"rate_{level}"] = sum(taken) / (time.perf_counter() - start)
             if level == 1:
                 out["kinds"] = log
         log = defaultdict(list)
         progress(f"{name}: group")
         start = time.perf_counter()
-        await asyncio.gather(*(_episodes(server.base_url, s, MAX_STEPS, log, task=GROUP_TASK, seed=GROUP_SEED, episodes=1)
-                               for s in range(GROUP_SIZE)))
+        await asyncio.gather(
+            *(
+                _episodes(server.base_url, s, MAX_STEPS, log, task=GROUP_TASK, seed=GROUP_SEED, episodes=1)
+                for s in range(GROUP_SIZE)
+            )
+        )
         out["group"] = time.perf_counter() - start
     finally:
         server.stop()
@@ -178,7 +226,9 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-def _browsergym_worker(miniwob_url: str, session: int, steps: int, probes: int, group: bool, barrier, queue) -> None:
+def _browsergym_worker(
+    miniwob_url: str, session: int, steps: int, probes: int, group: bool, barrier, queue
+) -> None:
     os.environ["MINIWOB_URL"] = miniwob_url
     import gymnasium as gym
 
@@ -246,9 +296,21 @@ def bench_browsergym(levels: list[int], steps: int, probes: int) -> dict:
 
     def run(level: int, group: bool) -> list[dict]:
         barrier, queue = ctx.Barrier(level), ctx.Queue()
-        procs = [ctx.Process(target=_browsergym_worker,
-                             args=(url, s, MAX_STEPS if group else steps, probes if (level == 1 and not group) else 0,
-                                   group, barrier, queue)) for s in range(level)]
+        procs = [
+            ctx.Process(
+                target=_browsergym_worker,
+                args=(
+                    url,
+                    s,
+                    MAX_STEPS if group else steps,
+                    probes if (level == 1 and not group) else 0,
+                    group,
+                    barrier,
+                    queue,
+                ),
+            )
+            for s in range(level)
+        ]
         for p in procs:
             p.start()
         results = []
@@ -268,7 +330,9 @@ def bench_browsergym(levels: list[int], steps: int, probes: int) -> dict:
         for level in levels:
             progress(f"BrowserGym: {level} session(s)")
             results = run(level, group=False)
-            out[f"rate_{level}"] = sum(r["taken"] for r in results) / (max(r["t1"] for r in results) - min(r["t0"] for r in results))
+            out[f"rate_{level}"] = sum(r["taken"] for r in results) / (
+                max(r["t1"] for r in results) - min(r["t0"] for r in results)
+            )
             out["failed_resets"] = out.get("failed_resets", 0) + sum(r["failed"] for r in results)
             if level == 1:
                 out["probes"], out["kinds"] = results[0]["probes"], results[0]["kinds"]
@@ -292,13 +356,21 @@ def table(header: tuple, rows: list[tuple]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer steps; BrowserGym at 1 and 8 sessions only")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer steps; BrowserGym at 1 and 8 sessions only"
+    )
     parser.add_argument("--no-browsergym", action="store_true", help="measure envharness only")
-    parser.add_argument("--browsergym-16", action="store_true",
-                        help="BrowserGym at 16 sessions too (32 Chromiums: on 2 cores its resets time out)")
+    parser.add_argument(
+        "--browsergym-16",
+        action="store_true",
+        help="BrowserGym at 16 sessions too (32 Chromiums: on 2 cores its resets time out)",
+    )
     parser.add_argument("--steps", type=int, help="steps per session for steps/s (default 60, --quick 30)")
-    parser.add_argument("--before", default=BEFORE_ISSUE_25,
-                        help=f"git revision for the 'before' column (default {BEFORE_ISSUE_25}; '' leaves it out)")
+    parser.add_argument(
+        "--before",
+        default=BEFORE_ISSUE_25,
+        help=f"git revision for the 'before' column (default {BEFORE_ISSUE_25}; '' leaves it out)",
+    )
     args = parser.parse_args()
     levels = [1, 8, 16]
     steps, probes = (30, 5) if args.quick else (60, 10)
@@ -306,12 +378,20 @@ def main() -> int:
     started = time.time()
     load = os.getloadavg()[0]
     before_vars = before_env(args.before) if args.before else None
-    before = asyncio.run(bench_envharness(TEXT_ONLY, levels, steps, probes, env_vars=before_vars)) if before_vars else {}
+    before = (
+        asyncio.run(bench_envharness(TEXT_ONLY, levels, steps, probes, env_vars=before_vars))
+        if before_vars
+        else {}
+    )
     new = asyncio.run(bench_envharness(TEXT_ONLY, levels, steps, probes))
     hinted = asyncio.run(bench_envharness(TEXT_ONLY, levels, steps, probes, hints=True))
     for name, r in (("before", before), ("envharness", new), ("hints", hinted)):
         progress(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if isinstance(v, float)))
-    bg = {} if args.no_browsergym else bench_browsergym([1, 8] if args.quick or not args.browsergym_16 else levels, steps, probes)
+    bg = (
+        {}
+        if args.no_browsergym
+        else bench_browsergym([1, 8] if args.quick or not args.browsergym_16 else levels, steps, probes)
+    )
     results = (before, new, hinted, bg)
 
     print("Wrong actions on click-test (p50, one session; the error text of the last try):\n")
@@ -326,20 +406,33 @@ def main() -> int:
     table(("action", *COLUMNS), rows)
 
     print("\nThe policy mix, one session (step p50 by kind; share of the mix in brackets):\n")
-    rows = [(f"{kind} ({share:.0%})", *(p50_ms(r.get("kinds", {}).get(kind, [])) for r in results))
-            for kind, share in zip(KINDS, MIX)]
-    rows += [(f"steps/s, {lv} session{'s' if lv > 1 else ''} (resets included)",
-              *(f"{r[f'rate_{lv}']:.1f}" if f"rate_{lv}" in r else "-" for r in results)) for lv in levels]
-    rows.append((f"GRPO-like group: {GROUP_SIZE} episodes of {GROUP_TASK}, wall time",
-                 *(f"{r['group']:.1f} s" if "group" in r else "-" for r in results)))
+    rows = [
+        (f"{kind} ({share:.0%})", *(p50_ms(r.get("kinds", {}).get(kind, [])) for r in results))
+        for kind, share in zip(KINDS, MIX)
+    ]
+    rows += [
+        (
+            f"steps/s, {lv} session{'s' if lv > 1 else ''} (resets included)",
+            *(f"{r[f'rate_{lv}']:.1f}" if f"rate_{lv}" in r else "-" for r in results),
+        )
+        for lv in levels
+    ]
+    rows.append(
+        (
+            f"GRPO-like group: {GROUP_SIZE} episodes of {GROUP_TASK}, wall time",
+            *(f"{r['group']:.1f} s" if "group" in r else "-" for r in results),
+        )
+    )
     table(("", *COLUMNS), rows)
     if bg.get("failed_resets"):
         print(f"\nBrowserGym resets that failed (its 5 s page time-out), skipped: {bg['failed_resets']}")
     if before_vars:
         print(f"\n'envharness before': revision {args.before}, run in the same session.")
-    print(f"\n{os.cpu_count()} CPUs; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
-          f"{steps} steps per session for steps/s; at most {MAX_STEPS} steps per episode; "
-          f"{time.time() - started:.0f} s in all.")
+    print(
+        f"\n{os.cpu_count()} CPUs; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+        f"{steps} steps per session for steps/s; at most {MAX_STEPS} steps per episode; "
+        f"{time.time() - started:.0f} s in all."
+    )
     return 0
 
 

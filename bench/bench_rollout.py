@@ -40,7 +40,15 @@ from envharness.models.base import Generation, GenerationRequest
 from envharness.models.scripted import ScriptedBackend
 
 # Tasks the scripted policy solves from the AXTree (not click-link: its links have no bid there).
-TASKS = ["click-test", "click-button", "enter-text", "focus-text", "click-dialog", "click-checkboxes", "click-tab"]
+TASKS = [
+    "click-test",
+    "click-button",
+    "enter-text",
+    "focus-text",
+    "click-dialog",
+    "click-checkboxes",
+    "click-tab",
+]
 
 
 class SeededSessionFactory(BrowserGymSessionFactory):
@@ -79,7 +87,9 @@ class FixedLatency:
         await self.inner.aclose()
 
 
-def seed_rollout_func(factory: BrowserGymSessionFactory, latency: float, limits: Any, counter: list[int]) -> Callable:
+def seed_rollout_func(
+    factory: BrowserGymSessionFactory, latency: float, limits: Any, counter: list[int]
+) -> Callable:
     """OpenEnv's own sequential rollout function, with a one-prompt-per-call model step."""
     import openenv.core.harness as oe
     from openenv.core.llm_client import LLMResponse, ToolCall
@@ -92,7 +102,11 @@ def seed_rollout_func(factory: BrowserGymSessionFactory, latency: float, limits:
         [gen] = asyncio.run(backend.generate([GenerationRequest(messages=list(messages))]))
         call = build_browsergym_action_tool_call(gen.text)
         time.sleep(max(0.0, latency - (time.perf_counter() - started)))
-        return oe.ModelStepResult(response=LLMResponse(content=gen.text, tool_calls=[ToolCall(id=call.id, name=call.name, args=call.args)]))
+        return oe.ModelStepResult(
+            response=LLMResponse(
+                content=gen.text, tool_calls=[ToolCall(id=call.id, name=call.name, args=call.args)]
+            )
+        )
 
     return oe.build_harness_rollout_func(
         session_factory=factory,
@@ -102,7 +116,9 @@ def seed_rollout_func(factory: BrowserGymSessionFactory, latency: float, limits:
     )
 
 
-def envharness_rollout_func(factory: BrowserGymSessionFactory, latency: float, limits: Any, concurrency: int, counter: list[int]) -> Callable:
+def envharness_rollout_func(
+    factory: BrowserGymSessionFactory, latency: float, limits: Any, concurrency: int, counter: list[int]
+) -> Callable:
     backend = FixedLatency(ScriptedBackend(), latency)
     batcher = BatchingModelStep(backend, tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
 
@@ -130,7 +146,12 @@ def measure(make: Callable[[list[int]], Callable], prompts: list[str], repeats: 
         walls.append(time.perf_counter() - started)
         rewards.append(statistics.mean(out["env_reward"]))
         calls.append(sum(counter))
-    return {"wall": statistics.median(walls), "reward": statistics.median(rewards), "calls": statistics.median(calls), "walls": walls}
+    return {
+        "wall": statistics.median(walls),
+        "reward": statistics.median(rewards),
+        "calls": statistics.median(calls),
+        "walls": walls,
+    }
 
 
 def main() -> None:
@@ -138,7 +159,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--model-latency", type=float, default=0.2, help="seconds per model call in the `latency` setting")
+    parser.add_argument(
+        "--model-latency", type=float, default=0.2, help="seconds per model call in the `latency` setting"
+    )
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--url", help="use a running browsergym server instead of starting one")
     args = parser.parse_args()
@@ -158,18 +181,43 @@ def main() -> None:
         envharness_rollout_func(factory, 0.0, limits, 2, [])(prompts[:4], None)  # warm-up: browser, pages
         # the pool opens its sessions once, as a training run does at its first step
         envharness_rollout_func(pooled, 0.0, limits, args.concurrency, [])(prompts[: args.concurrency], None)
-        print(f"\n{args.episodes} episodes ({len(TASKS)} MiniWoB tasks, seeds 0..{args.episodes - 1}), max_turns={args.max_turns}, median of {args.repeats}\n")
-        columns = ["model", "rollout", "in flight", "wall s (median)", "episodes/s", "speedup", "mean reward", "model calls"]
+        print(
+            f"\n{args.episodes} episodes ({len(TASKS)} MiniWoB tasks, seeds 0..{args.episodes - 1}), max_turns={args.max_turns}, median of {args.repeats}\n"
+        )
+        columns = [
+            "model",
+            "rollout",
+            "in flight",
+            "wall s (median)",
+            "episodes/s",
+            "speedup",
+            "mean reward",
+            "model calls",
+        ]
         print("| " + " | ".join(columns) + " |")
         print("|" + "---|" * len(columns))
-        for name, latency in (("instant", 0.0), (f"latency {args.model_latency:g} s/call", args.model_latency)):
+        for name, latency in (
+            ("instant", 0.0),
+            (f"latency {args.model_latency:g} s/call", args.model_latency),
+        ):
             rows = [
                 ("seed-style (OpenEnv 0.10.0)", 1, lambda c: seed_rollout_func(factory, latency, limits, c)),
                 ("envharness", 1, lambda c: envharness_rollout_func(factory, latency, limits, 1, c)),
-                ("envharness", args.concurrency, lambda c: envharness_rollout_func(factory, latency, limits, args.concurrency, c)),
-                ("envharness, pooled sessions", 1, lambda c: envharness_rollout_func(pooled, latency, limits, 1, c)),
-                ("envharness, pooled sessions", args.concurrency,
-                 lambda c: envharness_rollout_func(pooled, latency, limits, args.concurrency, c)),
+                (
+                    "envharness",
+                    args.concurrency,
+                    lambda c: envharness_rollout_func(factory, latency, limits, args.concurrency, c),
+                ),
+                (
+                    "envharness, pooled sessions",
+                    1,
+                    lambda c: envharness_rollout_func(pooled, latency, limits, 1, c),
+                ),
+                (
+                    "envharness, pooled sessions",
+                    args.concurrency,
+                    lambda c: envharness_rollout_func(pooled, latency, limits, args.concurrency, c),
+                ),
             ]
             base = None
             for label, in_flight, make in rows:

@@ -45,9 +45,15 @@ def main() -> None:
     server = ServerProcess("browsergym", options={"pruned_html": False})
     rows: list[tuple[str, str]] = []
     try:
-        settings = [("off", False, "png", True), ("png, array", True, "png", True), ("png, base64 kept", True, "png", False),
-                    ("jpeg, array", True, "jpeg", True)]
-        clients = {name: BrowserGymEnv(server.base_url, screenshot_array=decode) for name, _, _, decode in settings}
+        settings = [
+            ("off", False, "png", True),
+            ("png, array", True, "png", True),
+            ("png, base64 kept", True, "png", False),
+            ("jpeg, array", True, "jpeg", True),
+        ]
+        clients = {
+            name: BrowserGymEnv(server.base_url, screenshot_array=decode) for name, _, _, decode in settings
+        }
         try:
             for name, shot, fmt, _ in settings:
                 clients[name].reset(task="click-test", seed=0, screenshot=shot, screenshot_format=fmt)
@@ -71,13 +77,21 @@ def main() -> None:
     nested = json.dumps(array.tolist())  # what OpenEnv's server sends for the same pixels
     n = 20
     rows += [
-        (f"screenshot {array.shape[1]}x{array.shape[0]} on the wire: base64 PNG", f"{len(png.screenshot) / 1024:.1f} KiB"),
+        (
+            f"screenshot {array.shape[1]}x{array.shape[0]} on the wire: base64 PNG",
+            f"{len(png.screenshot) / 1024:.1f} KiB",
+        ),
         ("  base64 JPEG", f"{len(base64.b64encode(jpeg.screenshot_bytes)) / 1024:.1f} KiB"),
         ("  OpenEnv nested JSON lists", f"{len(nested) / 1024:.1f} KiB"),
         ("to an array: base64 PNG -> np.array", f"{median_ms(png.screenshot_array, n):.2f} ms"),
-        ("  OpenEnv nested lists: json.loads -> np.array",
-         f"{median_ms(lambda: np.array(json.loads(nested), dtype=np.uint8), n):.2f} ms"),
-        ("image_url data URL of the screenshot (PNG)", f"{median_ms(lambda: image_data_url(Image.fromarray(array)), n):.2f} ms"),
+        (
+            "  OpenEnv nested lists: json.loads -> np.array",
+            f"{median_ms(lambda: np.array(json.loads(nested), dtype=np.uint8), n):.2f} ms",
+        ),
+        (
+            "image_url data URL of the screenshot (PNG)",
+            f"{median_ms(lambda: image_data_url(Image.fromarray(array)), n):.2f} ms",
+        ),
         ("  (JPEG)", f"{median_ms(lambda: image_data_url(Image.fromarray(array), 'JPEG'), n):.2f} ms"),
     ]
     width = max(len(r[0]) for r in rows)

@@ -43,7 +43,11 @@ def openenv_app():
 
         def step(self, action, **kw):
             self._state.step_count += 1
-            return Obs(echoed_message=action.message, message_length=len(action.message), reward=min(len(action.message) * 0.1, 1.0))
+            return Obs(
+                echoed_message=action.message,
+                message_length=len(action.message),
+                reward=min(len(action.message) * 0.1, 1.0),
+            )
 
         @property
         def state(self):
@@ -88,12 +92,19 @@ async def measure(url: str, args: argparse.Namespace) -> list[str]:
     lat = sorted(await sequential(url, args.steps))
     rate = await concurrent(url, args.sessions, args.steps // 2)
     sessions = await open_close(url, args.open_close)
-    return [f"{statistics.median(lat) * 1e3:.2f}", f"{lat[int(0.99 * len(lat)) - 1] * 1e3:.2f}", f"{1 / statistics.mean(lat):.0f}",
-            f"{rate:.0f}", f"{sessions:.0f}"]
+    return [
+        f"{statistics.median(lat) * 1e3:.2f}",
+        f"{lat[int(0.99 * len(lat)) - 1] * 1e3:.2f}",
+        f"{1 / statistics.mean(lat):.0f}",
+        f"{rate:.0f}",
+        f"{sessions:.0f}",
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--open-close", type=int, default=100)
@@ -102,7 +113,14 @@ def main() -> None:
     for name, app in [("envharness", "echo"), ("openenv 0.10", openenv_app())]:
         with LocalServer(app) as server:
             rows.append([name, *asyncio.run(measure(server.base_url, args))])
-    columns = ["server", "step p50 ms", "step p99 ms", "steps/s (1 session)", f"steps/s ({args.sessions} sessions)", "sessions opened+closed /s"]
+    columns = [
+        "server",
+        "step p50 ms",
+        "step p99 ms",
+        "steps/s (1 session)",
+        f"steps/s ({args.sessions} sessions)",
+        "sessions opened+closed /s",
+    ]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for row in rows:

@@ -31,9 +31,13 @@ import envharness.envs.browsergym.environment as environment
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
 
 PARTS = ("parse", "checks", "input", "settle", "read", "reward", "observation", "titles", "wire")
-LABELS = {"read": "read: reward, observation and titles, together", "reward": "- reward alone",
-          "observation": "- observation (mark, AXTree, unmark) alone", "titles": "- page titles alone",
-          "total": "**total (client)**"}
+LABELS = {
+    "read": "read: reward, observation and titles, together",
+    "reward": "- reward alone",
+    "observation": "- observation (mark, AXTree, unmark) alone",
+    "titles": "- page titles alone",
+    "total": "**total (client)**",
+}
 TEXT_ONLY = {"axtree": True, "pruned_html": False, "extra_properties": False}
 
 _current: dict[str, float] = defaultdict(float)
@@ -46,6 +50,7 @@ def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return await fn(*args, **kwargs)
         finally:
             _current[name] += time.perf_counter() - start
+
     return wrapper
 
 
@@ -56,6 +61,7 @@ def _timed_sync(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         finally:
             _current[name] += time.perf_counter() - start
+
     return wrapper
 
 
@@ -77,21 +83,32 @@ def instrument() -> None:
 def split(parts: dict[str, float], client_s: float) -> dict[str, float]:
     out = {k: parts.get(k, 0.0) for k in ("parse", "checks", "settle", "reward", "observation", "titles")}
     out["input"] = parts.get("action", 0.0) - parts.get("checks", 0.0)
-    out["read"] = parts.get("server", 0.0) - parts.get("parse", 0.0) - parts.get("action", 0.0) - parts.get("settle", 0.0)
+    out["read"] = (
+        parts.get("server", 0.0)
+        - parts.get("parse", 0.0)
+        - parts.get("action", 0.0)
+        - parts.get("settle", 0.0)
+    )
     out["wire"] = client_s - parts.get("server", 0.0)
     out["total"] = client_s
     return out
 
 
 #: (column, server, action): the server's path and the action; {box} is a checkbox's bid.
-COLUMNS = (("click, new path", "fast", "click('{box}')"), ("click, Playwright path (old)", "playwright", "click('{box}')"),
-           ("click on a hidden bid, new path", "fast", "click('2')"), ("noop()", "fast", "noop()"))
+COLUMNS = (
+    ("click, new path", "fast", "click('{box}')"),
+    ("click, Playwright path (old)", "playwright", "click('{box}')"),
+    ("click on a hidden bid, new path", "fast", "click('2')"),
+    ("noop()", "fast", "noop()"),
+)
 
 
 async def run(steps: int) -> dict[str, dict[str, list[float]]]:
     instrument()
-    servers = {"fast": LocalServer("browsergym", **TEXT_ONLY),
-               "playwright": LocalServer("browsergym", fast_actions=False, **TEXT_ONLY)}
+    servers = {
+        "fast": LocalServer("browsergym", **TEXT_ONLY),
+        "playwright": LocalServer("browsergym", fast_actions=False, **TEXT_ONLY),
+    }
     results: dict[str, dict[str, list[float]]] = {column: defaultdict(list) for column, _, _ in COLUMNS}
     try:
         envs, bids = {}, {}
@@ -105,7 +122,9 @@ async def run(steps: int) -> dict[str, dict[str, list[float]]]:
                 start = time.perf_counter()
                 result = await envs[name].step(BrowserGymAction(action_str=action.format(box=bids[name])))
                 elapsed = time.perf_counter() - start
-                assert (action == "click('2')") == bool(result.observation.last_action_error), result.observation.last_action_error
+                assert (action == "click('2')") == bool(result.observation.last_action_error), (
+                    result.observation.last_action_error
+                )
                 if i >= 3:  # warm-up
                     for part, seconds in split(dict(_current), elapsed).items():
                         results[column][part].append(seconds)
@@ -128,9 +147,11 @@ def main() -> int:
     for part in (*PARTS, "total"):
         cells = [f"{statistics.median(results[column][part]) * 1000:.1f}" for column, _, _ in COLUMNS]
         print(f"| {LABELS.get(part, part)} | " + " | ".join(cells) + " |")
-    print(f"\n{args.steps} rounds of the four steps in turn (click-checkboxes, AXTree text observation); "
-          f"{os.cpu_count()} CPUs, load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end. "
-          "The parts' medians need not add up to the total's.")
+    print(
+        f"\n{args.steps} rounds of the four steps in turn (click-checkboxes, AXTree text observation); "
+        f"{os.cpu_count()} CPUs, load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end. "
+        "The parts' medians need not add up to the total's."
+    )
     return 0
 
 

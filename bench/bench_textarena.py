@@ -140,7 +140,9 @@ async def server_latency(base_url: str, episodes: int) -> tuple[list[float], lis
     return resets, steps
 
 
-async def server_throughput(base_url: str, sessions: int, seconds: float, pid: int) -> tuple[float, int, float]:
+async def server_throughput(
+    base_url: str, sessions: int, seconds: float, pid: int
+) -> tuple[float, int, float]:
     from envharness.envs.textarena.client import AsyncTextArenaEnv, TextArenaAction
 
     clients = [AsyncTextArenaEnv(base_url) for _ in range(sessions)]
@@ -204,10 +206,24 @@ def main() -> int:
     rows = [
         ("reset p50", p50_ms(srv_reset), p50_ms(in_reset)),
         ("step p50 (guess + feedback)", p50_ms(srv_step), p50_ms(in_step)),
-        ("server adds per step (p50)", f"{(statistics.median(srv_step) - statistics.median(in_step)) * 1000:.2f} ms", ""),
-        *[(f"steps/s, {n} session{'s' if n > 1 else ''}", f"{srv[n][0]:.0f} ({srv[n][1]} errors)",
-           f"{in_rates[n][0]:.0f} ({in_rates[n][1]} errors)") for n in levels],
-        ("memory per session", f"{per_session:.2f} MB (shared word lists)", f"{make_mb:.0f} MB per ta.make game"),
+        (
+            "server adds per step (p50)",
+            f"{(statistics.median(srv_step) - statistics.median(in_step)) * 1000:.2f} ms",
+            "",
+        ),
+        *[
+            (
+                f"steps/s, {n} session{'s' if n > 1 else ''}",
+                f"{srv[n][0]:.0f} ({srv[n][1]} errors)",
+                f"{in_rates[n][0]:.0f} ({in_rates[n][1]} errors)",
+            )
+            for n in levels
+        ],
+        (
+            "memory per session",
+            f"{per_session:.2f} MB (shared word lists)",
+            f"{make_mb:.0f} MB per ta.make game",
+        ),
     ]
     header = ("Wordle-v0", "envharness (WebSocket, loopback)", "textarena in-process")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(3)]
@@ -215,7 +231,9 @@ def main() -> int:
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
         if k == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    print(f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; {seconds:.0f} s per throughput point")
+    print(
+        f"\n{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; {seconds:.0f} s per throughput point"
+    )
     return 0
 
 

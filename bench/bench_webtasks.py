@@ -38,14 +38,22 @@ def timed_step(env: BrowserGymEnv, action: str) -> tuple[float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=20, help="episodes per task (default %(default)s)")
-    parser.add_argument("--all-parts", action="store_true", help="pruned HTML and element properties too (default: AXTree text)")
+    parser.add_argument(
+        "--all-parts",
+        action="store_true",
+        help="pruned HTML and element properties too (default: AXTree text)",
+    )
     args = parser.parse_args()
     parts = {} if args.all_parts else TEXT_ONLY
     solve_web = load_task_set(WEB_TASKS).solve
     miniwob_steps: list[float] = []
     web_steps: dict[str, list[float]] = {}
-    with LocalServer("browsergym", **parts) as mw_server, LocalServer("browsergym", tasks=WEB_TASKS, **parts) as web_server, \
-            BrowserGymEnv(base_url=mw_server.base_url) as mw, BrowserGymEnv(base_url=web_server.base_url) as web:
+    with (
+        LocalServer("browsergym", **parts) as mw_server,
+        LocalServer("browsergym", tasks=WEB_TASKS, **parts) as web_server,
+        BrowserGymEnv(base_url=mw_server.base_url) as mw,
+        BrowserGymEnv(base_url=web_server.base_url) as web,
+    ):
         for warm_up in (True, False):
             for seed in range(2 if warm_up else args.episodes):
                 obs = mw.reset(task="click-test", seed=seed).observation
@@ -56,7 +64,9 @@ def main() -> None:
                 for task in load_task_set(WEB_TASKS).all_tasks():
                     result = web.reset(task=task, seed=seed)
                     for _ in range(6):
-                        seconds, result = timed_step(web, solve_web(result.observation.goal, result.observation.axtree_txt))
+                        seconds, result = timed_step(
+                            web, solve_web(result.observation.goal, result.observation.axtree_txt)
+                        )
                         if not warm_up:
                             web_steps.setdefault(task, []).append(seconds)
                         if result.done:
@@ -64,12 +74,16 @@ def main() -> None:
                     assert result.reward == 1.0, (task, seed, result.observation.last_action_error)
     p50 = lambda xs: statistics.median(xs) * 1000  # noqa: E731
     every_web = [s for steps in web_steps.values() for s in steps]
-    print(f"step p50 over the WebSocket ({'all text parts' if args.all_parts else 'AXTree text'}), {args.episodes} episodes per task")
+    print(
+        f"step p50 over the WebSocket ({'all text parts' if args.all_parts else 'AXTree text'}), {args.episodes} episodes per task"
+    )
     print(f"  {'MiniWoB click-test':24s} {p50(miniwob_steps):6.1f} ms  (n={len(miniwob_steps)})")
     for task, steps in web_steps.items():
         print(f"  {'web: ' + task:24s} {p50(steps):6.1f} ms  (n={len(steps)})")
     ratio = p50(every_web) / p50(miniwob_steps)
-    print(f"  {'web: all steps':24s} {p50(every_web):6.1f} ms  (n={len(every_web)})  = {ratio:.2f}x MiniWoB (goal: <= 1.5x)")
+    print(
+        f"  {'web: all steps':24s} {p50(every_web):6.1f} ms  (n={len(every_web)})  = {ratio:.2f}x MiniWoB (goal: <= 1.5x)"
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,10 @@ def main() -> None:
     print(f"load (imports + cached model): {load_s:.1f} s")
     print(f"{'batch':>5} {'prompt tok':>10} {'new tok':>8} {'wall s':>7} {'tok/s':>7}")
     for batch in args.batch:
-        reqs = [GenerationRequest(messages, sampling=SamplingParams(max_tokens=args.max_tokens, seed=i)) for i in range(batch)]
+        reqs = [
+            GenerationRequest(messages, sampling=SamplingParams(max_tokens=args.max_tokens, seed=i))
+            for i in range(batch)
+        ]
         asyncio.run(backend.generate(reqs[:1]))  # warm-up
         t = time.perf_counter()
         gens = asyncio.run(backend.generate(reqs))

@@ -32,7 +32,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 def screenshot(seed: int, size=(160, 210)) -> Image.Image:
     g = torch.Generator().manual_seed(seed)
-    return Image.fromarray(torch.randint(0, 256, (size[1], size[0], 3), generator=g, dtype=torch.uint8).numpy())
+    return Image.fromarray(
+        torch.randint(0, 256, (size[1], size[0], 3), generator=g, dtype=torch.uint8).numpy()
+    )
 
 
 def per_architecture() -> None:
@@ -40,14 +42,26 @@ def per_architecture() -> None:
     from envharness.models.tiny_vlm import ARCHITECTURES, build_tiny_vlm
     from envharness.models.transformers_vision import TransformersVisionBackend
 
-    print("| arch | params | placeholder tokens / screenshot | max sampling−scoring | max with another screenshot | generate 4×8 tok (median s) | scoring forward (median s) |")
+    print(
+        "| arch | params | placeholder tokens / screenshot | max sampling−scoring | max with another screenshot | generate 4×8 tok (median s) | scoring forward (median s) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for arch in ARCHITECTURES:
         model, processor = build_tiny_vlm(arch)
         backend = TransformersVisionBackend(model, processor)
         requests = [
-            GenerationRequest(messages=[{"role": "user", "content": [{"type": "text", "text": f"Goal {i}"}, {"type": "image", "image": screenshot(i)}]}],
-                              sampling=SamplingParams(max_tokens=8, seed=10 + i))
+            GenerationRequest(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": f"Goal {i}"},
+                            {"type": "image", "image": screenshot(i)},
+                        ],
+                    }
+                ],
+                sampling=SamplingParams(max_tokens=8, seed=10 + i),
+            )
             for i in range(4)
         ]
         times, gens = [], []
@@ -57,7 +71,9 @@ def per_architecture() -> None:
             times.append(time.perf_counter() - started)
         exact, other, score_times = 0.0, 0.0, []
         for r, g in zip(requests, gens):
-            if backend.image_token_id in g.completion_ids:  # a random model sampled its image token: unscoreable
+            if (
+                backend.image_token_id in g.completion_ids
+            ):  # a random model sampled its image token: unscoreable
                 continue
             started = time.perf_counter()
             scored = backend.score(g.prompt_ids, g.completion_ids, r.images)
@@ -66,7 +82,9 @@ def per_architecture() -> None:
             exact = max(exact, max(abs(a - b) for a, b in zip(scored, g.logprobs)))
             other = max(other, max(abs(a - b) for a, b in zip(blind, g.logprobs)))
         params = sum(p.numel() for p in model.parameters())
-        print(f"| {arch} | {params:,} | {gens[0].image_token_counts[0]} | {exact:.1e} | {other:.1e} | {statistics.median(times):.2f} | {statistics.median(score_times):.3f} |")
+        print(
+            f"| {arch} | {params:,} | {gens[0].image_token_counts[0]} | {exact:.1e} | {other:.1e} | {statistics.median(times):.2f} | {statistics.median(score_times):.3f} |"
+        )
 
 
 def demo_model() -> None:
@@ -77,18 +95,42 @@ def demo_model() -> None:
     backend = load_backend("embedded-vlm")
     loaded = time.perf_counter() - started
     page = screenshot(7)
-    messages = [{"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": [{"type": "image", "image": page}, {"type": "text", "text": "What is the capital of France?"}]}]
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": page},
+                {"type": "text", "text": "What is the capital of France?"},
+            ],
+        },
+    ]
     started = time.perf_counter()
-    greedy = backend.generate_blocking([GenerationRequest(messages=messages, sampling=SamplingParams(temperature=0, max_tokens=12))])[0]
+    greedy = backend.generate_blocking(
+        [GenerationRequest(messages=messages, sampling=SamplingParams(temperature=0, max_tokens=12))]
+    )[0]
     greedy_s = time.perf_counter() - started
-    sampled = backend.generate_blocking([GenerationRequest(messages=messages, sampling=SamplingParams(max_tokens=6, seed=1))])[0]
-    exact = max(abs(a - b) for a, b in zip(backend.score(sampled.prompt_ids, sampled.completion_ids, [page]), sampled.logprobs))
-    other = max(abs(a - b) for a, b in zip(backend.score(sampled.prompt_ids, sampled.completion_ids, [screenshot(8)]), sampled.logprobs))
+    sampled = backend.generate_blocking(
+        [GenerationRequest(messages=messages, sampling=SamplingParams(max_tokens=6, seed=1))]
+    )[0]
+    exact = max(
+        abs(a - b)
+        for a, b in zip(backend.score(sampled.prompt_ids, sampled.completion_ids, [page]), sampled.logprobs)
+    )
+    other = max(
+        abs(a - b)
+        for a, b in zip(
+            backend.score(sampled.prompt_ids, sampled.completion_ids, [screenshot(8)]), sampled.logprobs
+        )
+    )
     print("\n| embedded-vlm (SmolLM2-135M + untrained Idefics3 vision) | value |\n|---|---|")
-    print(f"| load (cached SmolLM2) | {loaded:.1f} s |\n| greedy answer with a screenshot | {greedy.text!r} ({greedy_s:.1f} s, 12 tokens) |")
+    print(
+        f"| load (cached SmolLM2) | {loaded:.1f} s |\n| greedy answer with a screenshot | {greedy.text!r} ({greedy_s:.1f} s, 12 tokens) |"
+    )
     print(f"| placeholder tokens / screenshot | {greedy.image_token_counts[0]} |")
-    print(f"| max sampling−scoring logprob | {exact:.1e} |\n| same tokens, another screenshot | {other:.1e} |")
+    print(
+        f"| max sampling−scoring logprob | {exact:.1e} |\n| same tokens, another screenshot | {other:.1e} |"
+    )
 
 
 def grpo_step() -> None:
@@ -98,17 +140,24 @@ def grpo_step() -> None:
     from envharness.core.launchers import LocalServer
     from envharness.integrations.trl.vision import VisionGRPOTrainer
 
-    print("\n| trainer | loss pass got pixels | max loss−sampling logprob (model tokens) | rows with 2 screenshots | step s |")
+    print(
+        "\n| trainer | loss pass got pixels | max loss−sampling logprob (model tokens) | rows with 2 screenshots | step s |"
+    )
     print("|---|---|---|---|---|")
     with LocalServer("browsergym") as server:
-        for name, cls in (("TRL 1.16 GRPOTrainer (stock)", GRPOTrainer), ("envharness VisionGRPOTrainer", VisionGRPOTrainer)):
+        for name, cls in (
+            ("TRL 1.16 GRPOTrainer (stock)", GRPOTrainer),
+            ("envharness VisionGRPOTrainer", VisionGRPOTrainer),
+        ):
             with tempfile.TemporaryDirectory() as tmp:
                 started = time.perf_counter()
                 handed, passes, _, _ = run_one_step(cls, server.base_url, Path(tmp))
                 seconds = time.perf_counter() - started
             pixels = all(p["pixels"] for p in passes)
             two = sum(len(x) == 2 for x in handed["episode_images"])
-            print(f"| {name} | {pixels} | {loss_vs_sampling(handed, passes):.1e} | {two} of {len(handed['episode_images'])} | {seconds:.1f} |")
+            print(
+                f"| {name} | {pixels} | {loss_vs_sampling(handed, passes):.1e} | {two} of {len(handed['episode_images'])} | {seconds:.1f} |"
+            )
 
 
 def tokens_by_size() -> None:

@@ -35,7 +35,9 @@ from envharness.models import GenerationRequest, SamplingParams, load_backend
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
-def first_page_prompts(run: Path, tasks: list[str] | None) -> dict[str, list[tuple[int, list[dict[str, Any]]]]]:
+def first_page_prompts(
+    run: Path, tasks: list[str] | None
+) -> dict[str, list[tuple[int, list[dict[str, Any]]]]]:
     """task -> [(seed, messages up to and including the first page)], seeds in order."""
     by_task: dict[str, list[tuple[int, list[dict[str, Any]]]]] = {}
     for line in (run / "episodes.jsonl").read_text().splitlines():
@@ -45,7 +47,9 @@ def first_page_prompts(run: Path, tasks: list[str] | None) -> dict[str, list[tup
         if tasks and episode["task"] not in tasks:
             continue
         messages = episode["messages"]
-        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")  # the first page (after any worked example)
+        last_user = max(
+            i for i, m in enumerate(messages) if m["role"] == "user"
+        )  # the first page (after any worked example)
         by_task.setdefault(episode["task"], []).append((int(episode["seed"]), messages[: last_user + 1]))
     return {task: sorted(rows, key=lambda r: r[0]) for task, rows in by_task.items()}
 
@@ -55,7 +59,9 @@ def targets(page: dict[str, Any]) -> set[str]:
     return set(_QUOTED.findall(page["content"].split("\n", 1)[0]))
 
 
-def pairs(rows: list[tuple[int, list[dict[str, Any]]]]) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+def pairs(
+    rows: list[tuple[int, list[dict[str, Any]]]],
+) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """(A's prompt, the same prompt with B's page in its place) for each A and the next B whose page differs."""
     out = []
     for i, (_, a) in enumerate(rows):
@@ -81,7 +87,9 @@ async def generate(backend: Any, prompts: list[list[dict[str, Any]]], max_tokens
     return out
 
 
-def swap_stats(actions_a: list[str], actions_b: list[str], pages: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+def swap_stats(
+    actions_a: list[str], actions_b: list[str], pages: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> dict[str, Any]:
     """`depends` and `follows` (see the module docstring) over the pairs."""
     depends = sum(a != b for a, b in zip(actions_a, actions_b))
     follows = 0
@@ -95,11 +103,18 @@ def swap_stats(actions_a: list[str], actions_b: list[str], pages: list[tuple[dic
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a model directory (e.g. runs/sft/final) or `embedded`")
-    p.add_argument("--run", required=True, type=Path, help="an eval run folder (--prompt compact) whose first pages are swapped")
+    p.add_argument(
+        "--run",
+        required=True,
+        type=Path,
+        help="an eval run folder (--prompt compact) whose first pages are swapped",
+    )
     p.add_argument("--tasks", default="", help="comma-separated tasks of the run (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--json", type=Path, default=None, help="also write the results (and every pair's actions) here")
+    p.add_argument(
+        "--json", type=Path, default=None, help="also write the results (and every pair's actions) here"
+    )
     p.add_argument("--show", type=int, default=2, help="example pairs printed per task")
     args = p.parse_args(argv)
     if args.threads:
@@ -113,13 +128,24 @@ def main(argv: list[str] | None = None) -> int:
         on_a = asyncio.run(generate(backend, [a for a, _ in swapped], args.max_new_tokens))
         on_b = asyncio.run(generate(backend, [b for _, b in swapped], args.max_new_tokens))
         stats = swap_stats(on_a, on_b, [(a[-1], b[-1]) for a, b in swapped])
-        stats["examples"] = [{"page_a": a[-1]["content"].split("\n", 1)[0], "action_a": x, "page_b": b[-1]["content"].split("\n", 1)[0], "action_b": y}
-                             for (a, b), x, y in zip(swapped, on_a, on_b)]
+        stats["examples"] = [
+            {
+                "page_a": a[-1]["content"].split("\n", 1)[0],
+                "action_a": x,
+                "page_b": b[-1]["content"].split("\n", 1)[0],
+                "action_b": y,
+            }
+            for (a, b), x, y in zip(swapped, on_a, on_b)
+        ]
         results["tasks"][task] = stats
-        print(f"{task:16s} pairs {stats['pairs']:3d}  first action depends on the page {stats['depends']:.2f}"
-              f"  follows the swapped page's target {stats['follows']:.2f}")
+        print(
+            f"{task:16s} pairs {stats['pairs']:3d}  first action depends on the page {stats['depends']:.2f}"
+            f"  follows the swapped page's target {stats['follows']:.2f}"
+        )
         for ex in stats["examples"][: args.show]:
-            print(f"    {ex['page_a'][:70]!r} -> {ex['action_a']!r}\n    {ex['page_b'][:70]!r} -> {ex['action_b']!r}")
+            print(
+                f"    {ex['page_a'][:70]!r} -> {ex['action_a']!r}\n    {ex['page_b'][:70]!r} -> {ex['action_b']!r}"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

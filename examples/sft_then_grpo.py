@@ -51,27 +51,57 @@ def run(argv: list[str], done: Path, *, program: str = "envharness") -> None:
 def eval_stage(args: argparse.Namespace, model: str, name: str, temperature: float) -> Path:
     out = args.out / name
     tasks = ",".join([*args.tasks.split(","), *[t for t in args.transfer.split(",") if t]])
-    run(["eval", "--model", model, "--prompt", "compact", "--tasks", tasks, "--episodes", str(args.eval_episodes),
-         "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens), "--temperature", str(temperature),
-         "--no-progress", "--out", str(out), *(["--threads", str(args.threads)] if args.threads else [])], out / "summary.json")
+    run(
+        [
+            "eval",
+            "--model",
+            model,
+            "--prompt",
+            "compact",
+            "--tasks",
+            tasks,
+            "--episodes",
+            str(args.eval_episodes),
+            "--max-turns",
+            str(args.max_turns),
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--temperature",
+            str(temperature),
+            "--no-progress",
+            "--out",
+            str(out),
+            *(["--threads", str(args.threads)] if args.threads else []),
+        ],
+        out / "summary.json",
+    )
     return out
 
 
 def table(args: argparse.Namespace, runs: dict[str, dict[str, Path]]) -> str:
     """Markdown: one row per task and decoding, one column per stage."""
+
     def cell(summary: Path, task: str) -> str:
         rows = {r["task"]: r for r in json.loads(summary.read_text())["tasks"]}
         r = rows.get(task)
-        return "-" if r is None else f"{r['successes']}/{r['episodes']} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+        return (
+            "-" if r is None else f"{r['successes']}/{r['episodes']} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+        )
 
     stages = list(runs)
-    lines = [f"| success, {args.eval_episodes} held-out seeds [95% CI] | " + " | ".join(stages) + " |",
-             "|---|" + "---:|" * len(stages)]
+    lines = [
+        f"| success, {args.eval_episodes} held-out seeds [95% CI] | " + " | ".join(stages) + " |",
+        "|---|" + "---:|" * len(stages),
+    ]
     transfer = [t for t in args.transfer.split(",") if t]
     for task in [*args.tasks.split(","), *transfer]:
         for decoding in ("greedy", "sampled"):
             label = f"{task}{' (transfer)' if task in transfer else ''}, {decoding}"
-            lines.append(f"| {label} | " + " | ".join(cell(runs[s][decoding] / "summary.json", task) for s in stages) + " |")
+            lines.append(
+                f"| {label} | "
+                + " | ".join(cell(runs[s][decoding] / "summary.json", task) for s in stages)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -79,10 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="embedded", help="the base model")
     p.add_argument("--tasks", default="enter-text,login-user", help="demonstrated and trained tasks")
-    p.add_argument("--transfer", default="enter-password", help="evaluated only: no demonstration, no training")
+    p.add_argument(
+        "--transfer", default="enter-password", help="evaluated only: no demonstration, no training"
+    )
     p.add_argument("--out", type=Path, default=Path("runs/two-stage"))
-    p.add_argument("--demo-episodes", type=int, default=64, help="scripted demonstrations per task (seeds 1000..)")
-    p.add_argument("--sft-steps", type=int, default=3, help="SFT optimizer steps (short on purpose: see the docstring)")
+    p.add_argument(
+        "--demo-episodes", type=int, default=64, help="scripted demonstrations per task (seeds 1000..)"
+    )
+    p.add_argument(
+        "--sft-steps", type=int, default=3, help="SFT optimizer steps (short on purpose: see the docstring)"
+    )
     p.add_argument("--sft-lr", type=float, default=5e-5)
     p.add_argument("--sft-batch-size", type=int, default=8)
     p.add_argument("--grpo-minutes", type=float, default=40.0)
@@ -97,21 +133,87 @@ def main(argv: list[str] | None = None) -> int:
     threads = ["--threads", str(args.threads)] if args.threads else []
     common = ["--prompt", "compact", "--max-turns", str(args.max_turns)]
 
-    runs = {"base": {"greedy": eval_stage(args, args.model, "base", 0.0), "sampled": eval_stage(args, args.model, "base-sampled", 1.0)}}
+    runs = {
+        "base": {
+            "greedy": eval_stage(args, args.model, "base", 0.0),
+            "sampled": eval_stage(args, args.model, "base-sampled", 1.0),
+        }
+    }
     sft = args.out / "sft"
-    run(["sft", "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes), "--steps", str(args.sft_steps),
-         "--batch-size", str(args.sft_batch_size), "--lr", str(args.sft_lr), *common, "--out", str(sft), *threads], sft / "final" / "config.json")
-    runs["SFT"] = {"greedy": eval_stage(args, str(sft / "final"), "sft-eval", 0.0), "sampled": eval_stage(args, str(sft / "final"), "sft-sampled", 1.0)}
+    run(
+        [
+            "sft",
+            "--model",
+            args.model,
+            "--tasks",
+            args.tasks,
+            "--episodes",
+            str(args.demo_episodes),
+            "--steps",
+            str(args.sft_steps),
+            "--batch-size",
+            str(args.sft_batch_size),
+            "--lr",
+            str(args.sft_lr),
+            *common,
+            "--out",
+            str(sft),
+            *threads,
+        ],
+        sft / "final" / "config.json",
+    )
+    runs["SFT"] = {
+        "greedy": eval_stage(args, str(sft / "final"), "sft-eval", 0.0),
+        "sampled": eval_stage(args, str(sft / "final"), "sft-sampled", 1.0),
+    }
     grpo = args.out / "sft-grpo"
-    run(["train", "--model", str(sft / "final"), "--tasks", args.tasks, *common, "--max-new-tokens", str(args.max_new_tokens),
-         "--minutes", str(args.grpo_minutes), "--num-generations", str(args.num_generations), "--groups-per-step", "1",
-         "--lr", str(args.grpo_lr), "--out", str(grpo), *threads], grpo / "final" / "config.json")
-    runs["SFT+GRPO"] = {"greedy": eval_stage(args, str(grpo / "final"), "grpo-eval", 0.0), "sampled": eval_stage(args, str(grpo / "final"), "grpo-sampled", 1.0)}
+    run(
+        [
+            "train",
+            "--model",
+            str(sft / "final"),
+            "--tasks",
+            args.tasks,
+            *common,
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--minutes",
+            str(args.grpo_minutes),
+            "--num-generations",
+            str(args.num_generations),
+            "--groups-per-step",
+            "1",
+            "--lr",
+            str(args.grpo_lr),
+            "--out",
+            str(grpo),
+            *threads,
+        ],
+        grpo / "final" / "config.json",
+    )
+    runs["SFT+GRPO"] = {
+        "greedy": eval_stage(args, str(grpo / "final"), "grpo-eval", 0.0),
+        "sampled": eval_stage(args, str(grpo / "final"), "grpo-sampled", 1.0),
+    }
     for name, model in (("sft", sft / "final"), ("grpo", grpo / "final")):
         swap = args.out / f"page-swap-{name}.json"
-        run(["--model", str(model), "--run", str(runs["base"]["greedy"]),
-             "--tasks", args.tasks + ("," + args.transfer if args.transfer else ""), "--max-new-tokens", str(args.max_new_tokens),
-             "--json", str(swap), *threads], swap, program="examples/page_swap.py")
+        run(
+            [
+                "--model",
+                str(model),
+                "--run",
+                str(runs["base"]["greedy"]),
+                "--tasks",
+                args.tasks + ("," + args.transfer if args.transfer else ""),
+                "--max-new-tokens",
+                str(args.max_new_tokens),
+                "--json",
+                str(swap),
+                *threads,
+            ],
+            swap,
+            program="examples/page_swap.py",
+        )
     (args.out / "results.md").write_text(table(args, runs))
     print((args.out / "results.md").read_text())
     return 0

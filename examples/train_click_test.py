@@ -38,7 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task", default="click-test", help="MiniWoB task (click-test, click-button, ...)")
     p.add_argument("--minutes", type=float, default=60.0, help="training time budget")
     p.add_argument("--eval-episodes", type=int, default=32, help="held-out episodes before and after")
-    p.add_argument("--no-greedy-eval", action="store_true", help="skip the greedy (temperature 0) evaluations")
+    p.add_argument(
+        "--no-greedy-eval", action="store_true", help="skip the greedy (temperature 0) evaluations"
+    )
     p.add_argument("--docs-png", default=None, help="also copy the reward curve to this path")
     p.add_argument("--output-dir", default=None)
     p.add_argument("--lora", action="store_true", help="LoRA instead of a full fine-tune")
@@ -47,10 +49,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--groups-per-step", type=int, default=TrainConfig.groups_per_step)
     p.add_argument("--max-completion-length", type=int, default=TrainConfig.max_completion_length)
     p.add_argument("--temperature", type=float, default=TrainConfig.temperature)
-    p.add_argument("--prompt", choices=prompt_names(), default=TrainConfig.prompt, help="prompt style (envharness.prompts)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice; 1 is much faster when other jobs share the cores)")
-    p.add_argument("--env-url", default=None, help="a running `envharness serve browsergym` (default: start one)")
+    p.add_argument(
+        "--prompt",
+        choices=prompt_names(),
+        default=TrainConfig.prompt,
+        help="prompt style (envharness.prompts)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice; 1 is much faster when other jobs share the cores)",
+    )
+    p.add_argument(
+        "--env-url", default=None, help="a running `envharness serve browsergym` (default: start one)"
+    )
     return p.parse_args(argv)
 
 
@@ -63,10 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir or time.strftime(f"runs/grpo-{args.task}-%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     config = TrainConfig(
-        tasks=[args.task], output_dir=str(out), minutes=args.minutes, lora=args.lora, learning_rate=args.lr,
-        num_generations=args.num_generations, groups_per_step=args.groups_per_step,
-        max_completion_length=args.max_completion_length, temperature=args.temperature, prompt=args.prompt,
-        save_steps=50, threads=args.threads,
+        tasks=[args.task],
+        output_dir=str(out),
+        minutes=args.minutes,
+        lora=args.lora,
+        learning_rate=args.lr,
+        num_generations=args.num_generations,
+        groups_per_step=args.groups_per_step,
+        max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
+        prompt=args.prompt,
+        save_steps=50,
+        threads=args.threads,
     )
     seeds = list(range(args.eval_episodes))  # training seeds are drawn from [1e6, 2e6): these are held out
     model, tokenizer = load_model("embedded")
@@ -74,11 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     greedy = dataclasses.replace(config, temperature=0.0)
 
     def measure(model: object, when: str) -> dict[str, float]:
-        rates = {"sampled": evaluate(model, tokenizer, make_client, config, seeds, records=out / f"eval_{when}.jsonl")}
+        rates = {
+            "sampled": evaluate(
+                model, tokenizer, make_client, config, seeds, records=out / f"eval_{when}.jsonl"
+            )
+        }
         if not args.no_greedy_eval:
-            rates["greedy"] = evaluate(model, tokenizer, make_client, greedy, seeds, records=out / f"eval_{when}_greedy.jsonl")
-        print(f"[eval] {when} training: " + ", ".join(f"{k} {v:.1%}" for k, v in rates.items())
-              + f" success on {len(seeds)} held-out episodes", file=sys.stderr, flush=True)
+            rates["greedy"] = evaluate(
+                model, tokenizer, make_client, greedy, seeds, records=out / f"eval_{when}_greedy.jsonl"
+            )
+        print(
+            f"[eval] {when} training: "
+            + ", ".join(f"{k} {v:.1%}" for k, v in rates.items())
+            + f" success on {len(seeds)} held-out episodes",
+            file=sys.stderr,
+            flush=True,
+        )
         return rates
 
     with env_clients("browsergym", args.env_url) as make_client:
@@ -114,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| task | steps | train time | eval | success before | success after | gain |")
     print("|---|---|---|---|---|---|---|")
     for k in before:
-        print(f"| {args.task} | {result.steps} | {result.seconds / 60:.1f} min | {k} | {before[k]:.1%} ({round(before[k] * n)}/{n}) "
-              f"| {after[k]:.1%} ({round(after[k] * n)}/{n}) | {100 * (after[k] - before[k]):+.1f} pts |")
+        print(
+            f"| {args.task} | {result.steps} | {result.seconds / 60:.1f} min | {k} | {before[k]:.1%} ({round(before[k] * n)}/{n}) "
+            f"| {after[k]:.1%} ({round(after[k] * n)}/{n}) | {100 * (after[k] - before[k]):+.1f} pts |"
+        )
     print(f"\nresults: {out / 'results.json'}\nreward curve: {result.reward_curve_path}")
     return 0
 

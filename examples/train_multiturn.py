@@ -37,10 +37,21 @@ from envharness.integrations.trl.training import TrainConfig, env_clients, evalu
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tasks", default="click-button-sequence,enter-text", help="comma-separated MiniWoB tasks, trained as a mix")
+    p.add_argument(
+        "--tasks",
+        default="click-button-sequence,enter-text",
+        help="comma-separated MiniWoB tasks, trained as a mix",
+    )
     p.add_argument("--minutes", type=float, default=60.0, help="training time budget")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (default: the time budget only)")
-    p.add_argument("--eval-episodes", type=int, default=32, help="held-out episodes per task and mode, before and after")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="stop after this many steps (default: the time budget only)",
+    )
+    p.add_argument(
+        "--eval-episodes", type=int, default=32, help="held-out episodes per task and mode, before and after"
+    )
     p.add_argument("--max-turns", type=int, default=2, help="actions per episode")
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--num-generations", type=int, default=8)
@@ -48,21 +59,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-completion-length", type=int, default=20, help="tokens per model turn")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--entropy-coef", type=float, default=0.0, help="TRL's entropy bonus (0: none)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on busy shared cores)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 is fastest on busy shared cores)"
+    )
     p.add_argument("--output-dir", default=None)
-    p.add_argument("--reuse-before", default=None,
-                   help="results_before.json of an earlier run with the same tasks, prompt, turns, temperature and seeds "
-                        "(the base model does not change: skip measuring it again)")
-    p.add_argument("--docs-png", default=None, help="also copy the curve here (e.g. docs/multiturn_curve.png)")
+    p.add_argument(
+        "--reuse-before",
+        default=None,
+        help="results_before.json of an earlier run with the same tasks, prompt, turns, temperature and seeds "
+        "(the base model does not change: skip measuring it again)",
+    )
+    p.add_argument(
+        "--docs-png", default=None, help="also copy the curve here (e.g. docs/multiturn_curve.png)"
+    )
     return p.parse_args(argv)
 
 
 def rate(successes: int, n: int) -> dict[str, Any]:
     lo, hi = wilson_interval(successes, n)
-    return {"successes": successes, "n": n, "rate": successes / n if n else 0.0, "ci95": [round(lo, 3), round(hi, 3)]}
+    return {
+        "successes": successes,
+        "n": n,
+        "rate": successes / n if n else 0.0,
+        "ci95": [round(lo, 3), round(hi, 3)],
+    }
 
 
-def measure(model: Any, tokenizer: Any, make_client: Any, config: TrainConfig, tasks: list[str], seeds: list[int], out: Path, when: str) -> dict:
+def measure(
+    model: Any,
+    tokenizer: Any,
+    make_client: Any,
+    config: TrainConfig,
+    tasks: list[str],
+    seeds: list[int],
+    out: Path,
+    when: str,
+) -> dict:
     """{task: {"greedy": rate, "sampled": rate}} on `seeds`, played exactly as in training."""
     results: dict[str, dict[str, Any]] = {}
     for task in tasks:
@@ -70,11 +102,17 @@ def measure(model: Any, tokenizer: Any, make_client: Any, config: TrainConfig, t
         for mode, temperature in (("greedy", 0.0), ("sampled", config.temperature)):
             cfg = dataclasses.replace(config, tasks=[task], temperature=temperature)
             started = time.perf_counter()
-            success = evaluate(model, tokenizer, make_client, cfg, seeds, records=out / f"eval_{when}_{task}_{mode}.jsonl")
+            success = evaluate(
+                model, tokenizer, make_client, cfg, seeds, records=out / f"eval_{when}_{task}_{mode}.jsonl"
+            )
             results[task][mode] = rate(round(success * len(seeds)), len(seeds))
             r = results[task][mode]
-            print(f"[eval] {when} {task} {mode}: {r['successes']}/{r['n']} = {r['rate']:.1%} "
-                  f"(95% CI {r['ci95'][0]:.0%}-{r['ci95'][1]:.0%}) in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+            print(
+                f"[eval] {when} {task} {mode}: {r['successes']}/{r['n']} = {r['rate']:.1%} "
+                f"(95% CI {r['ci95'][0]:.0%}-{r['ci95'][1]:.0%}) in {time.perf_counter() - started:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
     return results
 
 
@@ -93,19 +131,44 @@ def plot_curve(history: list[dict[str, Any]], path: Path, title: str) -> Path | 
     ax.plot(steps, [h["reward"] for h in rows], "o-", alpha=0.4, label="mean reward (success) per step")
     window = 5
     values = [h["reward"] for h in rows]
-    ax.plot(steps, [sum(values[max(0, i - window + 1): i + 1]) / len(values[max(0, i - window + 1): i + 1]) for i in range(len(values))],
-            "-", linewidth=2, label=f"moving average ({window} steps)")
-    ax.plot(steps, [h.get("frac_reward_zero_std", float("nan")) for h in rows], "s--", alpha=0.5, label="frac_reward_zero_std")
+    ax.plot(
+        steps,
+        [
+            sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+            for i in range(len(values))
+        ],
+        "-",
+        linewidth=2,
+        label=f"moving average ({window} steps)",
+    )
+    ax.plot(
+        steps,
+        [h.get("frac_reward_zero_std", float("nan")) for h in rows],
+        "s--",
+        alpha=0.5,
+        label="frac_reward_zero_std",
+    )
     ax.set_ylabel("share")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     ax.set_title(title)
     ent = ax.twinx()
-    ent.plot(steps, [h.get("entropy", float("nan")) for h in rows], "^-", color="tab:red", alpha=0.6, label="entropy (nats/token)")
+    ent.plot(
+        steps,
+        [h.get("entropy", float("nan")) for h in rows],
+        "^-",
+        color="tab:red",
+        alpha=0.6,
+        label="entropy (nats/token)",
+    )
     ent.set_ylabel("entropy")
     ent.legend(loc="upper right", fontsize=8)
-    for key, label in (("time/generate_s", "generation"), ("time/env_s", "environment"), ("time/train_s", "loss fwd+bwd+opt")):
+    for key, label in (
+        ("time/generate_s", "generation"),
+        ("time/env_s", "environment"),
+        ("time/train_s", "loss fwd+bwd+opt"),
+    ):
         ax2.plot(steps, [h.get(key, float("nan")) for h in rows], "-", label=label)
     ax2.set_xlabel("training step")
     ax2.set_ylabel("seconds per step")
@@ -138,10 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir or time.strftime("runs/multiturn-%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     config = TrainConfig(
-        tasks=tasks, output_dir=str(out), minutes=args.minutes, learning_rate=args.lr,
-        num_generations=args.num_generations, groups_per_step=args.groups_per_step, max_turns=args.max_turns,
-        max_completion_length=args.max_completion_length, temperature=args.temperature,
-        max_steps=args.max_steps or 30, save_steps=10_000, threads=args.threads,
+        tasks=tasks,
+        output_dir=str(out),
+        minutes=args.minutes,
+        learning_rate=args.lr,
+        num_generations=args.num_generations,
+        groups_per_step=args.groups_per_step,
+        max_turns=args.max_turns,
+        max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
+        max_steps=args.max_steps or 30,
+        save_steps=10_000,
+        threads=args.threads,
     )
     if args.max_steps:
         config = dataclasses.replace(config, minutes=None)
@@ -161,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         after = measure(result.model, tokenizer, make_client, config, tasks, seeds, out, "after")
     (out / "results_after.json").write_text(json.dumps(after, indent=2))
     # the progress log has every step's keys, including the StepTimer split added at log time
-    history = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines() if line.strip()]
+    history = [
+        json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines() if line.strip()
+    ]
     try:
         curve = plot_curve(history, out / "curve.png", f"GRPO, {args.max_turns} turns, on {', '.join(tasks)}")
         if args.docs_png and curve:
@@ -181,8 +254,15 @@ def main(argv: list[str] | None = None) -> int:
         "eval_seeds": f"{seeds[0]}..{seeds[-1]} per task (training seeds are drawn from [1e6, 2e6))",
         "before": before,
         "after": after,
-        "curve": [{k: h.get(k) for k in ("step", "reward", "entropy", "frac_reward_zero_std", "loss", *timing_keys)} for h in steps],
-        "median_step_time_split": {k: sorted(h[k] for h in steps if k in h)[len(steps) // 2] for k in timing_keys if steps and all(k in h for h in steps)},
+        "curve": [
+            {k: h.get(k) for k in ("step", "reward", "entropy", "frac_reward_zero_std", "loss", *timing_keys)}
+            for h in steps
+        ],
+        "median_step_time_split": {
+            k: sorted(h[k] for h in steps if k in h)[len(steps) // 2]
+            for k in timing_keys
+            if steps and all(k in h for h in steps)
+        },
         "final_model": str(result.final_model_dir),
         "total_seconds": round(time.perf_counter() - started, 1),
         "config": dataclasses.asdict(config),
@@ -192,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print("\n" + table(tasks, before, after, len(seeds)))
-    print(f"\n{result.steps} steps in {result.seconds / 60:.1f} min; results: {out / 'results.json'}; final model: {result.final_model_dir}")
+    print(
+        f"\n{result.steps} steps in {result.seconds / 60:.1f} min; results: {out / 'results.json'}; final model: {result.final_model_dir}"
+    )
     return 0
 
 

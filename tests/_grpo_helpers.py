@@ -51,14 +51,29 @@ def one_grpo_step(rollout_func: Callable, task: str, out_dir: Path) -> GRPOStep:
         handed.update(out)
         return out
 
-    config = TrainConfig(model="tiny", output_dir=str(out_dir), max_steps=1, num_generations=2, groups_per_step=2,
-                         max_completion_length=6, temperature=1.0, learning_rate=1e-3)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward_success, reply_length],
-                          args=grpo_config(config, save_strategy="no"), train_dataset=task_dataset([task], 4, seed=0),
-                          rollout_func=spy)
+    config = TrainConfig(
+        model="tiny",
+        output_dir=str(out_dir),
+        max_steps=1,
+        num_generations=2,
+        groups_per_step=2,
+        max_completion_length=6,
+        temperature=1.0,
+        learning_rate=1e-3,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[reward_success, reply_length],
+        args=grpo_config(config, save_strategy="no"),
+        train_dataset=task_dataset([task], 4, seed=0),
+        rollout_func=spy,
+    )
     scored, at_loss = {}, []
     generate_and_score = trainer._generate_and_score_completions
-    trainer._generate_and_score_completions = lambda inputs: scored.update(generate_and_score(inputs)) or scored
+    trainer._generate_and_score_completions = lambda inputs: (
+        scored.update(generate_and_score(inputs)) or scored
+    )
     compute_loss, per_token_logps = trainer._compute_loss, trainer._get_per_token_logps_and_entropies
 
     def capture_inputs(model, inputs):  # the batch the loss sees (TRL shuffles rows before it)
@@ -80,9 +95,14 @@ def one_grpo_step(rollout_func: Callable, task: str, out_dir: Path) -> GRPOStep:
 def loss_row(loss: dict, ids: list[int], prompt: list[int], used: set[int]) -> int:
     """The row of the loss batch holding this episode (same prompt, same completion), not
     one of `used`; adds it to `used`."""
-    rows = [r for r in range(len(loss["completion_ids"])) if r not in used
-            and loss["completion_ids"][r, : len(ids)].tolist() == ids and int(loss["completion_mask"][r].sum()) == len(ids)
-            and loss["prompt_ids"][r][loss["prompt_mask"][r].bool()].tolist() == prompt]
+    rows = [
+        r
+        for r in range(len(loss["completion_ids"]))
+        if r not in used
+        and loss["completion_ids"][r, : len(ids)].tolist() == ids
+        and int(loss["completion_mask"][r].sum()) == len(ids)
+        and loss["prompt_ids"][r][loss["prompt_mask"][r].bool()].tolist() == prompt
+    ]
     assert rows, "the episode is not in the loss batch"
     used.add(rows[0])
     return rows[0]

@@ -43,7 +43,9 @@ def tagged_processes(tag: str) -> dict[int, str]:
                 continue
             if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
                 continue
-            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+            found[int(entry.name)] = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+            )
         except (OSError, IndexError):
             continue
     return found
@@ -54,10 +56,19 @@ class Job:
     own session; with `prewarmed=` (the fixture) it is forked from the prewarmed interpreter,
     which spares it the import of torch, transformers and TRL (`_prewarmed.py`)."""
 
-    def __init__(self, args: list[str], tmp_path: Path, *, script: str | None = None, prewarmed: Prewarmed | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        tmp_path: Path,
+        *,
+        script: str | None = None,
+        prewarmed: Prewarmed | None = None,
+    ) -> None:
         self.tag = uuid.uuid4().hex
         self.log_path = tmp_path / f"job-{self.tag[:8]}.log"
-        env = dict(os.environ, ENVHARNESS_TEST_TAG=self.tag, TRL_EXPERIMENTAL_SILENCE="1", PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ, ENVHARNESS_TEST_TAG=self.tag, TRL_EXPERIMENTAL_SILENCE="1", PYTHONUNBUFFERED="1"
+        )
         command = [sys.executable, "-c", script, *args] if script is not None else [*CLI, *args]
         self.proc: subprocess.Popen | PrewarmedProcess | None = None
         if prewarmed is not None:
@@ -65,19 +76,30 @@ class Job:
         if self.proc is None:
             with self.log_path.open("w") as log:
                 # its own session: a Ctrl-C goes to the job's process group, as a terminal sends it
-                self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env=env, start_new_session=True, preexec_fn=default_sigint)
+                self.proc = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=default_sigint,
+                )
 
     @property
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_until(self, predicate: Callable[[], bool], timeout_s: float = 240.0, what: str = "condition") -> None:
+    def wait_until(
+        self, predicate: Callable[[], bool], timeout_s: float = 240.0, what: str = "condition"
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while not predicate():
             # an exit between the check and here may come after the job wrote what was awaited: look once more
             if self.proc.poll() is not None and not predicate():
-                raise AssertionError(f"the job exited ({self.proc.returncode}) before {what}:\n{self.output[-3000:]}")
+                raise AssertionError(
+                    f"the job exited ({self.proc.returncode}) before {what}:\n{self.output[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {what} within {timeout_s:.0f}s:\n{self.output[-3000:]}")
             time.sleep(0.2)
@@ -141,4 +163,3 @@ def held_at_step(step: int) -> str:
         "from envharness.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-

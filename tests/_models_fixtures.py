@@ -78,7 +78,9 @@ class Flaky:
         return None
 
 
-def chat_completions_app(backend: TransformersBackend, *, strict: bool = False, flaky: Flaky | None = None) -> FastAPI:
+def chat_completions_app(
+    backend: TransformersBackend, *, strict: bool = False, flaky: Flaky | None = None
+) -> FastAPI:
     """`/v1/chat/completions`: vLLM-like (token-id extras), or `strict` like a hosted API
     (unknown fields rejected with 400, stop strings removed from the text)."""
     app = FastAPI()
@@ -96,7 +98,10 @@ def chat_completions_app(backend: TransformersBackend, *, strict: bool = False, 
         body = await request.json()
         unknown = VLLM_EXTRAS & set(body) if strict else set()
         if unknown:
-            return JSONResponse({"error": {"message": f"Unrecognized request argument supplied: {sorted(unknown)[0]}"}}, status_code=400)
+            return JSONResponse(
+                {"error": {"message": f"Unrecognized request argument supplied: {sorted(unknown)[0]}"}},
+                status_code=400,
+            )
         prompt = chat.encode(tok, chat.render(tok, body["messages"], body.get("tools")))
         gen = (await asyncio.to_thread(backend.generate_from_ids, [prompt], [_sampling(body)]))[0]
         as_ids = body.get("return_tokens_as_token_ids")
@@ -106,11 +111,21 @@ def chat_completions_app(backend: TransformersBackend, *, strict: bool = False, 
         ]
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": _strip_stop(gen.text, gen.metadata.get("stop"), bool(body.get("include_stop_str_in_output")))},
+            "message": {
+                "role": "assistant",
+                "content": _strip_stop(
+                    gen.text, gen.metadata.get("stop"), bool(body.get("include_stop_str_in_output"))
+                ),
+            },
             "finish_reason": gen.finish_reason,
             "logprobs": {"content": entries} if body.get("logprobs") else None,
         }
-        data: dict[str, Any] = {"id": "chatcmpl-test", "object": "chat.completion", "model": body["model"], "choices": [choice]}
+        data: dict[str, Any] = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [choice],
+        }
         if body.get("return_token_ids"):
             choice["token_ids"] = gen.completion_ids
             data["prompt_token_ids"] = prompt
@@ -140,7 +155,11 @@ def trl_server_app(backend: TransformersBackend, *, legacy: bool, flaky: Flaky |
             params = _sampling({**body, **body.get("generation_kwargs", {})})
             prompts = [chat.encode(tok, p) for p in body["prompts"]]
             gens = await asyncio.to_thread(backend.generate_from_ids, prompts, [params] * len(prompts))
-            return {"prompt_ids": prompts, "completion_ids": [g.completion_ids for g in gens], "logprobs": [g.logprobs for g in gens]}
+            return {
+                "prompt_ids": prompts,
+                "completion_ids": [g.completion_ids for g in gens],
+                "logprobs": [g.logprobs for g in gens],
+            }
 
         return app
 
@@ -159,7 +178,9 @@ def trl_server_app(backend: TransformersBackend, *, legacy: bool, flaky: Flaky |
         body = await request.json()
         prompts = body["prompt"]
         if not (isinstance(prompts, list) and prompts and isinstance(prompts[0], list)):
-            return JSONResponse({"error": {"message": "this test server takes token-id prompts only"}}, status_code=400)
+            return JSONResponse(
+                {"error": {"message": "this test server takes token-id prompts only"}}, status_code=400
+            )
         gens = await asyncio.to_thread(backend.generate_from_ids, prompts, [_sampling(body)] * len(prompts))
         choices = []
         for i, (prompt, gen) in enumerate(zip(prompts, gens)):
@@ -167,8 +188,14 @@ def trl_server_app(backend: TransformersBackend, *, legacy: bool, flaky: Flaky |
             choices.append(
                 {
                     "index": i,
-                    "text": _strip_stop(gen.text, gen.metadata.get("stop"), bool(body.get("include_stop_str_in_output"))),
-                    "logprobs": {"tokens": tokens, "token_logprobs": gen.logprobs, "top_logprobs": [{}] * len(tokens)},
+                    "text": _strip_stop(
+                        gen.text, gen.metadata.get("stop"), bool(body.get("include_stop_str_in_output"))
+                    ),
+                    "logprobs": {
+                        "tokens": tokens,
+                        "token_logprobs": gen.logprobs,
+                        "top_logprobs": [{}] * len(tokens),
+                    },
                     "finish_reason": gen.finish_reason,
                     "stop_reason": gen.metadata.get("stop"),
                     "prompt_token_ids": prompt,

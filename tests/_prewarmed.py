@@ -177,8 +177,12 @@ class Prewarmed:
     def _ensure_started(self) -> bool:
         if self._proc is None and self._usable:
             ours, theirs = socket.socketpair()
-            self._proc = subprocess.Popen([sys.executable, "-c", _SERVER.format(preload=PRELOAD), str(theirs.fileno())],
-                                          env=self.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVER.format(preload=PRELOAD), str(theirs.fileno())],
+                env=self.env,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
             theirs.close()
             self._sock = ours
             ready = self._read(timeout_s=300)

@@ -11,7 +11,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from envharness.models.tiny_vlm import QWEN_SPECIALS, QWEN_TEMPLATE  # the tokenizer conventions of the tiny VLMs
+from envharness.models.tiny_vlm import (
+    QWEN_SPECIALS,
+    QWEN_TEMPLATE,
+)  # the tokenizer conventions of the tiny VLMs
 
 _CORPUS = [
     "You control a web browser. Reply with exactly one action, e.g. click('13').",
@@ -26,19 +29,36 @@ def tiny_qwen2vl_processor() -> Any:
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):  # no video processor: torchvision cannot load here
-        def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None, **kwargs: Any):
+        def __init__(
+            self, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None, **kwargs: Any
+        ):
             kwargs.pop("video_processor", None)
-            super().__init__(image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template, **kwargs)
+            super().__init__(
+                image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template, **kwargs
+            )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(_CORPUS, trainers.BpeTrainer(vocab_size=300, special_tokens=QWEN_SPECIALS, show_progress=False,
-                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.train_from_iterator(
+        _CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=QWEN_SPECIALS,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     tokenizer.chat_template = QWEN_TEMPLATE
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=112 * 112, patch_size=14, merge_size=2)
-    return ImageOnlyQwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN_TEMPLATE)
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=28 * 28, max_pixels=112 * 112, patch_size=14, merge_size=2
+    )
+    return ImageOnlyQwen2VLProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN_TEMPLATE
+    )
 
 
 def placeholder_count(processor: Any, image: Any) -> int:

@@ -36,10 +36,21 @@ if _WORKERS > 1:
 #: (one test per bash block, each 5-45 s) come after the files that take longer than their
 #: blocks. A guess that is off costs only time.
 HEAVIEST_FIRST = [
-    "test_eval_protocol.py", "test_browser_fidelity.py", "test_job_interrupts.py", "test_browser_gym_engine.py",
-    "test_fleet_ray.py", "test_browser_all_tasks.py", "test_sft.py", "test_models_embedded.py", "test_lifecycle.py",
-    "test_policy_training.py", "test_readme_commands.py", "test_browser_warm_pool.py", "test_browser_isolation.py",
-    "test_browser_engine.py", "test_fleet_router.py",
+    "test_eval_protocol.py",
+    "test_browser_fidelity.py",
+    "test_job_interrupts.py",
+    "test_browser_gym_engine.py",
+    "test_fleet_ray.py",
+    "test_browser_all_tasks.py",
+    "test_sft.py",
+    "test_models_embedded.py",
+    "test_lifecycle.py",
+    "test_policy_training.py",
+    "test_readme_commands.py",
+    "test_browser_warm_pool.py",
+    "test_browser_isolation.py",
+    "test_browser_engine.py",
+    "test_fleet_router.py",
 ]
 
 

@@ -58,8 +58,22 @@ def eval_rows(flags: list[str], name: str) -> list[dict]:
     folder = Path(tempfile.mkdtemp(prefix="fleet-eval-")) / name
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            code = cli_main(["eval", "--no-progress", "--no-screenshots", "--model", "scripted", "--tasks", "click-test,enter-text",
-                             "--episodes", "2", "--out", str(folder), *flags])
+            code = cli_main(
+                [
+                    "eval",
+                    "--no-progress",
+                    "--no-screenshots",
+                    "--model",
+                    "scripted",
+                    "--tasks",
+                    "click-test,enter-text",
+                    "--episodes",
+                    "2",
+                    "--out",
+                    str(folder),
+                    *flags,
+                ]
+            )
         if code != 0:
             raise SystemExit(f"envharness eval {' '.join(flags)} exited {code}")
         rows = json.loads((folder / "summary.json").read_text())["tasks"]
@@ -77,7 +91,9 @@ def main() -> None:
     try:
         ray.init(address=cluster.address, log_to_driver=False)
         out["cluster_start_s"] = time.monotonic() - t0
-        fleet = EnvFleet("browsergym", servers=3, host="127.0.0.1", server_args=["--max-sessions", "4"], health_poll_s=1.0)
+        fleet = EnvFleet(
+            "browsergym", servers=3, host="127.0.0.1", server_args=["--max-sessions", "4"], health_poll_s=1.0
+        )
         fleet.wait_ready(timeout_s=300)
         out["fleet_ready_s"] = time.monotonic() - t0
         first = fleet.addresses()
@@ -101,7 +117,11 @@ def main() -> None:
             out["killed_session_failed"] = False
         except ServerLostError:
             out["killed_session_failed"] = True
-        new = until(lambda: next((e for e in fleet.endpoints() if e.url not in out["urls"]), None), 120, "a replacement server")
+        new = until(
+            lambda: next((e for e in fleet.endpoints() if e.url not in out["urls"]), None),
+            120,
+            "a replacement server",
+        )
         out["replace_s"] = time.monotonic() - killed
         until(lambda: new.url in router.healthy_urls(), 60, "the router to take the replacement in")
         out["replace_in_router_s"] = time.monotonic() - killed
@@ -114,7 +134,11 @@ def main() -> None:
         node = next(n for n in nodes if n.node_id == gone["node_id"])
         cluster.remove_node(node)
         out["node_loss_session_fail_s"] = fail_time(by_url[gone["url"]])
-        until(lambda: gone["url"] not in router.healthy_urls(), 60, "the router to drop the removed node's server")
+        until(
+            lambda: gone["url"] not in router.healthy_urls(),
+            60,
+            "the router to drop the removed node's server",
+        )
 
         # 3. a node joins: the fleet is whole again, one server per node
         joined = time.monotonic()
@@ -130,7 +154,9 @@ def main() -> None:
             lease.reset(task="click-test", seed=1)
         # with the untouched server's session still open, four sessions over three servers
         out["session_urls_now"] = sorted([lease.url for lease in fresh] + [by_url[first[2]["url"]].url])
-        out["fresh_steps_ok"] = all(lease.step(BrowserGymAction(action_str="noop()")).reward == 0.0 for lease in fresh)
+        out["fresh_steps_ok"] = all(
+            lease.step(BrowserGymAction(action_str="noop()")).reward == 0.0 for lease in fresh
+        )
         for lease in fresh:
             lease.close()
         for lease in leases:
@@ -138,11 +164,16 @@ def main() -> None:
         tag = fleet.tag
         fleet.shutdown()
         fleet = None
-        out["fleet_procs_left"] = until(lambda: not tagged_pids(tag), 60, "the fleet's processes to end") and []
+        out["fleet_procs_left"] = (
+            until(lambda: not tagged_pids(tag), 60, "the fleet's processes to end") and []
+        )
 
         # 4. `envharness eval --servers 2` on this cluster gives the single-server report
         started = time.monotonic()
-        out["eval_rows"] = [eval_rows(["--servers", "2", "--ray-address", cluster.address], "fleet"), eval_rows([], "single")]
+        out["eval_rows"] = [
+            eval_rows(["--servers", "2", "--ray-address", cluster.address], "fleet"),
+            eval_rows([], "single"),
+        ]
         out["eval_s"] = time.monotonic() - started
     finally:
         if fleet is not None:

@@ -24,13 +24,17 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("fill('7', 'hello world')", "fill", {"bid": "7", "value": "hello world"}),
     ('fill("7", "it\'s here")', "fill", {"bid": "7", "value": "it's here"}),
     ("fill('7', value='Bob')", "fill", {"bid": "7", "value": "Bob"}),
-    ("fill(bid='7', text='x, y (z)')", "fill", {"bid": "7", "value": "x, y (z)"}),  # `text`: fill's older name
+    (
+        "fill(bid='7', text='x, y (z)')",
+        "fill",
+        {"bid": "7", "value": "x, y (z)"},
+    ),  # `text`: fill's older name
     ("fill('7', 'Bob', True)", "fill", {"bid": "7", "value": "Bob", "enable_autocomplete_menu": True}),
     ("click('7', modifiers=['Shift'])", "click", {"bid": "7", "modifiers": ["Shift"]}),
     ("mouse_click(10, 20, 'right')", "mouse_click", {"x": 10, "y": 20, "button": "right"}),
     ("send_keys('Enter')", "send_keys", {"text": "Enter"}),
     ("scroll('down')", "scroll", {"direction": "down"}),
-    ("scroll(\"UP\")", "scroll", {"direction": "up"}),
+    ('scroll("UP")', "scroll", {"direction": "up"}),
     ("scroll(0, 300)", "scroll", {"direction": "down"}),
     ("scroll(0, -200.5)", "scroll", {"direction": "up"}),
     # --- capitalised names, as small models write them
@@ -42,7 +46,11 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("action: click('13')", "click", {"bid": "13"}),
     ("Thought: the submit button has bid 13.\nAction: click('13')", "click", {"bid": "13"}),
     ("I will click the OK button, which is click('21').", "click", {"bid": "21"}),
-    ("To finish I need to press the button: click('5')\nThat should complete the task.", "click", {"bid": "5"}),
+    (
+        "To finish I need to press the button: click('5')\nThat should complete the task.",
+        "click",
+        {"bid": "5"},
+    ),
     # A call mentioned while reasoning loses to the one after the Action: marker.
     ("I considered click('3') but it is disabled.\nAction: click('4')", "click", {"bid": "4"}),
     # --- code fences
@@ -57,7 +65,11 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("Action: click(x)\nAction: click('6')", "click", {"bid": "6"}),
     # --- JSON tool-call blobs
     ('{"name": "click", "arguments": {"bid": "13"}}', "click", {"bid": "13"}),
-    ('<tool_call>\n{"name": "fill", "arguments": {"bid": "4", "text": "Zoe"}}\n</tool_call>', "fill", {"bid": "4", "value": "Zoe"}),
+    (
+        '<tool_call>\n{"name": "fill", "arguments": {"bid": "4", "text": "Zoe"}}\n</tool_call>',
+        "fill",
+        {"bid": "4", "value": "Zoe"},
+    ),
     ('{"name": "fill", "arguments": {"bid": "4", "value": "Zoe"}}', "fill", {"bid": "4", "value": "Zoe"}),
     ('{"function": {"name": "click", "arguments": "{\\"bid\\": \\"12\\"}"}}', "click", {"bid": "12"}),
     ('{"action": "click", "bid": 17}', "click", {"bid": "17"}),
@@ -78,7 +90,11 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("Action: `click('13')`", "click", {"bid": "13"}),
     ("```\nAction: click('13')\n```", "click", {"bid": "13"}),
     ("click('13')<|im_end|>", "click", {"bid": "13"}),
-    ("<think>I should click('3') first?</think>\nAction: fill('5', 'abc')", "fill", {"bid": "5", "value": "abc"}),
+    (
+        "<think>I should click('3') first?</think>\nAction: fill('5', 'abc')",
+        "fill",
+        {"bid": "5", "value": "abc"},
+    ),
     ('click("13", button="left")', "click", {"bid": "13", "button": "left"}),
     ("send_keys('Enter').", "send_keys", {"text": "Enter"}),
     ("1. click('13')", "click", {"bid": "13"}),
@@ -113,7 +129,11 @@ CORPUS: list[tuple[str, str | None, dict]] = [
     ("click(*['1'])", FALLBACK, {}),
     ("Action: noop", FALLBACK, {}),
     ("Action: click[13]", FALLBACK, {}),
-    ('{"name": "open_door", "arguments": {"action": "click", "bid": 1}}', FALLBACK, {}),  # nested dicts are not calls
+    (
+        '{"name": "open_door", "arguments": {"action": "click", "bid": 1}}',
+        FALLBACK,
+        {},
+    ),  # nested dicts are not calls
     # hostile or degenerate output: no exception, no action
     ("click({{}})", FALLBACK, {}),
     ("fill('1', {'a'})", FALLBACK, {}),
@@ -159,8 +179,13 @@ def test_round_trip_through_the_action_string(text: str, name: str, args: dict):
 
 def test_action_strings_quote_safely():
     assert build_browsergym_action_str("fill", {"bid": "7", "value": "a'b\"c"}) == "fill('7', 'a\\'b\"c')"
-    assert build_browsergym_action_str("fill", {"bid": "7", "text": "a'b\"c"}) == "fill('7', 'a\\'b\"c')"  # older name
-    assert build_browsergym_action_str("click", {"bid": "7", "modifiers": ["Shift"]}) == "click('7', modifiers=['Shift'])"
+    assert (
+        build_browsergym_action_str("fill", {"bid": "7", "text": "a'b\"c"}) == "fill('7', 'a\\'b\"c')"
+    )  # older name
+    assert (
+        build_browsergym_action_str("click", {"bid": "7", "modifiers": ["Shift"]})
+        == "click('7', modifiers=['Shift'])"
+    )
     assert build_browsergym_action_str("noop", {}) == "noop()"
     assert build_browsergym_action_str("scroll", {"direction": "down"}) == "scroll('down')"
     with pytest.raises(KeyError):

@@ -82,33 +82,47 @@ async def fixture_page(env, fast: bool = True) -> dict[str, str]:
     page = env._actx.page
     await page.evaluate(SETUP_JS, FIXTURE_HTML)
     await env.step_async(A("noop()"))  # marks the new elements
-    return await page.evaluate("() => Object.fromEntries([...document.querySelectorAll('[id]')].map(e => [e.id, e.getAttribute('bid')]))")
+    return await page.evaluate(
+        "() => Object.fromEntries([...document.querySelectorAll('[id]')].map(e => [e.id, e.getAttribute('bid')]))"
+    )
 
 
 async def page_log(env) -> list[str]:
     return await env._actx.page.evaluate("() => window.log.splice(0)")
 
 
-@pytest.mark.parametrize(("action", "error"), [
-    ("click('{none}')", "ElementNotActionable: element {none} is not visible (display: none)"),
-    ("click('{inside-none}')", "ElementNotActionable: element {inside-none} is not visible (display: none on element "),
-    ("click('{invisible}')", "ElementNotActionable: element {invisible} is not visible (visibility: hidden)"),
-    ("hover('{empty}')", "ElementNotActionable: element {empty} is not visible (it has zero size)"),
-    ("fill('{none}', 'x')", "ElementNotActionable: element {none} is not visible"),
-    ("click('{disabled}')", "ElementNotActionable: element {disabled} is disabled"),
-    ("dblclick('{disabled}')", "ElementNotActionable: element {disabled} is disabled"),
-    ("fill('{in-fieldset}', 'x')", "ElementNotActionable: element {in-fieldset} is disabled"),
-    ("click('{label-of-disabled}')", "ElementNotActionable: element {label-of-disabled} is disabled (its control element {disabled-input} is)"),
-    ("click('{aria}')", "ElementNotActionable: element {aria} is disabled"),
-    ("fill('{readonly}', 'x')", "ElementNotActionable: element {readonly} is read-only"),
-    ("clear('{readonly}')", "ElementNotActionable: element {readonly} is read-only"),
-    ("check('{plain}')", "ElementNotActionable: element {plain} is not a checkbox or radio button"),
-    ("click('{under}')", "ElementNotActionable: element {under} is covered by element {cover}"),
-    ("hover('{under}')", "ElementNotActionable: element {under} is covered by element {cover}"),
-    ("drag_and_drop('{shown}', '{none}')", "ElementNotActionable: element {none} is not visible"),
-    ("click('99999')", 'ValueError: Could not find element with bid "99999"'),
-    ("select_option('{none}', 'a')", "ElementNotActionable: element {none} is not visible"),
-])
+@pytest.mark.parametrize(
+    ("action", "error"),
+    [
+        ("click('{none}')", "ElementNotActionable: element {none} is not visible (display: none)"),
+        (
+            "click('{inside-none}')",
+            "ElementNotActionable: element {inside-none} is not visible (display: none on element ",
+        ),
+        (
+            "click('{invisible}')",
+            "ElementNotActionable: element {invisible} is not visible (visibility: hidden)",
+        ),
+        ("hover('{empty}')", "ElementNotActionable: element {empty} is not visible (it has zero size)"),
+        ("fill('{none}', 'x')", "ElementNotActionable: element {none} is not visible"),
+        ("click('{disabled}')", "ElementNotActionable: element {disabled} is disabled"),
+        ("dblclick('{disabled}')", "ElementNotActionable: element {disabled} is disabled"),
+        ("fill('{in-fieldset}', 'x')", "ElementNotActionable: element {in-fieldset} is disabled"),
+        (
+            "click('{label-of-disabled}')",
+            "ElementNotActionable: element {label-of-disabled} is disabled (its control element {disabled-input} is)",
+        ),
+        ("click('{aria}')", "ElementNotActionable: element {aria} is disabled"),
+        ("fill('{readonly}', 'x')", "ElementNotActionable: element {readonly} is read-only"),
+        ("clear('{readonly}')", "ElementNotActionable: element {readonly} is read-only"),
+        ("check('{plain}')", "ElementNotActionable: element {plain} is not a checkbox or radio button"),
+        ("click('{under}')", "ElementNotActionable: element {under} is covered by element {cover}"),
+        ("hover('{under}')", "ElementNotActionable: element {under} is covered by element {cover}"),
+        ("drag_and_drop('{shown}', '{none}')", "ElementNotActionable: element {none} is not visible"),
+        ("click('99999')", 'ValueError: Could not find element with bid "99999"'),
+        ("select_option('{none}', 'a')", "ElementNotActionable: element {none} is not visible"),
+    ],
+)
 async def test_wrong_element_actions_fail_at_once_with_the_reason(env, action, error):
     bids = await fixture_page(env)
     obs = await env.step_async(A(action.format_map(bids)))
@@ -122,9 +136,14 @@ async def test_good_actions_run_and_checks_do_not_change_what_a_click_does(env):
     recorded = {}
     for fast in (True, False):
         bids = await fixture_page(env, fast=fast)
-        steps = [f"click('{bids['shown']}')", f"dblclick('{bids['events']}')",
-                 f"click('{bids['events']}', button='right')", f"click('{bids['events']}', modifiers=['Shift'])",
-                 f"hover('{bids['events']}')", f"check('{bids['hidden-checked']}')"]  # already checked: nothing to do
+        steps = [
+            f"click('{bids['shown']}')",
+            f"dblclick('{bids['events']}')",
+            f"click('{bids['events']}', button='right')",
+            f"click('{bids['events']}', modifiers=['Shift'])",
+            f"hover('{bids['events']}')",
+            f"check('{bids['hidden-checked']}')",
+        ]  # already checked: nothing to do
         for action in steps:
             obs = await env.step_async(A(action))
             assert obs.last_action_error == "", (fast, action, obs.last_action_error)
@@ -132,10 +151,13 @@ async def test_good_actions_run_and_checks_do_not_change_what_a_click_does(env):
     assert recorded[True] == recorded[False]
     assert recorded[True][:8] == [
         "shown",
-        "mousedown button=0 detail=1 shift=false key=", "mouseup button=0 detail=1 shift=false key=",
+        "mousedown button=0 detail=1 shift=false key=",
+        "mouseup button=0 detail=1 shift=false key=",
         "click button=0 detail=1 shift=false key=",
-        "mousedown button=0 detail=2 shift=false key=", "mouseup button=0 detail=2 shift=false key=",
-        "click button=0 detail=2 shift=false key=", "dblclick button=0 detail=2 shift=false key=",
+        "mousedown button=0 detail=2 shift=false key=",
+        "mouseup button=0 detail=2 shift=false key=",
+        "click button=0 detail=2 shift=false key=",
+        "dblclick button=0 detail=2 shift=false key=",
     ]
     assert "click button=0 detail=1 shift=true key=" in recorded[True]
     assert "contextmenu button=2 detail=0 shift=false key=" in recorded[True]

@@ -40,7 +40,11 @@ def test_every_action_has_exactly_one_primitive():
 def test_browsergym_action_names_are_all_offered():
     from browsergym.core.action.highlevel import ACTION_SUBSETS
 
-    names = {f.__name__ for subset in ("chat", "infeas", "bid", "coord", "nav", "tab") for f in ACTION_SUBSETS[subset]}
+    names = {
+        f.__name__
+        for subset in ("chat", "infeas", "bid", "coord", "nav", "tab")
+        for f in ACTION_SUBSETS[subset]
+    }
     assert names - set(ACTION_SIGNATURES) == {"upload_file", "mouse_upload_file"}
 
 
@@ -56,22 +60,39 @@ def test_parameter_names_match_browsergym():
     "text, expected",
     [
         ("click('12')", ParsedAction("click", {"bid": "12", "button": "left", "modifiers": ()})),
-        ('click("b22", button="right", modifiers=["Shift"])',
-         ParsedAction("click", {"bid": "b22", "button": "right", "modifiers": ("Shift",)})),
-        ("fill('45', 'multi-line\\nexample')",
-         ParsedAction("fill", {"bid": "45", "value": "multi-line\nexample", "enable_autocomplete_menu": False})),
-        ("fill('b534', \"Montre\", True)",
-         ParsedAction("fill", {"bid": "b534", "value": "Montre", "enable_autocomplete_menu": True})),
-        ("select_option('c48', ['red', 'green'])", ParsedAction("select_option", {"bid": "c48", "options": ("red", "green")})),
+        (
+            'click("b22", button="right", modifiers=["Shift"])',
+            ParsedAction("click", {"bid": "b22", "button": "right", "modifiers": ("Shift",)}),
+        ),
+        (
+            "fill('45', 'multi-line\\nexample')",
+            ParsedAction(
+                "fill", {"bid": "45", "value": "multi-line\nexample", "enable_autocomplete_menu": False}
+            ),
+        ),
+        (
+            "fill('b534', \"Montre\", True)",
+            ParsedAction("fill", {"bid": "b534", "value": "Montre", "enable_autocomplete_menu": True}),
+        ),
+        (
+            "select_option('c48', ['red', 'green'])",
+            ParsedAction("select_option", {"bid": "c48", "options": ("red", "green")}),
+        ),
         ("scroll(-50.2, -100.5)", ParsedAction("scroll", {"delta_x": -50.2, "delta_y": -100.5})),
-        ("mouse_click(56, 712.56, 'right')", ParsedAction("mouse_click", {"x": 56, "y": 712.56, "button": "right"})),
+        (
+            "mouse_click(56, 712.56, 'right')",
+            ParsedAction("mouse_click", {"x": 56, "y": 712.56, "button": "right"}),
+        ),
         ("noop()", ParsedAction("noop", {"wait_ms": None})),
         ("noop(500)", ParsedAction("noop", {"wait_ms": 500})),
         ("noop(wait_ms=1000)", ParsedAction("noop", {"wait_ms": 1000})),
         ("tab_focus(-1)", ParsedAction("tab_focus", {"index": -1})),
         ("go_back()", ParsedAction("go_back", {})),
         ("keyboard_press('ControlOrMeta+a')", ParsedAction("keyboard_press", {"key": "ControlOrMeta+a"})),
-        ("send_msg_to_user(\"the city was built in 1751\")", ParsedAction("send_msg_to_user", {"text": "the city was built in 1751"})),
+        (
+            'send_msg_to_user("the city was built in 1751")',
+            ParsedAction("send_msg_to_user", {"text": "the city was built in 1751"}),
+        ),
         # aliases of OpenEnv's harness tools
         ("send_keys('Enter')", ParsedAction("keyboard_press", {"key": "Enter"})),
         ("send_keys('Control+a')", ParsedAction("keyboard_press", {"key": "Control+a"})),
@@ -81,7 +102,10 @@ def test_parameter_names_match_browsergym():
         ("scroll('up')", ParsedAction("scroll", {"delta_x": 0, "delta_y": -SCROLL_STEP})),
         # surrounding whitespace, code fences, comments
         ("  click('7')  \n", ParsedAction("click", {"bid": "7", "button": "left", "modifiers": ()})),
-        ("```python\nclick('7')  # the submit button\n```", ParsedAction("click", {"bid": "7", "button": "left", "modifiers": ()})),
+        (
+            "```python\nclick('7')  # the submit button\n```",
+            ParsedAction("click", {"bid": "7", "button": "left", "modifiers": ()}),
+        ),
     ],
 )
 def test_valid_actions(text, expected):
@@ -191,13 +215,18 @@ def test_each_action_agrees_with_its_executor_grammar_and_tool():
         assert [p for p, _ in tool.params] == [p.name for p in declared.params], name
         assert tool.description == declared.doc
         schema = tool.spec()["inputSchema"]
-        assert list(schema["properties"]) == [p.name for p in declared.params] + [old for old, _ in declared.aliases]
+        assert list(schema["properties"]) == [p.name for p in declared.params] + [
+            old for old, _ in declared.aliases
+        ]
         aliased = {new for _, new in declared.aliases}
         required = [p.name for p in declared.params if p.default is REQUIRED]
         assert schema.get("required", []) == [p for p in required if p not in aliased], name
     for name, short in ACTIONS.shorthands.items():
         assert ACTION_TOOLS[name].declared == short.params
-    assert list(ACTION_TOOLS) == [*DEFAULT_TOOL_NAMES, *(a.name for a in ACTIONS.tools() if a.name not in DEFAULT_TOOL_NAMES)]
+    assert list(ACTION_TOOLS) == [
+        *DEFAULT_TOOL_NAMES,
+        *(a.name for a in ACTIONS.tools() if a.name not in DEFAULT_TOOL_NAMES),
+    ]
 
 
 @pytest.mark.parametrize("name", list(ACTION_TOOLS))
@@ -218,8 +247,17 @@ def test_every_tool_call_runs_its_executor_with_the_arguments_given(name):
 
 
 def test_stateful_actions_are_the_ones_that_leave_state_behind():
-    assert set(STATEFUL_ACTIONS) == {"mouse_down", "keyboard_down", "drag_and_drop", "goto", "go_back",
-                                     "go_forward", "new_tab", "tab_close", "tab_focus"}
+    assert set(STATEFUL_ACTIONS) == {
+        "mouse_down",
+        "keyboard_down",
+        "drag_and_drop",
+        "goto",
+        "go_back",
+        "go_forward",
+        "new_tab",
+        "tab_close",
+        "tab_focus",
+    }
 
 
 def test_fill_takes_browsergyms_value_and_still_accepts_text():
@@ -262,9 +300,13 @@ def test_an_action_declared_once_shows_up_everywhere(tap_twice):
     assert ctx.chat_messages == [{"role": "tap", "message": "4 right"}]
     # tools, action strings, the model-text parser
     assert ACTION_TOOLS["tap_twice"].spec() == {
-        "name": "tap_twice", "description": "Tap an element twice.",
-        "inputSchema": {"type": "object", "properties": {"bid": {"type": "string"}, "button": {"type": "string"}},
-                        "required": ["bid"]},
+        "name": "tap_twice",
+        "description": "Tap an element twice.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"bid": {"type": "string"}, "button": {"type": "string"}},
+            "required": ["bid"],
+        },
     }
     assert build_browsergym_action_str("tap_twice", {"bid": "4"}) == "tap_twice('4')"
     call = build_browsergym_action_tool_call("Thought: twice.\nAction: tap_twice('4')")
@@ -274,8 +316,12 @@ def test_an_action_declared_once_shows_up_everywhere(tap_twice):
     assert BrowserGymSessionFactory(lambda: None, extra_tools=["tap_twice"]).tool_names[-1] == "tap_twice"
     assert action_list(["tap_twice"]) == "tap_twice('bid'): Tap an element twice."
     assert "- tap_twice(bid, button=...): Tap an element twice." in action_instructions(["tap_twice"])
-    assert {"name": "tap_twice", "signature": "tap_twice(bid, button?)", "description": "Tap an element twice.",
-            "example": "tap_twice('12')"} in browser_actions()
+    assert {
+        "name": "tap_twice",
+        "signature": "tap_twice(bid, button?)",
+        "description": "Tap an element twice.",
+        "example": "tap_twice('12')",
+    } in browser_actions()
 
     ACTIONS.remove("tap_twice")
     with pytest.raises(ActionParseError, match="unknown action 'tap_twice'"):
@@ -306,8 +352,13 @@ async def _starred(ctx, *bid: str) -> None:
 
 @pytest.mark.parametrize(
     "fn, problem",
-    [(_undocumented, "docstring"), (_not_async, "async"), (_unknown_parameter, "describe parameter 'colour'"),
-     (_unknown_kind, "type hint"), (_starred, "named one")],
+    [
+        (_undocumented, "docstring"),
+        (_not_async, "async"),
+        (_unknown_parameter, "describe parameter 'colour'"),
+        (_unknown_kind, "type hint"),
+        (_starred, "named one"),
+    ],
 )
 def test_a_declaration_says_what_is_missing(fn, problem):
     with pytest.raises((ValueError, TypeError), match=problem):

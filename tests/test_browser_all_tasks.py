@@ -26,7 +26,9 @@ async def _check_task(env, task: str) -> list[str]:
     problems = []
     first = await env.reset_async(task=task, seed=7)  # loads the page
     if not first.goal or not first.url.endswith(f"/{task}.html") or not first.text:
-        problems.append(f"{task}: reset gave goal={first.goal!r} url={first.url!r} text={len(first.text)} chars")
+        problems.append(
+            f"{task}: reset gave goal={first.goal!r} url={first.url!r} text={len(first.text)} chars"
+        )
     obs = await env.step_async(BrowserGymAction(action_str="mouse_click(120, 150)"))
     if obs.last_action_error:
         problems.append(f"{task}: step failed: {obs.last_action_error}")
@@ -37,21 +39,30 @@ async def _check_task(env, task: str) -> list[str]:
         problems.append(f"{task}: in-place restart changed the goal: {first.goal!r} -> {again.goal!r}")
     for part in ("axtree_txt", "pruned_html") if task not in CHANGING_BY_ITSELF else ():
         if getattr(again, part) != getattr(first, part):
-            problems.append(f"{task}: in-place restart gave another {part} than a page load:\n"
-                            + "\n".join(_diff(getattr(first, part), getattr(again, part))))
+            problems.append(
+                f"{task}: in-place restart gave another {part} than a page load:\n"
+                + "\n".join(_diff(getattr(first, part), getattr(again, part)))
+            )
     return problems
 
 
 def _diff(before: str, after: str) -> list[str]:
-    return list(difflib.unified_diff(before.splitlines(), after.splitlines(), "page load", "in place", n=1, lineterm=""))[:20]
+    return list(
+        difflib.unified_diff(
+            before.splitlines(), after.splitlines(), "page load", "in place", n=1, lineterm=""
+        )
+    )[:20]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def task_checks(request):
     """task -> future of its problems, checked by SESSIONS workers in the background (only the
     tasks whose tests were selected)."""
-    selected = [item.callspec.params["task"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_task_resets_and_steps"]
+    selected = [
+        item.callspec.params["task"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_task_resets_and_steps"
+    ]
     loop = asyncio.get_running_loop()
     futures = {task: loop.create_future() for task in selected}
     todo = list(selected)

@@ -65,10 +65,14 @@ async def kill_browser(engine) -> int:
 def test_resolver_rules_keep_loopback_and_allowed_hosts():
     assert "--no-proxy-server" in CHROMIUM_ARGS
     assert "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" in CHROMIUM_ARGS
-    assert host_resolver_rules(["Example.org", "127.0.0.1"]) == \
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE example.org"
+    assert (
+        host_resolver_rules(["Example.org", "127.0.0.1"])
+        == "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE example.org"
+    )
     factory = make_environment_factory(allowed_hosts="localhost")
-    assert "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost" in factory.engine.args
+    assert (
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost" in factory.engine.args
+    )
 
 
 async def test_browser_resolves_no_outside_host(tmp_path):
@@ -88,12 +92,18 @@ async def test_browser_resolves_no_outside_host(tmp_path):
         await factory.aclose()  # the net log is written when the browser exits
     log = json.loads(netlog.read_text())
     names = {v: k for k, v in log["constants"]["logEventTypes"].items()}
-    resolved = {e["params"]["host"] for e in log["events"]
-                if names[e["type"]] == "HOST_RESOLVER_MANAGER_REQUEST" and "host" in e.get("params", {})}
+    resolved = {
+        e["params"]["host"]
+        for e in log["events"]
+        if names[e["type"]] == "HOST_RESOLVER_MANAGER_REQUEST" and "host" in e.get("params", {})
+    }
     looked_up = {re.sub(r"^\w+://", "", h).rsplit(":", 1)[0] for h in resolved}
     assert looked_up <= {"~notfound", "127.0.0.1"}, looked_up
-    requested = {e["params"]["url"] for e in log["events"]
-                 if names[e["type"]] == "REQUEST_ALIVE" and "url" in e.get("params", {})}
+    requested = {
+        e["params"]["url"]
+        for e in log["events"]
+        if names[e["type"]] == "REQUEST_ALIVE" and "url" in e.get("params", {})
+    }
     assert "http://miniwob.local/favicon.ico" in requested  # the favicon was asked for, and failed fast
     assert not [e for e in log["events"] if names[e["type"]] == "TCP_CONNECT"]
 
@@ -102,7 +112,9 @@ async def test_browser_killed_mid_step_gives_a_clear_error_and_a_relaunch():
     factory = make_environment_factory(pruned_html=False, extra_properties=False)
     busy, idle, fresh = factory(), factory(), factory()
     try:
-        await asyncio.gather(busy.reset_async(task="click-test", seed=0), idle.reset_async(task="enter-text", seed=1))
+        await asyncio.gather(
+            busy.reset_async(task="click-test", seed=0), idle.reset_async(task="enter-text", seed=1)
+        )
         in_flight = asyncio.create_task(busy.step_async(A("noop(20000)")))
         await asyncio.sleep(0.5)
         dead = await kill_browser(factory.engine)
@@ -113,9 +125,11 @@ async def test_browser_killed_mid_step_gives_a_clear_error_and_a_relaunch():
         with pytest.raises(BrowserSessionLost):  # still lost until it resets
             await busy.step_async(A("noop()"))
         # A new session and the resets of the old ones get a relaunched browser, concurrently.
-        first, _, _ = await asyncio.gather(busy.reset_async(task="click-test", seed=0),
-                                           idle.reset_async(task="enter-text", seed=1),
-                                           fresh.reset_async(task="click-test", seed=2))
+        first, _, _ = await asyncio.gather(
+            busy.reset_async(task="click-test", seed=0),
+            idle.reset_async(task="enter-text", seed=1),
+            fresh.reset_async(task="click-test", seed=2),
+        )
         assert factory.engine.browser_pids() not in ([], [dead]) and factory.engine.generation == 2
         obs = await busy.step_async(click_me(first.axtree_txt))
         assert (obs.reward, obs.done, obs.last_action_error) == (1.0, True, "")
@@ -128,8 +142,10 @@ async def test_browser_killed_mid_step_gives_a_clear_error_and_a_relaunch():
 async def test_dead_browser_over_the_wire_is_an_error_frame_then_reset_works():
     others = set(our_browser_pids())  # this test process's other servers (the shared ones, conftest.py)
     with LocalServer("browsergym", pruned_html=False, extra_properties=False) as server:
-        async with AsyncBrowserGymEnv(server.base_url, message_timeout_s=NO_HANG_S) as lost, \
-                AsyncBrowserGymEnv(server.base_url, message_timeout_s=NO_HANG_S) as later:
+        async with (
+            AsyncBrowserGymEnv(server.base_url, message_timeout_s=NO_HANG_S) as lost,
+            AsyncBrowserGymEnv(server.base_url, message_timeout_s=NO_HANG_S) as later,
+        ):
             await lost.reset(task="click-test", seed=0)
             (pid,) = set(our_browser_pids()) - others
             os.kill(pid, signal.SIGKILL)
@@ -184,7 +200,9 @@ async def test_a_dead_playwright_driver_is_replaced_and_the_engine_closes_cleanl
         driver = _driver_process(engine._playwright)
         os.kill(driver.pid, signal.SIGKILL)
         await asyncio.wait_for(driver.wait(), NO_HANG_S)
-        context = await asyncio.wait_for(engine.new_context(viewport=miniwob.MINIWOB_VIEWPORT, guard=HostGuard()), NO_HANG_S)
+        context = await asyncio.wait_for(
+            engine.new_context(viewport=miniwob.MINIWOB_VIEWPORT, guard=HostGuard()), NO_HANG_S
+        )
         page = await context.new_page()
         assert await page.evaluate("1 + 1") == 2
         assert _driver_process(engine._playwright).pid != driver.pid

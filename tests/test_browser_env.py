@@ -81,8 +81,10 @@ async def test_in_place_restart_observes_like_a_page_load(env):
     again = await env.reset_async(task="click-checkboxes", seed=3)
     assert again.axtree_txt == loaded.axtree_txt
     assert again.pruned_html == loaded.pruned_html
-    assert again.metadata["browsergym_obs"]["extra_element_properties"] == \
-        loaded.metadata["browsergym_obs"]["extra_element_properties"]
+    assert (
+        again.metadata["browsergym_obs"]["extra_element_properties"]
+        == loaded.metadata["browsergym_obs"]["extra_element_properties"]
+    )
     assert again.focused_element_bid == loaded.focused_element_bid
 
 

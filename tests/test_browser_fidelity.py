@@ -36,7 +36,9 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-os.environ.setdefault("PLAYWRIGHT_BROWSERS_PATH", os.path.join(os.path.dirname(__file__), "..", ".venv", "ms-playwright"))
+os.environ.setdefault(
+    "PLAYWRIGHT_BROWSERS_PATH", os.path.join(os.path.dirname(__file__), "..", ".venv", "ms-playwright")
+)
 
 from envharness.envs.browsergym import BrowserGymAction, BrowserGymEnv  # noqa: E402
 from envharness.envs.browsergym import miniwob  # noqa: E402
@@ -47,10 +49,20 @@ pytestmark = pytest.mark.slow
 
 #: (task, seed of the first episode, seed of the second), seeds the scripted solutions can solve.
 EPISODES = [
-    ("click-test", 0, 100), ("click-button", 1, 101), ("click-dialog-2", 2, 102), ("click-checkboxes", 3, 103),
-    ("click-option", 4, 104), ("focus-text-2", 5, 105), ("enter-text-2", 6, 106), ("enter-password", 7, 107),
-    ("login-user", 8, 108), ("choose-list", 9, 109), ("click-tab", 10, 110), ("click-widget", 12, 113),
-    ("click-collapsible", 12, 112), ("click-button-sequence", 13, 113),
+    ("click-test", 0, 100),
+    ("click-button", 1, 101),
+    ("click-dialog-2", 2, 102),
+    ("click-checkboxes", 3, 103),
+    ("click-option", 4, 104),
+    ("focus-text-2", 5, 105),
+    ("enter-text-2", 6, 106),
+    ("enter-password", 7, 107),
+    ("login-user", 8, 108),
+    ("choose-list", 9, 109),
+    ("click-tab", 10, 110),
+    ("click-widget", 12, 113),
+    ("click-collapsible", 12, 112),
+    ("click-button-sequence", 13, 113),
 ]
 MAX_STEPS = 8
 
@@ -58,19 +70,32 @@ MAX_STEPS = 8
 #: one episode. The bids are those the pages give (the same on both sides: the AXTree comparison
 #: after reset checks them).
 WRONG_ACTIONS = {
-    "click-test": (0, [
-        ("click('999')", 'ValueError: Could not find element with bid "999"'),
-        ("click('1')", "ElementNotActionable: element 1 is not visible (display: none)"),
-        ("fill('2', 'x')", "ElementNotActionable: element 2 is not visible (display: none)"),
-        ("dblclick('2')", "element 2 is not visible"),
-        ("click('13'", "ValueError: invalid action: not a valid action call"),
-        ("press_button('13')", "ValueError: invalid action: unknown action 'press_button'"),
-    ]),
+    "click-test": (
+        0,
+        [
+            ("click('999')", 'ValueError: Could not find element with bid "999"'),
+            ("click('1')", "ElementNotActionable: element 1 is not visible (display: none)"),
+            ("fill('2', 'x')", "ElementNotActionable: element 2 is not visible (display: none)"),
+            ("dblclick('2')", "element 2 is not visible"),
+            ("click('13'", "ValueError: invalid action: not a valid action call"),
+            ("press_button('13')", "ValueError: invalid action: unknown action 'press_button'"),
+        ],
+    ),
     "click-collapsible": (3, [("click('18')", "element 18 is not visible (display: none)")]),
-    "click-dialog": (3, [("click('14')", "element 14 is covered by element "),
-                         ("hover('16')", "element 16 is covered by element ")]),
-    "sign-agreement": (3, [("click('18')", "ElementNotActionable: element 18 is disabled"),
-                           ("fill('16', 'x')", "ElementNotActionable: element 16 is disabled")]),
+    "click-dialog": (
+        3,
+        [
+            ("click('14')", "element 14 is covered by element "),
+            ("hover('16')", "element 16 is covered by element "),
+        ],
+    ),
+    "sign-agreement": (
+        3,
+        [
+            ("click('18')", "ElementNotActionable: element 18 is disabled"),
+            ("fill('16', 'x')", "ElementNotActionable: element 16 is disabled"),
+        ],
+    ),
     "enter-text-2": (6, [("fill('13', 'x')", "is not an <input>, <textarea> or [contenteditable] element")]),
 }
 
@@ -96,7 +121,9 @@ def _stop_browsergym_playwright() -> None:
 @pytest.fixture(scope="module")
 def browsergym_make():
     """`gym.make` for BrowserGym's MiniWoB tasks, with MINIWOB_URL on a loopback http.server."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(miniwob.html_root())))
+    httpd = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(miniwob.html_root()))
+    )
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     old = os.environ.get("MINIWOB_URL")
@@ -125,8 +152,10 @@ def server(browser_server):
 def browsergym_texts(obs: dict) -> dict:
     from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 
-    return {"axtree": normalize(flatten_axtree_to_str(obs["axtree_object"])),
-            "html": prune_html(flatten_dom_to_str(obs["dom_object"]))}
+    return {
+        "axtree": normalize(flatten_axtree_to_str(obs["axtree_object"])),
+        "html": prune_html(flatten_dom_to_str(obs["dom_object"])),
+    }
 
 
 def normalize(axtree_txt: str) -> str:

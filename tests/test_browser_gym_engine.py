@@ -31,7 +31,13 @@ from envharness.envs.browsergym.solutions import next_action
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: (task, seed): tasks whose scripted solutions cover clicks, typing, checkboxes and forms.
-EPISODES = [("click-test", 3), ("click-button", 1), ("enter-text", 6), ("click-checkboxes", 3), ("login-user", 8)]
+EPISODES = [
+    ("click-test", 3),
+    ("click-button", 1),
+    ("enter-text", 6),
+    ("click-checkboxes", 3),
+    ("login-user", 8),
+]
 WRONG = ["click('999')", "click('13'", "press_button('13')", "__import__('os').system('true')", "noop()"]
 
 
@@ -46,7 +52,9 @@ def same_page(axtree: str) -> str:
     return re.sub(r"url='[^']*'", "url=<page>", axtree)
 
 
-def play(env: BrowserGymEnv, task: str, seed: int, actions: list[str] | None = None) -> tuple[list, list[str]]:
+def play(
+    env: BrowserGymEnv, task: str, seed: int, actions: list[str] | None = None
+) -> tuple[list, list[str]]:
     """(per-step (reward, done, error) , actions played): the scripted solution when `actions` is None."""
     result = env.reset(task=task, seed=seed)
     trace = [("reset", result.observation.goal, same_page(result.observation.axtree_txt))]
@@ -63,8 +71,14 @@ def play(env: BrowserGymEnv, task: str, seed: int, actions: list[str] | None = N
         played.append(action)
         result = env.step(BrowserGymAction(action_str=action))
         error = result.observation.last_action_error
-        trace.append((result.reward, result.done, error if error.startswith("ValueError: invalid action") else bool(error),
-                      same_page(result.observation.axtree_txt)))
+        trace.append(
+            (
+                result.reward,
+                result.done,
+                error if error.startswith("ValueError: invalid action") else bool(error),
+                same_page(result.observation.axtree_txt),
+            )
+        )
         if result.done:
             break
     return trace, played
@@ -90,7 +104,10 @@ def test_both_engines_agree_on_wrong_actions(servers):
     assert errors[0] is True and errors[4] is False  # a missing bid fails in the page; noop() does not
     assert errors[1].startswith("ValueError: invalid action: not a valid action call")
     assert errors[2].startswith("ValueError: invalid action: unknown action 'press_button'")
-    assert errors[3] == "ValueError: invalid action: the action must be called by its bare name; got attribute access"
+    assert (
+        errors[3]
+        == "ValueError: invalid action: the action must be called by its bare name; got attribute access"
+    )
     assert got[-1][:2] == (1.0, True)
 
 
@@ -149,7 +166,10 @@ def test_openended_start_url_and_goal_per_reset(site):
         assert "value='shoes'" in result.observation.axtree_txt and result.reward == 0.0 and not result.done
         result = env.step(BrowserGymAction(action_str="send_msg_to_user('found it')"))
         assert result.observation.metadata["browsergym_obs"]["chat_messages"][-1] == {
-            **result.observation.metadata["browsergym_obs"]["chat_messages"][-1], "role": "assistant", "message": "found it"}
+            **result.observation.metadata["browsergym_obs"]["chat_messages"][-1],
+            "role": "assistant",
+            "message": "found it",
+        }
         # a second reset takes another start page and goal
         result = env.reset(start_url=f"{site}/search", goal="Search for hats")
         assert result.observation.goal == "Search for hats" and result.observation.url == f"{site}/search"
@@ -170,8 +190,11 @@ async def test_a_killed_worker_ends_its_session_only(servers):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        lost, kept = await asyncio.gather(a.step(BrowserGymAction(action_str="click('13')")),
-                                          b.step(BrowserGymAction(action_str="click('13')")), return_exceptions=True)
+        lost, kept = await asyncio.gather(
+            a.step(BrowserGymAction(action_str="click('13')")),
+            b.step(BrowserGymAction(action_str="click('13')")),
+            return_exceptions=True,
+        )
         assert isinstance(lost, Exception) and "BrowserGym worker" in str(lost), lost
         assert kept.reward == 1.0 and kept.done
         await a.reset(task="click-test", seed=3)  # a new worker for the same session
@@ -192,7 +215,9 @@ def test_resets_keep_the_workers_browsers(servers):
         # the --disable-features Chromium reads (the last): BrowserGym's own, plus no spare renderer
         (cmdline,) = [open(f"/proc/{pid}/cmdline", "rb").read() for pid in browsers]
         last = re.findall(rb"--disable-features=([\w,]*)", cmdline)[-1].split(b",")
-        assert {b"OverlayScrollbars", b"ExtendedOverlayScrollbars", b"SpareRendererForSitePerProcess"} <= set(last), last
+        assert {b"OverlayScrollbars", b"ExtendedOverlayScrollbars", b"SpareRendererForSitePerProcess"} <= set(
+            last
+        ), last
         for task, seed in [("click-test", 2), ("click-button", 1), ("login-user", 8)]:
             trace, _ = play(env, task, seed)
             assert trace[-1][0] == 1.0 and trace[-1][1], (task, trace[-1][:3])
@@ -204,7 +229,11 @@ def test_features_join_the_last_disable_features_flag():
     from envharness.envs.browsergym.gym_engine.kept_browsers import with_features_disabled
 
     args = ["--disable-features=A", "--window-size=1,2", "--disable-features=B"]
-    assert with_features_disabled(args, ["C"]) == ["--disable-features=A", "--window-size=1,2", "--disable-features=B,C"]
+    assert with_features_disabled(args, ["C"]) == [
+        "--disable-features=A",
+        "--window-size=1,2",
+        "--disable-features=B,C",
+    ]
     assert with_features_disabled(["--x"], ["C", "D"]) == ["--x", "--disable-features=C,D"]
     assert with_features_disabled(args, []) == args
 
@@ -239,7 +268,9 @@ def _workers() -> list[int]:
 def test_unknown_benchmark_and_missing_package_refuse_in_one_line():
     from envharness.envs.browsergym.factory import make_environment_factory
 
-    with pytest.raises(ValueError, match=r"^unknown BrowserGym benchmark 'webshop'; known: miniwob, openended"):
+    with pytest.raises(
+        ValueError, match=r"^unknown BrowserGym benchmark 'webshop'; known: miniwob, openended"
+    ):
         make_environment_factory(benchmark="webshop")
     for name in ("webarena", "visualwebarena", "workarena", "assistantbench"):
         with pytest.raises(ValueError) as refused:
@@ -248,12 +279,26 @@ def test_unknown_benchmark_and_missing_package_refuse_in_one_line():
         assert "\n" not in message and f"pip install 'envharness[{name}]'" in message
 
 
-@pytest.mark.parametrize("name, environ, missing", [
-    ("webarena", {"WA_SHOPPING": "http://127.0.0.1:7770"},
-     "WA_SHOPPING_ADMIN, WA_REDDIT, WA_GITLAB, WA_WIKIPEDIA, WA_MAP, WA_HOMEPAGE"),
-    ("visualwebarena", {}, "VWA_CLASSIFIEDS, VWA_CLASSIFIEDS_RESET_TOKEN, VWA_SHOPPING, VWA_REDDIT, VWA_WIKIPEDIA, VWA_HOMEPAGE"),
-    ("workarena", {"SNOW_INSTANCE_URL": "https://x"}, "SNOW_INSTANCE_URL+SNOW_INSTANCE_UNAME+SNOW_INSTANCE_PWD or HUGGING_FACE_HUB_TOKEN"),
-])
+@pytest.mark.parametrize(
+    "name, environ, missing",
+    [
+        (
+            "webarena",
+            {"WA_SHOPPING": "http://127.0.0.1:7770"},
+            "WA_SHOPPING_ADMIN, WA_REDDIT, WA_GITLAB, WA_WIKIPEDIA, WA_MAP, WA_HOMEPAGE",
+        ),
+        (
+            "visualwebarena",
+            {},
+            "VWA_CLASSIFIEDS, VWA_CLASSIFIEDS_RESET_TOKEN, VWA_SHOPPING, VWA_REDDIT, VWA_WIKIPEDIA, VWA_HOMEPAGE",
+        ),
+        (
+            "workarena",
+            {"SNOW_INSTANCE_URL": "https://x"},
+            "SNOW_INSTANCE_URL+SNOW_INSTANCE_UNAME+SNOW_INSTANCE_PWD or HUGGING_FACE_HUB_TOKEN",
+        ),
+    ],
+)
 def test_missing_variables_are_named_when_the_package_is_there(monkeypatch, name, environ, missing):
     """The benchmark packages cannot be installed beside this project's pins (they pull
     transformers 4.57); the check of their variables runs as if the package were present."""
@@ -262,8 +307,10 @@ def test_missing_variables_are_named_when_the_package_is_there(monkeypatch, name
     with pytest.raises(benchmarks.BenchmarkUnavailable) as refused:
         benchmarks.check_benchmark(name, environ)
     assert missing in str(refused.value) and "\n" not in str(refused.value)
-    full = {**{v: "http://127.0.0.1:9" for v in benchmarks.BENCHMARKS[name].variables},
-            **{v: "x" for group in benchmarks.BENCHMARKS[name].alternatives[:1] for v in group}}
+    full = {
+        **{v: "http://127.0.0.1:9" for v in benchmarks.BENCHMARKS[name].variables},
+        **{v: "x" for group in benchmarks.BENCHMARKS[name].alternatives[:1] for v in group},
+    }
     assert benchmarks.check_benchmark(name, full).name == name
 
 
@@ -287,15 +334,52 @@ def test_openended_runs_through_eval(site, tmp_path, capsys):
     from envharness.cli import main as cli_main
 
     out = tmp_path / "eval"
-    code = cli_main(["eval", "--env", "browsergym", "--env-option", "benchmark=openended",
-                     "--env-option", f"start_url={site}/", "--env-option", "goal=Open the search page",
-                     "--model", "scripted", "--tasks", "openended", "--episodes", "1", "--max-turns", "2",
-                     "--no-screenshots", "--no-progress", "--out", str(out)])
+    code = cli_main(
+        [
+            "eval",
+            "--env",
+            "browsergym",
+            "--env-option",
+            "benchmark=openended",
+            "--env-option",
+            f"start_url={site}/",
+            "--env-option",
+            "goal=Open the search page",
+            "--model",
+            "scripted",
+            "--tasks",
+            "openended",
+            "--episodes",
+            "1",
+            "--max-turns",
+            "2",
+            "--no-screenshots",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     (record,) = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert record["task"] == "openended" and record["error"] is None and record["env_reward"] == 0.0
-    assert record["steps"][0]["url"] == f"{site}/" and "Open the search page" in json.dumps(record["steps"][0]["prompt"])
+    assert record["steps"][0]["url"] == f"{site}/" and "Open the search page" in json.dumps(
+        record["steps"][0]["prompt"]
+    )
     capsys.readouterr()
-    assert cli_main(["eval", "--env", "browsergym", "--env-option", "benchmark=openended", "--tasks", "click-test",
-                     "--out", str(tmp_path / "bad")]) == 2
+    assert (
+        cli_main(
+            [
+                "eval",
+                "--env",
+                "browsergym",
+                "--env-option",
+                "benchmark=openended",
+                "--tasks",
+                "click-test",
+                "--out",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )
     assert "unknown openended task 'click-test'" in capsys.readouterr().err

@@ -54,7 +54,9 @@ async def test_sessions_do_not_share_pages_cookies_or_storage(browser):
     factory = make_environment_factory(browser=browser)
     alice, bob = factory(), factory()
     try:
-        await asyncio.gather(alice.reset_async(task="enter-text", seed=1), bob.reset_async(task="enter-text", seed=1))
+        await asyncio.gather(
+            alice.reset_async(task="enter-text", seed=1), bob.reset_async(task="enter-text", seed=1)
+        )
         await alice._actx.page.evaluate(
             "() => { document.cookie = 'who=alice; path=/'; localStorage.setItem('who', 'alice');"
             " sessionStorage.setItem('who', 'alice'); }"
@@ -125,6 +127,7 @@ async def test_many_sessions_over_the_wire_each_get_the_task_they_chose(browser)
     """8 clients on one server (one Chromium, or two remote ones): every reset picks its own task and
     seed, the episodes run interleaved, and each one is the instance a lone session gets for that task and seed."""
     with LocalServer("browsergym", pruned_html=False, extra_properties=False, browser=browser) as server:
+
         async def play(i: int) -> list[tuple[str, int, str, float]]:
             played = []
             async with AsyncBrowserGymEnv(server.base_url) as env:
@@ -136,8 +139,14 @@ async def test_many_sessions_over_the_wire_each_get_the_task_they_chose(browser)
                     assert (await env.state()).task_name == task
                     for _ in range(8):
                         obs = result.observation
-                        result = await env.step(BrowserGymAction(action_str=next_action(obs.goal, obs.axtree_txt, task=task)))
-                        assert result.observation.last_action_error == "", (task, seed, result.observation.last_action_error)
+                        result = await env.step(
+                            BrowserGymAction(action_str=next_action(obs.goal, obs.axtree_txt, task=task))
+                        )
+                        assert result.observation.last_action_error == "", (
+                            task,
+                            seed,
+                            result.observation.last_action_error,
+                        )
                         if result.done:
                             break
                     played.append((task, seed, goal, result.reward))
@@ -160,8 +169,9 @@ async def test_text_typed_in_one_session_shows_only_there(browser):
         firsts = await asyncio.gather(*(env.reset_async(task="enter-text", seed=5) for env in envs))
         assert len({obs.axtree_txt for obs in firsts}) == 1  # identical pages, identical bids
         box = textbox_bid(firsts[0].axtree_txt)
-        typed = await asyncio.gather(*(env.step_async(A(f"fill('{box}', 'typed by session {i}')"))
-                                       for i, env in enumerate(envs)))
+        typed = await asyncio.gather(
+            *(env.step_async(A(f"fill('{box}', 'typed by session {i}')")) for i, env in enumerate(envs))
+        )
         for i, obs in enumerate(typed):
             assert f"value='typed by session {i}'" in obs.axtree_txt
             assert set(re.findall(r"typed by session (\d)", obs.axtree_txt)) == {str(i)}

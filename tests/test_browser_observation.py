@@ -95,13 +95,20 @@ async def test_element_properties_visibility_bbox_clickable(page):
     assert go["visibility"] == 1.0 and go["clickable"] is True and go["set_of_marks"] is True
     assert far["visibility"] == 0.0 and far["clickable"] is False  # 2000 px below the viewport, no handler
     box = await page.locator("#go").bounding_box()
-    assert go["bbox"] == pytest.approx([box["x"] * 1.5, box["y"] * 1.5, box["width"] * 1.5, box["height"] * 1.5])
+    assert go["bbox"] == pytest.approx(
+        [box["x"] * 1.5, box["y"] * 1.5, box["width"] * 1.5, box["height"] * 1.5]
+    )
 
 
 @pytest.mark.parametrize("fmt", ["png", "jpeg"])
 async def test_screenshot_only_when_asked_as_base64_image(page, fmt):
-    obs = await extract_page_observation(page, ObservationParts(axtree=False, pruned_html=False, extra_properties=False,
-                                                                screenshot=True, screenshot_format=fmt), scale_factor=1.5)
+    obs = await extract_page_observation(
+        page,
+        ObservationParts(
+            axtree=False, pruned_html=False, extra_properties=False, screenshot=True, screenshot_format=fmt
+        ),
+        scale_factor=1.5,
+    )
     image = Image.open(io.BytesIO(base64.b64decode(obs["screenshot"])))
     assert image.format == fmt.upper() and image.size == (600, 450)
 
@@ -119,7 +126,9 @@ async def test_frames_get_prefixed_bids_and_a_merged_tree(browser):
         inner = await bid(page, "#inner", frame)
         assert iframe_bid == "a" and inner.startswith("a") and inner[1:].isdigit()
         lines = obs["axtree_txt"].splitlines()
-        iframe_line = next(i for i, line in enumerate(lines) if line.strip().startswith(f"[{iframe_bid}] Iframe"))
+        iframe_line = next(
+            i for i, line in enumerate(lines) if line.strip().startswith(f"[{iframe_bid}] Iframe")
+        )
         assert any(f"[{inner}] button 'Inside'" in line for line in lines[iframe_line:])
         assert obs["focused_element_bid"] == await bid(page, "#field", frame)
         assert inner in obs["extra_element_properties"] and f'bid="{inner}"' in obs["pruned_html"]
@@ -129,7 +138,9 @@ async def test_frames_get_prefixed_bids_and_a_merged_tree(browser):
 
 async def test_mark_elements_alone_sets_bids_everywhere(page):
     await mark_elements(page)
-    unmarked = await page.evaluate("[...document.querySelectorAll('body *')].filter(e => !e.hasAttribute('bid')).length")
+    unmarked = await page.evaluate(
+        "[...document.querySelectorAll('body *')].filter(e => !e.hasAttribute('bid')).length"
+    )
     assert unmarked == 0
 
 

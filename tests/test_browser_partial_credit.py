@@ -14,7 +14,9 @@ from envharness.envs.browsergym.client import BrowserGymEnv
 from envharness.envs.browsergym.sessions import _verify
 from envharness.eval.stats import format_table, summarize
 
-CARD = re.compile(r'<div bid="(\w+)" class="card hidden" data-index="\d">\s*<span bid="\w+" class="card-value">\s*(-?\d+)')
+CARD = re.compile(
+    r'<div bid="(\w+)" class="card hidden" data-index="\d">\s*<span bid="\w+" class="card-value">\s*(-?\d+)'
+)
 
 
 def play_find_greatest(env, pick: str):
@@ -30,7 +32,10 @@ def play_find_greatest(env, pick: str):
 
 
 def test_a_wrong_card_earns_browsergyms_reward_but_is_partial_credit_not_success():
-    with LocalServer("browsergym", extra_properties=False) as server, BrowserGymEnv(base_url=server.base_url) as env:
+    with (
+        LocalServer("browsergym", extra_properties=False) as server,
+        BrowserGymEnv(base_url=server.base_url) as env,
+    ):
         right, wrong = play_find_greatest(env, "greatest"), play_find_greatest(env, "smallest")
     assert right.done and wrong.done
     assert (right.reward, wrong.reward) == (1.0, 1.0)  # BrowserGym's reward: raw > 0
@@ -48,8 +53,23 @@ def test_eval_counts_partial_credit_apart(tmp_path):
     """Full scores are successes, with the raw reward in each record and no partial column."""
     from envharness.cli import main
 
-    assert main(["eval", "--model", "scripted", "--tasks", "click-test", "--episodes", "2", "--out", str(tmp_path),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                "scripted",
+                "--tasks",
+                "click-test",
+                "--episodes",
+                "2",
+                "--out",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     import json
 
     (task,) = json.loads((tmp_path / "summary.json").read_text())["tasks"]

@@ -5,7 +5,13 @@ import pytest
 from PIL import Image
 
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction, BrowserGymEnv
-from envharness.envs.browsergym.solutions import SOLVED_TASKS, UnsolvableTask, next_action, parse_axtree, solve
+from envharness.envs.browsergym.solutions import (
+    SOLVED_TASKS,
+    UnsolvableTask,
+    next_action,
+    parse_axtree,
+    solve,
+)
 
 SEEDS = (0, 1, 2)
 MAX_STEPS = 8
@@ -16,7 +22,9 @@ def server(training_browser_server):
     return training_browser_server
 
 
-async def run_episode(env: AsyncBrowserGymEnv, task: str, seed: int, hint: bool) -> tuple[float, bool, list[str]]:
+async def run_episode(
+    env: AsyncBrowserGymEnv, task: str, seed: int, hint: bool
+) -> tuple[float, bool, list[str]]:
     """One episode driven by the scripted solution, as a text agent sees it: (reward, done, actions)."""
     result = await env.reset(task=task, seed=seed)
     actions: list[str] = []
@@ -39,14 +47,19 @@ async def test_solution_reaches_reward_one(server, task):
     async with AsyncBrowserGymEnv(server.base_url) as env:
         for seed in SEEDS:
             reward, done, actions = await run_episode(env, task, seed, hint=seed % 2 == 1)
-            assert (reward, done) == (1.0, True), f"{task} seed {seed}: reward {reward}, done {done} after {actions}"
+            assert (reward, done) == (1.0, True), (
+                f"{task} seed {seed}: reward {reward}, done {done} after {actions}"
+            )
 
 
 def test_clients_can_decode_screenshots_into_arrays(server):
     """The wire carries base64 PNG; clients hand over the array that code written for OpenEnv's
     screenshots reads with ``np.array(observation.screenshot, dtype=np.uint8)`` (the default),
     or with `screenshot_array=False` the base64 string; both keep the encoded bytes."""
-    with BrowserGymEnv(server.base_url, screenshot_array=False) as plain, BrowserGymEnv(server.base_url) as decoding:
+    with (
+        BrowserGymEnv(server.base_url, screenshot_array=False) as plain,
+        BrowserGymEnv(server.base_url) as decoding,
+    ):
         encoded = plain.reset(task="click-test", seed=0, screenshot=True).observation
         assert isinstance(encoded.screenshot, str) and encoded.screenshot_format == "png"
         result = decoding.reset(task="click-test", seed=0, screenshot=True)
@@ -54,10 +67,17 @@ def test_clients_can_decode_screenshots_into_arrays(server):
         assert image.size == (498, 321)  # MiniWoB's 332x214 viewport at BrowserGym's scale 1.5
         assert (result.observation.screenshot == encoded.screenshot_array()).all()
         assert result.observation.screenshot_bytes == encoded.screenshot_bytes  # not re-encoded
-        assert result.observation.model_dump(mode="json")["screenshot"] == encoded.screenshot  # compact again,
-        assert result.observation.model_dump()["screenshot"] == encoded.screenshot  # in records and tool results too
+        assert (
+            result.observation.model_dump(mode="json")["screenshot"] == encoded.screenshot
+        )  # compact again,
+        assert (
+            result.observation.model_dump()["screenshot"] == encoded.screenshot
+        )  # in records and tool results too
         result.observation.screenshot = None  # dropped (as eval does once it is stored): gone everywhere
-        assert result.observation.screenshot_bytes is None and result.observation.model_dump()["screenshot"] is None
+        assert (
+            result.observation.screenshot_bytes is None
+            and result.observation.model_dump()["screenshot"] is None
+        )
         assert result.observation.goal == "Click the button." and "Click Me!" in result.observation.axtree_txt
         assert decoding.reset(task="click-test", seed=0).observation.screenshot is None  # not asked for
 

@@ -29,8 +29,17 @@ async def _first_observations(factory, tasks_seeds):
 
 async def test_warm_sessions_see_what_cold_sessions_see():
     """Same task as the pool prepared, another task, and back: observations equal a cold start's."""
-    plan = [("click-test", 0), ("click-test", 1), ("enter-text", 2), ("enter-text", 3), ("click-checkboxes", 4)]
-    cold, warm = make_environment_factory(warm_sessions=0, **TEXT), make_environment_factory(warm_sessions=2, **TEXT)
+    plan = [
+        ("click-test", 0),
+        ("click-test", 1),
+        ("enter-text", 2),
+        ("enter-text", 3),
+        ("click-checkboxes", 4),
+    ]
+    cold, warm = (
+        make_environment_factory(warm_sessions=0, **TEXT),
+        make_environment_factory(warm_sessions=2, **TEXT),
+    )
     try:
         assert await _first_observations(warm, plan) == await _first_observations(cold, plan)
         assert warm.pool.ready == 2 and cold.pool.ready == 0
@@ -105,7 +114,10 @@ def test_warm_sessions_must_be_a_count(size):
 async def test_next_task_is_prepared_and_taken_by_the_task_change():
     """`next_task` opens that task's page while the episode runs; the reset that changes to it
     takes that page and sees what a page load gives."""
-    factory, cold = make_environment_factory(warm_sessions=0, **TEXT), make_environment_factory(warm_sessions=0, **TEXT)
+    factory, cold = (
+        make_environment_factory(warm_sessions=0, **TEXT),
+        make_environment_factory(warm_sessions=0, **TEXT),
+    )
     env, reference = factory(), cold()
     try:
         await env.reset_async(task="click-test", seed=0, next_task="enter-text")
@@ -116,8 +128,12 @@ async def test_next_task_is_prepared_and_taken_by_the_task_change():
         assert env._context is not before and factory.pool.ready == 0
         await reference.reset_async(task="click-test", seed=0)
         expected = await reference.reset_async(task="enter-text", seed=7)
-        assert (obs.goal, obs.axtree_txt, obs.pruned_html, obs.url) == \
-            (expected.goal, expected.axtree_txt, expected.pruned_html, expected.url)
+        assert (obs.goal, obs.axtree_txt, obs.pruned_html, obs.url) == (
+            expected.goal,
+            expected.axtree_txt,
+            expected.pruned_html,
+            expected.url,
+        )
         # Without a prepared page the task change loads the page in the session's own context.
         same = env._context
         await env.reset_async(task="click-button", seed=1)

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from envharness.check import check_environment, run_floor
-from envharness.check.floor import INJECTIONS, HostilePolicy, NoopPolicy, RandomPolicy, RepeatPolicy, random_call
+from envharness.check.floor import (
+    INJECTIONS,
+    HostilePolicy,
+    NoopPolicy,
+    RandomPolicy,
+    RepeatPolicy,
+    random_call,
+)
 from envharness.check.playground import first_difference, stable
 from envharness.check.report import PASS, SKIP, floor_markdown, floor_text
 from envharness.cli import main as cli_main
@@ -57,7 +64,9 @@ class LaxGuess(number_guess.NumberGuessEnvironment):
     """Plays guess-100 for any task name it does not know, instead of refusing it."""
 
     def reset(self, seed=None, episode_id=None, task="guess-100", **options):
-        return super().reset(seed, episode_id, task if task in number_guess.RANGES else "guess-100", **options)
+        return super().reset(
+            seed, episode_id, task if task in number_guess.RANGES else "guess-100", **options
+        )
 
 
 class GenerousGuess(number_guess.NumberGuessEnvironment):
@@ -70,16 +79,24 @@ class GenerousGuess(number_guess.NumberGuessEnvironment):
 
 
 def _spec(name: str, environment: str, harness: str = "number_guess:HARNESS") -> EnvSpec:
-    return EnvSpec(name=f"test_check:{name}", environment=f"test_check:{environment}",
-                   client="number_guess:AsyncNumberGuessEnv", harness=harness)
+    return EnvSpec(
+        name=f"test_check:{name}",
+        environment=f"test_check:{environment}",
+        client="number_guess:AsyncNumberGuessEnv",
+        harness=harness,
+    )
 
 
 LOSING_HARNESS = dataclasses.replace(number_guess.HARNESS, scripted_policy=lambda messages: "1")
 SEEDLESS = _spec("SEEDLESS", "SeedlessGuess")
 JAMMING = _spec("JAMMING", "JammingGuess")
 LAX = _spec("LAX", "LaxGuess")
-LOSING = EnvSpec(name="test_check:LOSING", environment="number_guess:NumberGuessEnvironment",
-                 client="number_guess:AsyncNumberGuessEnv", harness="test_check:LOSING_HARNESS")
+LOSING = EnvSpec(
+    name="test_check:LOSING",
+    environment="number_guess:NumberGuessEnvironment",
+    client="number_guess:AsyncNumberGuessEnv",
+    harness="test_check:LOSING_HARNESS",
+)
 GENEROUS = _spec("GENEROUS", "GenerousGuess")
 
 
@@ -87,7 +104,10 @@ GENEROUS = _spec("GENEROUS", "GenerousGuess")
 def importable(monkeypatch):
     """This module and the example importable in the servers started as child processes."""
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join([str(TESTS), str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
 
 
 def statuses(report) -> dict[str, str]:
@@ -101,7 +121,11 @@ BARE = "envharness.envs.echo.environment:EchoEnvironment"  # echo's server alone
 def test_an_environment_without_a_harness_gets_the_server_checks_and_says_which_it_skips(capsys):
     assert cli_main(["check", BARE, "--env-option", "max_steps=3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    status = {line.split()[1].rstrip(":"): line.split()[0] for line in lines if line.split()[:1] in (["PASS"], ["FAIL"], ["SKIP"])}
+    status = {
+        line.split()[1].rstrip(":"): line.split()[0]
+        for line in lines
+        if line.split()[:1] in (["PASS"], ["FAIL"], ["SKIP"])
+    }
     assert status["server_api"] == status["same_seed_same_episode"] == status["bad_wire_actions"] == PASS
     assert status["reset_after_done"] == PASS  # max_steps=3 ends its episodes
     assert status["bad_tool_calls"] == status["scripted_policy_wins"] == status["task_list"] == SKIP
@@ -136,8 +160,12 @@ def test_a_web_task_module_passes(monkeypatch):
     """The browser with the user's own web tasks (`--env-option tasks=webtasks.formtasks`)."""
     examples = str(TESTS.parent / "examples")
     monkeypatch.syspath_prepend(examples)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([examples, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    report = check_environment("browsergym", options={"tasks": "webtasks.formtasks"}, tasks=["fill-form", "tick-boxes"], episodes=1)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([examples, *filter(None, [os.environ.get("PYTHONPATH")])])
+    )
+    report = check_environment(
+        "browsergym", options={"tasks": "webtasks.formtasks"}, tasks=["fill-form", "tick-boxes"], episodes=1
+    )
     assert statuses(report) == dict.fromkeys(statuses(report), PASS), report.format()
 
 
@@ -148,12 +176,15 @@ def test_the_short_form_of_the_example_passes(capsys):
 
 
 # -- and fails, saying why, on broken environments --------------------------------------------
-@pytest.mark.parametrize("env, check, words", [
-    ("test_check:SEEDLESS", "same_seed_same_episode", "played twice with the same actions"),
-    ("test_check:JAMMING", "bad_tool_calls", "the episode died at"),
-    ("test_check:LOSING", "scripted_policy_wins", "it lost"),
-    ("test_check:LAX", "unknown_task", "the server accepted reset(task='guess-100-no-such-task')"),
-])
+@pytest.mark.parametrize(
+    "env, check, words",
+    [
+        ("test_check:SEEDLESS", "same_seed_same_episode", "played twice with the same actions"),
+        ("test_check:JAMMING", "bad_tool_calls", "the episode died at"),
+        ("test_check:LOSING", "scripted_policy_wins", "it lost"),
+        ("test_check:LAX", "unknown_task", "the server accepted reset(task='guess-100-no-such-task')"),
+    ],
+)
 def test_a_broken_environment_fails_the_check_it_breaks(env, check, words, capsys):
     assert cli_main(["check", env, "--episodes", "2"]) == 1
     lines = capsys.readouterr().out.splitlines()
@@ -188,13 +219,29 @@ def test_the_floor_on_miniwob_is_near_zero_and_tabled():
 
 def test_the_floor_on_wordle_is_zero_and_written(tmp_path, capsys):
     out = tmp_path / "floor"
-    assert cli_main(["check", "textarena", "--floor", "--tasks", "Wordle-v0", "--floor-out", str(out), "--no-progress"]) == 0
+    assert (
+        cli_main(
+            [
+                "check",
+                "textarena",
+                "--floor",
+                "--tasks",
+                "Wordle-v0",
+                "--floor-out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "no policy scored on any task" in printed
     row = next(line.split() for line in printed.splitlines() if line.startswith("Wordle-v0"))
     assert row[1:5] == ["0/3", "0/3", "0/3", "0/3"]
     saved = json.loads((out / "floor.json").read_text())
-    assert saved["scored"] == {} and saved["success_rate"] == dict.fromkeys(["random", "noop", "hostile", "repeat"], 0.0)
+    assert saved["scored"] == {} and saved["success_rate"] == dict.fromkeys(
+        ["random", "noop", "hostile", "repeat"], 0.0
+    )
     assert "| `Wordle-v0` | 0/3 | 0/3 | 0/3 | 0/3 |" in (out / "floor.md").read_text()
 
 
@@ -203,16 +250,34 @@ def test_a_policy_that_scores_is_listed_with_its_episodes(tmp_path, capsys):
     assert report.cell("guess-10", "random").successes == report.cell("guess-10", "repeat").successes == 3
     assert report.cell("guess-10", "noop").successes == 0  # no guess, no pay
     wins = report.scored()["guess-10"]
-    assert {e.policy for e in wins} >= {"random", "repeat"} and all(e.actions and e.reward == 1.0 for e in wins)
-    assert any(line.strip().startswith("random seed 0, reward 1: guess(number=") for line in floor_text(report).splitlines())
+    assert {e.policy for e in wins} >= {"random", "repeat"} and all(
+        e.actions and e.reward == 1.0 for e in wins
+    )
+    assert any(
+        line.strip().startswith("random seed 0, reward 1: guess(number=")
+        for line in floor_text(report).splitlines()
+    )
     assert "## Tasks where a policy scored" in floor_markdown(report)
-    code = cli_main(["check", "test_check:GENEROUS", "--floor", "--tasks", "guess-10", "--floor-max-success", "0.5", "--no-progress"])
+    code = cli_main(
+        [
+            "check",
+            "test_check:GENEROUS",
+            "--floor",
+            "--tasks",
+            "guess-10",
+            "--floor-max-success",
+            "0.5",
+            "--no-progress",
+        ]
+    )
     assert code == 1 and "FAIL  floor: " in capsys.readouterr().out
 
 
 # -- the parts, without a server ------------------------------------------------------------
 CLICK = tool_spec("click", "click", {"bid": {"type": "string"}, "button": {"type": "string"}}, ["bid"])
-SCROLL = tool_spec("scroll", "scroll", {"direction": {"type": "string", "enum": ["up", "down"]}}, ["direction"])
+SCROLL = tool_spec(
+    "scroll", "scroll", {"direction": {"type": "string", "enum": ["up", "down"]}}, ["direction"]
+)
 PAGE = [{"role": "user", "content": "Goal: click OK\n[12] button 'OK'\n[13] link 'Help'"}]
 
 

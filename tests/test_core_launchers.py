@@ -14,7 +14,14 @@ import pytest
 from conftest import wait_until
 
 from envharness.core.client import EnvServerError
-from envharness.core.launchers import DockerUnavailableError, LaunchError, LocalServer, hub_image, hub_url, launch_local
+from envharness.core.launchers import (
+    DockerUnavailableError,
+    LaunchError,
+    LocalServer,
+    hub_image,
+    hub_url,
+    launch_local,
+)
 from envharness.envs.echo import AsyncEchoEnv, EchoAction, EchoEnv
 
 
@@ -65,7 +72,9 @@ def test_serve_refuses_bad_names_and_options_clearly():
     with pytest.raises(LaunchError, match="Bad options for echo"):
         launch_local("echo", options={"colour": "red"}, startup_timeout_s=30)
     cli = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())"]
-    result = subprocess.run([*cli, "serve", "echo", "--option", "novalue"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*cli, "serve", "echo", "--option", "novalue"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2 and "--option expects KEY=VALUE" in result.stderr
 
 

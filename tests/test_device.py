@@ -68,7 +68,13 @@ def test_load_backend_places_the_model_and_reports_it():
     assert backend.placement.describe() == {"device": "cpu", "dtype": "bfloat16"}
     from envharness.models.base import GenerationRequest, SamplingParams
 
-    (gen,) = backend.generate_blocking([GenerationRequest([{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=4, seed=1))])
+    (gen,) = backend.generate_blocking(
+        [
+            GenerationRequest(
+                [{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=4, seed=1)
+            )
+        ]
+    )
     assert len(gen.completion_ids) == 4 and all(isinstance(x, float) for x in gen.logprobs)
 
 
@@ -79,10 +85,23 @@ def test_remote_models_refuse_a_device_choice():
 
 @pytest.mark.parametrize("command", ["eval", "train", "sft", "policy"])
 def test_every_command_refuses_what_the_machine_cannot_give(command):
-    for flags, words in ((["--device", "cuda"], "torch was built without CUDA"), (["--device", "tpu"], "unknown device 'tpu'"),
-                         (["--dtype", "float64"], "unknown dtype 'float64'")):
-        done = subprocess.run([sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())", command, *flags],
-                              capture_output=True, text=True, timeout=120)
+    for flags, words in (
+        (["--device", "cuda"], "torch was built without CUDA"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--dtype", "float64"], "unknown dtype 'float64'"),
+    ):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from envharness.cli import main; sys.exit(main())",
+                command,
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 2 and words in done.stderr, (command, flags, done.stderr[-500:])
 
 
@@ -92,14 +111,24 @@ def test_seeded_rows_draw_what_multinomial_draws_in_any_batch():
 
     torch.manual_seed(0)
     logprobs = torch.log_softmax(3 * torch.randn(6, 500), -1)
-    alone = [int(torch.multinomial(logprobs[i].exp(), 1, generator=torch.Generator().manual_seed(i))) for i in range(6)]
+    alone = [
+        int(torch.multinomial(logprobs[i].exp(), 1, generator=torch.Generator().manual_seed(i)))
+        for i in range(6)
+    ]
     seeds = [0, 1, None, 3, None, 5]
-    together = sample_tokens(logprobs, 1.0, [torch.Generator().manual_seed(s) if s is not None else None for s in seeds]).tolist()
+    together = sample_tokens(
+        logprobs, 1.0, [torch.Generator().manual_seed(s) if s is not None else None for s in seeds]
+    ).tolist()
     assert [t for t, s in zip(together, seeds) if s is not None] == [alone[s] for s in seeds if s is not None]
 
 
 def test_the_gpu_check_says_there_is_no_gpu_and_exits_0(tmp_path):
-    done = subprocess.run([sys.executable, "scripts/gpu_check.py", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "no CUDA GPU here" in done.stdout
 
 
@@ -108,13 +137,45 @@ def test_train_in_bf16_mixed_precision_on_the_cpu_logs_where_it_ran(tmp_path):
     float32 weights runs a step with signal, and the log says where."""
     import json
 
-    code = ("from envharness.integrations.trl import rewards; "
-            "rewards.REWARD_FUNCS['spread'] = lambda completion_ids, **kw: [(sum(c) % 7) / 7 for c in completion_ids]; "
-            "import sys; from envharness.cli import main; sys.exit(main())")
-    done = subprocess.run([sys.executable, "-c", code, "train", "--env", "textarena", "--tasks", "Wordle-v0", "--model", "tiny",
-                           "--dtype", "bfloat16", "--steps", "1", "--max-turns", "1", "--max-new-tokens", "8", "--num-generations", "4",
-                           "--groups-per-step", "1", "--reward", "spread", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+    code = (
+        "from envharness.integrations.trl import rewards; "
+        "rewards.REWARD_FUNCS['spread'] = lambda completion_ids, **kw: [(sum(c) % 7) / 7 for c in completion_ids]; "
+        "import sys; from envharness.cli import main; sys.exit(main())"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "train",
+            "--env",
+            "textarena",
+            "--tasks",
+            "Wordle-v0",
+            "--model",
+            "tiny",
+            "--dtype",
+            "bfloat16",
+            "--steps",
+            "1",
+            "--max-turns",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--num-generations",
+            "4",
+            "--groups-per-step",
+            "1",
+            "--reward",
+            "spread",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "TRL_EXPERIMENTAL_SILENCE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "model on cpu, bfloat16 mixed precision (float32 weights)" in done.stderr
     step = json.loads((tmp_path / "train_log.jsonl").read_text().splitlines()[0])

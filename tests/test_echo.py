@@ -12,7 +12,9 @@ from envharness.envs.echo import EchoAction, EchoEnvironment, EchoObservation
 def test_echo_episode():
     env = EchoEnvironment()
     first = env.reset(episode_id="e1")
-    assert first == EchoObservation(echoed_message="Echo environment ready!", message_length=0, reward=0.0, done=False)
+    assert first == EchoObservation(
+        echoed_message="Echo environment ready!", message_length=0, reward=0.0, done=False
+    )
     obs = env.step(EchoAction(message="hi there"))
     assert (obs.echoed_message, obs.message_length, obs.done) == ("hi there", 8, False)
     assert obs.reward == pytest.approx(0.8) and obs.metadata == {"original_message": "hi there", "step": 1}

@@ -16,8 +16,14 @@ from envharness.prompts.text import (
 from envharness.envs.browsergym.scripted import find_goal_and_tree
 
 # Real AXTree texts of MiniWoB pages (seed 1), as the browser env returns them.
-CLICK_TEST = ("Click the button.", "RootWebArea 'Click Test Task', focused, url='http://miniwob.local/miniwob/click-test.html'\n\t[13] button 'Click Me!'")
-FOCUS_TEXT = ("Focus into the textbox.", "RootWebArea 'Focus Text Task', focused, url='http://miniwob.local/miniwob/focus-text.html'\n\t[12] textbox ''")
+CLICK_TEST = (
+    "Click the button.",
+    "RootWebArea 'Click Test Task', focused, url='http://miniwob.local/miniwob/click-test.html'\n\t[13] button 'Click Me!'",
+)
+FOCUS_TEXT = (
+    "Focus into the textbox.",
+    "RootWebArea 'Focus Text Task', focused, url='http://miniwob.local/miniwob/focus-text.html'\n\t[12] textbox ''",
+)
 
 
 def context(goal: str, tree: str, **kwargs) -> PromptContext:
@@ -29,23 +35,38 @@ def test_default_prompt_shows_goal_page_history_error_and_one_worked_example():
     ctx = context(
         *CLICK_TEST,
         last_action_error="TimeoutError: element 99 not found",
-        history=[StepSummary("click('99')", 0.0, "TimeoutError: element 99 not found"), StepSummary("noop()", 0.0)],
+        history=[
+            StepSummary("click('99')", 0.0, "TimeoutError: element 99 not found"),
+            StepSummary("noop()", 0.0),
+        ],
     )
     system, example_user, example_reply, user = default_prompt(ctx)
-    assert [m["role"] for m in (system, example_user, example_reply, user)] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in (system, example_user, example_reply, user)] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]
     assert "click('bid')" in system["content"] and "fill('bid', 'text')" in system["content"]
-    assert build_browsergym_action_tool_call(example_reply["content"]).args == {"bid": "13"}  # the example is a valid action
+    assert build_browsergym_action_tool_call(example_reply["content"]).args == {
+        "bid": "13"
+    }  # the example is a valid action
     text = user["content"]
     assert text.startswith("Goal: Click the button.\nURL: http://miniwob.local/miniwob/x.html\n")
     assert "[13] button 'Click Me!'" in text
-    assert "Step 1: click('99') -> reward 0 (error: TimeoutError: element 99 not found)\nStep 2: noop() -> reward 0" in text
+    assert (
+        "Step 1: click('99') -> reward 0 (error: TimeoutError: element 99 not found)\nStep 2: noop() -> reward 0"
+        in text
+    )
     assert "Last action error: TimeoutError: element 99 not found" in text
     # The scripted backend (and any reader of these prompts) finds this step's goal and tree, not the example's.
     assert find_goal_and_tree(default_prompt(ctx)) == CLICK_TEST
 
 
 def test_history_keeps_only_the_last_steps():
-    ctx = context(*CLICK_TEST, history=[StepSummary(f"click('{i}')", 0.0) for i in range(1, 7)], history_steps=2)
+    ctx = context(
+        *CLICK_TEST, history=[StepSummary(f"click('{i}')", 0.0) for i in range(1, 7)], history_steps=2
+    )
     text = default_prompt(ctx)[-1]["content"]
     assert "Step 5: click('5')" in text and "Step 6: click('6')" in text and "Step 4" not in text
 
@@ -73,7 +94,11 @@ def test_prompt_builders_are_named_module_colon_function():
     assert get_prompt_style("default", "browsergym").step is default_prompt  # the browser's per-step prompt
     assert get_prompt_style(f"{__name__}:blind_prompt", "browsergym").step is blind_prompt
     assert load_prompt_builder(f"{__name__}:blind_prompt") is blind_prompt
-    for spec, reason in [("no_colon", "module.path:function"), ("no.such.module:f", "cannot import"), (f"{__name__}:missing", "no callable")]:
+    for spec, reason in [
+        ("no_colon", "module.path:function"),
+        ("no.such.module:f", "cannot import"),
+        (f"{__name__}:missing", "no callable"),
+    ]:
         with pytest.raises(ValueError, match=reason):
             load_prompt_builder(spec)
 
@@ -88,10 +113,15 @@ async def test_the_embedded_model_answers_the_default_prompt_with_an_action():
     backend = load_backend("embedded")
     count = token_counter(backend)
     requests = [
-        GenerationRequest(default_prompt(context(goal, tree, count_tokens=count)), sampling=SamplingParams(temperature=0.0, max_tokens=10))
+        GenerationRequest(
+            default_prompt(context(goal, tree, count_tokens=count)),
+            sampling=SamplingParams(temperature=0.0, max_tokens=10),
+        )
         for goal, tree in (CLICK_TEST, FOCUS_TEXT)
     ]
     gens = await backend.generate(requests)
     calls = [build_browsergym_action_tool_call(g.text) for g in gens]
-    assert [(c.name, c.args) for c in calls] == [("click", {"bid": "13"}), ("click", {"bid": "12"})], [g.text for g in gens]
+    assert [(c.name, c.args) for c in calls] == [("click", {"bid": "13"}), ("click", {"bid": "12"})], [
+        g.text for g in gens
+    ]
     assert all(not c.metadata.get("parse_error") for c in calls)

@@ -62,25 +62,51 @@ def network_trap():
     sock.close()
 
 
-def run_example(tmp_path: Path, trap_url: str, *ep_args: str, example: Path = EXAMPLE,
-                extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, list[EvaluationRow]]:
+def run_example(
+    tmp_path: Path,
+    trap_url: str,
+    *ep_args: str,
+    example: Path = EXAMPLE,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess, list[EvaluationRow]]:
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EP_") and "PROXY" not in k.upper()}
     env.update(extra_env or {})
-    env.update(HOME=str(home), LITELLM_LOCAL_MODEL_COST_MAP="True", NO_PROXY="127.0.0.1,localhost",
-               no_proxy="127.0.0.1,localhost", ENVHARNESS_CACHE_DIR=str(cache_dir().parent))
+    env.update(
+        HOME=str(home),
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+        ENVHARNESS_CACHE_DIR=str(cache_dir().parent),
+    )
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         env[name] = trap_url
     summary = tmp_path / "summary.json"
-    command = [sys.executable, "-m", "pytest", str(example), "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-               "--ep-summary-json", str(summary), *ep_args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(example),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--ep-summary-json",
+        str(summary),
+        *ep_args,
+    ]
     proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     logs = home / ".eval_protocol" / "logs.db"
-    assert logs.exists(), f"Eval Protocol's log is not in the temp HOME\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert logs.exists(), (
+        f"Eval Protocol's log is not in the temp HOME\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     from eval_protocol.dataset_logger.sqlite_dataset_logger_adapter import SqliteDatasetLoggerAdapter
 
-    rows = [r for r in SqliteDatasetLoggerAdapter(db_path=str(logs)).read() if r.evaluation_result is not None]
+    rows = [
+        r for r in SqliteDatasetLoggerAdapter(db_path=str(logs)).read() if r.evaluation_result is not None
+    ]
     return proc, rows
 
 
@@ -112,7 +138,9 @@ def test_seed_textarena_example_wins_wordle_without_docker(tmp_path, network_tra
     for row in rows:
         extra = row.execution_metadata.extra
         assert row.evaluation_result.score == 1.0 and extra["done"]
-        assert extra["step_rewards"][-1] == 1.0 and 1 <= len(extra["step_rewards"]) <= 6  # Wordle: six guesses
+        assert (
+            extra["step_rewards"][-1] == 1.0 and 1 <= len(extra["step_rewards"]) <= 6
+        )  # Wordle: six guesses
     assert hits == [], f"eval-protocol or envharness tried to reach the network: {hits}"
 
 
@@ -121,8 +149,9 @@ def test_seed_example_runs_and_scores_with_the_embedded_model(tmp_path, network_
     trap_url, hits = network_trap
     # 8 tokens a turn: the seed's prompt got no action out of this model in 24 either; what is
     # checked is the path (model name -> envharness backend, exact tokens), not the answer
-    proc, rows = run_example(tmp_path, trap_url, "--ep-input-param", "model=embedded",
-                             "--ep-input-param", "max_tokens=8")
+    proc, rows = run_example(
+        tmp_path, trap_url, "--ep-input-param", "model=embedded", "--ep-input-param", "max_tokens=8"
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (row,) = rows
     assert 0.0 <= row.evaluation_result.score <= 1.0
@@ -146,8 +175,10 @@ class SlowWhenAsked:
 
     async def generate(self, requests):
         answers = await self.scripted.generate(requests)
-        return [Generation(text="noop(600000)") if any(m["content"] == "hang" for m in r.messages) else a
-                for r, a in zip(requests, answers)]
+        return [
+            Generation(text="noop(600000)") if any(m["content"] == "hang" for m in r.messages) else a
+            for r, a in zip(requests, answers)
+        ]
 
     async def aclose(self) -> None:
         pass
@@ -174,19 +205,35 @@ def browser_server():
 async def test_a_hung_step_times_out_its_row_while_the_others_finish(case, browser_server):
     if case.startswith("async"):
         # the processor starts (and stops) its own local server
-        processor = OpenEnvRolloutProcessor(env_client_cls=AsyncBrowserGymEnv, prompt_builder=browser_prompt,
-                                            action_parser=browser_action, model=SlowWhenAsked(),
-                                            tasks=["click-test"], timeout_ms=5000, max_steps=3)
+        processor = OpenEnvRolloutProcessor(
+            env_client_cls=AsyncBrowserGymEnv,
+            prompt_builder=browser_prompt,
+            action_parser=browser_action,
+            model=SlowWhenAsked(),
+            tasks=["click-test"],
+            timeout_ms=5000,
+            max_steps=3,
+        )
         expected = "did not answer within 5 s"
     else:
-        processor = OpenEnvRolloutProcessor(env_factory=lambda: BrowserGymEnv(browser_server.base_url),
-                                            prompt_builder=browser_prompt, action_parser=browser_action,
-                                            model=SlowWhenAsked(), tasks=["click-test"], timeout_ms=120000,
-                                            episode_timeout_s=8, max_steps=3)
+        processor = OpenEnvRolloutProcessor(
+            env_factory=lambda: BrowserGymEnv(browser_server.base_url),
+            prompt_builder=browser_prompt,
+            action_parser=browser_action,
+            model=SlowWhenAsked(),
+            tasks=["click-test"],
+            timeout_ms=120000,
+            episode_timeout_s=8,
+            max_steps=3,
+        )
         expected = "episode did not finish within 8 s"
     rows = [EvaluationRow(messages=[Message(role="user", content=p)]) for p in ("start", "hang", "start")]
-    config = RolloutProcessorConfig(completion_params={"model": "slow-when-asked"}, mcp_config_path="",
-                                    steps=3, semaphore=asyncio.Semaphore(3))
+    config = RolloutProcessorConfig(
+        completion_params={"model": "slow-when-asked"},
+        mcp_config_path="",
+        steps=3,
+        semaphore=asyncio.Semaphore(3),
+    )
     try:
         done = [row async for row in rollout_processor_with_retry(processor, rows, config, disable_tqdm=True)]
     finally:
@@ -197,7 +244,9 @@ async def test_a_hung_step_times_out_its_row_while_the_others_finish(case, brows
     (hung,) = by_prompt["hang"]
     assert hung.rollout_status.is_error() and hung.rollout_status.message.startswith("timeout:")
     assert expected in hung.rollout_status.message
-    assert hung.execution_metadata.extra["step_rewards"] == [] and hung.execution_metadata.extra["done"] is False
+    assert (
+        hung.execution_metadata.extra["step_rewards"] == [] and hung.execution_metadata.extra["done"] is False
+    )
     assert len(by_prompt["start"]) == 2
     for row in by_prompt["start"]:
         assert not row.rollout_status.is_error(), row.rollout_status
@@ -205,17 +254,32 @@ async def test_a_hung_step_times_out_its_row_while_the_others_finish(case, brows
 
 
 async def test_tasks_rotate_in_groups_of_num_generations_through_reset(browser_server):
-    processor = OpenEnvRolloutProcessor(env_factory=lambda: AsyncBrowserGymEnv(browser_server.base_url),
-                                        prompt_builder=browser_prompt, action_parser=browser_action,
-                                        model="scripted", tasks=["click-test", "focus-text"],
-                                        num_generations=2, max_steps=3)
+    processor = OpenEnvRolloutProcessor(
+        env_factory=lambda: AsyncBrowserGymEnv(browser_server.base_url),
+        prompt_builder=browser_prompt,
+        action_parser=browser_action,
+        model="scripted",
+        tasks=["click-test", "focus-text"],
+        num_generations=2,
+        max_steps=3,
+    )
     rows = [EvaluationRow(messages=[Message(role="user", content="start")]) for _ in range(4)]
-    config = RolloutProcessorConfig(completion_params={}, mcp_config_path="", steps=3, semaphore=asyncio.Semaphore(4))
+    config = RolloutProcessorConfig(
+        completion_params={}, mcp_config_path="", steps=3, semaphore=asyncio.Semaphore(4)
+    )
     try:
         done = await asyncio.gather(*processor(rows, config))
     finally:
         await processor.acleanup()
-    assert [r.execution_metadata.extra["task"] for r in done] == ["click-test", "click-test", "focus-text", "focus-text"]
+    assert [r.execution_metadata.extra["task"] for r in done] == [
+        "click-test",
+        "click-test",
+        "focus-text",
+        "focus-text",
+    ]
     goals = [r.messages[1].content.splitlines()[0] for r in done]  # the first prompt's "Goal: ..." line
-    assert goals[0] == goals[1] == "Goal: Click the button." and goals[2] == goals[3] == "Goal: Focus into the textbox."
+    assert (
+        goals[0] == goals[1] == "Goal: Click the button."
+        and goals[2] == goals[3] == "Goal: Focus into the textbox."
+    )
     assert all(r.execution_metadata.extra["step_rewards"][-1] == 1.0 for r in done)

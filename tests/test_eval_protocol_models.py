@@ -39,15 +39,18 @@ def rows(n: int, prompt: str = "start") -> list[EvaluationRow]:
 
 
 def config(params: dict, concurrency: int = 4, steps: int = 3) -> RolloutProcessorConfig:
-    return RolloutProcessorConfig(completion_params=params, mcp_config_path="", steps=steps,
-                                  semaphore=asyncio.Semaphore(concurrency))
+    return RolloutProcessorConfig(
+        completion_params=params, mcp_config_path="", steps=steps, semaphore=asyncio.Semaphore(concurrency)
+    )
 
 
 def echo_prompt(observation, step, history):
     return f"Step {step}. The environment said: {observation.echoed_message!r}. Say something."
 
 
-async def run_rows(processor: OpenEnvRolloutProcessor, batch: list[EvaluationRow], cfg: RolloutProcessorConfig):
+async def run_rows(
+    processor: OpenEnvRolloutProcessor, batch: list[EvaluationRow], cfg: RolloutProcessorConfig
+):
     try:
         return await asyncio.gather(*processor(batch, cfg))
     finally:
@@ -55,12 +58,21 @@ async def run_rows(processor: OpenEnvRolloutProcessor, batch: list[EvaluationRow
 
 
 async def test_episode_tokens_form_one_exact_training_sequence(tiny):
-    processor = OpenEnvRolloutProcessor(env_client_cls=AsyncEchoEnv, prompt_builder=echo_prompt,
-                                        action_parser=lambda text: EchoAction(message=text or "."), model=tiny)
+    processor = OpenEnvRolloutProcessor(
+        env_client_cls=AsyncEchoEnv,
+        prompt_builder=echo_prompt,
+        action_parser=lambda text: EchoAction(message=text or "."),
+        model=tiny,
+    )
     (row,) = await run_rows(processor, rows(1), config({"temperature": 1.0, "max_tokens": 6}))
     extra = row.execution_metadata.extra
     assert extra["token_metrics"]["turns_assembled"] == 3 and "token_break_turn" not in extra["token_metrics"]
-    prompt, completion, mask, logprobs = extra["prompt_ids"], extra["completion_ids"], extra["env_mask"], extra["logprobs"]
+    prompt, completion, mask, logprobs = (
+        extra["prompt_ids"],
+        extra["completion_ids"],
+        extra["env_mask"],
+        extra["logprobs"],
+    )
     assert len(completion) == len(mask) == len(logprobs) and 0 in mask and 1 in mask
     # The whole sequence, rescored at once, gives the recorded logprobs of every model token.
     with torch.no_grad():
@@ -89,10 +101,18 @@ async def test_litellm_path_caches_only_at_temperature_zero(tiny):
     with serve(chat_completions_app(tiny, strict=True, flaky=counter)) as url:
         for temperature, expect_cached in ((1.0, False), (0.0, True)):
             counter.seen = 0
-            processor = OpenEnvRolloutProcessor(env_client_cls=AsyncEchoEnv, prompt_builder=echo_prompt,
-                                                action_parser=lambda text: EchoAction(message=text or "."))
-            params = {"model": "openai/tiny", "base_url": f"{url}/v1", "api_key": "unused",
-                      "temperature": temperature, "max_tokens": 4}
+            processor = OpenEnvRolloutProcessor(
+                env_client_cls=AsyncEchoEnv,
+                prompt_builder=echo_prompt,
+                action_parser=lambda text: EchoAction(message=text or "."),
+            )
+            params = {
+                "model": "openai/tiny",
+                "base_url": f"{url}/v1",
+                "api_key": "unused",
+                "temperature": temperature,
+                "max_tokens": 4,
+            }
             # One row at a time, the same prompts: with a cache, later rows are answered from it.
             done = await run_rows(processor, rows(3), config(params, concurrency=1, steps=1))
             assert all(len(read_step_rewards(r)) == 1 for r in done)
@@ -125,9 +145,13 @@ async def test_transient_connection_failures_are_retried_then_reported():
     sock, accepted = dropping_listener()
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
-        processor = OpenEnvRolloutProcessor(env_factory=lambda: AsyncEchoEnv(base_url), model="scripted",
-                                            action_parser=lambda text: EchoAction(message=text),
-                                            retries=2, retry_backoff_s=0.05)
+        processor = OpenEnvRolloutProcessor(
+            env_factory=lambda: AsyncEchoEnv(base_url),
+            model="scripted",
+            action_parser=lambda text: EchoAction(message=text),
+            retries=2,
+            retry_backoff_s=0.05,
+        )
         with pytest.raises(ConnectionError, match="Could not connect|closed the connection"):
             await run_rows(processor, rows(1), config({}))
         assert len(accepted) == 3  # the first try and two retries
@@ -141,6 +165,8 @@ def test_bad_constructions_are_clear_errors():
     with pytest.raises(ValueError, match="env_factory or env_client_cls"):
         OpenEnvRolloutProcessor(action_parser=str)
     with pytest.raises(ValueError, match="task_var"):
-        OpenEnvRolloutProcessor(env_client_cls=AsyncEchoEnv, action_parser=str, tasks=["a"], docker_image="img")
+        OpenEnvRolloutProcessor(
+            env_client_cls=AsyncEchoEnv, action_parser=str, tasks=["a"], docker_image="img"
+        )
     with pytest.raises(TypeError, match="ModelBackend or a spec"):
         OpenEnvRolloutProcessor(env_client_cls=AsyncEchoEnv, action_parser=str, model=42)

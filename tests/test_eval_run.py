@@ -37,8 +37,20 @@ def scripted_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("eval") / "scripted"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):  # capsys is function-scoped
-        code = main(["eval", "--no-progress", "--model", "scripted", "--tasks", ",".join(TASKS),
-                     "--episodes", str(EPISODES), "--out", str(out)])
+        code = main(
+            [
+                "eval",
+                "--no-progress",
+                "--model",
+                "scripted",
+                "--tasks",
+                ",".join(TASKS),
+                "--episodes",
+                str(EPISODES),
+                "--out",
+                str(out),
+            ]
+        )
     assert code == 0, buffer.getvalue()
     return out, buffer.getvalue()
 
@@ -49,7 +61,11 @@ def test_scripted_model_solves_every_scripted_task(scripted_run):
     rates = {row["task"]: (row["success_rate"], row["episodes"], row["errors"]) for row in summary["tasks"]}
     assert rates == {task: (1.0, EPISODES, 0) for task in TASKS} | {"all": (1.0, EPISODES * len(TASKS), 0)}
     # The printed table: one row per task and the overall row, then the paths written.
-    rows = {line.split()[0]: line.split() for line in printed.splitlines() if line.split() and line.split()[0] in TASKS + ["all"]}
+    rows = {
+        line.split()[0]: line.split()
+        for line in printed.splitlines()
+        if line.split() and line.split()[0] in TASKS + ["all"]
+    }
     assert set(rows) == set(TASKS) | {"all"}
     assert all(row[1:3] == [str(EPISODES), "1.00"] for task, row in rows.items() if task != "all")
     assert rows["all"][1:3] == [str(EPISODES * len(TASKS)), "1.00"]
@@ -60,7 +76,9 @@ def test_scripted_model_solves_every_scripted_task(scripted_run):
 def test_episode_lines_hold_every_step(scripted_run):
     folder, _ = scripted_run
     records = read_episodes(folder / "episodes.jsonl")
-    assert sorted((r["task"], r["seed"]) for r in records) == sorted((t, s) for t in TASKS for s in range(EPISODES))
+    assert sorted((r["task"], r["seed"]) for r in records) == sorted(
+        (t, s) for t in TASKS for s in range(EPISODES)
+    )
     for record in records:
         assert record["env_reward"] == 1.0 and record["done"] and record["error"] is None
         assert record["goal"] and record["model"] == "scripted"
@@ -88,7 +106,7 @@ def test_html_report_renders_in_headless_chromium(scripted_run):
 
     folder, _ = scripted_run
     html = (folder / "report.html").read_text()
-    assert "src=\"screenshots/" not in html and "data:image/jpeg;base64," in html  # self-contained
+    assert 'src="screenshots/' not in html and "data:image/jpeg;base64," in html  # self-contained
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
@@ -118,21 +136,43 @@ def test_resume_runs_only_missing_and_crashed_episodes(scripted_run, tmp_path, c
     lines[0] = json.dumps(crashed)
     (copy / "episodes.jsonl").write_text("\n".join(lines) + "\n")
 
-    code, out, _ = eval_cli(capsys, "--model", "scripted", "--tasks", ",".join(TASKS), "--episodes", str(EPISODES + 1),
-                            "--out", str(copy), "--resume")
+    code, out, _ = eval_cli(
+        capsys,
+        "--model",
+        "scripted",
+        "--tasks",
+        ",".join(TASKS),
+        "--episodes",
+        str(EPISODES + 1),
+        "--out",
+        str(copy),
+        "--resume",
+    )
     assert code == 0
     new = len(TASKS) + 1  # episode index 2 of every task, and the crashed one again
     assert f"({new} run now, {EPISODES * len(TASKS) - 1} from before)" in out
     after = (copy / "episodes.jsonl").read_text().splitlines()
     assert after[: len(lines)] == lines and len(after) == len(lines) + new  # appended, nothing rewritten
-    redone = [json.loads(line) for line in after[len(lines):]]
-    assert sorted((r["task"], r["seed"]) for r in redone) == sorted([(t, EPISODES) for t in TASKS] + [(crashed["task"], crashed["seed"])])
+    redone = [json.loads(line) for line in after[len(lines) :]]
+    assert sorted((r["task"], r["seed"]) for r in redone) == sorted(
+        [(t, EPISODES) for t in TASKS] + [(crashed["task"], crashed["seed"])]
+    )
     records = read_episodes(copy / "episodes.jsonl")
     assert len(records) == (EPISODES + 1) * len(TASKS) and all(r["env_reward"] == 1.0 for r in records)
 
     # Nothing left to do: a second resume runs nothing and reports the same table.
-    code, out, _ = eval_cli(capsys, "--model", "scripted", "--tasks", ",".join(TASKS), "--episodes", str(EPISODES + 1),
-                            "--out", str(copy), "--resume")
+    code, out, _ = eval_cli(
+        capsys,
+        "--model",
+        "scripted",
+        "--tasks",
+        ",".join(TASKS),
+        "--episodes",
+        str(EPISODES + 1),
+        "--out",
+        str(copy),
+        "--resume",
+    )
     assert code == 0 and f"(0 run now, {(EPISODES + 1) * len(TASKS)} from before)" in out
 
 
@@ -143,7 +183,9 @@ def test_a_finished_run_folder_is_not_mixed_with_other_settings(scripted_run, tm
     before = (copy / "episodes.jsonl").read_text()
     code, _, err = eval_cli(capsys, "--model", "scripted", "--tasks", "click-test", "--out", str(copy))
     assert code == 2 and "--resume" in err and "--overwrite" in err
-    code, _, err = eval_cli(capsys, "--model", "embedded", "--tasks", "click-test", "--out", str(copy), "--resume")
+    code, _, err = eval_cli(
+        capsys, "--model", "embedded", "--tasks", "click-test", "--out", str(copy), "--resume"
+    )
     assert code == 2 and "model: 'scripted' -> 'embedded'" in err
     assert (copy / "episodes.jsonl").read_text() == before
 
@@ -151,8 +193,23 @@ def test_a_finished_run_folder_is_not_mixed_with_other_settings(scripted_run, tm
 def test_refused_actions_are_recorded_and_shown_to_the_model(browser_server, tmp_path, capsys):
     # Only fill and noop are enabled: the scripted model's click on Submit is refused by the harness.
     out = tmp_path / "refused"
-    code, _, _ = eval_cli(capsys, "--model", "scripted", "--tasks", "enter-text", "--episodes", "1", "--max-steps", "3",
-                          "--actions", "fill,noop", "--out", str(out), "--env-url", browser_server.base_url)
+    code, _, _ = eval_cli(
+        capsys,
+        "--model",
+        "scripted",
+        "--tasks",
+        "enter-text",
+        "--episodes",
+        "1",
+        "--max-steps",
+        "3",
+        "--actions",
+        "fill,noop",
+        "--out",
+        str(out),
+        "--env-url",
+        browser_server.base_url,
+    )
     assert code == 0
     (record,) = read_episodes(out / "episodes.jsonl")
     assert record["error"] is None and record["env_reward"] == 0.0
@@ -172,20 +229,41 @@ def blind_prompt(ctx: PromptContext) -> list[dict]:
 def test_custom_prompt_and_compare(scripted_run, browser_server, tmp_path, capsys):
     folder, _ = scripted_run
     blind = tmp_path / "blind"
-    code, out, _ = eval_cli(capsys, "--model", "scripted", "--tasks", "click-test,focus-text", "--episodes", str(EPISODES),
-                            "--max-steps", "2", "--prompt", f"{__name__}:blind_prompt", "--out", str(blind),
-                            "--env-url", browser_server.base_url)
+    code, out, _ = eval_cli(
+        capsys,
+        "--model",
+        "scripted",
+        "--tasks",
+        "click-test,focus-text",
+        "--episodes",
+        str(EPISODES),
+        "--max-steps",
+        "2",
+        "--prompt",
+        f"{__name__}:blind_prompt",
+        "--out",
+        str(blind),
+        "--env-url",
+        browser_server.base_url,
+    )
     assert code == 0
     records = read_episodes(blind / "episodes.jsonl")
     assert all(r["env_reward"] == 0.0 and len(r["steps"]) == 2 for r in records)  # noop until max steps
-    assert all(s["prompt"] == blind_prompt(PromptContext(goal=r["goal"], step=s["index"])) for r in records for s in r["steps"])
+    assert all(
+        s["prompt"] == blind_prompt(PromptContext(goal=r["goal"], step=s["index"]))
+        for r in records
+        for s in r["steps"]
+    )
 
     code, out, _ = eval_cli(capsys, "--compare", str(folder), str(blind))
     assert code == 0
     header, _, *rows = out.splitlines()
     assert f"A: {folder.name} (scripted)" in header and "B: blind (scripted)" in header
     by_task = {row.split()[0]: row for row in rows if row.split()}
-    assert f"1.00 [0.34,1.00] n={EPISODES}" in by_task["click-test"] and f"0.00 [0.00,0.66] n={EPISODES}" in by_task["click-test"]
+    assert (
+        f"1.00 [0.34,1.00] n={EPISODES}" in by_task["click-test"]
+        and f"0.00 [0.00,0.66] n={EPISODES}" in by_task["click-test"]
+    )
     assert by_task["click-test"].rstrip().endswith("-1.00")
     assert by_task["enter-text"].split()[-2:] == ["-", "-"]  # a task only run A has
 

@@ -48,7 +48,11 @@ def record(task, seed, reward, *, error=None, steps=2, tokens=(100, 5), seconds=
 
 
 def test_summarize_per_task_and_overall():
-    records = [record("a", 0, 1.0), record("a", 1, 0.0, steps=4), record("b", 0, 0.0, error="ConnectionError: gone", steps=0)]
+    records = [
+        record("a", 0, 1.0),
+        record("a", 1, 0.0, steps=4),
+        record("b", 0, 0.0, error="ConnectionError: gone", steps=0),
+    ]
     rows = summarize(records, ["a", "b"])
     assert [r.task for r in rows] == ["a", "b", "all"]
     a, b, total = rows
@@ -59,7 +63,18 @@ def test_summarize_per_task_and_overall():
     assert (a.ci_low, a.ci_high) == wilson_interval(1, 2)
     table = format_table(rows)
     lines = table.splitlines()
-    assert lines[0].split() == ["task", "n", "success", "95%", "CI", "reward", "steps", "tokens", "time/ep", "errors"]
+    assert lines[0].split() == [
+        "task",
+        "n",
+        "success",
+        "95%",
+        "CI",
+        "reward",
+        "steps",
+        "tokens",
+        "time/ep",
+        "errors",
+    ]
     assert lines[2].split()[:3] == ["a", "2", "0.50"] and "[0.09, 0.91]" in lines[2]
     assert lines[-1].split()[:3] == ["all", "3", "0.33"]
 
@@ -83,7 +98,9 @@ def write_lines(path, records, tail=""):
 def test_read_episodes_keeps_the_newest_line_and_ignores_an_unfinished_one(tmp_path):
     path = tmp_path / "episodes.jsonl"
     crashed = record("a", 0, 0.0, error="TimeoutError: slow")
-    write_lines(path, [crashed, record("a", 1, 1.0), record("a", 0, 1.0)], tail='{"version": 1, "task": "a", "se')
+    write_lines(
+        path, [crashed, record("a", 1, 1.0), record("a", 0, 1.0)], tail='{"version": 1, "task": "a", "se'
+    )
     records = read_episodes(path)
     assert sorted((r["seed"], r["env_reward"]) for r in records) == [(0, 1.0), (1, 1.0)]
     assert finished_keys([crashed]) == set()
@@ -112,7 +129,10 @@ def test_compare_prints_both_runs_side_by_side(tmp_path):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({"model": f"model-{name}", "tasks": ["a", "b"]}))
-        write_lines(folder / "episodes.jsonl", [record("a", 0, rewards[0]), record("a", 1, rewards[1]), record("b", 0, rewards[2])])
+        write_lines(
+            folder / "episodes.jsonl",
+            [record("a", 0, rewards[0]), record("a", 1, rewards[1]), record("b", 0, rewards[2])],
+        )
     table = compare_table(tmp_path / "runA", tmp_path / "runB")
     header, _, row_a, row_b, row_all, note = table.splitlines()
     assert "A: runA (model-runA)" in header and "B: runB (model-runB)" in header

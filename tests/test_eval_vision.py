@@ -36,8 +36,13 @@ class SeeingStub:
         body = await request.json()
         messages = body["messages"]
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-        images = [(i, p) for i, m in enumerate(messages) if isinstance(m["content"], list)
-                  for p in m["content"] if p["type"] == "image_url"]
+        images = [
+            (i, p)
+            for i, m in enumerate(messages)
+            if isinstance(m["content"], list)
+            for p in m["content"]
+            if p["type"] == "image_url"
+        ]
         assert [i for i, _ in images] == [users[-1]], "one screenshot, in the latest user turn"
         header, _, data = images[0][1]["image_url"]["url"].partition(",")
         assert header == "data:image/png;base64"
@@ -45,15 +50,36 @@ class SeeingStub:
         text = "".join(p.get("text", "") for p in messages[users[-1]]["content"] if p["type"] == "text")
         bid = re.search(r"\[(\w+)\] button", text)
         action = f"click('{bid.group(1)}')" if bid else "noop()"
-        return {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": action}}]}
+        return {
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": action}}
+            ]
+        }
 
 
 def test_eval_runs_a_vision_policy_and_reports_what_it_saw(tmp_path, capsys):
     stub = SeeingStub()
     out = tmp_path / "vision"
     with serve(stub.app) as url:
-        code = main(["eval", "--no-progress", "--model", f"openai:stub-vl@{url}/v1", "--vision", "--screenshot-max-side", str(MAX_SIDE),
-                     "--tasks", "click-test", "--episodes", "2", "--max-steps", "2", "--out", str(out)])
+        code = main(
+            [
+                "eval",
+                "--no-progress",
+                "--model",
+                f"openai:stub-vl@{url}/v1",
+                "--vision",
+                "--screenshot-max-side",
+                str(MAX_SIDE),
+                "--tasks",
+                "click-test",
+                "--episodes",
+                "2",
+                "--max-steps",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     assert [(r["task"], r["success_rate"]) for r in summary["tasks"]] == [("click-test", 1.0)]
@@ -72,7 +98,9 @@ def test_eval_runs_a_vision_policy_and_reports_what_it_saw(tmp_path, capsys):
         with Image.open(out / step["screenshot"]) as page:
             assert page.size == (498, 321) and page.format == "PNG"  # the page itself, exact pixels
     received = [np.asarray(image) for image in stub.images]
-    assert sorted(a.tobytes() for a in shown) == sorted(a.tobytes() for a in received)  # same pixels, both episodes
+    assert sorted(a.tobytes() for a in shown) == sorted(
+        a.tobytes() for a in received
+    )  # same pixels, both episodes
 
     html = (out / "report.html").read_text()
     assert html.count("image in the prompt") == 2 and "in the prompt, as sent" in html
@@ -81,10 +109,17 @@ def test_eval_runs_a_vision_policy_and_reports_what_it_saw(tmp_path, capsys):
 
 def test_add_screenshot_puts_the_image_in_the_latest_user_turn():
     image = Image.new("RGB", (498, 321), (10, 20, 30))
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "example"},
-                {"role": "assistant", "content": "click('1')"}, {"role": "user", "content": "Goal: x"}]
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "example"},
+        {"role": "assistant", "content": "click('1')"},
+        {"role": "user", "content": "Goal: x"},
+    ]
     out = add_screenshot(messages, image)
-    assert out[:3] == messages[:3] and messages[3] == {"role": "user", "content": "Goal: x"}  # input untouched
+    assert out[:3] == messages[:3] and messages[3] == {
+        "role": "user",
+        "content": "Goal: x",
+    }  # input untouched
     assert out[3]["content"] == [{"type": "image", "image": image}, {"type": "text", "text": "Goal: x"}]
     assert add_screenshot(messages, image, max_side=100)[3]["content"][0]["image"].size == (100, 64)
     assert resize_screenshot(image, 1000) is image
@@ -108,7 +143,9 @@ def test_vision_is_on_for_backends_that_see_unless_told_otherwise():
     config = EvalConfig(out="x")
     local_vlm = SimpleNamespace(processor=SimpleNamespace(image_processor=object(), tokenizer=object()))
     assert uses_vision(config, local_vlm) and uses_vision(config, SimpleNamespace(vision=True))
-    assert not uses_vision(config, ScriptedBackend()) and not uses_vision(config, SimpleNamespace(processor=object()))
+    assert not uses_vision(config, ScriptedBackend()) and not uses_vision(
+        config, SimpleNamespace(processor=object())
+    )
     assert not uses_vision(EvalConfig(out="x", vision=False), local_vlm)
     assert uses_vision(EvalConfig(out="x", vision=True), ScriptedBackend())
 
@@ -117,13 +154,37 @@ def test_eval_plays_the_vision_conversation_train_trains_on(tmp_path, capsys):
     """`eval --prompt vision` runs the conversation `train --model <VLM>` plays: the opening
     shows the first screenshot and every tool result the next one, each recorded by file."""
     out = tmp_path / "vlm"
-    code = main(["eval", "--no-progress", "--model", "tiny-vlm", "--prompt", "vision", "--tasks", "click-test",
-                 "--episodes", "1", "--max-steps", "2", "--max-new-tokens", "4", "--out", str(out)])
+    code = main(
+        [
+            "eval",
+            "--no-progress",
+            "--model",
+            "tiny-vlm",
+            "--prompt",
+            "vision",
+            "--tasks",
+            "click-test",
+            "--episodes",
+            "1",
+            "--max-steps",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     record = json.loads((out / "episodes.jsonl").read_text().splitlines()[0])
     assert not record["error"], record["error"]
     for step in record["steps"]:
-        images = [p["image"] for m in step["prompt"] if isinstance(m["content"], list) for p in m["content"] if p["type"] == "image"]
+        images = [
+            p["image"]
+            for m in step["prompt"]
+            if isinstance(m["content"], list)
+            for p in m["content"]
+            if p["type"] == "image"
+        ]
         assert len(images) == step["index"], "one screenshot per observation so far, in order"
         assert all((out / image).is_file() for image in images)
         assert step["prompt"][-1]["role"] == ("user" if step["index"] == 1 else "tool")

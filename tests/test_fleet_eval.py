@@ -12,7 +12,18 @@ from envharness.cli import main
 from envharness.core.launchers import LocalServer
 
 TASKS = "click-test,enter-text"
-SAME = ("task", "episodes", "successes", "ci_low", "ci_high", "mean_reward", "mean_steps", "mean_tokens", "errors", "infra_failures")
+SAME = (
+    "task",
+    "episodes",
+    "successes",
+    "ci_low",
+    "ci_high",
+    "mean_reward",
+    "mean_steps",
+    "mean_tokens",
+    "errors",
+    "infra_failures",
+)
 
 
 def summary_rows(folder) -> list[dict]:
@@ -22,25 +33,57 @@ def summary_rows(folder) -> list[dict]:
 
 def test_eval_over_two_servers_gives_the_single_server_report(tmp_path, capsys):
     with LocalServer("browsergym") as a, LocalServer("browsergym") as b:
-        common = ["eval", "--no-progress", "--no-screenshots", "--model", "scripted", "--tasks", TASKS, "--episodes", "3"]
+        common = [
+            "eval",
+            "--no-progress",
+            "--no-screenshots",
+            "--model",
+            "scripted",
+            "--tasks",
+            TASKS,
+            "--episodes",
+            "3",
+        ]
         assert main([*common, "--out", str(tmp_path / "one"), "--env-url", a.base_url]) == 0
         opened = [httpx.get(f"{s.base_url}/health").json()["sessions_opened"] for s in (a, b)]
-        assert main([*common, "--out", str(tmp_path / "two"), "--env-urls", f"{a.base_url},{b.base_url}"]) == 0
+        assert (
+            main([*common, "--out", str(tmp_path / "two"), "--env-urls", f"{a.base_url},{b.base_url}"]) == 0
+        )
         after = [httpx.get(f"{s.base_url}/health").json()["sessions_opened"] for s in (a, b)]
     assert all(x > y for x, y in zip(after, opened)), "both servers took episodes"
     one, two = summary_rows(tmp_path / "one"), summary_rows(tmp_path / "two")
     assert one == two and one[-1]["successes"] == 6
     printed = capsys.readouterr().out
     tables = [chunk.split("\n\n")[0] for chunk in printed.split("episode(s) each")[1:]]
-    assert len(tables) == 2 and [ln.split()[:3] for ln in tables[0].splitlines()[1:]] == [ln.split()[:3] for ln in tables[1].splitlines()[1:]]
+    assert len(tables) == 2 and [ln.split()[:3] for ln in tables[0].splitlines()[1:]] == [
+        ln.split()[:3] for ln in tables[1].splitlines()[1:]
+    ]
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--env-url", "http://127.0.0.1:9", "--env-urls", "http://127.0.0.1:9"], "one of --env-url, --env-urls and --servers"),
-    (["--ray-address", "auto"], "--ray-address needs --servers"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--env-url", "http://127.0.0.1:9", "--env-urls", "http://127.0.0.1:9"],
+            "one of --env-url, --env-urls and --servers",
+        ),
+        (["--ray-address", "auto"], "--ray-address needs --servers"),
+    ],
+)
 def test_bad_fleet_flags_are_clear_errors(tmp_path, capsys, flags, message):
-    code = main(["eval", "--no-progress", "--model", "scripted", "--tasks", "click-test", "--out", str(tmp_path / "x"), *flags])
+    code = main(
+        [
+            "eval",
+            "--no-progress",
+            "--model",
+            "scripted",
+            "--tasks",
+            "click-test",
+            "--out",
+            str(tmp_path / "x"),
+            *flags,
+        ]
+    )
     assert code == 2 and message in capsys.readouterr().err
 
 
@@ -67,10 +110,31 @@ def test_train_over_two_servers_runs_every_episode(tmp_path):
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     out = tmp_path / "run"
-    with LocalServer("browsergym", **train_server_options("browsergym")) as a, LocalServer("browsergym", **train_server_options("browsergym")) as b:
-        code = main(["train", "--model", "tiny", "--steps", "1", "--save-steps", "1", "--output-dir", str(out),
-                     "--num-generations", "2", "--groups-per-step", "2", "--max-completion-length", "8",
-                     "--env-urls", f"{a.base_url},{b.base_url}"])
+    with (
+        LocalServer("browsergym", **train_server_options("browsergym")) as a,
+        LocalServer("browsergym", **train_server_options("browsergym")) as b,
+    ):
+        code = main(
+            [
+                "train",
+                "--model",
+                "tiny",
+                "--steps",
+                "1",
+                "--save-steps",
+                "1",
+                "--output-dir",
+                str(out),
+                "--num-generations",
+                "2",
+                "--groups-per-step",
+                "2",
+                "--max-completion-length",
+                "8",
+                "--env-urls",
+                f"{a.base_url},{b.base_url}",
+            ]
+        )
         opened = [httpx.get(f"{s.base_url}/health").json()["sessions_opened"] for s in (a, b)]
     assert code == 0
     records = read_records(out / "episodes.jsonl")

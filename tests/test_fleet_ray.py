@@ -42,9 +42,14 @@ UNSHARE = _unshare()
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs the ray extra (pip install 'envharness[ray]')"),
-    pytest.mark.skipif(UNSHARE is None, reason="needs `unshare --net` (root, or unprivileged user namespaces) to keep Ray's "
-                                               "traffic in a private namespace"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None, reason="needs the ray extra (pip install 'envharness[ray]')"
+    ),
+    pytest.mark.skipif(
+        UNSHARE is None,
+        reason="needs `unshare --net` (root, or unprivileged user namespaces) to keep Ray's "
+        "traffic in a private namespace",
+    ),
 ]
 
 
@@ -52,7 +57,9 @@ def _leftovers(tag: str) -> dict[int, str]:
     found = {}
     for pid in tagged_pids(tag):
         try:
-            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+            found[pid] = (
+                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+            )
         except OSError:
             pass
     return found
@@ -63,7 +70,9 @@ def test_ray_fleet_places_replaces_and_heals_with_nothing_left_behind():
     env = dict(os.environ, **{TAG_ENV_VAR: tag}, RAY_USAGE_STATS_ENABLED="0")
     command = [*UNSHARE, "sh", "-c", f'ip link set lo up && exec "{sys.executable}" "{SCENARIO}"']
     try:
-        run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)  # expected: ~2-3 min
+        run = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=900
+        )  # expected: ~2-3 min
     finally:
         deadline = time.monotonic() + 60  # Ray's workers take a moment to follow the shutdown
         while _leftovers(tag) and time.monotonic() < deadline:
@@ -75,9 +84,11 @@ def test_ray_fleet_places_replaces_and_heals_with_nothing_left_behind():
             except ProcessLookupError:
                 pass
     line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert run.returncode == 0 and line, f"scenario failed (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    assert run.returncode == 0 and line, (
+        f"scenario failed (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    )
     assert not left, f"processes left running after the test: {left}"
-    out = json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT ") :])
     print(json.dumps(out, indent=1))
 
     assert len(set(out["nodes"])) == 3, "one server per node"
@@ -91,8 +102,12 @@ def test_ray_fleet_places_replaces_and_heals_with_nothing_left_behind():
     assert len(set(out["nodes_after"])) == 3 and set(out["nodes_after"]) != set(out["nodes"])
     assert out["whole_again_s"] < 180
     urls_now = out["session_urls_now"]
-    assert out["fresh_steps_ok"] and sorted(urls_now.count(u) for u in set(urls_now)) == [1, 1, 2], "the healed fleet shares the load"
+    assert out["fresh_steps_ok"] and sorted(urls_now.count(u) for u in set(urls_now)) == [1, 1, 2], (
+        "the healed fleet shares the load"
+    )
 
     assert out["fleet_procs_left"] == []
     fleet_eval, single_eval = out["eval_rows"]
-    assert fleet_eval == single_eval and fleet_eval[-1]["successes"] == 4, "eval --servers 2 gives the single-server report"
+    assert fleet_eval == single_eval and fleet_eval[-1]["successes"] == 4, (
+        "eval --servers 2 gives the single-server report"
+    )

@@ -23,8 +23,15 @@ from envharness.envs.echo.models import EchoAction
 from envharness.eval.stats import format_table, summarize
 from envharness.fleet import FleetRouter, NoServerAvailableError, ServerLostError
 from envharness.harness import (
-    HarnessRunLimits, LLMResponse, ModelStepResult, ResourceSessionFactory, StepEnvSessionAdapter, ToolCall, run_coroutine_sync,
-    run_episodes, tool_spec,
+    HarnessRunLimits,
+    LLMResponse,
+    ModelStepResult,
+    ResourceSessionFactory,
+    StepEnvSessionAdapter,
+    ToolCall,
+    run_coroutine_sync,
+    run_episodes,
+    tool_spec,
 )
 from envharness.harness.failures import is_infra_failure
 from envharness.harness.records import record_from_result
@@ -45,7 +52,11 @@ class EchoFleetSessions(ResourceSessionFactory):
     def create(self, task, seed=None, episode_id=None):
         lease = self.router()
         session = StepEnvSessionAdapter(
-            lease, task=task, seed=seed, episode_id=episode_id, tool_specs=[ECHO_TOOL],
+            lease,
+            task=task,
+            seed=seed,
+            episode_id=episode_id,
+            tool_specs=[ECHO_TOOL],
             action_builder=lambda name, args: EchoAction(message=args["message"]),
             initial_messages_builder=lambda result, task: [{"role": "user", "content": f"Say: {task}"}],
         )
@@ -59,8 +70,14 @@ def slow_say(messages, tools, sampling):
     time.sleep(0.15)
     word = messages[0]["content"].removeprefix("Say: ")
     turn = sum(1 for m in messages if m["role"] == "assistant")
-    return ModelStepResult(response=LLMResponse(content=word, tool_calls=[ToolCall(id=f"c{turn}", name="echo", args={"message": word})]),
-                           prompt_ids=[1, 2], completion_ids=[3, 4], logprobs=[-0.5, -0.5])
+    return ModelStepResult(
+        response=LLMResponse(
+            content=word, tool_calls=[ToolCall(id=f"c{turn}", name="echo", args={"message": word})]
+        ),
+        prompt_ids=[1, 2],
+        completion_ids=[3, 4],
+        logprobs=[-0.5, -0.5],
+    )
 
 
 def start_server(port: int = 0):
@@ -93,8 +110,16 @@ def three_servers(server_pool):
 
 
 def run_batch(factory: EchoFleetSessions, n: int, concurrency: int):
-    return run_coroutine_sync(run_episodes(factory, ["x"] * n, model_step=slow_say, limits=HarnessRunLimits(max_turns=TURNS),
-                                           max_concurrency=concurrency, episode_ids=[f"e{i}" for i in range(n)]))
+    return run_coroutine_sync(
+        run_episodes(
+            factory,
+            ["x"] * n,
+            model_step=slow_say,
+            limits=HarnessRunLimits(max_turns=TURNS),
+            max_concurrency=concurrency,
+            episode_ids=[f"e{i}" for i in range(n)],
+        )
+    )
 
 
 def test_new_sessions_go_to_the_least_loaded_server_and_stay_there(three_servers):
@@ -133,7 +158,9 @@ def test_a_server_killed_mid_batch_fails_only_its_episodes_as_infrastructure(thr
         killed_at: list[float] = []
 
         def kill_when_busy():
-            wait_until(lambda: sum(1 for u in factory.server_of.values() if u == victim.base_url) >= 2, timeout_s=60)
+            wait_until(
+                lambda: sum(1 for u in factory.server_of.values() if u == victim.base_url) >= 2, timeout_s=60
+            )
             time.sleep(0.3)  # its episodes are a few steps in
             os.kill(victim.process.pid, signal.SIGKILL)
             killed_at.append(time.monotonic())
@@ -182,8 +209,12 @@ def test_rollout_func_masks_and_counts_infrastructure_failures(three_servers):
 
         killer = threading.Thread(target=kill_when_busy)
         killer.start()
-        rollout_func = build_harness_rollout_func(session_factory=factory, model_step_builder=lambda trainer, session: slow_say,
-                                                  limits=HarnessRunLimits(max_turns=TURNS), max_concurrency=6)
+        rollout_func = build_harness_rollout_func(
+            session_factory=factory,
+            model_step_builder=lambda trainer, session: slow_say,
+            limits=HarnessRunLimits(max_turns=TURNS),
+            max_concurrency=6,
+        )
         out = rollout_func(["x"] * 6, None)
         killer.join(timeout=60)
         infra = [bool(m.get("infra_failure")) for m in out["verify_metrics"]]
@@ -249,7 +280,12 @@ def test_eval_tables_leave_infrastructure_failures_unscored():
     records = [
         {"task": "a", "env_reward": 1.0},
         {"task": "a", "env_reward": 0.0},
-        {"task": "a", "env_reward": 0.0, "error": "ServerLostError: gone", "metrics": {"infra_failure": True}},
+        {
+            "task": "a",
+            "env_reward": 0.0,
+            "error": "ServerLostError: gone",
+            "metrics": {"infra_failure": True},
+        },
         {"task": "b", "env_reward": 0.0, "error": "ValueError: model"},
     ]
     a, b, total = summarize(records, ["a", "b"])

@@ -42,13 +42,21 @@ def test_a_killed_browser_server_is_noticed_and_its_chromium_reaped():
 
 def test_a_server_dies_with_the_process_that_started_it():
     tag = f"ws-test-{uuid.uuid4().hex[:8]}"
-    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time
         from envharness.fleet.server_process import WatchedServer
         server = WatchedServer("echo", tag={tag!r})
         print(server.process.pid, flush=True)
         time.sleep(600)
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         server_pid = int(parent.stdout.readline())
         assert server_pid in tagged_pids(tag)

@@ -13,7 +13,13 @@ import pytest
 
 from envharness.envs.echo.client import AsyncEchoEnv
 from envharness.models.base import GenerationRequest, SamplingParams
-from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, build_harness_rollout_func, run_episodes
+from envharness.harness import (
+    BatchingModelStep,
+    HarnessRunLimits,
+    MCPHarnessAdapter,
+    build_harness_rollout_func,
+    run_episodes,
+)
 from test_harness_step_session import EchoSessionFactory
 from test_harness_tokens import CountingTransformersBackend, assert_exact_turns, echo_text
 
@@ -70,7 +76,9 @@ def test_rollout_func_serves_waiting_episodes_with_fewer_backend_calls(tiny_back
 async def test_max_batch_size_caps_each_backend_call(tiny_backend, echo_factory):
     tiny_backend.calls.clear()
     batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False, max_batch_size=3)
-    results = await run_episodes(echo_factory, [f"w{i}" for i in range(6)], backend=batcher, limits=LIMITS, max_concurrency=6)
+    results = await run_episodes(
+        echo_factory, [f"w{i}" for i in range(6)], backend=batcher, limits=LIMITS, max_concurrency=6
+    )
     assert [r.error for r in results] == [None] * 6
     assert sum(tiny_backend.calls) == 6 * TURNS and max(tiny_backend.calls) <= 3
 
@@ -117,9 +125,13 @@ async def test_a_bad_request_fails_alone(tiny_backend):
     previous turn) fails only its own episode: the batch is retried request by request."""
     tiny_backend.calls.clear()
     batcher = BatchingModelStep(tiny_backend)
-    good = GenerationRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=3))
+    good = GenerationRequest(
+        messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=3)
+    )
     bad = GenerationRequest(messages=[{"role": "user", "content": "hi"}], prefix_ids=[1, 2, 3])
-    out = await asyncio.gather(batcher.generate(good), batcher.generate(bad), batcher.generate(good), return_exceptions=True)
+    out = await asyncio.gather(
+        batcher.generate(good), batcher.generate(bad), batcher.generate(good), return_exceptions=True
+    )
     assert isinstance(out[1], ValueError) and "prefix_ids" in str(out[1])
     assert out[0].completion_ids and out[2].completion_ids
     assert batcher.batch_sizes == [3, 1, 1, 1]

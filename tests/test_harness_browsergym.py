@@ -12,14 +12,28 @@ import pytest
 
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymEnv
 from envharness.envs.browsergym.sessions import BrowserGymSessionFactory, build_browsergym_action_tool_call
-from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, build_harness_rollout_func, run_episodes
+from envharness.harness import (
+    BatchingModelStep,
+    HarnessRunLimits,
+    MCPHarnessAdapter,
+    build_harness_rollout_func,
+    run_episodes,
+)
 from envharness.models.base import Generation
 from envharness.models.scripted import ScriptedBackend
 
 pytestmark = pytest.mark.timeout(900)  # a hang guard: both tests take well under a minute
 
 # Solved by the scripted policy in one or two actions each.
-TASKS = ["click-test", "click-button", "enter-text", "focus-text", "click-checkboxes", "click-tab", "click-dialog"]
+TASKS = [
+    "click-test",
+    "click-button",
+    "enter-text",
+    "focus-text",
+    "click-checkboxes",
+    "click-tab",
+    "click-dialog",
+]
 
 
 class CountingScriptedBackend(ScriptedBackend):
@@ -39,10 +53,19 @@ def server_url(browser_server):
 
 async def test_waiting_episodes_share_backend_calls_on_the_real_browser(server_url):
     backend = CountingScriptedBackend()
-    batcher = BatchingModelStep(backend, tool_call_parser=build_browsergym_action_tool_call, send_tools=False, max_wait_s=1.0)
+    batcher = BatchingModelStep(
+        backend, tool_call_parser=build_browsergym_action_tool_call, send_tools=False, max_wait_s=1.0
+    )
     factory = BrowserGymSessionFactory(client_factory=lambda: AsyncBrowserGymEnv(base_url=server_url))
     tasks = TASKS + ["click-test"]
-    results = await run_episodes(factory, tasks, backend=batcher, max_concurrency=8, seeds=list(range(8)), limits=HarnessRunLimits(max_turns=5))
+    results = await run_episodes(
+        factory,
+        tasks,
+        backend=batcher,
+        max_concurrency=8,
+        seeds=list(range(8)),
+        limits=HarnessRunLimits(max_turns=5),
+    )
 
     assert [(r.error, r.env_reward) for r in results] == [(None, 1.0)] * 8
     assert [r.verify.metrics["task_name"] for r in results] == tasks
@@ -88,7 +111,9 @@ def test_a_session_dying_mid_episode_leaves_the_other_15_intact(server_url):
     rollout_func = build_harness_rollout_func(
         session_factory=SeededSessionFactory(client_factory=lambda: BrowserGymEnv(base_url=server_url)),
         harness_adapter=MCPHarnessAdapter(),
-        model_step_builder=lambda trainer, session: CutsTheConnection(session) if session.task == doomed else batcher.for_episode(),
+        model_step_builder=lambda trainer, session: (
+            CutsTheConnection(session) if session.task == doomed else batcher.for_episode()
+        ),
         limits=HarnessRunLimits(max_turns=10),
         max_concurrency=8,
     )
@@ -121,10 +146,16 @@ class Says:
 async def test_an_action_outside_the_tools_scores_the_first_pages_reward_not_an_error(server_url, text):
     """A real BrowserGym action the session does not offer never reaches the environment; the
     episode is the policy's failure (reward 0, the first page's), not a missing reward."""
-    batcher = BatchingModelStep(Says(text), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
+    batcher = BatchingModelStep(
+        Says(text), tool_call_parser=build_browsergym_action_tool_call, send_tools=False
+    )
     factory = BrowserGymSessionFactory(client_factory=lambda: AsyncBrowserGymEnv(base_url=server_url))
-    (result,) = await run_episodes(factory, ["click-test"], backend=batcher, seeds=[0], limits=HarnessRunLimits(max_turns=2))
+    (result,) = await run_episodes(
+        factory, ["click-test"], backend=batcher, seeds=[0], limits=HarnessRunLimits(max_turns=2)
+    )
 
     assert result.error is None and result.env_reward == 0.0 and not result.verify.done
-    assert [e.result.error.split(";")[0] for e in result.tool_trace] == [f"unknown tool {text.split('(')[0]!r}"] * 2
+    assert [e.result.error.split(";")[0] for e in result.tool_trace] == [
+        f"unknown tool {text.split('(')[0]!r}"
+    ] * 2
     assert result.verify.metrics["step_count"] == 0

@@ -23,7 +23,13 @@ class OpenEnvCounter(oe.ResourceSession):
         return [{"role": "user", "content": "count"}]
 
     def list_tools(self):
-        return [Tool(name="add", description="add n", input_schema={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})]
+        return [
+            Tool(
+                name="add",
+                description="add n",
+                input_schema={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+            )
+        ]
 
     def call_tool(self, name, arguments):
         self.total += arguments["n"]
@@ -45,7 +51,9 @@ def test_openenv_sessions_run_in_our_runtime():
     rollout_func = eh.build_harness_rollout_func(
         session_factory=OpenEnvCounterFactory(),
         harness_adapter=eh.MCPHarnessAdapter(),
-        model_step_builder=lambda trainer, session: ScriptedTokenStep([call("add", n=1), call("add", n="x"), call("add", n=2)]),
+        model_step_builder=lambda trainer, session: ScriptedTokenStep(
+            [call("add", n=1), call("add", n="x"), call("add", n=2)]
+        ),
     )
     out = rollout_func(["a", "b"], None)
     assert out["env_reward"] == [3.0, 3.0]
@@ -60,11 +68,16 @@ def test_our_sessions_run_in_openenv_adapter_with_its_own_types():
         assert [t["name"] for t in tools] == ["add", "finish"]
         text = next(replies)
         [c] = eh.parse_json_tool_calls(text)
-        return oe.ModelStepResult(response=OELLMResponse(content=text, tool_calls=[OEToolCall(id=c.id, name=c.name, args=c.args)]))
+        return oe.ModelStepResult(
+            response=OELLMResponse(content=text, tool_calls=[OEToolCall(id=c.id, name=c.name, args=c.args)])
+        )
 
     result = oe.MCPHarnessAdapter().run_white_box(model_step, session, oe.HarnessRunLimits(max_turns=5))
     assert result.done and session.reward == 3.0
-    assert [m["role"] for m in result.messages] == ["user", "assistant", "tool"] * 1 + ["assistant", "tool"] * 2
+    assert [m["role"] for m in result.messages] == ["user", "assistant", "tool"] * 1 + [
+        "assistant",
+        "tool",
+    ] * 2
 
 
 def test_our_types_carry_every_openenv_field():

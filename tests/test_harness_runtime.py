@@ -66,7 +66,9 @@ class CounterSession(ResourceSession):
                 return ToolResult(data=f"total={self.total}")
             if name == "finish":
                 self.reward, self.done = float(self.total), True
-                return ToolResult(data=f"final total={self.total}", done=True, metadata={"reward": self.reward})
+                return ToolResult(
+                    data=f"final total={self.total}", done=True, metadata={"reward": self.reward}
+                )
             raise KeyError(f"Unknown tool: {name}")
         finally:
             with self.stats["lock"]:
@@ -119,7 +121,9 @@ class ScriptedTokenStep:
         if self.turn == self.fail_at:
             raise RuntimeError("model server crashed")
         text = self.replies[min(self.turn, len(self.replies) - 1)]
-        new = [1000 * (i + 1) + len(str(m.get("content"))) for i, m in enumerate(messages)][self.messages_seen :]
+        new = [1000 * (i + 1) + len(str(m.get("content"))) for i, m in enumerate(messages)][
+            self.messages_seen :
+        ]
         prompt, completion = self.sequence + new, [ord(c) for c in text]
         result = ModelStepResult(
             response=LLMResponse(content=text, tool_calls=parse_json_tool_calls(text)),
@@ -139,7 +143,9 @@ def tasks(n: int) -> list[str]:
 
 def scripted_builder(fail_model_at: dict[str, int] | None = None):
     fail_model_at = fail_model_at or {}
-    return lambda trainer, session: ScriptedTokenStep(script_for(session.task), fail_at=fail_model_at.get(session.task))
+    return lambda trainer, session: ScriptedTokenStep(
+        script_for(session.task), fail_at=fail_model_at.get(session.task)
+    )
 
 
 # -- the loop ----------------------------------------------------------------------------
@@ -147,11 +153,18 @@ def scripted_builder(fail_model_at: dict[str, int] | None = None):
 
 def test_white_box_loop_sync_api_matches_openenv_shape():
     session = CounterFactory().create("ep3")
-    result = MCPHarnessAdapter().run_white_box(ScriptedTokenStep(script_for("ep3")), session, HarnessRunLimits(max_turns=10))
+    result = MCPHarnessAdapter().run_white_box(
+        ScriptedTokenStep(script_for("ep3")), session, HarnessRunLimits(max_turns=10)
+    )
     roles = [m["role"] for m in result.messages]
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
     assert result.messages[1]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"n": 3}'}
-    assert result.messages[2] == {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "total=3"}
+    assert result.messages[2] == {
+        "role": "tool",
+        "tool_call_id": "call_0",
+        "name": "add",
+        "content": "total=3",
+    }
     assert [e.tool_name for e in result.tool_trace] == ["add", "add", "finish"]
     assert result.done and result.error is None
     assert result.metrics["turns"] == 3 and result.metrics["tool_calls"] == 3
@@ -183,8 +196,15 @@ def test_bad_tool_calls_go_back_to_the_model_and_never_abort():
 
 def test_limits_stop_the_episode_and_say_why():
     session = CounterFactory().create("ep1")
-    result = MCPHarnessAdapter().run_white_box(ScriptedTokenStep([call("add", n=1)]), session, HarnessRunLimits(max_turns=4))
-    assert (result.done, result.metrics["stop_reason"], result.metrics["turns"], session.total) == (False, "max_turns", 4, 4)
+    result = MCPHarnessAdapter().run_white_box(
+        ScriptedTokenStep([call("add", n=1)]), session, HarnessRunLimits(max_turns=4)
+    )
+    assert (result.done, result.metrics["stop_reason"], result.metrics["turns"], session.total) == (
+        False,
+        "max_turns",
+        4,
+        4,
+    )
 
     session = CounterFactory().create("ep1")
     two_calls = json.dumps({"name": "add", "arguments": {"n": 1}}) + "\n" + call("add", n=10)
@@ -212,7 +232,14 @@ def test_rollout_func_returns_trl_shapes_in_prompt_order():
     )
     prompts = tasks(6)
     out = rollout_func(prompts, None)
-    assert set(out) == {"prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward", "verify_metrics"}
+    assert set(out) == {
+        "prompt_ids",
+        "completion_ids",
+        "logprobs",
+        "env_mask",
+        "env_reward",
+        "verify_metrics",
+    }
     assert out["env_reward"] == [float(i + 1) for i in range(6)]
     assert [m["total"] for m in out["verify_metrics"]] == [i + 1 for i in range(6)]
     for ids, lps, mask in zip(out["completion_ids"], out["logprobs"], out["env_mask"]):
@@ -234,12 +261,16 @@ def test_one_failing_episode_leaves_the_other_15_intact(failure: str):
     in verify; or its model step on the 2nd turn). Its reward is 0 and its metrics say why;
     the other 15 results are exactly those of a clean run, in prompt order."""
     prompts = tasks(16)
-    clean = build_harness_rollout_func(session_factory=CounterFactory(), model_step_builder=scripted_builder())(prompts, None)
+    clean = build_harness_rollout_func(
+        session_factory=CounterFactory(), model_step_builder=scripted_builder()
+    )(prompts, None)
     assert clean["env_reward"] == [float(i + 1) for i in range(16)]
 
     factory = CounterFactory(fail={} if failure == "model_step" else {"ep5": failure})
     builder = scripted_builder({"ep5": 1} if failure == "model_step" else None)
-    out = build_harness_rollout_func(session_factory=factory, model_step_builder=builder, max_concurrency=8)(prompts, None)
+    out = build_harness_rollout_func(session_factory=factory, model_step_builder=builder, max_concurrency=8)(
+        prompts, None
+    )
 
     assert len(out["env_reward"]) == 16
     assert out["env_reward"][5] == 0.0
@@ -248,12 +279,16 @@ def test_one_failing_episode_leaves_the_other_15_intact(failure: str):
         assert 0 < len(out["completion_ids"][5]) < len(clean["completion_ids"][5])
         assert out["completion_ids"][5] == clean["completion_ids"][5][: len(out["completion_ids"][5])]
         assert out["env_mask"][5] == [0] * len(out["completion_ids"][5])  # but masked out: no loss
-        kept = build_harness_rollout_func(session_factory=CounterFactory(fail={} if failure == "model_step" else {"ep5": failure}),
-                                          model_step_builder=scripted_builder({"ep5": 1} if failure == "model_step" else None),
-                                          train_on_failed=True)(prompts, None)
+        kept = build_harness_rollout_func(
+            session_factory=CounterFactory(fail={} if failure == "model_step" else {"ep5": failure}),
+            model_step_builder=scripted_builder({"ep5": 1} if failure == "model_step" else None),
+            train_on_failed=True,
+        )(prompts, None)
         assert 0 < sum(kept["env_mask"][5]) < sum(clean["env_mask"][5])
     for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward", "verify_metrics"):
-        assert [v for i, v in enumerate(out[key]) if i != 5] == [v for i, v in enumerate(clean[key]) if i != 5], key
+        assert [v for i, v in enumerate(out[key]) if i != 5] == [
+            v for i, v in enumerate(clean[key]) if i != 5
+        ], key
     assert factory.stats["closed"] == factory.stats["created"]  # every session that opened was closed
 
 
@@ -284,7 +319,12 @@ async def test_a_failing_on_result_callback_is_raised_after_every_episode_finish
             raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        await run_episodes(factory, tasks(6), model_step_builder=lambda s: ScriptedTokenStep(script_for(s.task)), on_result=on_result)
+        await run_episodes(
+            factory,
+            tasks(6),
+            model_step_builder=lambda s: ScriptedTokenStep(script_for(s.task)),
+            on_result=on_result,
+        )
     assert sorted(finished) == list(range(6)) and factory.stats["closed"] == 6
 
 
@@ -294,7 +334,9 @@ async def test_run_episodes_needs_exactly_one_model():
 
 
 async def test_rollout_func_works_when_called_inside_a_running_loop():
-    rollout_func = build_harness_rollout_func(session_factory=CounterFactory(), model_step_builder=scripted_builder())
+    rollout_func = build_harness_rollout_func(
+        session_factory=CounterFactory(), model_step_builder=scripted_builder()
+    )
     assert rollout_func(tasks(2), None)["env_reward"] == [1.0, 2.0]
 
 
@@ -319,7 +361,11 @@ class CountingBackend:
             text = script_for(task)[turn]
             prefix = req.prefix_ids or []
             prompt = prefix + [len(req.messages)] * 2
-            out.append(Generation(text=text, prompt_ids=prompt, completion_ids=[7, 8, 9], logprobs=[-1.0, -1.0, -1.0]))
+            out.append(
+                Generation(
+                    text=text, prompt_ids=prompt, completion_ids=[7, 8, 9], logprobs=[-1.0, -1.0, -1.0]
+                )
+            )
         return out
 
     async def aclose(self) -> None:

@@ -49,14 +49,24 @@ def say(messages, tools, sampling):
     word = messages[0]["content"].removeprefix("Say: ")
     turn = sum(1 for m in messages if m["role"] == "assistant")
     text = word * (turn + 1)
-    return ModelStepResult(response=LLMResponse(content=text, tool_calls=[ToolCall(id=f"c{turn}", name="echo", args={"message": text})]))
+    return ModelStepResult(
+        response=LLMResponse(
+            content=text, tool_calls=[ToolCall(id=f"c{turn}", name="echo", args={"message": text})]
+        )
+    )
 
 
 @pytest.mark.parametrize("client", ["sync", "async"])
 def test_echo_episodes_forward_the_env_reward(echo_url, client):
     make = (lambda: EchoEnv(base_url=echo_url)) if client == "sync" else (lambda: AsyncEchoEnv(echo_url))
     results = run_coroutine_sync(
-        run_episodes(EchoSessionFactory(make), ["ab", "hello"], model_step=say, limits=HarnessRunLimits(max_turns=2), max_concurrency=2)
+        run_episodes(
+            EchoSessionFactory(make),
+            ["ab", "hello"],
+            model_step=say,
+            limits=HarnessRunLimits(max_turns=2),
+            max_concurrency=2,
+        )
     )
     assert [r.error for r in results] == [None, None]
     for word, r in zip(["ab", "hello"], results):

@@ -19,7 +19,9 @@ from test_harness_step_session import EchoSessionFactory
 
 def step(prompt: list[int], completion: list[int], logprobs: list[float] | None = None) -> ModelStepResult:
     lps = [-0.1 * (i + 1) for i in range(len(completion))] if logprobs is None else logprobs
-    return ModelStepResult(response=LLMResponse(content="x"), prompt_ids=prompt, completion_ids=completion, logprobs=lps)
+    return ModelStepResult(
+        response=LLMResponse(content="x"), prompt_ids=prompt, completion_ids=completion, logprobs=lps
+    )
 
 
 def test_turns_extend_one_sequence_with_env_tokens_masked():
@@ -116,12 +118,16 @@ def assert_exact_turns(result, tokenizer) -> None:
         start = len(turn.prompt_ids) - len(result.prompt_ids)  # where this turn's completion begins
         assert sequence[: len(turn.prompt_ids)] == turn.prompt_ids, f"turn {k} prompt is not a prefix"
         env = slice(offset, start)
-        assert result.env_mask[env] == [0] * (start - offset) and result.logprobs[env] == [0.0] * (start - offset)
+        assert result.env_mask[env] == [0] * (start - offset) and result.logprobs[env] == [0.0] * (
+            start - offset
+        )
         if k > 0:  # the env tokens are the tool message the model read, not re-tokenized history
             assert tool_messages[k - 1] in tokenizer.decode(result.completion_ids[env])
         mine = slice(start, start + len(turn.completion_ids))
         assert result.completion_ids[mine] == turn.completion_ids
-        assert result.logprobs[mine] == turn.logprobs and result.env_mask[mine] == [1] * len(turn.completion_ids)
+        assert result.logprobs[mine] == turn.logprobs and result.env_mask[mine] == [1] * len(
+            turn.completion_ids
+        )
         offset = mine.stop
     assert offset == len(result.completion_ids)
     assert result.metrics["model_tokens"] == sum(len(t.completion_ids) for t in result.turns)

@@ -18,10 +18,35 @@ from envharness.integrations.trl.resume import latest_checkpoint, trim_to_step
 
 pytestmark = pytest.mark.timeout(600)
 
-EVAL = ["eval", "--model", "scripted", "--tasks", "click-test,click-button", "--episodes", "3",
-        "--concurrency", "1", "--no-progress", "--no-screenshots"]
-TRAIN = ["train", "--model", "tiny", "--lora", "--save-steps", "1", "--num-generations", "2", "--groups-per-step", "1",
-         "--max-completion-length", "8", "--threads", "1"]
+EVAL = [
+    "eval",
+    "--model",
+    "scripted",
+    "--tasks",
+    "click-test,click-button",
+    "--episodes",
+    "3",
+    "--concurrency",
+    "1",
+    "--no-progress",
+    "--no-screenshots",
+]
+TRAIN = [
+    "train",
+    "--model",
+    "tiny",
+    "--lora",
+    "--save-steps",
+    "1",
+    "--num-generations",
+    "2",
+    "--groups-per-step",
+    "1",
+    "--max-completion-length",
+    "8",
+    "--threads",
+    "1",
+]
 
 
 @pytest.fixture
@@ -39,7 +64,9 @@ def jobs(tmp_path, prewarmed):
 
 
 def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    )
 
 
 def resume_line(output: str, command: str) -> list[str]:
@@ -55,7 +82,9 @@ def resume_line(output: str, command: str) -> list[str]:
 def test_eval_with_a_model_it_cannot_load_stops_its_server(jobs, tmp_path):
     job = jobs([*EVAL, "--model", "/nonexistent/model", "--out", str(tmp_path / "run")])
     assert job.wait() == 2
-    assert job.output.strip().startswith("envharness eval: cannot load model '/nonexistent/model'"), job.output
+    assert job.output.strip().startswith("envharness eval: cannot load model '/nonexistent/model'"), (
+        job.output
+    )
     assert len(job.output.strip().splitlines()) == 1
     assert not job.tagged()  # the server started alongside the model was stopped before the command returned
 
@@ -93,13 +122,17 @@ def test_eval_killed_leaves_nothing_and_resume_finishes_the_run(jobs, tmp_path):
 
 
 # -- train -----------------------------------------------------------------------------
-@pytest.mark.parametrize("args,message", ids=["missing-model", "relative-model", "task", "env-url", "resume-no-dir"], argvalues=[
-    (["--model", "/nonexistent/model"], "--model /nonexistent/model: no model directory there"),
-    (["--model", "./not/a/model/dir"], "no model directory there"),
-    (["--task", "no-such-task"], "no-such-task"),
-    (["--env-url", "localhost:8000"], "--env-url must be an http(s) URL"),
-    (["--resume"], "--resume needs --out"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    ids=["missing-model", "relative-model", "task", "env-url", "resume-no-dir"],
+    argvalues=[
+        (["--model", "/nonexistent/model"], "--model /nonexistent/model: no model directory there"),
+        (["--model", "./not/a/model/dir"], "no model directory there"),
+        (["--task", "no-such-task"], "no-such-task"),
+        (["--env-url", "localhost:8000"], "--env-url must be an http(s) URL"),
+        (["--resume"], "--resume needs --out"),
+    ],
+)
 def test_train_refuses_bad_arguments_in_one_line_before_starting(tmp_path, capsys, args, message):
     out = tmp_path / "run"
     extra = [] if "--resume" in args else ["--out", str(out)]
@@ -125,7 +158,9 @@ def test_train_refuses_a_used_folder_without_resume_and_resume_without_a_checkpo
 @pytest.mark.slow
 def test_train_sigterm_checkpoints_finished_steps_and_says_how_to_resume(jobs, tmp_path):
     out = tmp_path / "run"
-    job = jobs([*TRAIN, "--steps", "6", "--save-steps", "5", "--out", str(out)], script=held_at_step(2))  # waits at step 2
+    job = jobs(
+        [*TRAIN, "--steps", "6", "--save-steps", "5", "--out", str(out)], script=held_at_step(2)
+    )  # waits at step 2
     job.wait_for_output("held at step 2", timeout_s=400)
     job.signal(signal.SIGTERM)
     assert job.wait() == 143
@@ -163,19 +198,30 @@ def test_train_killed_then_resumed_ends_at_the_requested_steps_counting_none_twi
 # -- helpers -----------------------------------------------------------------------------
 def test_resume_command_names_the_folder_and_drops_contradictions():
     argv = ["eval", "--model", "scripted", "--overwrite", "--out=runs/a", "--episodes", "3"]
-    assert resume_command(argv, out_flag="--out", out="runs/a") == \
-        "envharness eval --model scripted --episodes 3 --out runs/a --resume"
-    assert resume_command(["train", "--resume", "--out", "x y"], out_flag="--out", out="x y") == \
-        "envharness train --out 'x y' --resume"
+    assert (
+        resume_command(argv, out_flag="--out", out="runs/a")
+        == "envharness eval --model scripted --episodes 3 --out runs/a --resume"
+    )
+    assert (
+        resume_command(["train", "--resume", "--out", "x y"], out_flag="--out", out="x y")
+        == "envharness train --out 'x y' --resume"
+    )
     # the old spelling of the run folder's flag is replaced, not repeated
-    assert resume_command(["train", "--output-dir", "runs/t", "--steps", "3"], out_flag="--out", out="runs/t") == \
-        "envharness train --steps 3 --out runs/t --resume"
+    assert (
+        resume_command(["train", "--output-dir", "runs/t", "--steps", "3"], out_flag="--out", out="runs/t")
+        == "envharness train --steps 3 --out runs/t --resume"
+    )
 
 
 def test_trim_to_step_keeps_exactly_the_checkpointed_steps(tmp_path):
     lines = [{"metrics": {"train_step": s}, "version": 1} for s in (0, 0, 1, 1, 2)]
     (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"torn')
-    log = [{"step": 1, "reward": 0.0}, {"step": 2, "reward": 1.0}, {"step": 3, "reward": 0.5}, {"step": 2, "train_runtime": 9}]
+    log = [
+        {"step": 1, "reward": 0.0},
+        {"step": 2, "reward": 1.0},
+        {"step": 3, "reward": 0.5},
+        {"step": 2, "train_runtime": 9},
+    ]
     (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in log))
     assert trim_to_step(tmp_path, 2) == 4
     assert [r["metrics"]["train_step"] for r in records(tmp_path / "episodes.jsonl")] == [0, 0, 1, 1]

@@ -27,7 +27,10 @@ def pod_templates(doc: dict) -> list[dict]:
     if doc["kind"] == "Deployment":
         return [doc["spec"]["template"]]
     if doc["kind"] == "RayCluster":
-        return [doc["spec"]["headGroupSpec"]["template"], *(g["template"] for g in doc["spec"]["workerGroupSpecs"])]
+        return [
+            doc["spec"]["headGroupSpec"]["template"],
+            *(g["template"] for g in doc["spec"]["workerGroupSpecs"]),
+        ]
     return []
 
 
@@ -36,7 +39,11 @@ def test_the_manifests_are_there():
     assert kinds == ["Deployment", "Deployment", "NetworkPolicy", "RayCluster", "Service", "Service"]
 
 
-@pytest.mark.parametrize("doc", [d for d in documents() if d["apiVersion"] != "ray.io/v1"], ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+@pytest.mark.parametrize(
+    "doc",
+    [d for d in documents() if d["apiVersion"] != "ray.io/v1"],
+    ids=lambda d: f"{d['kind']}/{d['metadata']['name']}",
+)
 def test_core_resources_pass_the_kubernetes_schema(doc):
     kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
@@ -79,7 +86,12 @@ def test_services_select_their_pods_and_servers_reach_the_browsers():
         assert service["spec"]["clusterIP"] == "None"  # headless: one record per pod
     policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
     admitted = policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
-    clients = [t for d in docs for t in pod_templates(d) if "ENVHARNESS_OPTION_BROWSER" in str(t) or "browser=dns" in str(t)]
+    clients = [
+        t
+        for d in docs
+        for t in pod_templates(d)
+        if "ENVHARNESS_OPTION_BROWSER" in str(t) or "browser=dns" in str(t)
+    ]
     assert len(clients) == 2 and all(admitted.items() <= t["metadata"]["labels"].items() for t in clients)
 
 
@@ -88,12 +100,20 @@ def test_every_envharness_command_line_parses():
 
     from envharness.cli import all_commands
 
-    lines = [c["command"] for d in documents() for t in pod_templates(d) for c in t["spec"]["containers"] if "command" in c]
+    lines = [
+        c["command"]
+        for d in documents()
+        for t in pod_templates(d)
+        for c in t["spec"]["containers"]
+        if "command" in c
+    ]
     assert len(lines) == 2
     for line in lines:
         assert line[0] == "envharness"
         parser = argparse.ArgumentParser()
-        importlib.import_module(all_commands()[line[1]][0]).add_arguments(parser)  # the browser's own command too
+        importlib.import_module(all_commands()[line[1]][0]).add_arguments(
+            parser
+        )  # the browser's own command too
         args = parser.parse_args(line[2:])
         if line[1] == "serve":
             assert "browser=dns://envharness-browser:9222" in args.option and args.host == "0.0.0.0"

@@ -18,10 +18,17 @@ PACKAGE = Path(envharness.__file__).parent
 LAYERS = {
     "core": 0,
     "models": 1,
-    "harness": 2, "mcp": 2,
-    "prompts": 3, "policy": 3,
-    "envs": 4, "web": 4, "fleet": 4,
-    "eval": 5, "integrations": 5, "check": 5, "replay": 5,
+    "harness": 2,
+    "mcp": 2,
+    "prompts": 3,
+    "policy": 3,
+    "envs": 4,
+    "web": 4,
+    "fleet": 4,
+    "eval": 5,
+    "integrations": 5,
+    "check": 5,
+    "replay": 5,
     "cli": 6,
 }
 
@@ -107,7 +114,11 @@ def test_generic_layers_name_no_environment():
         if relative.parts[0] in ("envs", "cli") or relative.as_posix() in allowed:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ENVIRONMENT_NAMES:
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value in ENVIRONMENT_NAMES
+            ):
                 bad.append(f"{relative}:{node.lineno} names {node.value!r}")
     assert bad == []
 
@@ -138,7 +149,9 @@ def test_no_module_imports_itself_back():
         for module in _imported_modules(path):
             while module and module not in modules:  # `from pkg.mod import name`: the module itself
                 module = module.rpartition(".")[0]
-            if module and module != name and not name.startswith(module + "."):  # a package's own __init__ is not a circle
+            if (
+                module and module != name and not name.startswith(module + ".")
+            ):  # a package's own __init__ is not a circle
                 targets.add(module)
         graph[name] = targets
     circles: list[list[str]] = []
@@ -150,7 +163,7 @@ def test_no_module_imports_itself_back():
         stack.append(node)
         for target in sorted(graph.get(node, ())):
             if state.get(target) == 1:
-                circles.append(stack[stack.index(target):] + [target])
+                circles.append(stack[stack.index(target) :] + [target])
             elif target not in state:
                 visit(target)
         stack.pop()
@@ -190,7 +203,16 @@ def test_a_run_looks_its_environment_up_once(tmp_path, monkeypatch):
     calls = []
     real = registry.get_spec
     monkeypatch.setattr(registry, "get_spec", lambda name: calls.append(name) or real(name))
-    result = run_eval(EvalConfig(out=str(tmp_path / "run"), env="echo", model="scripted", episodes=1, max_steps=1,
-                                 progress=False, screenshots=False))
+    result = run_eval(
+        EvalConfig(
+            out=str(tmp_path / "run"),
+            env="echo",
+            model="scripted",
+            episodes=1,
+            max_steps=1,
+            progress=False,
+            screenshots=False,
+        )
+    )
     assert result.ran == 1 and result.stats[0].successes == 1
     assert calls == ["echo"]

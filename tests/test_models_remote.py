@@ -36,8 +36,12 @@ def assert_exact(tiny, gen, temperature):
     """Token ids and logprobs are what the model gives on a separate forward pass."""
     assert gen.prompt_ids and len(gen.completion_ids) == len(gen.logprobs) > 0
     with torch.no_grad():
-        logits = tiny.model(torch.tensor([gen.prompt_ids + gen.completion_ids])).logits[0, len(gen.prompt_ids) - 1 : -1]
-    expected = processed_logprobs(logits, temperature).gather(-1, torch.tensor(gen.completion_ids)[:, None])[:, 0]
+        logits = tiny.model(torch.tensor([gen.prompt_ids + gen.completion_ids])).logits[
+            0, len(gen.prompt_ids) - 1 : -1
+        ]
+    expected = processed_logprobs(logits, temperature).gather(-1, torch.tensor(gen.completion_ids)[:, None])[
+        :, 0
+    ]
     assert (expected - torch.tensor(gen.logprobs)).abs().max().item() < 1e-4  # every token, not on average
     assert tiny.tokenizer.decode(gen.completion_ids, skip_special_tokens=True).startswith(gen.text[:5])
 
@@ -46,25 +50,47 @@ async def test_openai_backend_against_a_vllm_like_server(tiny):
     with serve(chat_completions_app(tiny)) as url:
         backend = load_backend(f"openai:tiny@{url}/v1", retry=FAST_RETRY)
         try:
-            reqs = [GenerationRequest(conversation(u), sampling=SamplingParams(temperature=0.7, max_tokens=8, seed=i)) for i, u in enumerate(["a", "bb bb bb"])]
+            reqs = [
+                GenerationRequest(
+                    conversation(u), sampling=SamplingParams(temperature=0.7, max_tokens=8, seed=i)
+                )
+                for i, u in enumerate(["a", "bb bb bb"])
+            ]
             gens = await backend.generate(reqs)
         finally:
             await backend.aclose()
     assert backend.features == {"vllm_extras", "logprobs"}
     for gen, req in zip(gens, reqs):
-        assert tiny.tokenizer.decode(gen.prompt_ids) == tiny.tokenizer.apply_chat_template(req.messages, tokenize=False, add_generation_prompt=True)
+        assert tiny.tokenizer.decode(gen.prompt_ids) == tiny.tokenizer.apply_chat_template(
+            req.messages, tokenize=False, add_generation_prompt=True
+        )
         assert_exact(tiny, gen, 0.7)
 
 
 async def test_openai_backend_with_a_strict_hosted_style_server(tiny):
     """The server rejects vLLM's extras: the backend drops them once, keeps logprobs, and
     applies stop strings itself (the text ends with the stop string, as on vLLM)."""
-    free = (await tiny.generate([GenerationRequest(conversation("x"), sampling=SamplingParams(max_tokens=8, seed=5))]))[0]
-    stop = next(p for k in range(2, 8) if (p := tiny.tokenizer.decode(free.completion_ids[k : k + 1]).strip()) and p not in tiny.tokenizer.decode(free.completion_ids[:k]))
+    free = (
+        await tiny.generate(
+            [GenerationRequest(conversation("x"), sampling=SamplingParams(max_tokens=8, seed=5))]
+        )
+    )[0]
+    stop = next(
+        p
+        for k in range(2, 8)
+        if (p := tiny.tokenizer.decode(free.completion_ids[k : k + 1]).strip())
+        and p not in tiny.tokenizer.decode(free.completion_ids[:k])
+    )
     with serve(chat_completions_app(tiny, strict=True)) as url:
         backend = OpenAIBackend("tiny", base_url=f"{url}/v1", api_key="sk-test", retry=FAST_RETRY)
         try:
-            (gen,) = await backend.generate([GenerationRequest(conversation("x"), sampling=SamplingParams(max_tokens=8, seed=5, stop=[stop]))])
+            (gen,) = await backend.generate(
+                [
+                    GenerationRequest(
+                        conversation("x"), sampling=SamplingParams(max_tokens=8, seed=5, stop=[stop])
+                    )
+                ]
+            )
         finally:
             await backend.aclose()
     assert backend.features == {"logprobs"}
@@ -80,7 +106,9 @@ async def test_openai_backend_retries_503_then_succeeds(tiny):
     with serve(chat_completions_app(tiny, flaky=flaky)) as url:
         backend = OpenAIBackend("tiny", base_url=f"{url}/v1", retry=FAST_RETRY)
         try:
-            (gen,) = await backend.generate([GenerationRequest(conversation("hi"), sampling=SamplingParams(max_tokens=4))])
+            (gen,) = await backend.generate(
+                [GenerationRequest(conversation("hi"), sampling=SamplingParams(max_tokens=4))]
+            )
         finally:
             await backend.aclose()
     assert flaky.seen == 3
@@ -89,7 +117,9 @@ async def test_openai_backend_retries_503_then_succeeds(tiny):
 
 async def test_openai_backend_gives_up_with_a_clear_error(tiny):
     with serve(chat_completions_app(tiny, flaky=Flaky(failures=100))) as url:
-        backend = OpenAIBackend("tiny", base_url=f"{url}/v1", retry=RetryPolicy(max_retries=2, backoff_s=0.01))
+        backend = OpenAIBackend(
+            "tiny", base_url=f"{url}/v1", retry=RetryPolicy(max_retries=2, backoff_s=0.01)
+        )
         try:
             with pytest.raises(BackendError, match="HTTP 503") as info:
                 await backend.generate([GenerationRequest(conversation("hi"))])
@@ -129,14 +159,26 @@ async def test_trl_backend_speaks_vllm_completions_as_trl_1x(tiny):
     with serve(trl_server_app(tiny, legacy=False, flaky=flaky)) as url:
         backend = load_backend(f"trl-vllm:{url}", tokenizer=tiny.tokenizer, retry=FAST_RETRY)
         try:
-            reqs = [GenerationRequest(conversation(u), sampling=SamplingParams(temperature=0.7, max_tokens=6, seed=i)) for i, u in enumerate(["x", "yy yy"])]
-            reqs.append(GenerationRequest(conversation("z"), sampling=SamplingParams(temperature=1.0, max_tokens=5)))
+            reqs = [
+                GenerationRequest(
+                    conversation(u), sampling=SamplingParams(temperature=0.7, max_tokens=6, seed=i)
+                )
+                for i, u in enumerate(["x", "yy yy"])
+            ]
+            reqs.append(
+                GenerationRequest(conversation("z"), sampling=SamplingParams(temperature=1.0, max_tokens=5))
+            )
             gens = await backend.generate(reqs)
             assert backend.api == "completions" and backend.model == "tiny"
             # Turn two extends turn one exactly: the backend sends token ids, not text.
             prefix = gens[0].prompt_ids + gens[0].completion_ids
-            msgs2 = reqs[0].messages + [{"role": "assistant", "content": gens[0].text}, {"role": "user", "content": "next"}]
-            (turn2,) = await backend.generate([GenerationRequest(msgs2, sampling=SamplingParams(max_tokens=3), prefix_ids=prefix)])
+            msgs2 = reqs[0].messages + [
+                {"role": "assistant", "content": gens[0].text},
+                {"role": "user", "content": "next"},
+            ]
+            (turn2,) = await backend.generate(
+                [GenerationRequest(msgs2, sampling=SamplingParams(max_tokens=3), prefix_ids=prefix)]
+            )
         finally:
             await backend.aclose()
     assert flaky.seen >= 2  # the 503 was retried
@@ -152,7 +194,12 @@ async def test_trl_backend_speaks_the_0_2x_generate_endpoint(tiny):
         auto = TRLVLLMBackend(url, tokenizer=tiny.tokenizer, retry=FAST_RETRY)
         try:
             assert backend.api == "generate" and backend.base_url == url
-            reqs = [GenerationRequest(conversation(u), sampling=SamplingParams(temperature=0.7, max_tokens=6, seed=i)) for i, u in enumerate(["x", "a b c"])]
+            reqs = [
+                GenerationRequest(
+                    conversation(u), sampling=SamplingParams(temperature=0.7, max_tokens=6, seed=i)
+                )
+                for i, u in enumerate(["x", "a b c"])
+            ]
             gens = await backend.generate(reqs)
             (auto_gen,) = await auto.generate(reqs[:1])
         finally:
@@ -166,7 +213,9 @@ async def test_trl_backend_speaks_the_0_2x_generate_endpoint(tiny):
 
 async def test_trl_backend_reports_a_server_that_is_down():
     with socket_that_refuses() as url:
-        backend = TRLVLLMBackend(url.removesuffix("/v1"), tokenizer=object(), retry=RetryPolicy(max_retries=0))
+        backend = TRLVLLMBackend(
+            url.removesuffix("/v1"), tokenizer=object(), retry=RetryPolicy(max_retries=0)
+        )
         try:
             with pytest.raises(BackendError):
                 await backend.generate([GenerationRequest(conversation("x"))])

@@ -45,8 +45,10 @@ def decode_data_url(url: str) -> tuple[str, Image.Image]:
 
 
 def vision_messages(image, text="Goal: Click the button."):
-    return [{"role": "system", "content": "You control a web browser."},
-            {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image", "image": image}]}]
+    return [
+        {"role": "system", "content": "You control a web browser."},
+        {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image", "image": image}]},
+    ]
 
 
 # -- OpenAI-compatible chat completions -------------------------------------------------------------
@@ -59,11 +61,20 @@ def chat_stub(seen: list[dict]) -> FastAPI:
         seen.append(body)
         return {
             "prompt_token_ids": [1, 2, 3],
-            "choices": [{
-                "index": 0, "finish_reason": "stop", "token_ids": [7, 8],
-                "message": {"role": "assistant", "content": "click('13')"},
-                "logprobs": {"content": [{"token": "token_id:7", "logprob": -0.25}, {"token": "token_id:8", "logprob": -0.5}]},
-            }],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "token_ids": [7, 8],
+                    "message": {"role": "assistant", "content": "click('13')"},
+                    "logprobs": {
+                        "content": [
+                            {"token": "token_id:7", "logprob": -0.25},
+                            {"token": "token_id:8", "logprob": -0.5},
+                        ]
+                    },
+                }
+            ],
         }
 
     return app
@@ -76,10 +87,17 @@ async def test_openai_backend_sends_images_as_data_urls(fmt):
     with serve(chat_stub(seen)) as url:
         backend = OpenAIBackend("qwen-vl", f"{url}/v1", retry=FAST_RETRY, image_format=fmt)
         try:
-            [gen] = await backend.generate([GenerationRequest(vision_messages(image), sampling=SamplingParams(max_tokens=8))])
+            [gen] = await backend.generate(
+                [GenerationRequest(vision_messages(image), sampling=SamplingParams(max_tokens=8))]
+            )
         finally:
             await backend.aclose()
-    assert (gen.text, gen.prompt_ids, gen.completion_ids, gen.logprobs) == ("click('13')", [1, 2, 3], [7, 8], [-0.25, -0.5])
+    assert (gen.text, gen.prompt_ids, gen.completion_ids, gen.logprobs) == (
+        "click('13')",
+        [1, 2, 3],
+        [7, 8],
+        [-0.25, -0.5],
+    )
     [body] = seen
     assert body["logprobs"] is True and body["return_token_ids"] is True
     system, user = body["messages"]
@@ -99,7 +117,9 @@ class VLLMStub:
     It processes images with the same image processor as the client (as the served model would)
     and checks every payload."""
 
-    def __init__(self, processor, completion_ids: list[int], lie_about_length: bool = False, no_render: bool = False):
+    def __init__(
+        self, processor, completion_ids: list[int], lie_about_length: bool = False, no_render: bool = False
+    ):
         self.processor = processor
         self.image_token_id = processor.image_token_id
         self.completion_ids = completion_ids
@@ -116,14 +136,20 @@ class VLLMStub:
         body = await request.json()
         assert body["model"] == "qwen-vl" and body["max_tokens"] == 1
         [message] = body["messages"]
-        assert message["role"] == "user" and all(p["type"] == "image_url" for p in message["content"])  # images alone
+        assert message["role"] == "user" and all(
+            p["type"] == "image_url" for p in message["content"]
+        )  # images alone
         images = [decode_data_url(p["image_url"]["url"])[1] for p in message["content"]]
         self.renders.append(images)
         lengths = [placeholder_count(self.processor, image) + (1 if self.lie else 0) for image in images]
         offsets = [5 + 10 * i for i in range(len(images))]  # where they sat in the server's throwaway chat
-        return {"features": {"mm_hashes": {"image": [f"hash-{i}" for i in range(len(images))]},
-                             "mm_placeholders": {"image": [{"offset": o, "length": n} for o, n in zip(offsets, lengths)]},
-                             "kwargs_data": "opaque-processed-pixels"}}
+        return {
+            "features": {
+                "mm_hashes": {"image": [f"hash-{i}" for i in range(len(images))]},
+                "mm_placeholders": {"image": [{"offset": o, "length": n} for o, n in zip(offsets, lengths)]},
+                "kwargs_data": "opaque-processed-pixels",
+            }
+        }
 
     async def generate(self, request: Request):
         body = await request.json()
@@ -132,11 +158,25 @@ class VLLMStub:
         placed = [(p["offset"], p["length"]) for p in features["mm_placeholders"]["image"]]
         if placed != image_token_runs(ids, self.image_token_id):
             return JSONResponse({"error": "placeholders do not point at the image tokens"}, status_code=400)
-        assert features["kwargs_data"] == "opaque-processed-pixels" and len(features["mm_hashes"]["image"]) == len(placed)
+        assert features["kwargs_data"] == "opaque-processed-pixels" and len(
+            features["mm_hashes"]["image"]
+        ) == len(placed)
         params = body["sampling_params"]
         assert params["n"] == 1 and params["logprobs"] == 0 and params["output_kind"] == 2
-        entries = [{"token": f"token_id:{t}", "logprob": -0.1 * (k + 1), "top_logprobs": []} for k, t in enumerate(self.completion_ids)]
-        return {"choices": [{"index": 0, "token_ids": self.completion_ids, "logprobs": {"content": entries}, "finish_reason": "stop"}]}
+        entries = [
+            {"token": f"token_id:{t}", "logprob": -0.1 * (k + 1), "top_logprobs": []}
+            for k, t in enumerate(self.completion_ids)
+        ]
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "token_ids": self.completion_ids,
+                    "logprobs": {"content": entries},
+                    "finish_reason": "stop",
+                }
+            ]
+        }
 
 
 @pytest.fixture(scope="module")
@@ -156,28 +196,39 @@ async def test_trl_vllm_backend_generates_from_token_ids_with_image_features(pro
             [turn1] = await backend.generate([GenerationRequest(vision_messages(first), sampling=sampling)])
             conversation = vision_messages(first) + [
                 {"role": "assistant", "content": turn1.text},
-                {"role": "user", "content": [{"type": "image", "image": second}, {"type": "text", "text": "Step 2"}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "image": second}, {"type": "text", "text": "Step 2"}],
+                },
             ]
             prefix = turn1.prompt_ids + turn1.completion_ids
-            [turn2] = await backend.generate([GenerationRequest(conversation, sampling=sampling, prefix_ids=prefix)])
+            [turn2] = await backend.generate(
+                [GenerationRequest(conversation, sampling=sampling, prefix_ids=prefix)]
+            )
         finally:
             await backend.aclose()
 
     # turn 1: the exact ids the processor makes, one run of image tokens as long as the image needs
-    expected = processor.apply_chat_template(vision_messages(first), add_generation_prompt=True, tokenize=True,
-                                             return_dict=True)["input_ids"]
+    expected = processor.apply_chat_template(
+        vision_messages(first), add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
     expected = list(expected[0] if isinstance(expected[0], list) else expected)
     assert turn1.prompt_ids == expected
     assert (turn1.completion_ids, turn1.text) == (action_ids, "click('13')")
     assert turn1.logprobs == pytest.approx([-0.1 * (k + 1) for k in range(len(action_ids))])
     assert image_field(turn1, "image_token_counts") == [placeholder_count(processor, first)]
-    assert image_field(turn1, "images") == [first] and image_field(turn1, "image_token_id") == processor.image_token_id
+    assert (
+        image_field(turn1, "images") == [first]
+        and image_field(turn1, "image_token_id") == processor.image_token_id
+    )
 
     # turn 2: extends turn 1's tokens exactly; the server processed both screenshots, in order
     assert turn2.prompt_ids[: len(prefix)] == prefix
     runs = image_token_runs(turn2.prompt_ids, processor.image_token_id)
     assert [n for _, n in runs] == [placeholder_count(processor, first), placeholder_count(processor, second)]
-    assert image_field(turn2, "images") == [second] and image_field(turn2, "image_token_counts") == [runs[1][1]]
+    assert image_field(turn2, "images") == [second] and image_field(turn2, "image_token_counts") == [
+        runs[1][1]
+    ]
     assert [[im.size for im in r] for r in stub.renders] == [[first.size], [first.size, second.size]]
     assert [g["token_ids"] for g in stub.generates] == [turn1.prompt_ids, turn2.prompt_ids]
     params = stub.generates[0]["sampling_params"]
@@ -220,9 +271,13 @@ async def test_trl_vllm_backend_needs_a_processor_for_images():
     from envharness.models.embedded import tiny_test_model
 
     _, tokenizer = tiny_test_model()  # a text tokenizer where the processor should be
-    backend = TRLVLLMBackend("http://127.0.0.1:9", tokenizer, api="completions", model="m", processor=tokenizer)
+    backend = TRLVLLMBackend(
+        "http://127.0.0.1:9", tokenizer, api="completions", model="m", processor=tokenizer
+    )
     try:
-        with pytest.raises(ImagesNotSupportedError, match="has no image processor; pass the model's processor"):
+        with pytest.raises(
+            ImagesNotSupportedError, match="has no image processor; pass the model's processor"
+        ):
             await backend.generate([GenerationRequest(vision_messages(screenshot()))])
     finally:
         await backend.aclose()
@@ -235,15 +290,21 @@ async def test_text_backends_refuse_images_in_words():
 
     model, tokenizer = tiny_test_model()
     for backend in (ScriptedBackend(), TransformersBackend(model, tokenizer, name="tiny-text")):
-        with pytest.raises(ImagesNotSupportedError, match=f"'{backend.name}' has no vision but the prompt holds images"):
+        with pytest.raises(
+            ImagesNotSupportedError, match=f"'{backend.name}' has no vision but the prompt holds images"
+        ):
             await backend.generate([GenerationRequest(vision_messages(screenshot()))])
 
 
 async def test_trl_vllm_backend_says_when_the_processor_cannot_load(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub here: fail on the spot
-    backend = TRLVLLMBackend("http://127.0.0.1:9", api="completions", model="m", processor=str(tmp_path / "no-such-model"))
+    backend = TRLVLLMBackend(
+        "http://127.0.0.1:9", api="completions", model="m", processor=str(tmp_path / "no-such-model")
+    )
     try:
-        with pytest.raises(ImagesNotSupportedError, match="could not load the processor of .*no-such-model.*pass processor="):
+        with pytest.raises(
+            ImagesNotSupportedError, match="could not load the processor of .*no-such-model.*pass processor="
+        ):
             await backend.generate([GenerationRequest(vision_messages(screenshot()))])
     finally:
         await backend.aclose()

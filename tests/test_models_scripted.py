@@ -17,13 +17,24 @@ OTHER_TREE = "RootWebArea 'Click Button Task', focused\n\t[20] button 'no'\n\t[2
 
 
 def observation(goal: str, tree: str, error: str = "") -> dict:
-    return {"goal": goal, "url": "http://127.0.0.1/miniwob/click-test.html", "axtree_txt": tree, "last_action_error": error}
+    return {
+        "goal": goal,
+        "url": "http://127.0.0.1/miniwob/click-test.html",
+        "axtree_txt": tree,
+        "last_action_error": error,
+    }
 
 
 def harness_conversation() -> list[dict]:
     """The messages the BrowserGym harness writes: instructions + first page, then tool results."""
-    first = action_instructions(["click", "noop"]) + "\n\n" + format_observation(observation("Click the button.", OTHER_TREE))
-    later = format_observation(observation("Click on the \"yes\" button.", OTHER_TREE + "\n\t[22] button 'maybe'"), with_error=False)
+    first = (
+        action_instructions(["click", "noop"])
+        + "\n\n"
+        + format_observation(observation("Click the button.", OTHER_TREE))
+    )
+    later = format_observation(
+        observation('Click on the "yes" button.', OTHER_TREE + "\n\t[22] button 'maybe'"), with_error=False
+    )
     return [
         {"role": "user", "content": first},
         {"role": "assistant", "content": "click('20')"},
@@ -40,7 +51,10 @@ def test_reads_the_newest_goal_and_tree_from_harness_messages():
 def test_reads_json_observations_and_older_goals():
     messages = [
         {"role": "user", "content": "Goal: Enter the text.\nPage:\n" + CLICK_TEST_TREE},
-        {"role": "tool", "content": json.dumps({"observation": {"axtree_txt": "RootWebArea 'x'\n\t[5] textbox ''"}})},
+        {
+            "role": "tool",
+            "content": json.dumps({"observation": {"axtree_txt": "RootWebArea 'x'\n\t[5] textbox ''"}}),
+        },
     ]
     assert find_goal_and_tree(messages) == ("Enter the text.", "RootWebArea 'x'\n\t[5] textbox ''")
 
@@ -56,7 +70,9 @@ async def test_answers_with_the_solution_or_a_noop_and_a_reason():
     gens = await backend.generate(
         [
             GenerationRequest(harness_conversation()),
-            GenerationRequest([{"role": "user", "content": "Goal: Something unknown.\n\n" + CLICK_TEST_TREE}]),
+            GenerationRequest(
+                [{"role": "user", "content": "Goal: Something unknown.\n\n" + CLICK_TEST_TREE}]
+            ),
             GenerationRequest([{"role": "user", "content": "hello"}]),
         ]
     )
@@ -68,8 +84,17 @@ async def test_answers_with_the_solution_or_a_noop_and_a_reason():
 
 
 async def test_solves_click_test_with_the_real_solutions():
-    pytest.importorskip("envharness.envs.browsergym.solutions", reason="solutions.py (issue 3) not written yet")
+    pytest.importorskip(
+        "envharness.envs.browsergym.solutions", reason="solutions.py (issue 3) not written yet"
+    )
     backend = load_backend("scripted")
-    msgs = [{"role": "user", "content": action_instructions(["click"]) + "\n\n" + format_observation(observation("Click the button.", CLICK_TEST_TREE))}]
+    msgs = [
+        {
+            "role": "user",
+            "content": action_instructions(["click"])
+            + "\n\n"
+            + format_observation(observation("Click the button.", CLICK_TEST_TREE)),
+        }
+    ]
     (gen,) = await backend.generate([GenerationRequest(msgs)])
     assert gen.text.replace('"', "'") == "click('13')"

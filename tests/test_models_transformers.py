@@ -35,8 +35,17 @@ def forward_logprobs(model, prompt_ids, completion_ids, temperature, top_k=0, to
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 async def test_logprobs_equal_a_separate_forward_pass(tiny, temperature):
-    users = ["Hi", "Click the button labelled OK, then submit the form. " * 3, "Goal: type 'hello' into the box"]
-    requests = [GenerationRequest(conversation(u), sampling=SamplingParams(temperature=temperature, max_tokens=12, seed=i)) for i, u in enumerate(users)]
+    users = [
+        "Hi",
+        "Click the button labelled OK, then submit the form. " * 3,
+        "Goal: type 'hello' into the box",
+    ]
+    requests = [
+        GenerationRequest(
+            conversation(u), sampling=SamplingParams(temperature=temperature, max_tokens=12, seed=i)
+        )
+        for i, u in enumerate(users)
+    ]
     gens = await tiny.generate(requests)
     assert len({len(g.prompt_ids) for g in gens}) == 3  # really different lengths: left padding in play
     for g in gens:
@@ -46,7 +55,10 @@ async def test_logprobs_equal_a_separate_forward_pass(tiny, temperature):
 
 
 async def test_top_k_top_p_logprobs_are_of_the_processed_distribution(tiny):
-    req = GenerationRequest(conversation("hello"), sampling=SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_tokens=10, seed=3))
+    req = GenerationRequest(
+        conversation("hello"),
+        sampling=SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_tokens=10, seed=3),
+    )
     (g,) = await tiny.generate([req])
     processed = forward_logprobs(tiny.model, g.prompt_ids, g.completion_ids, 0.7, top_k=20, top_p=0.9)
     unfiltered = forward_logprobs(tiny.model, g.prompt_ids, g.completion_ids, 0.7)
@@ -75,7 +87,10 @@ async def test_prompt_ids_are_the_chat_template(tiny):
 async def test_seeded_requests_sample_the_same_tokens_in_any_batch(tiny):
     params = SamplingParams(temperature=1.0, max_tokens=8, seed=42)
     alone = (await tiny.generate([GenerationRequest(conversation("abc"), sampling=params)]))[0]
-    other = GenerationRequest(conversation("a much longer prompt that forces left padding " * 4), sampling=SamplingParams(max_tokens=3))
+    other = GenerationRequest(
+        conversation("a much longer prompt that forces left padding " * 4),
+        sampling=SamplingParams(max_tokens=3),
+    )
     batched = (await tiny.generate([other, GenerationRequest(conversation("abc"), sampling=params)]))[1]
     assert batched.completion_ids == alone.completion_ids
     assert batched.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
@@ -86,10 +101,23 @@ async def test_stop_string_ends_the_turn_and_stays_in_the_text(tiny):
     free = (await tiny.generate([GenerationRequest(conversation("x"), sampling=params)]))[0]
     assert free.finish_reason == "length" and len(free.completion_ids) == 10
     # Pick a stop string the seeded run produces at its 4th token and that did not occur before.
-    k = next(k for k in range(3, 10) if (piece := tiny.tokenizer.decode(free.completion_ids[k : k + 1]).strip())
-             and piece not in tiny.tokenizer.decode(free.completion_ids[:k]))
+    k = next(
+        k
+        for k in range(3, 10)
+        if (piece := tiny.tokenizer.decode(free.completion_ids[k : k + 1]).strip())
+        and piece not in tiny.tokenizer.decode(free.completion_ids[:k])
+    )
     stop = tiny.tokenizer.decode(free.completion_ids[k : k + 1]).strip()
-    stopped = (await tiny.generate([GenerationRequest(conversation("x"), sampling=SamplingParams(temperature=1.0, max_tokens=10, seed=7, stop=[stop]))]))[0]
+    stopped = (
+        await tiny.generate(
+            [
+                GenerationRequest(
+                    conversation("x"),
+                    sampling=SamplingParams(temperature=1.0, max_tokens=10, seed=7, stop=[stop]),
+                )
+            ]
+        )
+    )[0]
     assert stopped.completion_ids == free.completion_ids[: k + 1]
     assert stopped.finish_reason == "stop" and stopped.text.endswith(stop)
     assert stopped.metadata["stop"] == stop
@@ -101,14 +129,18 @@ async def test_eos_ends_the_turn(tiny):
     bias[eos] = 100.0  # make <|im_end|> the only likely token
     tiny.model.lm_head.bias = torch.nn.Parameter(bias, requires_grad=False)
     try:
-        (g,) = await tiny.generate([GenerationRequest(conversation("stop"), sampling=SamplingParams(max_tokens=5))])
+        (g,) = await tiny.generate(
+            [GenerationRequest(conversation("stop"), sampling=SamplingParams(max_tokens=5))]
+        )
     finally:
         tiny.model.lm_head.bias = None
     assert g.completion_ids == [eos] and g.finish_reason == "stop" and g.text == ""
 
 
 async def test_greedy_is_argmax(tiny):
-    (g,) = await tiny.generate([GenerationRequest(conversation("greedy"), sampling=SamplingParams(temperature=0.0, max_tokens=4))])
+    (g,) = await tiny.generate(
+        [GenerationRequest(conversation("greedy"), sampling=SamplingParams(temperature=0.0, max_tokens=4))]
+    )
     ids = g.prompt_ids
     for token in g.completion_ids:
         logits = tiny.model(torch.tensor([ids])).logits[0, -1].detach()
@@ -120,8 +152,13 @@ async def test_prefix_ids_turn_two_extends_turn_one_exactly(tiny):
     msgs = conversation("Goal: click the button")
     (turn1,) = await tiny.generate([GenerationRequest(msgs, sampling=SamplingParams(max_tokens=6, seed=1))])
     prefix = turn1.prompt_ids + turn1.completion_ids
-    msgs2 = msgs + [{"role": "assistant", "content": turn1.text}, {"role": "user", "content": "Page changed."}]
-    (turn2,) = await tiny.generate([GenerationRequest(msgs2, sampling=SamplingParams(max_tokens=4), prefix_ids=prefix)])
+    msgs2 = msgs + [
+        {"role": "assistant", "content": turn1.text},
+        {"role": "user", "content": "Page changed."},
+    ]
+    (turn2,) = await tiny.generate(
+        [GenerationRequest(msgs2, sampling=SamplingParams(max_tokens=4), prefix_ids=prefix)]
+    )
     assert turn2.prompt_ids[: len(prefix)] == prefix
     new = tiny.tokenizer.decode(turn2.prompt_ids[len(prefix) :])
     # The turn ended by length (no <|im_end|>), so the template's end of turn is added first.
@@ -136,7 +173,10 @@ def test_prefix_ids_after_an_eos_ended_turn_adds_only_the_rest(tiny):
     msgs2 = msgs + [{"role": "assistant", "content": "click('13')"}, {"role": "tool", "content": "ok"}]
     ids = chat.prompt_ids(tok, msgs2, prefix_ids=first + completion)
     assert ids[: len(first) + len(completion)] == first + completion
-    assert tok.decode(ids[len(first) + len(completion) :]) == "\n<|im_start|>tool\nok<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.decode(ids[len(first) + len(completion) :])
+        == "\n<|im_start|>tool\nok<|im_end|>\n<|im_start|>assistant\n"
+    )
     # Nothing was re-tokenized: the whole sequence is what a fresh render would give.
     assert tok.decode(ids) == chat.render(tok, msgs2)
 
@@ -147,9 +187,18 @@ def test_prefix_ids_without_an_assistant_turn_is_a_clear_error(tiny):
 
 
 def test_mcp_tools_become_chat_template_tools():
-    mcp = [{"name": "click", "description": "Click an element", "inputSchema": {"type": "object", "properties": {"bid": {"type": "string"}}}}]
+    mcp = [
+        {
+            "name": "click",
+            "description": "Click an element",
+            "inputSchema": {"type": "object", "properties": {"bid": {"type": "string"}}},
+        }
+    ]
     (tool,) = chat.to_openai_tools(mcp)
-    assert tool == {"type": "function", "function": {"name": "click", "description": "Click an element", "parameters": mcp[0]["inputSchema"]}}
+    assert tool == {
+        "type": "function",
+        "function": {"name": "click", "description": "Click an element", "parameters": mcp[0]["inputSchema"]},
+    }
     assert chat.to_openai_tools([tool]) == [tool]
 
 
@@ -165,7 +214,9 @@ async def test_event_loop_stays_free_and_training_mode_is_restored(tiny):
     task = asyncio.create_task(ticker())
     tiny.model.train()
     try:
-        await tiny.generate([GenerationRequest(conversation("x"), sampling=SamplingParams(max_tokens=16))] * 4)
+        await tiny.generate(
+            [GenerationRequest(conversation("x"), sampling=SamplingParams(max_tokens=16))] * 4
+        )
     finally:
         task.cancel()
     assert ticks > 1

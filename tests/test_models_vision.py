@@ -60,7 +60,10 @@ def no_placeholder_sampled(backend: TransformersVisionBackend, gen) -> None:
 
 def test_batched_logprobs_match_a_scoring_forward_with_the_same_pixels(backend):
     requests = [
-        GenerationRequest(messages=[user(f"Goal: click button {i}", screenshot(i))], sampling=SamplingParams(max_tokens=5 + i, seed=10 + i))
+        GenerationRequest(
+            messages=[user(f"Goal: click button {i}", screenshot(i))],
+            sampling=SamplingParams(max_tokens=5 + i, seed=10 + i),
+        )
         for i in range(3)
     ]
     gens = asyncio.run(backend.generate(requests))
@@ -69,9 +72,13 @@ def test_batched_logprobs_match_a_scoring_forward_with_the_same_pixels(backend):
         no_placeholder_sampled(backend, gen)
         assert gen.images == request.images and len(gen.image_token_counts) == 1
         assert gen.prompt_ids.count(backend.image_token_id) == gen.image_token_counts[0]
-        assert max_diff(backend.score(gen.prompt_ids, gen.completion_ids, request.images), gen.logprobs) < 1e-5
+        assert (
+            max_diff(backend.score(gen.prompt_ids, gen.completion_ids, request.images), gen.logprobs) < 1e-5
+        )
         # the pixels matter: the same tokens under another screenshot score differently
-        assert max_diff(backend.score(gen.prompt_ids, gen.completion_ids, [screenshot(99)]), gen.logprobs) > 1e-4
+        assert (
+            max_diff(backend.score(gen.prompt_ids, gen.completion_ids, [screenshot(99)]), gen.logprobs) > 1e-4
+        )
     # a seeded request samples the same tokens alone as in a batch
     alone = backend.generate_blocking(requests[1:2])[0]
     assert alone.completion_ids == gens[1].completion_ids
@@ -80,7 +87,12 @@ def test_batched_logprobs_match_a_scoring_forward_with_the_same_pixels(backend):
 def test_placeholder_counts_follow_the_image_processor(backend):
     images = [screenshot(1), screenshot(2, (64, 64))]
     counts = placeholder_counts(backend.processor, images)
-    request = GenerationRequest(messages=[user("two pages", images[0]), {"role": "user", "content": [{"type": "image", "image": images[1]}]}])
+    request = GenerationRequest(
+        messages=[
+            user("two pages", images[0]),
+            {"role": "user", "content": [{"type": "image", "image": images[1]}]},
+        ]
+    )
     prompt = backend.prepare(request)
     assert prompt.new_counts == counts and prompt.ids.count(backend.image_token_id) == sum(counts)
     grid = backend.processor.image_processor(images=images, return_tensors="pt").get("image_grid_thw")
@@ -90,11 +102,20 @@ def test_placeholder_counts_follow_the_image_processor(backend):
 
 
 def test_multi_turn_prefix_is_exact_with_a_screenshot_per_turn(backend):
-    first = GenerationRequest(messages=[user("Goal: click OK", screenshot(1))], sampling=SamplingParams(max_tokens=6, seed=0))
+    first = GenerationRequest(
+        messages=[user("Goal: click OK", screenshot(1))], sampling=SamplingParams(max_tokens=6, seed=0)
+    )
     g1 = backend.generate_blocking([first])[0]
     no_placeholder_sampled(backend, g1)
-    messages = first.messages + [{"role": "assistant", "content": g1.text}, user("after your action:", screenshot(2, (120, 90)))]
-    second = GenerationRequest(messages=messages, prefix_ids=g1.prompt_ids + g1.completion_ids, sampling=SamplingParams(max_tokens=6, seed=5))
+    messages = first.messages + [
+        {"role": "assistant", "content": g1.text},
+        user("after your action:", screenshot(2, (120, 90))),
+    ]
+    second = GenerationRequest(
+        messages=messages,
+        prefix_ids=g1.prompt_ids + g1.completion_ids,
+        sampling=SamplingParams(max_tokens=6, seed=5),
+    )
     g2 = backend.generate_blocking([second])[0]
     no_placeholder_sampled(backend, g2)
     sequence = g1.prompt_ids + g1.completion_ids
@@ -113,8 +134,13 @@ def test_multi_turn_prefix_is_exact_with_a_screenshot_per_turn(backend):
     tokens = TokenAssembler()
     for gen in (g1, g2):
         step = ModelStepResult(
-            response=LLMResponse(content=gen.text), prompt_ids=gen.prompt_ids, completion_ids=gen.completion_ids, logprobs=gen.logprobs,
-            images=gen.images, image_token_counts=gen.image_token_counts, image_token_id=gen.image_token_id,
+            response=LLMResponse(content=gen.text),
+            prompt_ids=gen.prompt_ids,
+            completion_ids=gen.completion_ids,
+            logprobs=gen.logprobs,
+            images=gen.images,
+            image_token_counts=gen.image_token_counts,
+            image_token_id=gen.image_token_id,
         )
         assert tokens.add_turn(step), tokens.break_reason
     assert tokens.images == second.images
@@ -126,10 +152,21 @@ def test_multi_turn_prefix_is_exact_with_a_screenshot_per_turn(backend):
 
 
 def test_assembler_stops_when_placeholders_disagree_with_the_image_processor(backend):
-    gen = backend.generate_blocking([GenerationRequest(messages=[user("Goal", screenshot(4))], sampling=SamplingParams(max_tokens=3, seed=1))])[0]
+    gen = backend.generate_blocking(
+        [
+            GenerationRequest(
+                messages=[user("Goal", screenshot(4))], sampling=SamplingParams(max_tokens=3, seed=1)
+            )
+        ]
+    )[0]
     step = ModelStepResult(
-        response=LLMResponse(content=gen.text), prompt_ids=gen.prompt_ids, completion_ids=gen.completion_ids, logprobs=gen.logprobs,
-        images=gen.images, image_token_counts=[gen.image_token_counts[0] + 1], image_token_id=gen.image_token_id,
+        response=LLMResponse(content=gen.text),
+        prompt_ids=gen.prompt_ids,
+        completion_ids=gen.completion_ids,
+        logprobs=gen.logprobs,
+        images=gen.images,
+        image_token_counts=[gen.image_token_counts[0] + 1],
+        image_token_id=gen.image_token_id,
     )
     tokens = TokenAssembler()
     assert not tokens.add_turn(step)
@@ -142,18 +179,28 @@ def test_images_are_never_dropped_silently(backend):
 
     text_model, tokenizer = tiny_test_model()
     with pytest.raises(ImagesNotSupportedError, match="no vision"):
-        TransformersBackend(text_model, tokenizer).generate_blocking([GenerationRequest(messages=[user("look", screenshot(1))])])
+        TransformersBackend(text_model, tokenizer).generate_blocking(
+            [GenerationRequest(messages=[user("look", screenshot(1))])]
+        )
     # a placeholder written as text, with no image behind it
     token = backend.processor.tokenizer.convert_ids_to_tokens(backend.image_token_id)
     with pytest.raises(ValueError):
-        backend.generate_blocking([GenerationRequest(messages=[{"role": "user", "content": f"look {token}"}])])
+        backend.generate_blocking(
+            [GenerationRequest(messages=[{"role": "user", "content": f"look {token}"}])]
+        )
 
 
 def test_load_backend_picks_the_vision_backend_for_a_vlm_directory(tmp_path):
     directory = save_tiny_vlm("qwen2-vl", tmp_path / "vlm")
     backend = load_backend(str(directory))
     assert isinstance(backend, TransformersVisionBackend)
-    gen = backend.generate_blocking([GenerationRequest(messages=[user("Goal", screenshot(3))], sampling=SamplingParams(max_tokens=3, seed=0))])[0]
+    gen = backend.generate_blocking(
+        [
+            GenerationRequest(
+                messages=[user("Goal", screenshot(3))], sampling=SamplingParams(max_tokens=3, seed=0)
+            )
+        ]
+    )[0]
     assert gen.image_token_counts and len(gen.completion_ids) <= 3
 
 
@@ -189,18 +236,37 @@ def test_embedded_demo_vlm_speaks_like_smollm2_and_its_logprobs_are_exact():
         system = {"role": "system", "content": "You are a helpful assistant."}
         page = screenshot(7)
         greedy = backend.generate_blocking(
-            [GenerationRequest(messages=[system, {"role": "user", "content": [{"type": "image", "image": page}, question]}],
-                               sampling=SamplingParams(temperature=0, max_tokens=12))]
+            [
+                GenerationRequest(
+                    messages=[
+                        system,
+                        {"role": "user", "content": [{"type": "image", "image": page}, question]},
+                    ],
+                    sampling=SamplingParams(temperature=0, max_tokens=12),
+                )
+            ]
         )[0]
         assert "Paris" in greedy.text and greedy.image_token_counts == [49]
         sampled = backend.generate_blocking(
-            [GenerationRequest(messages=[system, {"role": "user", "content": [{"type": "image", "image": page}, question]}],
-                               sampling=SamplingParams(temperature=1.0, max_tokens=6, seed=1))]
+            [
+                GenerationRequest(
+                    messages=[
+                        system,
+                        {"role": "user", "content": [{"type": "image", "image": page}, question]},
+                    ],
+                    sampling=SamplingParams(temperature=1.0, max_tokens=6, seed=1),
+                )
+            ]
         )[0]
         # 30 fp32 layers: cached decoding vs one plain forward sum in different orders (measured 1.1e-5);
         # another screenshot moves them by orders of magnitude more
         exact = max_diff(backend.score(sampled.prompt_ids, sampled.completion_ids, [page]), sampled.logprobs)
         assert exact < 1e-4
-        assert max_diff(backend.score(sampled.prompt_ids, sampled.completion_ids, [screenshot(8)]), sampled.logprobs) > 100 * exact
+        assert (
+            max_diff(
+                backend.score(sampled.prompt_ids, sampled.completion_ids, [screenshot(8)]), sampled.logprobs
+            )
+            > 100 * exact
+        )
     finally:
         torch.set_num_threads(threads)

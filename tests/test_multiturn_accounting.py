@@ -45,7 +45,9 @@ def test_loss_time_logprobs_and_masks_over_three_turns(compact_browser_url, tmp_
         ids, sampled, env_mask = handed["completion_ids"][i], handed["logprobs"][i], handed["env_mask"][i]
         prompt = handed["prompt_ids"][i]
         model_turns, page_parts = runs(env_mask, 1), runs(env_mask, 0)
-        assert len(model_turns) == TURNS and len(page_parts) == TURNS - 1, env_mask  # model, page, model, page, model
+        assert len(model_turns) == TURNS and len(page_parts) == TURNS - 1, (
+            env_mask
+        )  # model, page, model, page, model
         assert len(handed["step_rewards"][i]) == TURNS
         assert step.scored["completion_ids"][i, : len(ids)].tolist() == ids
         r = loss_row(loss, ids, prompt, used)  # this episode's row in the loss batch
@@ -61,7 +63,9 @@ def test_loss_time_logprobs_and_masks_over_three_turns(compact_browser_url, tmp_
         # in the chat template's tool message, and nothing the model wrote.
         for start, end in page_parts:
             page = tokenizer.decode(ids[start:end])
-            assert "<|im_start|>tool\nElements:" in page and "button 'ONE'" in page and "button 'TWO'" in page, page
+            assert (
+                "<|im_start|>tool\nElements:" in page and "button 'ONE'" in page and "button 'TWO'" in page
+            ), page
             assert page.rstrip().endswith("<|im_start|>assistant"), page
         for start, end in model_turns:
             assert "<|im_start|>" not in tokenizer.decode(ids[start:end])

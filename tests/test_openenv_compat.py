@@ -38,11 +38,19 @@ class OpenEnvEchoClient(OpenEnvClient[OEEchoAction, OEEchoObservation, oe.State]
 
     def _parse_result(self, payload: dict) -> OpenEnvStepResult[OEEchoObservation]:
         obs = payload.get("observation", {})
-        observation = OEEchoObservation(echoed_message=obs.get("echoed_message", ""), message_length=obs.get("message_length", 0),
-                                        done=payload.get("done", False), reward=payload.get("reward"),
-                                        metadata=payload.get("metadata", obs.get("metadata", {})))
-        return OpenEnvStepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False),
-                                 metadata=payload.get("metadata"))
+        observation = OEEchoObservation(
+            echoed_message=obs.get("echoed_message", ""),
+            message_length=obs.get("message_length", 0),
+            done=payload.get("done", False),
+            reward=payload.get("reward"),
+            metadata=payload.get("metadata", obs.get("metadata", {})),
+        )
+        return OpenEnvStepResult(
+            observation=observation,
+            reward=payload.get("reward"),
+            done=payload.get("done", False),
+            metadata=payload.get("metadata"),
+        )
 
     def _parse_state(self, payload: dict) -> oe.State:
         return oe.State(episode_id=payload.get("episode_id"), step_count=payload.get("step_count", 0))
@@ -54,14 +62,20 @@ class OpenEnvEchoEnvironment(OpenEnvEnvironment):
     def __init__(self) -> None:
         self._state = oe.State(episode_id=str(uuid.uuid4()), step_count=0)
 
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> OEEchoObservation:
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> OEEchoObservation:
         self._state = oe.State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
         return OEEchoObservation(echoed_message="ready", reward=0.0)
 
     def step(self, action: OEEchoAction, **kwargs: Any) -> OEEchoObservation:
         self._state.step_count += 1
-        return OEEchoObservation(echoed_message=action.message, message_length=len(action.message),
-                                 reward=min(len(action.message) * 0.1, 1.0), metadata={"step": self._state.step_count})
+        return OEEchoObservation(
+            echoed_message=action.message,
+            message_length=len(action.message),
+            reward=min(len(action.message) * 0.1, 1.0),
+            metadata={"step": self._state.step_count},
+        )
 
     @property
     def state(self) -> oe.State:
@@ -75,9 +89,15 @@ def test_openenv_generic_client_sync(echo_server):
         assert first.observation["echoed_message"] == "Echo environment ready!" and first.done is False
         result = env.step({"message": "hello"})
         assert result.observation["echoed_message"] == "hello" and result.observation["message_length"] == 5
-        assert result.reward == pytest.approx(0.5) and result.metadata == {"original_message": "hello", "step": 1}
+        assert result.reward == pytest.approx(0.5) and result.metadata == {
+            "original_message": "hello",
+            "step": 1,
+        }
         assert env.state() == {"episode_id": "oe-1", "step_count": 1}
-        with pytest.raises(RuntimeError, match=r"Server error: Invalid action for EchoAction: message: Field required.*\(code: VALIDATION_ERROR\)"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"Server error: Invalid action for EchoAction: message: Field required.*\(code: VALIDATION_ERROR\)",
+        ):
             env.step({"text": "wrong field"})
         assert env.step({"message": "after the error"}).observation["message_length"] == 15
 
@@ -102,7 +122,10 @@ async def test_openenv_typed_client_async_episodes(echo_server):
 
 def test_openenv_client_sees_capacity_errors():
     with LocalServer("echo", max_sessions=1) as server:
-        with GenericEnvClient(base_url=server.base_url).sync() as first, GenericEnvClient(base_url=server.base_url).sync() as second:
+        with (
+            GenericEnvClient(base_url=server.base_url).sync() as first,
+            GenericEnvClient(base_url=server.base_url).sync() as second,
+        ):
             first.reset()
             with pytest.raises(RuntimeError, match=r"\(code: CAPACITY_REACHED\)"):
                 second.reset()
@@ -111,7 +134,9 @@ def test_openenv_client_sees_capacity_errors():
 def test_openenv_http_models_accept_our_bodies(echo_server):
     with httpx.Client(base_url=echo_server.base_url) as http:
         oe.ResetResponse.model_validate(http.post("/reset", json={"seed": 3}).json())
-        oe.StepResponse.model_validate(http.post("/step", json={"action": {"message": "x"}, "timeout_s": 5}).json())
+        oe.StepResponse.model_validate(
+            http.post("/step", json={"action": {"message": "x"}, "timeout_s": 5}).json()
+        )
         oe.SchemaResponse.model_validate(http.get("/schema").json())
         assert http.get("/health").json()["status"] == oe.HealthStatus.HEALTHY.value
 
@@ -119,7 +144,9 @@ def test_openenv_http_models_accept_our_bodies(echo_server):
 # -- envharness clients -> OpenEnv server ---------------------------------------------
 @pytest.fixture(scope="module")
 def openenv_server():
-    app = openenv_create_app(OpenEnvEchoEnvironment, OEEchoAction, OEEchoObservation, env_name="oe_echo", max_concurrent_envs=4)
+    app = openenv_create_app(
+        OpenEnvEchoEnvironment, OEEchoAction, OEEchoObservation, env_name="oe_echo", max_concurrent_envs=4
+    )
     with LocalServer(app) as server:
         yield server
 

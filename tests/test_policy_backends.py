@@ -27,13 +27,19 @@ def llm(policy, rollout_id):
 
 def test_trl_vllm_backend_behind_the_endpoint_records_exact_multi_turn_tokens():
     tiny = TransformersBackend(*tiny_test_model())
-    with serve(trl_server_app(tiny, legacy=False)) as url, \
-            PolicyServer(load_backend(f"trl-vllm:{url}", tokenizer=tiny.tokenizer), sampling={"temperature": 0.7}) as policy:
+    with (
+        serve(trl_server_app(tiny, legacy=False)) as url,
+        PolicyServer(
+            load_backend(f"trl-vllm:{url}", tokenizer=tiny.tokenizer), sampling={"temperature": 0.7}
+        ) as policy,
+    ):
         trace = policy.store.open()
         client = llm(policy, trace.rollout_id)
         messages = [{"role": "user", "content": "first"}]
         for turn in range(2):
-            reply = client.chat.completions.create(model="m", messages=messages, max_tokens=5, temperature=1.3)
+            reply = client.chat.completions.create(
+                model="m", messages=messages, max_tokens=5, temperature=1.3
+            )
             messages += [reply.choices[0].message.model_dump(), {"role": "user", "content": f"next {turn}"}]
         policy.store.end(trace.rollout_id)
     first, second = trace.turns
@@ -60,16 +66,37 @@ def test_images_as_openai_parts_reach_a_vision_model_and_its_placeholders_are_ma
     with PolicyServer(load_backend("tiny-vlm"), default_max_tokens=4) as policy:
         trace = policy.store.open()
         client = llm(policy, trace.rollout_id)
-        messages = [{"role": "user", "content": [{"type": "text", "text": "What is on the page?"},
-                                                 {"type": "image_url", "image_url": {"url": _png((255, 0, 0))}}]}]
+        messages = [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is on the page?"},
+                    {"type": "image_url", "image_url": {"url": _png((255, 0, 0))}},
+                ],
+            }
+        ]
         reply = client.chat.completions.create(model="m", messages=messages)
-        messages += [reply.choices[0].message.model_dump(),
-                     {"role": "user", "content": [{"type": "text", "text": "And now?"},
-                                                  {"type": "image_url", "image_url": {"url": _png((0, 0, 255))}}]}]
+        messages += [
+            reply.choices[0].message.model_dump(),
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "And now?"},
+                    {"type": "image_url", "image_url": {"url": _png((0, 0, 255))}},
+                ],
+            },
+        ]
         client.chat.completions.create(model="m", messages=messages)
         with pytest.raises(openai.BadRequestError) as remote:
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}])
+            client.chat.completions.create(
+                model="m",
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}],
+                    }
+                ],
+            )
         assert remote.value.body["code"] == "invalid_image"
         policy.store.end(trace.rollout_id)
     first, second = trace.turns
@@ -86,6 +113,16 @@ def test_a_text_model_refuses_images_with_an_openai_error():
     with PolicyServer(load_backend("tiny")) as policy:
         trace = policy.store.open()
         with pytest.raises(openai.BadRequestError) as refused:
-            llm(policy, trace.rollout_id).chat.completions.create(model="m", messages=[{"role": "user", "content": [
-                {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": _png((0, 255, 0))}}]}])
+            llm(policy, trace.rollout_id).chat.completions.create(
+                model="m",
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "look"},
+                            {"type": "image_url", "image_url": {"url": _png((0, 255, 0))}},
+                        ],
+                    }
+                ],
+            )
         assert "image" in refused.value.body["message"].lower() and not trace.turns

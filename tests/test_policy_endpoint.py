@@ -50,7 +50,12 @@ def test_multi_turn_calls_chain_into_one_exact_sequence(policy, tiny):
     for turn in range(3):
         reply = llm.chat.completions.create(model="any", messages=messages, max_tokens=5)
         assert reply.usage.completion_tokens == len(trace.turns[turn].completion_ids) <= 5
-        assert reply.model_extra["envharness"] == {"rollout_id": trace.rollout_id, "turn": turn, "fork": False, "fork_tokens": 0}
+        assert reply.model_extra["envharness"] == {
+            "rollout_id": trace.rollout_id,
+            "turn": turn,
+            "fork": False,
+            "fork_tokens": 0,
+        }
         messages += [reply_dict(reply), {"role": "user", "content": f"and {turn}?"}]
     policy.store.end(trace.rollout_id)
 
@@ -64,7 +69,9 @@ def test_multi_turn_calls_chain_into_one_exact_sequence(policy, tiny):
     # model tokens (mask 1) carry their sampling logprobs; what the agent added between calls is masked
     flat = [tok for t in turns for tok in t.completion_ids]
     assert [t for t, m in zip(sample.completion_ids, sample.env_mask) if m] == flat
-    assert [lp for lp, m in zip(sample.logprobs, sample.env_mask) if m] == [lp for t in turns for lp in t.logprobs]
+    assert [lp for lp, m in zip(sample.logprobs, sample.env_mask) if m] == [
+        lp for t in turns for lp in t.logprobs
+    ]
     assert all(lp == 0.0 for lp, m in zip(sample.logprobs, sample.env_mask) if not m)
     added = tiny.tokenizer.decode([t for t, m in zip(sample.completion_ids, sample.env_mask) if not m])
     assert "and 0?" in added and "and 1?" in added
@@ -83,20 +90,29 @@ def test_a_rewritten_history_is_a_fork_and_never_mixed_into_the_sample(policy):
     second = llm.chat.completions.create(model="any", messages=messages)
     assert second.model_extra["envharness"]["fork"] is False
     # The agent compacts its history: its own summary instead of the model's first reply.
-    rewritten = [{"role": "user", "content": "Step one (summarised)"}, {"role": "user", "content": "Step three"}]
+    rewritten = [
+        {"role": "user", "content": "Step one (summarised)"},
+        {"role": "user", "content": "Step three"},
+    ]
     third = llm.chat.completions.create(model="any", messages=rewritten)
     info = third.model_extra["envharness"]
     assert info["fork"] is True and info["fork_tokens"] > 0
     # ... and goes on from the rewritten history: that call extends the fork, it is no new fork
-    fourth = llm.chat.completions.create(model="any", messages=[*rewritten, reply_dict(third), {"role": "user", "content": "4"}])
+    fourth = llm.chat.completions.create(
+        model="any", messages=[*rewritten, reply_dict(third), {"role": "user", "content": "4"}]
+    )
     assert fourth.model_extra["envharness"]["fork"] is False
     policy.store.end(trace.rollout_id)
 
-    assert trace.forks == 1 and trace.fork_tokens == info["fork_tokens"] == len(trace.turns[1].sequence) - _shared(trace)
+    assert trace.forks == 1 and trace.fork_tokens == info["fork_tokens"] == len(
+        trace.turns[1].sequence
+    ) - _shared(trace)
     sample = trace_sample(trace)
     assert sample.metrics["turns_assembled"] == 2 and sample.metrics["turns_left_out"] == 2
     assert sample.metrics["forks"] == 1 and sample.metrics["fork_tokens"] == info["fork_tokens"]
-    assert sample.metrics["model_tokens_left_out"] == len(trace.turns[2].completion_ids) + len(trace.turns[3].completion_ids)
+    assert sample.metrics["model_tokens_left_out"] == len(trace.turns[2].completion_ids) + len(
+        trace.turns[3].completion_ids
+    )
     assert sum(sample.env_mask) == len(trace.turns[0].completion_ids) + len(trace.turns[1].completion_ids)
     # TRL's async GRPO worker reads the same capture as two rows: the history before and after the fork
     from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
@@ -126,13 +142,17 @@ def test_bad_requests_get_openai_errors_and_the_endpoint_stays_up(policy):
 
     with pytest.raises(openai.BadRequestError) as too_long:  # context_length=400 for this server
         llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "word " * 2000}])
-    assert too_long.value.body["code"] == "context_length_exceeded" and "400" in too_long.value.body["message"]
+    assert (
+        too_long.value.body["code"] == "context_length_exceeded" and "400" in too_long.value.body["message"]
+    )
 
-    for tools in ([{"type": "function", "function": {"name": "has space"}}],
-                  [{"type": "function"}],
-                  [{"type": "retrieval", "function": {"name": "x"}}],
-                  [{"type": "function", "function": {"name": "x", "parameters": "not a schema"}}],
-                  [{"type": "function", "function": {"name": "x"}}, {"type": "function", "function": {"name": "x"}}]):
+    for tools in (
+        [{"type": "function", "function": {"name": "has space"}}],
+        [{"type": "function"}],
+        [{"type": "retrieval", "function": {"name": "x"}}],
+        [{"type": "function", "function": {"name": "x", "parameters": "not a schema"}}],
+        [{"type": "function", "function": {"name": "x"}}, {"type": "function", "function": {"name": "x"}}],
+    ):
         with pytest.raises(openai.BadRequestError) as bad_tools:
             llm.chat.completions.create(model="m", messages=hello, tools=tools)
         assert bad_tools.value.body["code"] == "invalid_tools" and bad_tools.value.body["param"] == "tools"
@@ -179,16 +199,25 @@ def test_example_agent_plays_miniwob_through_mcp_and_the_reward_is_the_environme
     backend = TeacherForcedBackend(tiny.tokenizer, _ClickTeacher())
     env = browser_server
     with PolicyServer(backend) as policy:
+
         async def both():
-            return await asyncio.gather(*(run_agent(agent, policy=policy, env_url=env.base_url, task="click-test", seed=s)
-                                          for s in (1, 2)))
+            return await asyncio.gather(
+                *(
+                    run_agent(agent, policy=policy, env_url=env.base_url, task="click-test", seed=s)
+                    for s in (1, 2)
+                )
+            )
 
         results = asyncio.run(both())
         # read once by the driver, then forgotten by the server; untagged or unknown ids are 404s
         assert httpx.get(f"{env.base_url}/mcp/rollouts/{results[0].trace.rollout_id}").status_code == 404
     for result in results:
         assert result.error is None, result.error
-        assert result.outcome["reward"] == 1.0 and result.outcome["done"] is True and result.outcome["resets"] == 1
+        assert (
+            result.outcome["reward"] == 1.0
+            and result.outcome["done"] is True
+            and result.outcome["resets"] == 1
+        )
         assert result.returned == {"reward": 1.0, "done": True}  # what the agent itself saw
         (turn,) = result.trace.turns
         assert [c["function"]["name"] for c in turn.tool_calls] == ["click"]
@@ -198,9 +227,15 @@ def test_example_agent_plays_miniwob_through_mcp_and_the_reward_is_the_environme
 
 def test_a_remote_driver_opens_ends_and_reads_rollouts_over_http(policy):
     base = policy.base_url
-    opened = httpx.post(f"{base}/rollouts", json={"rollout_id": "episode-7", "metadata": {"task": "click-test", "rollout_id": "x"}})
+    opened = httpx.post(
+        f"{base}/rollouts",
+        json={"rollout_id": "episode-7", "metadata": {"task": "click-test", "rollout_id": "x"}},
+    )
     assert opened.status_code == 200 and opened.json()["base_url"] == f"{base}/rollouts/episode-7/v1"
-    assert httpx.post(f"{base}/rollouts", json={"rollout_id": "episode-7"}).json()["error"]["code"] == "rollout_exists"
+    assert (
+        httpx.post(f"{base}/rollouts", json={"rollout_id": "episode-7"}).json()["error"]["code"]
+        == "rollout_exists"
+    )
     for bad in ({"rollout_id": "has/slash"}, {"rollout_id": 7}, {"metadata": [1]}, [1]):
         refused = httpx.post(f"{base}/rollouts", json=bad)
         assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error", bad
@@ -210,8 +245,14 @@ def test_a_remote_driver_opens_ends_and_reads_rollouts_over_http(policy):
     llm = openai.OpenAI(base_url=opened.json()["base_url"], api_key="unused", max_retries=0)
     llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     ended = httpx.post(f"{base}/rollouts/episode-7/end").json()
-    assert ended == {"rollout_id": "episode-7", "ended": True, "turns": 1, "forks": 0, "fork_tokens": 0,
-                     "metadata": {"task": "click-test", "rollout_id": "x"}}
+    assert ended == {
+        "rollout_id": "episode-7",
+        "ended": True,
+        "turns": 1,
+        "forks": 0,
+        "fork_tokens": 0,
+        "metadata": {"task": "click-test", "rollout_id": "x"},
+    }
     sample = httpx.get(f"{base}/rollouts/episode-7/sample").json()
     entries = httpx.get(f"{base}/rollouts/episode-7/training_trace").json()["entries"]
     (turn,) = policy.store.get("episode-7").turns
@@ -223,8 +264,14 @@ def test_a_remote_driver_opens_ends_and_reads_rollouts_over_http(policy):
 def test_tool_calls_round_trip_in_openai_form_and_tool_results_are_environment_tokens(tiny):
     from envharness.models.teacher import TeacherForcedBackend
 
-    click = {"type": "function", "function": {"name": "click", "description": "Click an element",
-                                              "parameters": {"type": "object", "properties": {"bid": {"type": "string"}}}}}
+    click = {
+        "type": "function",
+        "function": {
+            "name": "click",
+            "description": "Click an element",
+            "parameters": {"type": "object", "properties": {"bid": {"type": "string"}}},
+        },
+    }
     with PolicyServer(TeacherForcedBackend(tiny.tokenizer, _ClickTeacher())) as policy:
         trace = policy.store.open()
         llm = client(policy, trace.rollout_id)
@@ -234,8 +281,10 @@ def test_tool_calls_round_trip_in_openai_form_and_tool_results_are_environment_t
         assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "click"
         assert json.loads(call.function.arguments) == {"bid": "13"}
         # the agent keeps only the tool calls of the reply (no content), then the tool's result
-        messages += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-                     {"role": "tool", "tool_call_id": call.id, "content": "clicked; reward 1.0"}]
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "clicked; reward 1.0"},
+        ]
         second = llm.chat.completions.create(model="m", messages=messages, tools=[click])
         assert second.model_extra["envharness"]["fork"] is False
         no_tools = llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
@@ -255,8 +304,17 @@ def test_the_example_agent_imports_only_the_openai_and_mcp_sdks():
 
     source = Path(__file__).resolve().parents[1] / "examples" / "openai_mcp_agent" / "agent.py"
     tree = ast.parse(source.read_text())
-    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    roots = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    roots |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert {r for r in roots if r not in sys.stdlib_module_names} == {"openai", "mcp"}
 
 
@@ -271,9 +329,13 @@ def test_vllm_token_extras_satisfy_openenv_captures_upstream_contract(policy):
     report = check_upstream_response(normalize_response(reply))
     assert report.findings == [], report.text()
     (turn,) = trace.turns
-    assert reply["prompt_token_ids"] == turn.prompt_ids and reply["choices"][0]["token_ids"] == turn.completion_ids
+    assert (
+        reply["prompt_token_ids"] == turn.prompt_ids
+        and reply["choices"][0]["token_ids"] == turn.completion_ids
+    )
     assert [e["logprob"] for e in reply["choices"][0]["logprobs"]["content"]] == turn.logprobs
     with pytest.raises(openai.BadRequestError) as alternatives:
-        client(policy, trace.rollout_id).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                                 logprobs=True, top_logprobs=3)
+        client(policy, trace.rollout_id).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], logprobs=True, top_logprobs=3
+        )
     assert alternatives.value.body["code"] == "unsupported_top_logprobs"

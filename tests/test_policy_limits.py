@@ -29,7 +29,9 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def guarded(tiny):
-    with PolicyServer(tiny, default_max_tokens=3, limits=PolicyLimits(token=TOKEN, max_request_bytes=64_000)) as server:
+    with PolicyServer(
+        tiny, default_max_tokens=3, limits=PolicyLimits(token=TOKEN, max_request_bytes=64_000)
+    ) as server:
         yield server
 
 
@@ -46,10 +48,22 @@ def test_every_route_refuses_a_missing_or_wrong_token(guarded):
     with driver() as d:
         opened = d.post(f"{guarded.base_url}/rollouts", json={}).json()
     rid = opened["rollout_id"]
-    routes = [("post", "/rollouts"), ("post", f"/rollouts/{rid}/end"), ("get", f"/rollouts/{rid}"), ("get", f"/rollouts/{rid}/sample"),
-              ("get", f"/rollouts/{rid}/training_trace"), ("post", "/v1/chat/completions"),
-              ("post", f"/rollouts/{rid}/v1/chat/completions"), ("get", "/v1/models"), ("get", f"/rollouts/{rid}/v1/models")]
-    for token in (None, "wrong", rid):  # no key, a wrong key, the rollout's id (not its key when there is a token)
+    routes = [
+        ("post", "/rollouts"),
+        ("post", f"/rollouts/{rid}/end"),
+        ("get", f"/rollouts/{rid}"),
+        ("get", f"/rollouts/{rid}/sample"),
+        ("get", f"/rollouts/{rid}/training_trace"),
+        ("post", "/v1/chat/completions"),
+        ("post", f"/rollouts/{rid}/v1/chat/completions"),
+        ("get", "/v1/models"),
+        ("get", f"/rollouts/{rid}/v1/models"),
+    ]
+    for token in (
+        None,
+        "wrong",
+        rid,
+    ):  # no key, a wrong key, the rollout's id (not its key when there is a token)
         with driver(token) as d:
             for method, path in routes:
                 body = {"json": HELLO} if method == "post" else {}
@@ -90,7 +104,9 @@ async def test_a_runaway_agent_stops_at_the_call_limit_and_idle_rollouts_are_end
     limits = PolicyLimits(max_calls_per_rollout=2, rollout_idle_s=0.5)
     with PolicyServer(tiny, default_max_tokens=2, limits=limits) as policy:
         trace = policy.store.open()
-        agent = openai.OpenAI(base_url=policy.rollout_url(trace.rollout_id), api_key=trace.api_key, max_retries=0)
+        agent = openai.OpenAI(
+            base_url=policy.rollout_url(trace.rollout_id), api_key=trace.api_key, max_retries=0
+        )
         agent.chat.completions.create(**HELLO)
         agent.chat.completions.create(**HELLO)
         with pytest.raises(openai.BadRequestError, match="made its 2 model calls"):
@@ -131,8 +147,9 @@ def test_an_agent_past_its_time_limit_is_masked_counted_and_named(tiny):
 
     with LocalServer("echo") as env:
         groups = GroupStats()
-        rollout_func = build_agent_rollout_func(hangs, env_url=env.base_url, timeout_s=2.0,
-                                                backend_factory=lambda trainer: load_backend("tiny"))
+        rollout_func = build_agent_rollout_func(
+            hangs, env_url=env.base_url, timeout_s=2.0, backend_factory=lambda trainer: load_backend("tiny")
+        )
         try:
             started = time.monotonic()
             prompts = [json.dumps({"task": "echo", "seed": seed}) for seed in (0, 1)]

@@ -37,8 +37,12 @@ def env_url(compact_browser_url):
 
 
 def test_loss_time_logprobs_match_the_endpoints_sampling_and_agent_text_is_masked(env_url, tmp_path):
-    rollout_func = build_agent_rollout_func(load_agent(str(ROOT / AGENT)), env_url=env_url, agent_kwargs={"max_turns": TURNS},
-                                            records=tmp_path / "episodes.jsonl")
+    rollout_func = build_agent_rollout_func(
+        load_agent(str(ROOT / AGENT)),
+        env_url=env_url,
+        agent_kwargs={"max_turns": TURNS},
+        records=tmp_path / "episodes.jsonl",
+    )
     try:
         step = one_grpo_step(rollout_func, "click-test", tmp_path)
     finally:
@@ -48,33 +52,59 @@ def test_loss_time_logprobs_match_the_endpoints_sampling_and_agent_text_is_maske
     loss_mask = loss["completion_mask"] * loss["tool_mask"]
     used = set()
     for i in range(4):
-        ids, sampled, env_mask, prompt = (handed[k][i] for k in ("completion_ids", "logprobs", "env_mask", "prompt_ids"))
+        ids, sampled, env_mask, prompt = (
+            handed[k][i] for k in ("completion_ids", "logprobs", "env_mask", "prompt_ids")
+        )
         assert "error" not in handed["verify_metrics"][i], handed["verify_metrics"][i]
         model_turns, agent_parts = runs(env_mask, 1), runs(env_mask, 0)
         assert len(model_turns) == TURNS and len(agent_parts) == TURNS - 1, env_mask
         r = loss_row(loss, ids, prompt, used)
         assert loss_mask[r, : len(ids)].tolist() == env_mask  # every model token in the loss, nothing else
-        assert int(loss_mask[r, len(ids):].sum()) == 0
+        assert int(loss_mask[r, len(ids) :].sum()) == 0
         recomputed = loss["logps"][r, : len(ids)].tolist()
         for start, end in model_turns:
             diffs = [abs(recomputed[t] - sampled[t]) for t in range(start, end)]
             assert max(diffs) < 1e-3, (i, start, diffs)
         for start, end in agent_parts:  # what the agent wrote between the model's turns (its nudge)
             text = tokenizer.decode(ids[start:end])
-            assert "<|im_start|>user\nThat was not a tool call." in text and text.rstrip().endswith("<|im_start|>assistant"), text
+            assert "<|im_start|>user\nThat was not a tool call." in text and text.rstrip().endswith(
+                "<|im_start|>assistant"
+            ), text
         for start, end in model_turns:
             assert "<|im_start|>" not in tokenizer.decode(ids[start:end])
         assert handed["step_rewards"][i] == [] and handed["success"][i] is False  # no click landed: no reward
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
-    assert len(records) == 4 and all(rec["metrics"]["forks"] == 0 and rec["task"] == "click-test" for rec in records)
+    assert len(records) == 4 and all(
+        rec["metrics"]["forks"] == 0 and rec["task"] == "click-test" for rec in records
+    )
 
 
 @pytest.mark.slow
 def test_envharness_train_agent_one_step_with_the_embedded_model(tmp_path, prewarmed):
     out = tmp_path / "run"
-    args = ["train", "--agent", str(ROOT / AGENT), "--model", "embedded", "--tasks", "click-test",
-            "--steps", "1", "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "12", "--max-turns", "2",
-            "--threads", "1", "--out", str(out)]
+    args = [
+        "train",
+        "--agent",
+        str(ROOT / AGENT),
+        "--model",
+        "embedded",
+        "--tasks",
+        "click-test",
+        "--steps",
+        "1",
+        "--num-generations",
+        "2",
+        "--groups-per-step",
+        "1",
+        "--max-new-tokens",
+        "12",
+        "--max-turns",
+        "2",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
     job = Job(args, tmp_path, prewarmed=prewarmed)
     try:
         assert job.wait(800) == 0, job.output[-3000:]
@@ -99,7 +129,9 @@ def test_trl_async_grpo_harness_worker_runs_agent_sessions(env_url):
     from envharness.models import load_backend
 
     backend = load_backend("tiny")
-    factory_builder = functools.partial(AgentSessionFactory, load_agent(str(ROOT / AGENT)), backend=backend, env_url=env_url)
+    factory_builder = functools.partial(
+        AgentSessionFactory, load_agent(str(ROOT / AGENT)), backend=backend, env_url=env_url
+    )
     # What the worker's constructor does with it in loop-owning mode (no adapter):
     loop = object.__new__(_HarnessRolloutLoop)
     loop._factory = factory_builder(sampling=training_sampling({"temperature": 0.7}))
@@ -111,11 +143,14 @@ def test_trl_async_grpo_harness_worker_runs_agent_sessions(env_url):
         assert isinstance(session, ResourceSession) and isinstance(session, TrainableSession)
         assert session.wait_for_completion(timeout_s=300) == 0
         trace = session.fetch_training_trace()
-        assert len(trace.turns) == 3 and all(t.metadata["sampling"]["temperature"] == 0.7 for t in trace.turns)
+        assert len(trace.turns) == 3 and all(
+            t.metadata["sampling"]["temperature"] == 0.7 for t in trace.turns
+        )
         session.close()
         # TRL's own per-rollout code: wait, take the trace, verify (the environment's reward), chain into rows
         (completion, completion_ids, sequences, calls, failures, reward), metrics = loop._run_session(
-            json.dumps({"task": "click-test", "seed": 6}), group_id=0)
+            json.dumps({"task": "click-test", "seed": 6}), group_id=0
+        )
     finally:
         loop._factory.close()
     assert reward == 0.0 and calls == 0 and failures == 0
@@ -133,7 +168,10 @@ async def compacting_agent(base_url: str, api_key: str) -> None:
     for move in (2, 3):
         reply = await llm.chat.completions.create(model="m", messages=messages, max_tokens=4)
         messages += [reply.choices[0].message.model_dump(), {"role": "user", "content": f"Move {move}"}]
-    summary = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Moves 1 and 2 done. Move 3"}]
+    summary = [
+        {"role": "system", "content": "Play."},
+        {"role": "user", "content": "Moves 1 and 2 done. Move 3"},
+    ]
     await llm.chat.completions.create(model="m", messages=summary, max_tokens=4)
     await llm.close()
 
@@ -146,11 +184,16 @@ def test_the_rollout_function_reports_an_agents_rewritten_history_and_leaves_it_
     from envharness.models.transformers_backend import TransformersBackend
 
     model, tokenizer = tiny_test_model()
-    trainer = SimpleNamespace(processing_class=tokenizer, args=SimpleNamespace(temperature=1.0, top_p=1.0, top_k=0,
-                                                                               max_completion_length=4))
+    trainer = SimpleNamespace(
+        processing_class=tokenizer,
+        args=SimpleNamespace(temperature=1.0, top_p=1.0, top_k=0, max_completion_length=4),
+    )
     with LocalServer("echo") as env:
-        rollout_func = build_agent_rollout_func(compacting_agent, env_url=env.base_url,
-                                                backend_factory=lambda _: TransformersBackend(model, tokenizer))
+        rollout_func = build_agent_rollout_func(
+            compacting_agent,
+            env_url=env.base_url,
+            backend_factory=lambda _: TransformersBackend(model, tokenizer),
+        )
         try:
             out = rollout_func(["a", "b"], trainer)
         finally:

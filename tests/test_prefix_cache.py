@@ -29,23 +29,34 @@ def reference_logprobs(model, prompt_ids, completion_ids, temperature=1.0) -> to
     ids = torch.tensor([prompt_ids + completion_ids])
     with torch.no_grad():
         logits = model(ids).logits[0, len(prompt_ids) - 1 : -1]
-    return processed_logprobs(logits, temperature, 0, 1.0).gather(-1, torch.tensor(completion_ids)[:, None])[:, 0]
+    return processed_logprobs(logits, temperature, 0, 1.0).gather(-1, torch.tensor(completion_ids)[:, None])[
+        :, 0
+    ]
 
 
 def two_turns(backend: TransformersBackend) -> tuple[list, list]:
     """A group of four episodes on one page (plus one on another), then each one's second turn."""
     pages = ["Goal: click OK\n[4] button 'OK'"] * 4 + ["Goal: type hello\n[7] textbox ''"]
     first = backend.generate_blocking(
-        [GenerationRequest(conversation(p), sampling=SamplingParams(max_tokens=5, seed=i)) for i, p in enumerate(pages)]
+        [
+            GenerationRequest(conversation(p), sampling=SamplingParams(max_tokens=5, seed=i))
+            for i, p in enumerate(pages)
+        ]
     )
-    second = backend.generate_blocking([
-        GenerationRequest(
-            conversation(p) + [{"role": "assistant", "content": g.text}, {"role": "tool", "content": f"Elements:\n[{i}] button 'Next'"}],
-            sampling=SamplingParams(max_tokens=4, seed=10 + i),
-            prefix_ids=g.prompt_ids + g.completion_ids,
-        )
-        for i, (p, g) in enumerate(zip(pages, first))
-    ])
+    second = backend.generate_blocking(
+        [
+            GenerationRequest(
+                conversation(p)
+                + [
+                    {"role": "assistant", "content": g.text},
+                    {"role": "tool", "content": f"Elements:\n[{i}] button 'Next'"},
+                ],
+                sampling=SamplingParams(max_tokens=4, seed=10 + i),
+                prefix_ids=g.prompt_ids + g.completion_ids,
+            )
+            for i, (p, g) in enumerate(zip(pages, first))
+        ]
+    )
     return first, second
 
 
@@ -57,7 +68,9 @@ def test_shared_prompts_and_earlier_turns_are_prefilled_once(model_and_tokenizer
     shared = common_prefix([list(p) for p in distinct_first])  # system message, "Goal: "
     assert len(shared) > 16
     turn1_tokens = len(shared) + sum(len(p) - len(shared) for p in distinct_first)
-    turn2_new = sum(len(g.prompt_ids) - len(f.prompt_ids) - len(f.completion_ids) + 1 for f, g in zip(first, second))
+    turn2_new = sum(
+        len(g.prompt_ids) - len(f.prompt_ids) - len(f.completion_ids) + 1 for f, g in zip(first, second)
+    )
     # Turn 1: the shared start once, then each distinct page's own part once; turn 2: only
     # the tokens after what turn 1 fed back.
     assert backend.prefill_tokens == turn1_tokens + turn2_new
@@ -99,9 +112,13 @@ def test_a_new_page_reuses_the_shared_start_of_earlier_prompts(model_and_tokeniz
     """Evaluation rebuilds each step's prompt: the system message and example are not run again."""
     model, _ = model_and_tokenizer
     backend = TransformersBackend(*model_and_tokenizer)
-    (a,) = backend.generate_blocking([GenerationRequest(conversation("Goal: click OK"), sampling=SamplingParams(max_tokens=3, seed=0))])
+    (a,) = backend.generate_blocking(
+        [GenerationRequest(conversation("Goal: click OK"), sampling=SamplingParams(max_tokens=3, seed=0))]
+    )
     before = backend.prefill_tokens
-    (b,) = backend.generate_blocking([GenerationRequest(conversation("Goal: type hi"), sampling=SamplingParams(max_tokens=3, seed=0))])
+    (b,) = backend.generate_blocking(
+        [GenerationRequest(conversation("Goal: type hi"), sampling=SamplingParams(max_tokens=3, seed=0))]
+    )
     shared = len(common_prefix([a.prompt_ids, b.prompt_ids]))
     assert shared > 16 and backend.prefill_tokens - before == len(b.prompt_ids) - shared
     want = reference_logprobs(model, b.prompt_ids, b.completion_ids)

@@ -40,7 +40,9 @@ def test_the_registry_names_the_styles_eval_and_train_share(monkeypatch):
     assert {"default", "compact", "harness"} <= set(prompt_names())
     assert get_prompt_style("compact").conversation and not get_prompt_style("default").conversation
     assert get_prompt_style(None) is get_prompt_style("default")
-    with pytest.raises(ValueError, match="unknown prompt style 'nope'; choose from default, compact, harness"):
+    with pytest.raises(
+        ValueError, match="unknown prompt style 'nope'; choose from default, compact, harness"
+    ):
         get_prompt_style("nope")
     user = get_prompt_style(f"{__name__}:goal_step")  # a user's per-step builder
     assert not user.conversation and user.step is goal_step
@@ -97,13 +99,19 @@ def train_episode(url, backend, style, task, seed, turns, max_tokens, tmp_path):
     tokenizer = getattr(backend, "tokenizer", None)
     rollout = build_env_rollout_func(
         "browsergym",
-        pool, default_task=task, limits=HarnessRunLimits(max_turns=turns), records=tmp_path / "train.jsonl",
-        include_tokens_in_records=True, session_factory_kwargs=prompt_options(style, tokenizer),
+        pool,
+        default_task=task,
+        limits=HarnessRunLimits(max_turns=turns),
+        records=tmp_path / "train.jsonl",
+        include_tokens_in_records=True,
+        session_factory_kwargs=prompt_options(style, tokenizer),
         backend_factory=lambda trainer: backend,
     )
     # what rollout_func reads from TRL's trainer (its model is replaced by `backend_factory`)
-    trainer = SimpleNamespace(args=SimpleNamespace(temperature=0.0, top_p=1.0, top_k=0, max_completion_length=max_tokens),
-                              state=SimpleNamespace(global_step=0))
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(temperature=0.0, top_p=1.0, top_k=0, max_completion_length=max_tokens),
+        state=SimpleNamespace(global_step=0),
+    )
     try:
         out = rollout([task_prompt(task, seed)], trainer)
     finally:
@@ -115,26 +123,44 @@ def train_episode(url, backend, style, task, seed, turns, max_tokens, tmp_path):
 
 
 def eval_episode(url, backend, style, task, seed, turns, max_tokens, tmp_path, record_tokens):
-    config = EvalConfig(out=str(tmp_path / "eval"), tasks=[task], episodes=1, seed=seed, model="given", prompt=style,
-                        temperature=0.0, max_steps=turns, max_new_tokens=max_tokens, env_url=url, concurrency=1,
-                        screenshots=False, progress=False, record_tokens=record_tokens)
+    config = EvalConfig(
+        out=str(tmp_path / "eval"),
+        tasks=[task],
+        episodes=1,
+        seed=seed,
+        model="given",
+        prompt=style,
+        temperature=0.0,
+        max_steps=turns,
+        max_new_tokens=max_tokens,
+        env_url=url,
+        concurrency=1,
+        screenshots=False,
+        progress=False,
+        record_tokens=record_tokens,
+    )
     (record,) = run_eval(config, backend=backend).records
     assert record["error"] is None, record["error"]
     return record
 
 
-@pytest.mark.parametrize("style, kind, task, turns", [
-    ("compact", "scripted", "enter-text", 3),   # real actions and page changes over three turns
-    ("harness", "scripted", "enter-text", 3),
-    ("compact", "tiny", "click-test", 2),       # a real tokenizer and model: exact token ids
-    ("default", "tiny", "click-test", 1),       # a per-step style: train's one turn is eval's step 1
-])
+@pytest.mark.parametrize(
+    "style, kind, task, turns",
+    [
+        ("compact", "scripted", "enter-text", 3),  # real actions and page changes over three turns
+        ("harness", "scripted", "enter-text", 3),
+        ("compact", "tiny", "click-test", 2),  # a real tokenizer and model: exact token ids
+        ("default", "tiny", "click-test", 1),  # a per-step style: train's one turn is eval's step 1
+    ],
+)
 def test_eval_builds_the_messages_train_builds(style, kind, task, turns, browser_url, tiny_backend, tmp_path):
     backend = _backend(kind, tiny_backend)
     seed, max_tokens = 7, 6
     out, train = train_episode(browser_url, backend, style, task, seed, turns, max_tokens, tmp_path)
     conversation = get_prompt_style(style).conversation
-    evaluated = eval_episode(browser_url, backend, style, task, seed, turns, max_tokens, tmp_path, record_tokens=conversation)
+    evaluated = eval_episode(
+        browser_url, backend, style, task, seed, turns, max_tokens, tmp_path, record_tokens=conversation
+    )
 
     assert evaluated["messages"] == train.messages
     if kind == "scripted":

@@ -13,7 +13,16 @@ from envharness.envs.browsergym.models import BrowserGymObservation
 from envharness.harness.adapter import tool_message_content
 from envharness.harness.types import ToolResult
 from envharness.models.images import messages_images
-from envharness.prompts.vision import OMITTED, VisionPromptConfig, fit_image, limit_screenshots, to_image, vision_messages, vision_prompt, vision_step_parts
+from envharness.prompts.vision import (
+    OMITTED,
+    VisionPromptConfig,
+    fit_image,
+    limit_screenshots,
+    to_image,
+    vision_messages,
+    vision_prompt,
+    vision_step_parts,
+)
 
 TREE = "RootWebArea 'Click Test', focused\n\t[13] button 'Click Me!'\n\tStaticText 'hello'"
 
@@ -25,7 +34,13 @@ def png_b64(color, size=(160, 210)) -> str:
 
 
 def observation(color, **fields) -> BrowserGymObservation:
-    return BrowserGymObservation(goal="Click the button.", axtree_txt=TREE, screenshot=png_b64(color), screenshot_format="png", **fields)
+    return BrowserGymObservation(
+        goal="Click the button.",
+        axtree_txt=TREE,
+        screenshot=png_b64(color),
+        screenshot_format="png",
+        **fields,
+    )
 
 
 def test_screenshot_forms_all_become_the_same_image():
@@ -33,7 +48,13 @@ def test_screenshot_forms_all_become_the_same_image():
     ref = to_image(b64)
     assert ref.size == (160, 210) and ref.getpixel((0, 0)) == (10, 20, 30)
     array = np.asarray(ref)
-    for form in (base64.b64decode(b64), array, array.tolist(), ref, np.concatenate([array, np.full(array.shape[:2] + (1,), 255, np.uint8)], -1)):
+    for form in (
+        base64.b64decode(b64),
+        array,
+        array.tolist(),
+        ref,
+        np.concatenate([array, np.full(array.shape[:2] + (1,), 255, np.uint8)], -1),
+    ):
         assert np.array_equal(np.asarray(to_image(form)), array)
     assert to_image(None) is None
     with pytest.raises(ValueError, match="H×W×3"):
@@ -41,11 +62,20 @@ def test_screenshot_forms_all_become_the_same_image():
 
 
 def test_first_prompt_has_goal_elements_and_the_screenshot_last():
-    messages = vision_prompt(observation((200, 0, 0)), "click-test", ["click", "noop"], VisionPromptConfig(max_side=100))
+    messages = vision_prompt(
+        observation((200, 0, 0)), "click-test", ["click", "noop"], VisionPromptConfig(max_side=100)
+    )
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]  # a worked example first
-    assert [m["role"] for m in vision_prompt(observation((0, 0, 0)), "t", ["click"], VisionPromptConfig(example=False))] == ["system", "user"]
+    assert [
+        m["role"]
+        for m in vision_prompt(observation((0, 0, 0)), "t", ["click"], VisionPromptConfig(example=False))
+    ] == ["system", "user"]
     parts = messages[-1]["content"]
-    assert parts[0]["type"] == "text" and "Goal: Click the button." in parts[0]["text"] and "[13] button 'Click Me!'" in parts[0]["text"]
+    assert (
+        parts[0]["type"] == "text"
+        and "Goal: Click the button." in parts[0]["text"]
+        and "[13] button 'Click Me!'" in parts[0]["text"]
+    )
     assert parts[-1]["type"] == "image" and max(parts[-1]["image"].size) == 100  # shrunk, aspect kept
     assert parts[-1]["image"].size == (76, 100)
 
@@ -60,13 +90,24 @@ def test_step_parts_become_a_tool_message_with_the_new_screenshot():
 
 def test_per_step_prompt_keeps_the_latest_screenshots_only_when_asked():
     history = [("click('13')", observation((0, 0, 200))), ("noop()", observation((0, 200, 200)))]
-    every = vision_messages("Click the button.", observation((200, 0, 0)), tool_names=["click", "noop"], history=history)
+    every = vision_messages(
+        "Click the button.", observation((200, 0, 0)), tool_names=["click", "noop"], history=history
+    )
     assert len(messages_images(every)) == 3
     assert np.asarray(messages_images(every)[-1])[0, 0].tolist() == [0, 200, 200]  # the current page is last
     assert every[-1]["role"] == "user" and every[-2] == {"role": "assistant", "content": "noop()"}
-    latest = vision_messages("Click the button.", observation((200, 0, 0)), tool_names=["click"], history=history,
-                             config=VisionPromptConfig(keep_screenshots=1))
-    assert len(messages_images(latest)) == 1 and np.asarray(messages_images(latest)[0])[0, 0].tolist() == [0, 200, 200]
+    latest = vision_messages(
+        "Click the button.",
+        observation((200, 0, 0)),
+        tool_names=["click"],
+        history=history,
+        config=VisionPromptConfig(keep_screenshots=1),
+    )
+    assert len(messages_images(latest)) == 1 and np.asarray(messages_images(latest)[0])[0, 0].tolist() == [
+        0,
+        200,
+        200,
+    ]
     assert sum(OMITTED in str(m["content"]) for m in latest) == 2
     assert limit_screenshots(every, None) == every
 

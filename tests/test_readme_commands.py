@@ -71,24 +71,49 @@ class Make:
 
 
 TINY_TRAIN = {"--num-generations": "2", "--groups-per-step": "1", "--max-new-tokens": "4", "--threads": "1"}
-TINY_EVAL = {"--episodes": "1", "--max-steps": "2", "--max-new-tokens": "8", "--concurrency": "2", "--no-progress": None}
+TINY_EVAL = {
+    "--episodes": "1",
+    "--max-steps": "2",
+    "--max-new-tokens": "8",
+    "--concurrency": "2",
+    "--no-progress": None,
+}
 
 # README line -> how it runs here. One line per README command.
 COVERED: dict[str, Run | Serve | Make] = {
-    "make demo": Make({"envharness": Run({"--tasks": "click-test", **TINY_EVAL, "--max-steps": "1"}, expect=("runs/demo/report.html",))}),
+    "make demo": Make(
+        {
+            "envharness": Run(
+                {"--tasks": "click-test", **TINY_EVAL, "--max-steps": "1"}, expect=("runs/demo/report.html",)
+            )
+        }
+    ),
     "make test": Make(run=False, why="the suite itself: running it from a test would recurse"),
     # environments
     "envharness serve browsergym --port 8000 --web": Serve({"--port": "0"}),
-    "envharness eval --env textarena --model scripted --tasks rl --episodes 32 --max-turns 12 --out runs/games":
-        Run({"--episodes": "1", "--no-progress": None}, expect=("runs/games/summary.json",), says="TowerOfHanoi-v0"),
+    "envharness eval --env textarena --model scripted --tasks rl --episodes 32 --max-turns 12 --out runs/games": Run(
+        {"--episodes": "1", "--no-progress": None},
+        expect=("runs/games/summary.json",),
+        says="TowerOfHanoi-v0",
+    ),
     # the commands: evaluate, train, evaluate the checkpoint, compare, replay
-    "envharness eval --model embedded --tasks click-test,click-button --episodes 8 --out runs/mine":
-        Run({"--model": "scripted", **TINY_EVAL}, expect=("runs/mine/summary.json", "runs/mine/report.html")),
-    "envharness train --tasks click-test --minutes 30 --out runs/train":
-        Run({"--model": "tiny", "--minutes": "0.01", "--num-generations": "2", "--groups-per-step": "1",
-             "--max-new-tokens": "4", "--threads": "1"}, expect=("runs/train/final/config.json", "runs/train/reward_curve.png")),
-    "envharness eval --model runs/train/final --prompt compact --tasks click-test --out runs/trained":
-        Run(TINY_EVAL, expect=("runs/trained/summary.json",)),
+    "envharness eval --model embedded --tasks click-test,click-button --episodes 8 --out runs/mine": Run(
+        {"--model": "scripted", **TINY_EVAL}, expect=("runs/mine/summary.json", "runs/mine/report.html")
+    ),
+    "envharness train --tasks click-test --minutes 30 --out runs/train": Run(
+        {
+            "--model": "tiny",
+            "--minutes": "0.01",
+            "--num-generations": "2",
+            "--groups-per-step": "1",
+            "--max-new-tokens": "4",
+            "--threads": "1",
+        },
+        expect=("runs/train/final/config.json", "runs/train/reward_curve.png"),
+    ),
+    "envharness eval --model runs/train/final --prompt compact --tasks click-test --out runs/trained": Run(
+        TINY_EVAL, expect=("runs/trained/summary.json",)
+    ),
     "envharness eval --compare runs/mine runs/trained": Run(says="click-test"),
     "envharness replay runs/mine": Run(expect=("runs/mine/replay.json",), says="episodes identical"),
 }
@@ -147,8 +172,14 @@ def recipe(target: str) -> list[str]:
     """The recipe lines of a make target and its prerequisites, without running anything."""
     # run from inside `make test`, make would also print "make[1]: Entering directory ..."
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    out = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", target],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line for line in out.replace("\\\n", " ").splitlines() if line.strip()]
 
 
@@ -160,7 +191,7 @@ def _session_pids(sid: int) -> list[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: the session id
                 pids.append(int(entry.name))
     return pids
@@ -194,15 +225,26 @@ def start(argv: list[str], env: dict[str, str], cwd: Path, prewarmed: Prewarmed)
     Either way, its own session."""
     out = cwd / f".output-{uuid.uuid4().hex[:8]}.txt"
     full_env = _env(env)
-    proc = None if set(env) - FORK_SAFE_VARIABLES else prewarmed.start(argv[1:], cwd=cwd, env=full_env, out=out)
+    proc = (
+        None if set(env) - FORK_SAFE_VARIABLES else prewarmed.start(argv[1:], cwd=cwd, env=full_env, out=out)
+    )
     if proc is None:
         with out.open("w") as sink:
-            proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=sink,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
     return proc, out
 
 
-def run_line(argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: str, prewarmed: Prewarmed) -> None:
+def run_line(
+    argv: list[str], env: dict[str, str], cwd: Path, spec: Run, name: str, prewarmed: Prewarmed
+) -> None:
     proc, out = start(argv, env, cwd, prewarmed)
     try:
         proc.wait(timeout=spec.timeout_s)
@@ -222,13 +264,22 @@ def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str, prewa
     proc, out = start(argv, env, cwd, prewarmed)
     try:
         deadline = time.monotonic() + 300
-        while "\n" not in (output := out.read_text(errors="replace")) and proc.poll() is None and time.monotonic() < deadline:
+        while (
+            "\n" not in (output := out.read_text(errors="replace"))
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
-        line = output.split("\n", 1)[0]  # "envharness serve: NAME listening on http://HOST:PORT" (browser: cdp://)
+        line = output.split("\n", 1)[
+            0
+        ]  # "envharness serve: NAME listening on http://HOST:PORT" (browser: cdp://)
         match = re.search(r"listening on ((?:http|cdp)://\S+)", line)
         assert match, f"{name}: no URL in its first line: {output[-2000:]!r}"
         url = match.group(1)  # a browser node answers CDP's /json/version, a server /health
-        reply = httpx.get(url.replace("cdp://", "http://") + ("/json/version" if url.startswith("cdp://") else "/health"), timeout=60)
+        reply = httpx.get(
+            url.replace("cdp://", "http://") + ("/json/version" if url.startswith("cdp://") else "/health"),
+            timeout=60,
+        )
         assert reply.status_code == 200, reply.text
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
@@ -243,9 +294,14 @@ def serve_line(argv: list[str], env: dict[str, str], cwd: Path, name: str, prewa
 
 def test_every_readme_command_is_covered():
     commands = readme_commands(README.read_text())
-    assert "envharness train --tasks click-test --minutes 30 --out runs/train" in commands  # the extraction works
+    assert (
+        "envharness train --tasks click-test --minutes 30 --out runs/train" in commands
+    )  # the extraction works
     missing = [c for c in commands if c not in COVERED]
-    assert not missing, "README.md shows commands tests/test_readme_commands.py does not run; add them to COVERED:\n" + "\n".join(missing)
+    assert not missing, (
+        "README.md shows commands tests/test_readme_commands.py does not run; add them to COVERED:\n"
+        + "\n".join(missing)
+    )
     stale = [c for c in COVERED if c not in commands]
     assert not stale, "COVERED has commands README.md no longer shows:\n" + "\n".join(stale)
     for command, spec in COVERED.items():  # every make recipe line has its overrides
@@ -257,10 +313,21 @@ def test_every_readme_command_is_covered():
 
 def test_overrides_replace_or_add_flags():
     args = shlex.split("eval --tasks a,b --episodes 8 --out runs/x")
-    assert with_overrides(args, {"--episodes": "1", "--no-progress": None, "--seed": "3"}) == \
-        ["eval", "--tasks", "a,b", "--episodes", "1", "--out", "runs/x", "--no-progress", "--seed", "3"]
-    assert readme_commands("```bash\nmake demo   # x\nenvharness a \\\n  --b 1\n```\n```python\nenvharness no\n```\n") == \
-        ["make demo", "envharness a --b 1"]
+    assert with_overrides(args, {"--episodes": "1", "--no-progress": None, "--seed": "3"}) == [
+        "eval",
+        "--tasks",
+        "a,b",
+        "--episodes",
+        "1",
+        "--out",
+        "runs/x",
+        "--no-progress",
+        "--seed",
+        "3",
+    ]
+    assert readme_commands(
+        "```bash\nmake demo   # x\nenvharness a \\\n  --b 1\n```\n```python\nenvharness no\n```\n"
+    ) == ["make demo", "envharness a --b 1"]
 
 
 BLOCKS = readme_blocks(README.read_text())
@@ -268,7 +335,9 @@ BLOCKS = readme_blocks(README.read_text())
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("block", [pytest.param(b, id=b[0][:48]) for b in reversed(BLOCKS)])  # the costliest blocks are last
+@pytest.mark.parametrize(
+    "block", [pytest.param(b, id=b[0][:48]) for b in reversed(BLOCKS)]
+)  # the costliest blocks are last
 def test_readme_commands_run_with_tiny_sizes(block, tmp_path, prewarmed):
     for command in block:
         assert command in COVERED, f"{command}: not in COVERED (see test_every_readme_command_is_covered)"
@@ -283,7 +352,11 @@ def test_readme_commands_run_with_tiny_sizes(block, tmp_path, prewarmed):
                 if tokens[:2] == ["bash", "scripts/setup.sh"]:
                     continue  # the set-up this test runs in
                 env_free = [t for t in tokens if not re.match(r"^[A-Z_][A-Z0-9_]*=", t)]
-                key = Path(env_free[0]).name if Path(env_free[0]).name == "envharness" else Path(env_free[1]).name
+                key = (
+                    Path(env_free[0]).name
+                    if Path(env_free[0]).name == "envharness"
+                    else Path(env_free[1]).name
+                )
                 assert key in spec.lines, f"{command}: no overrides for its recipe line {line!r}"
                 argv, env = argv_for(tokens)
                 sub = spec.lines[key]

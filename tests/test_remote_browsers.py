@@ -48,14 +48,19 @@ def where(factory, env) -> str:
 
 
 async def test_episodes_spread_over_two_remote_browsers_over_the_wire(nodes):
-    with LocalServer("browsergym", pruned_html=False, extra_properties=False,
-                     browser=",".join(n.address for n in nodes)) as server:
+    with LocalServer(
+        "browsergym", pruned_html=False, extra_properties=False, browser=",".join(n.address for n in nodes)
+    ) as server:
         envs = [AsyncBrowserGymEnv(server.base_url) for _ in range(6)]
         try:
-            results = await asyncio.gather(*(env.reset(task="click-test", seed=seed) for seed, env in enumerate(envs)))
+            results = await asyncio.gather(
+                *(env.reset(task="click-test", seed=seed) for seed, env in enumerate(envs))
+            )
             pages = [len(_pages(node.address)) for node in nodes]
             assert min(pages) >= 2 and sum(pages) >= 6, pages  # both browsers hold sessions' pages
-            steps = await asyncio.gather(*(env.step(click_me(r.observation.axtree_txt)) for env, r in zip(envs, results)))
+            steps = await asyncio.gather(
+                *(env.step(click_me(r.observation.axtree_txt)) for env, r in zip(envs, results))
+            )
             assert [s.reward for s in steps] == [1.0] * 6
         finally:
             await asyncio.gather(*(env.close() for env in envs))
@@ -64,11 +69,17 @@ async def test_episodes_spread_over_two_remote_browsers_over_the_wire(nodes):
 def _pages(address: str) -> list[dict]:
     import httpx
 
-    return [t for t in httpx.get(address.replace("cdp://", "http://") + "/json/list", timeout=10).json() if t["type"] == "page"]
+    return [
+        t
+        for t in httpx.get(address.replace("cdp://", "http://") + "/json/list", timeout=10).json()
+        if t["type"] == "page"
+    ]
 
 
 async def test_a_dead_browser_ends_only_its_sessions_and_the_next_reset_lands_on_the_other(nodes):
-    factory = make_environment_factory(browser=",".join(n.address for n in nodes), pruned_html=False, extra_properties=False)
+    factory = make_environment_factory(
+        browser=",".join(n.address for n in nodes), pruned_html=False, extra_properties=False
+    )
     envs = [factory() for _ in range(4)]
     try:
         await asyncio.gather(*(env.reset_async(task="click-test", seed=i) for i, env in enumerate(envs)))
@@ -76,18 +87,27 @@ async def test_a_dead_browser_ends_only_its_sessions_and_the_next_reset_lands_on
         assert set(held) == {n.address for n in nodes}, held  # spread by load
         victim = nodes[0]
         victim.kill()
-        results = await asyncio.wait_for(asyncio.gather(*(env.step_async(BrowserGymAction(action_str="noop()")) for env in envs),
-                                                        return_exceptions=True), NO_HANG_S)
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                *(env.step_async(BrowserGymAction(action_str="noop()")) for env in envs),
+                return_exceptions=True,
+            ),
+            NO_HANG_S,
+        )
         for address, result in zip(held, results):
             if address == victim.address:
                 assert isinstance(result, BrowserSessionLost) and "call reset" in str(result), result
             else:
                 assert not isinstance(result, BaseException) and result.last_action_error == "", result
-        firsts = await asyncio.gather(*(env.reset_async(task="click-test", seed=10 + i) for i, env in enumerate(envs)))
+        firsts = await asyncio.gather(
+            *(env.reset_async(task="click-test", seed=10 + i) for i, env in enumerate(envs))
+        )
         assert {where(factory, env) for env in envs} == {nodes[1].address}
         rewards = [(await env.step_async(click_me(obs.axtree_txt))).reward for env, obs in zip(envs, firsts)]
         assert rewards == [1.0] * 4
-        assert factory.engine._remotes[victim.address].failures >= 1  # tried again with backoff, not at every context
+        assert (
+            factory.engine._remotes[victim.address].failures >= 1
+        )  # tried again with backoff, not at every context
     finally:
         for env in envs:
             await env.close_async()
@@ -95,7 +115,9 @@ async def test_a_dead_browser_ends_only_its_sessions_and_the_next_reset_lands_on
 
 
 async def test_the_dead_browser_over_the_wire_is_an_error_frame_never_a_reward(nodes):
-    with LocalServer("browsergym", pruned_html=False, extra_properties=False, browser=nodes[0].address) as server:
+    with LocalServer(
+        "browsergym", pruned_html=False, extra_properties=False, browser=nodes[0].address
+    ) as server:
         async with AsyncBrowserGymEnv(server.base_url) as env:
             result = await env.reset(task="click-test", seed=0)
             nodes[0].kill()
@@ -105,7 +127,9 @@ async def test_the_dead_browser_over_the_wire_is_an_error_frame_never_a_reward(n
                 await asyncio.wait_for(env.reset(task="click-test", seed=1), NO_HANG_S)
     from envharness.harness.failures import is_infrastructure_error
 
-    assert is_infrastructure_error(lost.value) and is_infrastructure_error(unavailable.value)  # counted apart, never a reward
+    assert is_infrastructure_error(lost.value) and is_infrastructure_error(
+        unavailable.value
+    )  # counted apart, never a reward
 
 
 async def test_a_browser_added_to_the_list_file_is_used(nodes, tmp_path):
@@ -152,8 +176,19 @@ def test_addresses_are_checked_and_retries_back_off():
 
 
 def test_envharness_browser_prints_its_address_and_stops_on_sigterm():
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())",
-                             "browser", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from envharness.cli import main; sys.exit(main())",
+            "browser",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         address = re.search(r"listening on (cdp://127\.0\.0\.1:\d+)", line).group(1)
@@ -171,7 +206,9 @@ async def test_a_dns_name_stands_for_every_browser_it_resolves_to(nodes):
     """`dns://NAME:PORT` (a Kubernetes headless Service) is every address NAME resolves to: here
     `localhost` on one node's port, resolved again as the list is."""
     port = nodes[0].address.rsplit(":", 1)[1]
-    factory = make_environment_factory(browser=f"dns://localhost:{port}", pruned_html=False, extra_properties=False)
+    factory = make_environment_factory(
+        browser=f"dns://localhost:{port}", pruned_html=False, extra_properties=False
+    )
     env = factory()
     try:
         obs = await env.reset_async(task="click-test", seed=0)

@@ -17,7 +17,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _eval(out: Path, *args: str) -> Path:
-    code = cli_main(["eval", *args, "--out", str(out), "--no-progress", "--no-screenshots", "--max-new-tokens", "16"])
+    code = cli_main(
+        ["eval", *args, "--out", str(out), "--no-progress", "--no-screenshots", "--max-new-tokens", "16"]
+    )
     assert code == 0
     return out
 
@@ -33,8 +35,19 @@ def _rewrite(folder: Path, records: list[dict]) -> None:
 @pytest.fixture(scope="module")
 def miniwob_run(tmp_path_factory) -> Path:
     """The embedded model sampling at temperature 1: clicks that miss, refused arguments, noops, wins."""
-    return _eval(tmp_path_factory.mktemp("replay") / "miniwob", "--model", "embedded", "--temperature", "1",
-                 "--tasks", "click-test,click-checkboxes,enter-text", "--episodes", "3", "--max-steps", "4")
+    return _eval(
+        tmp_path_factory.mktemp("replay") / "miniwob",
+        "--model",
+        "embedded",
+        "--temperature",
+        "1",
+        "--tasks",
+        "click-test,click-checkboxes,enter-text",
+        "--episodes",
+        "3",
+        "--max-steps",
+        "4",
+    )
 
 
 def test_a_miniwob_run_replays_identically(miniwob_run, capsys):
@@ -82,17 +95,48 @@ def test_an_altered_reward_and_first_page_are_differences(miniwob_run, tmp_path)
     by_id = {e.episode_id: e for e in report.episodes}
     first = by_id[records[0]["episode_id"]].first_difference
     assert (first.step, first.what) == (0, "the first observation")
-    assert any(f.what == "the episode's reward" and f.recorded == 0.5 for f in by_id[records[1]["episode_id"]].findings)
+    assert any(
+        f.what == "the episode's reward" and f.recorded == 0.5
+        for f in by_id[records[1]["episode_id"]].findings
+    )
     assert report.identical == 7
 
 
 def test_a_web_task_module_and_wordle_replay_identically(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(EXAMPLES))  # the web tasks' module, here and in the servers started
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLES), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    web = _eval(tmp_path / "web", "--env", "browsergym", "--env-option", "tasks=webtasks.formtasks", "--model", "scripted",
-                "--tasks", "all", "--episodes", "2", "--max-steps", "6")
-    wordle = _eval(tmp_path / "wordle", "--env", "textarena", "--model", "embedded", "--temperature", "1",
-                   "--tasks", "Wordle-v0", "--episodes", "3", "--max-steps", "3")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(EXAMPLES), *filter(None, [os.environ.get("PYTHONPATH")])])
+    )
+    web = _eval(
+        tmp_path / "web",
+        "--env",
+        "browsergym",
+        "--env-option",
+        "tasks=webtasks.formtasks",
+        "--model",
+        "scripted",
+        "--tasks",
+        "all",
+        "--episodes",
+        "2",
+        "--max-steps",
+        "6",
+    )
+    wordle = _eval(
+        tmp_path / "wordle",
+        "--env",
+        "textarena",
+        "--model",
+        "embedded",
+        "--temperature",
+        "1",
+        "--tasks",
+        "Wordle-v0",
+        "--episodes",
+        "3",
+        "--max-steps",
+        "3",
+    )
     assert sum(len(r["tool_calls"]) for r in _records(wordle)) >= 6
     capsys.readouterr()
     assert cli_main(["replay", str(web)]) == 0

@@ -29,8 +29,25 @@ TASKS = "click-test,enter-text"
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sft") / "run"
-    code = cli_main(["sft", "--model", "tiny", "--tasks", TASKS, "--episodes", "2", "--steps", "2", "--batch-size", "2",
-                     "--max-turns", "3", "--out", str(out)])
+    code = cli_main(
+        [
+            "sft",
+            "--model",
+            "tiny",
+            "--tasks",
+            TASKS,
+            "--episodes",
+            "2",
+            "--steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--max-turns",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     return out
 
@@ -48,16 +65,18 @@ def test_demonstrations_are_the_tokens_eval_shows_the_model(sft_run):
         mask = [0] * len(ids["prompt_ids"]) + ids["env_mask"]
         messages = record["messages"]
         # the model's turns are the last assistant messages (the opening may hold a worked example)
-        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"][-record["metrics"]["turns_assembled"]:]
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"][
+            -record["metrics"]["turns_assembled"] :
+        ]
         assert turns and record["metrics"]["turns_assembled"] == len(record["tool_calls"]), record
         model_tokens = []
         for i in turns:
             shown = chat.prompt_ids(tokenizer, messages[:i])  # eval's conversation, tokenized afresh
-            assert sequence[:len(shown)] == shown
-            assert sum(mask[:len(shown)]) == len(model_tokens)  # only earlier replies are model tokens
+            assert sequence[: len(shown)] == shown
+            assert sum(mask[: len(shown)]) == len(model_tokens)  # only earlier replies are model tokens
             reply = chat.encode(tokenizer, messages[i]["content"] + end)
-            assert sequence[len(shown):len(shown) + len(reply)] == reply
-            assert mask[len(shown):len(shown) + len(reply)] == [1] * len(reply)
+            assert sequence[len(shown) : len(shown) + len(reply)] == reply
+            assert mask[len(shown) : len(shown) + len(reply)] == [1] * len(reply)
             model_tokens += reply
         assert [t for t, m in zip(sequence, mask) if m] == model_tokens  # nothing else is trained on
 
@@ -78,15 +97,47 @@ def test_the_run_leaves_a_model_eval_takes(sft_run, tmp_path, capsys):
     logs = [json.loads(line) for line in (sft_run / "train_log.jsonl").read_text().splitlines()]
     assert [log["step"] for log in logs if "loss" in log] == [1, 2]
     assert (sft_run / "final" / "config.json").is_file() and (sft_run / "checkpoint-2").is_dir()
-    code = cli_main(["eval", "--model", str(sft_run / "final"), "--prompt", "compact", "--tasks", "click-test",
-                     "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "4", "--no-progress",
-                     "--out", str(tmp_path / "eval")])
+    code = cli_main(
+        [
+            "eval",
+            "--model",
+            str(sft_run / "final"),
+            "--prompt",
+            "compact",
+            "--tasks",
+            "click-test",
+            "--episodes",
+            "1",
+            "--max-turns",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "eval"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
 
 
 def test_a_run_folders_successes_are_demonstrations(sft_run, tmp_path, capsys):
-    code = cli_main(["sft", "--model", "tiny", "--demos", str(sft_run / "demos"), "--tasks", "click-test",
-                     "--steps", "1", "--batch-size", "2", "--out", str(tmp_path / "rft")])
+    code = cli_main(
+        [
+            "sft",
+            "--model",
+            "tiny",
+            "--demos",
+            str(sft_run / "demos"),
+            "--tasks",
+            "click-test",
+            "--steps",
+            "1",
+            "--batch-size",
+            "2",
+            "--out",
+            str(tmp_path / "rft"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert "[sft] 2 demonstrations of 2 episodes" in capsys.readouterr().err
 
@@ -102,13 +153,19 @@ def test_ids_of_another_tokenizer_are_refused(sft_run, tmp_path):
         from_records(records, tokenizer)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--demos", "no/such/run"], "neither 'scripted' nor an eval run folder"),
-    (["--prompt", "default"], "builds a fresh prompt every step"),
-    (["--episodes", "0"], "--episodes must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--demos", "no/such/run"], "neither 'scripted' nor an eval run folder"),
+        (["--prompt", "default"], "builds a fresh prompt every step"),
+        (["--episodes", "0"], "--episodes must be at least 1"),
+    ],
+)
 def test_bad_settings_are_refused_in_words(tmp_path, capsys, args, message):
-    assert cli_main(["sft", "--model", "tiny", "--tasks", "click-test", "--out", str(tmp_path / "x"), *args]) == 2
+    assert (
+        cli_main(["sft", "--model", "tiny", "--tasks", "click-test", "--out", str(tmp_path / "x"), *args])
+        == 2
+    )
     assert message in capsys.readouterr().err
 
 
@@ -122,9 +179,28 @@ def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path, 
     from envharness.integrations.trl.resume import latest_checkpoint
 
     out = tmp_path / "run"
-    args = ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "4", "--steps", "12", "--batch-size", "1",
-            "--save-steps", "100", "--threads", "1", "--out", str(out)]
-    job = Job(args, tmp_path, script=held_at_step(2), prewarmed=prewarmed)  # the run waits at step 2: the signal comes mid-run
+    args = [
+        "sft",
+        "--model",
+        "tiny",
+        "--tasks",
+        "click-test",
+        "--episodes",
+        "4",
+        "--steps",
+        "12",
+        "--batch-size",
+        "1",
+        "--save-steps",
+        "100",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
+    job = Job(
+        args, tmp_path, script=held_at_step(2), prewarmed=prewarmed
+    )  # the run waits at step 2: the signal comes mid-run
     try:
         job.wait_for_output("held at step 2", timeout_s=400)
         job.signal(signal.SIGTERM)

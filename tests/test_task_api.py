@@ -27,10 +27,20 @@ def test_splits_counts_and_tasks(games):
     assert splits["all"]["num_tasks"] > 200 and splits["rl"]["num_tasks"] == 4
     assert httpx.post(f"{games}/textarena/num_tasks", json={"split": "rl"}).json() == {"num_tasks": 4}
     listed = httpx.post(f"{games}/textarena/tasks", json={"split": "rl"}).json()
-    assert [t["id"] for t in listed["tasks"]] == ["Wordle-v0", "Mastermind-v0", "GuessTheNumber-v0", "TowerOfHanoi-v0"]
+    assert [t["id"] for t in listed["tasks"]] == [
+        "Wordle-v0",
+        "Mastermind-v0",
+        "GuessTheNumber-v0",
+        "TowerOfHanoi-v0",
+    ]
     assert listed["env_name"] == "textarena" and listed["tasks"][2]["index"] == 2
-    assert httpx.post(f"{games}/textarena/task", json={"split": "rl", "index": 3}).json()["task"]["id"] == "TowerOfHanoi-v0"
-    window = httpx.post(f"{games}/textarena/task_range", json={"split": "rl", "start": 1, "stop": 3}).json()["tasks"]
+    assert (
+        httpx.post(f"{games}/textarena/task", json={"split": "rl", "index": 3}).json()["task"]["id"]
+        == "TowerOfHanoi-v0"
+    )
+    window = httpx.post(f"{games}/textarena/task_range", json={"split": "rl", "start": 1, "stop": 3}).json()[
+        "tasks"
+    ]
     assert [t["id"] for t in window] == ["Mastermind-v0", "GuessTheNumber-v0"]
 
 
@@ -48,9 +58,13 @@ def test_reset_by_split_and_index(games):
         assert result.observation.metadata["env_id"] == "Mastermind-v0"
         with pytest.raises(Exception, match="index 9 is out of range: split 'rl' has 4 task"):
             env.reset(split="rl", index=9)
-        assert env.reset(task="Wordle-v0", seed=1).observation.metadata["env_id"] == "Wordle-v0"  # the session goes on
+        assert (
+            env.reset(task="Wordle-v0", seed=1).observation.metadata["env_id"] == "Wordle-v0"
+        )  # the session goes on
     reply = httpx.post(f"{games}/reset", json={"split": "rl", "index": 2})
-    assert reply.status_code == 200 and reply.json()["observation"]["metadata"]["env_id"] == "GuessTheNumber-v0"
+    assert (
+        reply.status_code == 200 and reply.json()["observation"]["metadata"]["env_id"] == "GuessTheNumber-v0"
+    )
     bad = httpx.post(f"{games}/reset", json={"task": "NoSuchGame-v0"})  # the environment's error, as JSON
     assert bad.status_code == 500 and bad.json()["detail"]["code"] == "EXECUTION_ERROR"
     assert "NoSuchGame-v0" in bad.json()["detail"]["message"]
@@ -59,12 +73,17 @@ def test_reset_by_split_and_index(games):
 def test_the_listing_follows_the_servers_options(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     with LocalServer("browsergym", web=True) as miniwob:
-        assert httpx.post(f"{miniwob.base_url}/browsergym/num_tasks", json={"split": ""}).json() == {"num_tasks": 125}
+        assert httpx.post(f"{miniwob.base_url}/browsergym/num_tasks", json={"split": ""}).json() == {
+            "num_tasks": 125
+        }
     with LocalServer("browsergym", tasks="webtasks.formtasks", web=True) as web:
         tasks = httpx.post(f"{web.base_url}/browsergym/tasks", json={"split": ""}).json()["tasks"]
         assert [t["id"] for t in tasks] == ["fill-form", "find-item", "tick-boxes"]
         info = httpx.get(f"{web.base_url}/web/info").json()  # the /web picker lists them too
-        assert info["tasks"] == ["fill-form", "find-item", "tick-boxes"] and info["default_task"] in info["tasks"]
+        assert (
+            info["tasks"] == ["fill-form", "find-item", "tick-boxes"]
+            and info["default_task"] in info["tasks"]
+        )
 
 
 def test_an_environment_without_a_listing_answers_501():

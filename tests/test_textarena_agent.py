@@ -17,16 +17,19 @@ from envharness.envs.textarena.scripted import NoScriptedMove, scripted_move
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.mark.parametrize("reply, move", [
-    ("[crane]", "[crane]"),
-    ("I think the answer is... [slate]. Final: [crane]", "[crane]"),
-    ("guess: crane", "[crane]"),
-    ("Move: A C", "[A C]"),
-    ('{"name": "send", "arguments": {"message": "[1 2 3 4]"}}', "[1 2 3 4]"),
-    ('<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>', "[crane]"),
-    ("send(message='[A B]')", "[A B]"),
-    ("guess(\"crane\")", "[crane]"),
-])
+@pytest.mark.parametrize(
+    "reply, move",
+    [
+        ("[crane]", "[crane]"),
+        ("I think the answer is... [slate]. Final: [crane]", "[crane]"),
+        ("guess: crane", "[crane]"),
+        ("Move: A C", "[A C]"),
+        ('{"name": "send", "arguments": {"message": "[1 2 3 4]"}}', "[1 2 3 4]"),
+        ('<tool_call>{"name": "guess", "arguments": {"word": "crane"}}</tool_call>', "[crane]"),
+        ("send(message='[A B]')", "[A B]"),
+        ('guess("crane")', "[crane]"),
+    ],
+)
 def test_parser_reads_moves(reply, move):
     call = parse_move(reply)
     assert call.name == "send" and call.args == {"message": move} and "parse_error" not in call.metadata
@@ -55,8 +58,15 @@ def test_scripted_wordle_baseline_on_32_seeds():
         while not obs.done:
             move = scripted_move(conv)
             obs = env.step(TextArenaAction(message=move))
-            conv += [{"role": "assistant", "content": move},
-                     {"role": "tool", "content": "\n".join(m.content for m in obs.messages[obs.metadata["new_messages_from"]:])}]
+            conv += [
+                {"role": "assistant", "content": move},
+                {
+                    "role": "tool",
+                    "content": "\n".join(
+                        m.content for m in obs.messages[obs.metadata["new_messages_from"] :]
+                    ),
+                },
+            ]
         wins += obs.reward >= 1.0
         guesses.append(env.state.step_count)
     assert wins == 32 and max(guesses) <= 4
@@ -71,8 +81,15 @@ def test_scripted_players_win_the_rl_games(env_id):
         while not obs.done:
             move = scripted_move(conv)
             obs = env.step(TextArenaAction(message=move))
-            conv += [{"role": "assistant", "content": move},
-                     {"role": "user", "content": "\n".join(m.content for m in obs.messages[obs.metadata["new_messages_from"]:])}]
+            conv += [
+                {"role": "assistant", "content": move},
+                {
+                    "role": "user",
+                    "content": "\n".join(
+                        m.content for m in obs.messages[obs.metadata["new_messages_from"] :]
+                    ),
+                },
+            ]
         assert obs.reward == 1.0, (env_id, seed, conv[-1])
 
 
@@ -81,12 +98,16 @@ def test_scripted_policy_refuses_games_it_does_not_know():
         scripted_move([{"role": "user", "content": "You are playing Sudoku."}])
 
 
-WON = ("You submitted [heart].\nFeedback:\nH E A R T\nX Y X Y X\nYou have 5 guesses left.\n"
-       "You attempted an invalid move. Reason: You have already guessed 'heart' before. Please try a different word.\n"
-       "Congratulations! You guessed the word correctly!")
-LOST = ("You submitted [heart].\nFeedback:\nH E A R T\nG Y X X X\nYou have 5 guesses left.\n"
-        "You attempted an invalid move. Reason: 'qqqqq' is not an English word.\n"
-        "You submitted [house].\nFeedback:\nH O U S E\nG G X Y X\nYou have 4 guesses left.")
+WON = (
+    "You submitted [heart].\nFeedback:\nH E A R T\nX Y X Y X\nYou have 5 guesses left.\n"
+    "You attempted an invalid move. Reason: You have already guessed 'heart' before. Please try a different word.\n"
+    "Congratulations! You guessed the word correctly!"
+)
+LOST = (
+    "You submitted [heart].\nFeedback:\nH E A R T\nG Y X X X\nYou have 5 guesses left.\n"
+    "You attempted an invalid move. Reason: 'qqqqq' is not an English word.\n"
+    "You submitted [house].\nFeedback:\nH O U S E\nG G X Y X\nYou have 4 guesses left."
+)
 
 
 def test_shaped_rewards_from_the_episode_text():
@@ -103,22 +124,37 @@ def test_shaped_rewards_from_the_episode_text():
 def test_shaped_rewards_prefer_the_rollouts_own_keys():
     assert rewards.reward_greens(["x", "y"], green_reward=[0.2, 0.6]) == [0.2, 0.6]
     assert rewards.reward_correct(["x", "y"], env_reward=[1.0, 0.3]) == [1.0, 0.0]
-    assert rewards.reward_yellows(["?"], messages=[[{"role": "tool", "content": LOST}]]) == [pytest.approx(0.2)]
+    assert rewards.reward_yellows(["?"], messages=[[{"role": "tool", "content": LOST}]]) == [
+        pytest.approx(0.2)
+    ]
 
 
 def test_the_registry_finds_every_part():
     spec = get_spec("textarena")
     assert env_harness("textarena") is HARNESS
-    assert spec.load("client").__name__ == "AsyncTextArenaEnv" and spec.load("mcp_toolset").__name__ == "TextArenaToolset"
+    assert (
+        spec.load("client").__name__ == "AsyncTextArenaEnv"
+        and spec.load("mcp_toolset").__name__ == "TextArenaToolset"
+    )
     info = spec.load("web_info")()
     assert info == web_info() and "Wordle-v0" in info["tasks"] and info["actions"][0]["example"] == "[crane]"
-    assert set(load_target(HARNESS.reward_functions)) == {"correct", "greens", "yellows", "repetition", "format"}
+    assert set(load_target(HARNESS.reward_functions)) == {
+        "correct",
+        "greens",
+        "yellows",
+        "repetition",
+        "format",
+    }
     assert set(load_target(HARNESS.prompt_styles)) == {"default"}
 
 
 def test_task_list_and_check_task():
     tasks = task_list()
-    assert tasks.num_tasks == 204 and tasks.splits["rl"] == RL_GAMES and tasks.splits["default"] == ("Wordle-v0",)
+    assert (
+        tasks.num_tasks == 204
+        and tasks.splits["rl"] == RL_GAMES
+        and tasks.splits["default"] == ("Wordle-v0",)
+    )
     assert tasks.expand(["rl", "Hangman-v0", "wordle"], HARNESS.check_task)[:5] == [*RL_GAMES, "Hangman-v0"]
     assert "Wordle-v0-long" in tasks.splits["wordle"]
     with pytest.raises(ValueError, match="multi-player"):
@@ -134,4 +170,8 @@ def test_default_prompt_style_is_the_games_own_text():
     assert "Tower of Hanoi" in opening[0]["content"] and "A: [3, 2, 1]" in opening[0]["content"]
     after = env.step(TextArenaAction(message="[A C]"))
     text = style.observation_text(after)
-    assert text.startswith("You moved disk 1 from A to C.") and "C: [1]" in text and "[A C]" not in text.splitlines()[0][:5]
+    assert (
+        text.startswith("You moved disk 1 from A to C.")
+        and "C: [1]" in text
+        and "[A C]" not in text.splitlines()[0][:5]
+    )

@@ -11,7 +11,11 @@ import pytest
 
 from envharness.envs.textarena import games, nltk_data
 from envharness.envs.textarena.environment import TextArenaConfig, TextArenaEnvironment
-from envharness.envs.textarena.factory import TextArenaConfigError, make_environment_factory, options_from_environ
+from envharness.envs.textarena.factory import (
+    TextArenaConfigError,
+    make_environment_factory,
+    options_from_environ,
+)
 from envharness.envs.textarena.models import TextArenaAction
 from envharness.envs.textarena.wordle import feedback
 
@@ -99,7 +103,9 @@ def test_partial_reward_when_guesses_run_out_is_not_a_win():
     env = TextArenaEnvironment(TextArenaConfig())
     env.reset(seed=8)
     word = secret(env)
-    guesses = [w for w in ("heart", "cover", "screw", "table", "night", "brain", "cloth", "sound") if w != word][:6]
+    guesses = [
+        w for w in ("heart", "cover", "screw", "table", "night", "brain", "cloth", "sound") if w != word
+    ][:6]
     for g in guesses:
         obs = play(env, f"[{g}]")
     assert obs.done and 0.0 <= obs.reward < 1.0 and obs.info["won"] is False
@@ -113,7 +119,11 @@ def test_state_hides_the_secret_until_the_end(wordle):
 
 def test_per_reset_game_and_kwargs(wordle):
     obs = wordle.reset(seed=1, task="Wordle-v0", word_length=6)
-    assert "6-letter word" in obs.prompt and len(secret(wordle)) == 6 and wordle.state.game_kwargs == {"word_length": 6}
+    assert (
+        "6-letter word" in obs.prompt
+        and len(secret(wordle)) == 6
+        and wordle.state.game_kwargs == {"word_length": 6}
+    )
     obs = wordle.reset(seed=1, task="Mastermind-v0", code_length=3)
     assert "3 digits long" in obs.prompt and wordle.state.env_id == "Mastermind-v0"
     assert "5-letter word" in wordle.reset(seed=1).prompt  # back to the server's default game
@@ -136,12 +146,15 @@ def test_bad_moves_get_the_games_message_or_a_clear_error(wordle):
     assert not play(wordle, "crane").done  # a bare word gets its brackets
 
 
-@pytest.mark.parametrize("env_id, reason", [
-    ("Chess-v0", "multi-player TextArena game"),
-    ("Nope-v0", "unknown TextArena game"),
-    ("GuessWho-v0", "OpenRouter"),
-    ("Klondike-v0", "syntax error"),
-])
+@pytest.mark.parametrize(
+    "env_id, reason",
+    [
+        ("Chess-v0", "multi-player TextArena game"),
+        ("Nope-v0", "unknown TextArena game"),
+        ("GuessWho-v0", "OpenRouter"),
+        ("Klondike-v0", "syntax error"),
+    ],
+)
 def test_refused_games_say_why(wordle, env_id, reason):
     with pytest.raises(ValueError, match=reason):
         wordle.reset(task=env_id)
@@ -153,13 +166,19 @@ def test_the_catalog_is_textarenas_single_player_registry():
     assert len(ids) == 216 and "Wordle-v0" in ids and "Chess-v0" not in ids
     assert len({games.game_of(i) for i in ids}) == len(games.SINGLE_PLAYER_GAMES) == 29
     offline = games.offline_ids()
-    assert len(offline) == 204 and not any(games.game_of(i) in ("GuessWho", "TwentyQuestions", "Klondike") for i in offline)
+    assert len(offline) == 204 and not any(
+        games.game_of(i) in ("GuessWho", "TwentyQuestions", "Klondike") for i in offline
+    )
 
 
 #: Each game's plain id; the slow ones (Sokoban-v0-medium generates a level for ~40 s, the
 #: hardcore Wordles tag 235k words once) are left to test_every_offline_id_is_known.
-FAMILY_IDS = sorted({next(i for i in games.offline_ids() if games.game_of(i) == g)
-                     for g in {games.game_of(i) for i in games.offline_ids()}})
+FAMILY_IDS = sorted(
+    {
+        next(i for i in games.offline_ids() if games.game_of(i) == g)
+        for g in {games.game_of(i) for i in games.offline_ids()}
+    }
+)
 
 
 @pytest.mark.parametrize("env_id", FAMILY_IDS)
@@ -168,7 +187,7 @@ def test_every_single_player_game_resets_and_takes_a_move(env_id):
     first = env.reset(seed=1)
     assert first.prompt and first.messages and first.messages[0].category == "PROMPT" and not first.done
     obs = play(env, "[1]")
-    assert obs.messages[len(first.messages):]  # the game answered
+    assert obs.messages[len(first.messages) :]  # the game answered
     assert all(isinstance(m.sender_id, int) and isinstance(m.content, str) for m in obs.messages)
     again = TextArenaEnvironment(TextArenaConfig(env_id=env_id)).reset(seed=1)
     assert again.messages == first.messages
@@ -180,10 +199,19 @@ def test_every_offline_id_is_known():
 
 
 def test_openenv_variables_configure_the_factory():
-    environ = {"TEXTARENA_ENV_ID": "Mastermind-v0", "TEXTARENA_NUM_PLAYERS": "1", "TEXTARENA_MAX_TURNS": "2",
-               "TEXTARENA_KW_code_length": "3", "TEXTARENA_KW_duplicate_numbers": "false"}
-    assert options_from_environ(environ) == {"env_id": "Mastermind-v0", "num_players": 1, "max_turns": 2,
-                                             "game_kwargs": {"code_length": 3, "duplicate_numbers": False}}
+    environ = {
+        "TEXTARENA_ENV_ID": "Mastermind-v0",
+        "TEXTARENA_NUM_PLAYERS": "1",
+        "TEXTARENA_MAX_TURNS": "2",
+        "TEXTARENA_KW_code_length": "3",
+        "TEXTARENA_KW_duplicate_numbers": "false",
+    }
+    assert options_from_environ(environ) == {
+        "env_id": "Mastermind-v0",
+        "num_players": 1,
+        "max_turns": 2,
+        "game_kwargs": {"code_length": 3, "duplicate_numbers": False},
+    }
     env = make_environment_factory(environ=environ)()
     assert "3 digits long" in env.reset(seed=0).prompt
     assert not play(env, "[1 2 3]").done
@@ -193,13 +221,16 @@ def test_openenv_variables_configure_the_factory():
     assert "Wordle" in override.reset(seed=0).prompt
 
 
-@pytest.mark.parametrize("environ, message", [
-    ({"TEXTARENA_KW_colour": "blue"}, "does not take these arguments.*TEXTARENA_KW_colour"),
-    ({"TEXTARENA_KW_word_length": "\"five\""}, "could not start"),
-    ({"TEXTARENA_NUM_PLAYERS": "2"}, "single-player games only"),
-    ({"TEXTARENA_MAX_TURNS": "zero"}, "expected a whole number"),
-    ({"TEXTARENA_ENV_ID": "Chess-v0"}, "multi-player"),
-])
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        ({"TEXTARENA_KW_colour": "blue"}, "does not take these arguments.*TEXTARENA_KW_colour"),
+        ({"TEXTARENA_KW_word_length": '"five"'}, "could not start"),
+        ({"TEXTARENA_NUM_PLAYERS": "2"}, "single-player games only"),
+        ({"TEXTARENA_MAX_TURNS": "zero"}, "expected a whole number"),
+        ({"TEXTARENA_ENV_ID": "Chess-v0"}, "multi-player"),
+    ],
+)
 def test_bad_variables_stop_the_factory_with_the_reason(environ, message):
     with pytest.raises((TextArenaConfigError, ValueError), match=message):
         make_environment_factory(environ=environ)
@@ -209,8 +240,12 @@ def test_nltk_download_never_runs(monkeypatch):
     nltk_data.guard_downloads()
     import nltk
 
-    assert nltk.download("words") is True and nltk.download(["words", "averaged_perceptron_tagger_eng"]) is True
-    with pytest.raises(nltk_data.MissingNLTKData, match="wordnet is not installed.*never downloads.*nltk_data"):
+    assert (
+        nltk.download("words") is True and nltk.download(["words", "averaged_perceptron_tagger_eng"]) is True
+    )
+    with pytest.raises(
+        nltk_data.MissingNLTKData, match="wordnet is not installed.*never downloads.*nltk_data"
+    ):
         nltk.download("wordnet")
 
 
@@ -243,4 +278,6 @@ def test_a_second_invalid_move_ends_the_game_as_a_loss_with_its_reason(game):
     assert not first.done  # one invalid move is allowed
     second = env.step(TextArenaAction(message="[zz zz zz]"))
     assert second.done and isinstance(second.reward, float) and second.reward < 1.0
-    assert second.info["reason"].startswith("Invalid Move: ") and any(c.isalpha() for c in second.info["reason"][14:])
+    assert second.info["reason"].startswith("Invalid Move: ") and any(
+        c.isalpha() for c in second.info["reason"][14:]
+    )

@@ -20,8 +20,26 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 def test_eval_embedded_on_wordle_prints_its_table_and_report(tmp_path, capsys):
     out = tmp_path / "eval"
-    code = cli_main(["eval", "--env", "textarena", "--model", "embedded", "--tasks", "Wordle-v0", "--episodes", "2",
-                     "--max-turns", "3", "--max-new-tokens", "12", "--out", str(out), "--no-progress"])
+    code = cli_main(
+        [
+            "eval",
+            "--env",
+            "textarena",
+            "--model",
+            "embedded",
+            "--tasks",
+            "Wordle-v0",
+            "--episodes",
+            "2",
+            "--max-turns",
+            "3",
+            "--max-new-tokens",
+            "12",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     assert "embedded on 1 task(s), 2 episode(s) each" in printed
@@ -46,11 +64,25 @@ def stubborn_model_app(guess: str):
 
     @app.post("/v1/chat/completions")
     async def complete() -> dict:
-        call = {"id": "call_0", "type": "function", "function": {"name": "send", "arguments": json.dumps({"message": f"[{guess}]"})}}
-        return {"id": "c", "object": "chat.completion", "created": 0, "model": "stubborn",
-                "choices": [{"index": 0, "finish_reason": "tool_calls",
-                             "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        call = {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "send", "arguments": json.dumps({"message": f"[{guess}]"})},
+        }
+        return {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "stubborn",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
 
     return app
 
@@ -59,12 +91,52 @@ def test_eval_counts_a_partial_reward_as_a_loss_and_a_win_as_a_win(tmp_path, cap
     from _models_fixtures import serve
 
     wins = tmp_path / "scripted"  # the scripted player solves every game with turns enough
-    assert cli_main(["eval", "--env", "textarena", "--model", "scripted", "--tasks", "Wordle-v0,GuessTheNumber-v0",
-                     "--episodes", "2", "--max-turns", "12", "--out", str(wins), "--no-progress"]) == 0, capsys.readouterr().err
-    losses = tmp_path / "stubborn"  # the same guess six times: a lost game, with credit for the letters it found
+    assert (
+        cli_main(
+            [
+                "eval",
+                "--env",
+                "textarena",
+                "--model",
+                "scripted",
+                "--tasks",
+                "Wordle-v0,GuessTheNumber-v0",
+                "--episodes",
+                "2",
+                "--max-turns",
+                "12",
+                "--out",
+                str(wins),
+                "--no-progress",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
+    losses = (
+        tmp_path / "stubborn"
+    )  # the same guess six times: a lost game, with credit for the letters it found
     with serve(stubborn_model_app("crane")) as url:
-        assert cli_main(["eval", "--env", "textarena", "--model", f"openai:stubborn@{url}/v1", "--tasks", "Wordle-v0",
-                         "--episodes", "4", "--max-turns", "8", "--out", str(losses), "--no-progress"]) == 0, capsys.readouterr().err
+        assert (
+            cli_main(
+                [
+                    "eval",
+                    "--env",
+                    "textarena",
+                    "--model",
+                    f"openai:stubborn@{url}/v1",
+                    "--tasks",
+                    "Wordle-v0",
+                    "--episodes",
+                    "4",
+                    "--max-turns",
+                    "8",
+                    "--out",
+                    str(losses),
+                    "--no-progress",
+                ]
+            )
+            == 0
+        ), capsys.readouterr().err
     won = [json.loads(line) for line in (wins / "episodes.jsonl").read_text().splitlines()]
     lost = [json.loads(line) for line in (losses / "episodes.jsonl").read_text().splitlines()]
     assert won and all(r["env_reward"] == 1.0 and r["verify_metrics"]["success"] for r in won)
@@ -74,14 +146,42 @@ def test_eval_counts_a_partial_reward_as_a_loss_and_a_win_as_a_win(tmp_path, cap
     for out, records in ((wins, won), (losses, lost)):
         per_task = [t for t in json.loads((out / "summary.json").read_text())["tasks"] if t["task"] != "all"]
         assert sum(t["successes"] for t in per_task) == sum(r["env_reward"] >= 1.0 for r in records)
-    assert sum(t["successes"] for t in per_task) == 0 and per_task[0]["episodes"] == 4 and per_task[0]["mean_reward"] > 0
+    assert (
+        sum(t["successes"] for t in per_task) == 0
+        and per_task[0]["episodes"] == 4
+        and per_task[0]["mean_reward"] > 0
+    )
 
 
 def test_one_grpo_step_on_wordle_masks_the_games_feedback(tmp_path, capsys):
     out = tmp_path / "train"
-    code = cli_main(["train", "--env", "textarena", "--tasks", "Wordle-v0", "--model", "tiny", "--steps", "1",
-                     "--max-turns", "2", "--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "6",
-                     "--reward", "success", "--reward", "greens", "--out", str(out)])
+    code = cli_main(
+        [
+            "train",
+            "--env",
+            "textarena",
+            "--tasks",
+            "Wordle-v0",
+            "--model",
+            "tiny",
+            "--steps",
+            "1",
+            "--max-turns",
+            "2",
+            "--num-generations",
+            "2",
+            "--groups-per-step",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--reward",
+            "success",
+            "--reward",
+            "greens",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     records = read_records(out / "episodes.jsonl")
     assert len(records) == 2 and all(r.task == "Wordle-v0" and r.error is None for r in records)
@@ -97,7 +197,11 @@ def test_one_grpo_step_on_wordle_masks_the_games_feedback(tmp_path, capsys):
     two_turns = [r for r in records if len(r.tool_calls) == 2]
     assert two_turns, [r.tool_calls for r in records]
     for r in two_turns:
-        assert r.tokens["env"] > 0 and 0 < r.tokens["model"] <= 12 and r.tokens["completion"] == r.tokens["model"] + r.tokens["env"]
+        assert (
+            r.tokens["env"] > 0
+            and 0 < r.tokens["model"] <= 12
+            and r.tokens["completion"] == r.tokens["model"] + r.tokens["env"]
+        )
     capsys.readouterr()  # the training run replays: the same game and moves give the same feedback
     assert cli_main(["replay", str(out)]) == 0
     assert "2/2 episodes identical, 0 different, 0 skipped (textarena, train run)" in capsys.readouterr().out
@@ -105,15 +209,35 @@ def test_one_grpo_step_on_wordle_masks_the_games_feedback(tmp_path, capsys):
 
 def test_eval_over_two_servers_plays_every_game(tmp_path, capsys):
     with LocalServer("textarena") as a, LocalServer("textarena") as b:
-        common = ["eval", "--env", "textarena", "--no-progress", "--model", "scripted", "--tasks", "rl",
-                  "--episodes", "2", "--max-turns", "12"]
+        common = [
+            "eval",
+            "--env",
+            "textarena",
+            "--no-progress",
+            "--model",
+            "scripted",
+            "--tasks",
+            "rl",
+            "--episodes",
+            "2",
+            "--max-turns",
+            "12",
+        ]
         assert cli_main([*common, "--out", str(tmp_path / "one"), "--env-url", a.base_url]) == 0
         opened = [httpx.get(f"{s.base_url}/health").json()["sessions_opened"] for s in (a, b)]
-        assert cli_main([*common, "--out", str(tmp_path / "two"), "--env-urls", f"{a.base_url},{b.base_url}"]) == 0
+        assert (
+            cli_main([*common, "--out", str(tmp_path / "two"), "--env-urls", f"{a.base_url},{b.base_url}"])
+            == 0
+        )
         after = [httpx.get(f"{s.base_url}/health").json()["sessions_opened"] for s in (a, b)]
     assert all(x > y for x, y in zip(after, opened)), "both servers took episodes"
-    rows = [{t["task"]: (t["episodes"], t["successes"]) for t in json.loads((tmp_path / d / "summary.json").read_text())["tasks"]}
-            for d in ("one", "two")]
+    rows = [
+        {
+            t["task"]: (t["episodes"], t["successes"])
+            for t in json.loads((tmp_path / d / "summary.json").read_text())["tasks"]
+        }
+        for d in ("one", "two")
+    ]
     assert rows[0] == rows[1]
     assert rows[0]["all"] == (8, 8)  # the scripted players win every seeded game on both layouts
 

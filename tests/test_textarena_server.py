@@ -31,14 +31,20 @@ def server():
 
 def conversation(observation) -> list[dict]:
     """The game's text as the scripted solver reads it: one user turn with every message."""
-    messages = observation["messages"] if isinstance(observation, dict) else [m.model_dump() for m in observation.messages]
+    messages = (
+        observation["messages"]
+        if isinstance(observation, dict)
+        else [m.model_dump() for m in observation.messages]
+    )
     return [{"role": "user", "content": "\n".join(m["content"] for m in messages)}]
 
 
 def test_scripted_solver_wins_wordle_through_our_sync_client(server):
     with TextArenaEnv(server.base_url) as env:
         result = env.reset(seed=21)
-        assert "You are Playing Wordle" in result.observation.prompt and result.reward == 0.0 and not result.done
+        assert (
+            "You are Playing Wordle" in result.observation.prompt and result.reward == 0.0 and not result.done
+        )
         for _ in range(6):
             result = env.step(TextArenaAction(message=scripted_move(conversation(result.observation))))
             if result.done:
@@ -89,8 +95,11 @@ def test_bad_input_keeps_the_session_and_the_server(server):
                 env.step(TextArenaAction(message=message))
         result = env.step(TextArenaAction(message="[qzxwv]"))
         assert "'qzxwv' is not an English word" in result.observation.messages[-1].content and not result.done
-        for task, error in (("Nope-v0", "unknown TextArena game"), ("Chess-v0", "multi-player"),
-                            ("TwentyQuestions-v0", "OpenRouter")):
+        for task, error in (
+            ("Nope-v0", "unknown TextArena game"),
+            ("Chess-v0", "multi-player"),
+            ("TwentyQuestions-v0", "OpenRouter"),
+        ):
             with pytest.raises(EnvServerError, match=error):
                 env.reset(task=task)
         with pytest.raises(EnvServerError, match="does not take these arguments"):
@@ -102,7 +111,11 @@ def test_bad_input_keeps_the_session_and_the_server(server):
 
 
 def test_from_local_takes_openenvs_variables():
-    env_vars = {"TEXTARENA_ENV_ID": "Mastermind-v0", "TEXTARENA_NUM_PLAYERS": "1", "TEXTARENA_KW_code_length": "3"}
+    env_vars = {
+        "TEXTARENA_ENV_ID": "Mastermind-v0",
+        "TEXTARENA_NUM_PLAYERS": "1",
+        "TEXTARENA_KW_code_length": "3",
+    }
     with TextArenaEnv.from_local(env_vars=env_vars) as env:
         result = env.reset(seed=2)
         assert "3 digits long" in result.observation.prompt
@@ -115,17 +128,27 @@ def test_from_local_takes_openenvs_variables():
 
 async def test_harness_plays_the_rl_games_with_the_scripted_policy(server):
     backend = ScriptedBackend(env="textarena")
-    batcher = BatchingModelStep(backend, tool_call_parser=HARNESS.tool_call_parser, send_tools=False, max_wait_s=0.5)
+    batcher = BatchingModelStep(
+        backend, tool_call_parser=HARNESS.tool_call_parser, send_tools=False, max_wait_s=0.5
+    )
     factory = HARNESS.session_factory(client_factory=lambda: AsyncTextArenaEnv(base_url=server.base_url))
     tasks = ["Wordle-v0", "Mastermind-v0", "GuessTheNumber-v0", "TowerOfHanoi-v0"]
-    results = await run_episodes(factory, tasks, backend=batcher, max_concurrency=4, seeds=[0, 1, 2, 3],
-                                 limits=HarnessRunLimits(max_turns=25))
+    results = await run_episodes(
+        factory,
+        tasks,
+        backend=batcher,
+        max_concurrency=4,
+        seeds=[0, 1, 2, 3],
+        limits=HarnessRunLimits(max_turns=25),
+    )
     assert [(r.error, r.env_reward, r.verify.metrics["won"]) for r in results] == [(None, 1.0, True)] * 4
     assert [r.verify.metrics["task_name"] for r in results] == tasks
     wordle = results[0]
     assert wordle.messages[0]["role"] == "user" and "You are Playing Wordle" in wordle.messages[0]["content"]
     assert [m["role"] for m in wordle.messages[1:3]] == ["assistant", "tool"]
-    assert "Feedback:" in wordle.messages[2]["content"] and wordle.messages[-1]["content"].startswith("Congratulations")
+    assert "Feedback:" in wordle.messages[2]["content"] and wordle.messages[-1]["content"].startswith(
+        "Congratulations"
+    )
     hanoi = results[3]
     assert len(hanoi.turns) == 7  # the optimal 2**3 - 1 moves
 
@@ -146,7 +169,10 @@ async def test_mcp_tools_play_a_game(server):
                 move = scripted_move(conv)
                 result = await session.call_tool("send", {"message": move})
                 assert not result.isError
-                conv += [{"role": "assistant", "content": move}, {"role": "user", "content": result.content[0].text}]
+                conv += [
+                    {"role": "assistant", "content": move},
+                    {"role": "user", "content": result.content[0].text},
+                ]
                 if result.structuredContent["done"]:
                     break
             assert result.structuredContent["won"] is True and result.structuredContent["reward"] == 1.0

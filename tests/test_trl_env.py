@@ -27,7 +27,9 @@ def server_url(browser_server):
 def make_env(server_url):
     from envharness.envs.browsergym import BrowserGymEnv
 
-    return environment_factory("browsergym", functools.partial(BrowserGymEnv, base_url=server_url), task="click-test")
+    return environment_factory(
+        "browsergym", functools.partial(BrowserGymEnv, base_url=server_url), task="click-test"
+    )
 
 
 def test_tools_drive_the_browser_and_the_reward_follows(make_env):
@@ -72,7 +74,9 @@ def test_public_methods_are_exactly_the_environments_tools_with_their_schemas(ma
         schema = get_json_schema(getattr(cls, name))["function"]
         assert schema["description"] == specs[name]["description"]
         assert schema["parameters"].get("required", []) == specs[name]["inputSchema"].get("required", [])
-        assert set(schema["parameters"].get("properties", {})) == set(specs[name]["inputSchema"]["properties"])
+        assert set(schema["parameters"].get("properties", {})) == set(
+            specs[name]["inputSchema"]["properties"]
+        )
     assert get_json_schema(cls.click)["function"]["parameters"]["properties"]["bid"]["type"] == "string"
 
 
@@ -82,7 +86,9 @@ def test_wordle_through_the_same_adapter(tmp_path):
     from envharness.envs.textarena import TextArenaEnv
 
     with LocalServer("textarena") as server:
-        make = environment_factory("textarena", functools.partial(TextArenaEnv, base_url=server.base_url), task="Wordle-v0")
+        make = environment_factory(
+            "textarena", functools.partial(TextArenaEnv, base_url=server.base_url), task="Wordle-v0"
+        )
         with make() as env:
             assert type(env).__name__ == "TextArenaToolEnv"
             opening = env.reset(task="Wordle-v0", seed=1)
@@ -102,9 +108,18 @@ def test_grpo_trainer_takes_it_as_environment_factory(make_env, tmp_path):
     from envharness.models.embedded import tiny_test_model
 
     model, tokenizer = tiny_test_model()
-    tokenizer.chat_template = qwen2_5_chat_template  # SmolLM2's template has no tool calls; same ChatML tokens
-    config = TrainConfig(model="tiny", output_dir=str(tmp_path), max_steps=1, num_generations=2, groups_per_step=1,
-                         max_completion_length=8, learning_rate=1e-2)
+    tokenizer.chat_template = (
+        qwen2_5_chat_template  # SmolLM2's template has no tool calls; same ChatML tokens
+    )
+    config = TrainConfig(
+        model="tiny",
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        groups_per_step=1,
+        max_completion_length=8,
+        learning_rate=1e-2,
+    )
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -117,7 +132,9 @@ def test_grpo_trainer_takes_it_as_environment_factory(make_env, tmp_path):
     assert trainer.state.global_step == 1
     assert len(trainer.environments) == 2
     for env in trainer.environments:
-        assert env._session is not None and env._session.task == "click-test" and env.get_reward() in (0.0, 1.0)
+        assert (
+            env._session is not None and env._session.task == "click-test" and env.get_reward() in (0.0, 1.0)
+        )
         env.__exit__(None, None, None)
 
 
@@ -137,4 +154,6 @@ def test_every_browser_tool_becomes_a_method_with_a_schema():
     assert len(cls.tools) == len(ACTION_TOOLS) == 22 > len(defaults) == 5
     for spec in cls.tools:
         schema = get_json_schema(getattr(cls, spec["name"]))["function"]
-        assert schema["name"] == spec["name"] and set(schema["parameters"].get("properties", {})) == set(spec["inputSchema"]["properties"])
+        assert schema["name"] == spec["name"] and set(schema["parameters"].get("properties", {})) == set(
+            spec["inputSchema"]["properties"]
+        )

@@ -12,11 +12,22 @@ from envharness.integrations.trl.rollout import task_prompt
 
 
 def _batch():
-    a, b, c = task_prompt("enter-text", 1_000_001), task_prompt("login-user", 1_000_002), task_prompt("enter-text", 1_000_003)
+    a, b, c = (
+        task_prompt("enter-text", 1_000_001),
+        task_prompt("login-user", 1_000_002),
+        task_prompt("enter-text", 1_000_003),
+    )
     prompts = [a, a, b, b, c, c]
     out = {
         "success": [False, False, True, False, True, True],
-        "error": ["ElementNotActionable: element 12 is covered by element 13\ntrace", "ElementNotActionable: element 12 is covered by element 13", None, None, None, None],
+        "error": [
+            "ElementNotActionable: element 12 is covered by element 13\ntrace",
+            "ElementNotActionable: element 12 is covered by element 13",
+            None,
+            None,
+            None,
+            None,
+        ],
         "logprobs": [[-1.0, 0.0], [-3.0], [-2.0], [-2.0], [-0.5], [-0.5]],
         "env_mask": [[1, 0], [1], [1], [1], [1], [1]],  # the page's tokens (mask 0) are not the policy's
     }
@@ -28,7 +39,9 @@ def test_all_failed_groups_are_named_with_their_commonest_error():
     stats = group_stats(prompts, out)
     assert stats["groups/all_failed"] == pytest.approx(1 / 3)  # page a: both episodes failed
     assert stats["groups/all_succeeded"] == pytest.approx(1 / 3)  # page c: nothing left to learn
-    assert stats["groups/all_failed_errors"] == ["enter-text 1000001: ElementNotActionable: element 12 is covered by element 13 (2/2)"]
+    assert stats["groups/all_failed_errors"] == [
+        "enter-text 1000001: ElementNotActionable: element 12 is covered by element 13 (2/2)"
+    ]
     assert stats["sampled_nll"] == pytest.approx((1 + 3 + 2 + 2 + 0.5 + 0.5) / 6)
 
 

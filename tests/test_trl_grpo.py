@@ -74,12 +74,21 @@ def test_one_grpo_step_on_click_test_is_exact_and_changes_the_weights(server_url
         # the weights the episodes were sampled with (before the optimizer step)
         handed.update(prompts=list(prompts), out=out)
         handed["reference"] = [
-            forward_logprobs(trainer.model, p, c, TEMPERATURE) for p, c in zip(out["prompt_ids"], out["completion_ids"])
+            forward_logprobs(trainer.model, p, c, TEMPERATURE)
+            for p, c in zip(out["prompt_ids"], out["completion_ids"])
         ]
         return out
 
-    config = TrainConfig(model="tiny", output_dir=str(tmp_path), max_steps=1, num_generations=2, groups_per_step=2,
-                         max_completion_length=8, temperature=TEMPERATURE, learning_rate=1e-2)
+    config = TrainConfig(
+        model="tiny",
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        groups_per_step=2,
+        max_completion_length=8,
+        temperature=TEMPERATURE,
+        learning_rate=1e-2,
+    )
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -90,15 +99,31 @@ def test_one_grpo_step_on_click_test_is_exact_and_changes_the_weights(server_url
     )
     scored = {}  # what TRL built from the rollout for the loss
     generate_and_score = trainer._generate_and_score_completions
-    trainer._generate_and_score_completions = lambda inputs: scored.update(generate_and_score(inputs)) or scored
+    trainer._generate_and_score_completions = lambda inputs: (
+        scored.update(generate_and_score(inputs)) or scored
+    )
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
     rollout_func.records.close()
 
     prompts, out = handed["prompts"], handed["out"]
     # TRL repeats each prompt num_generations times; every episode of a group gets the same page seed
-    assert len(prompts) == 4 and prompts[0] == prompts[1] and prompts[2] == prompts[3] and prompts[0] != prompts[2]
-    for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward", "step_rewards", "success", "verify_metrics"):
+    assert (
+        len(prompts) == 4
+        and prompts[0] == prompts[1]
+        and prompts[2] == prompts[3]
+        and prompts[0] != prompts[2]
+    )
+    for key in (
+        "prompt_ids",
+        "completion_ids",
+        "logprobs",
+        "env_mask",
+        "env_reward",
+        "step_rewards",
+        "success",
+        "verify_metrics",
+    ):
         assert len(out[key]) == 4, key
     for i in range(4):
         ids, lps, mask = out["completion_ids"][i], out["logprobs"][i], out["env_mask"][i]

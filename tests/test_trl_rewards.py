@@ -7,7 +7,13 @@ import json
 import pytest
 
 from envharness.integrations.trl import parse_task_prompt, task_dataset, task_prompt
-from envharness.integrations.trl.rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
+from envharness.integrations.trl.rewards import (
+    REWARD_FUNCS,
+    reward_max,
+    reward_mean,
+    reward_success,
+    reward_sum,
+)
 
 FIELDS = {
     "step_rewards": [[0.0, 1.0], [0.0, 0.0, 0.5], [], [1.0]],
@@ -25,7 +31,12 @@ def test_step_reward_functions_reduce_each_episode_and_skip_failed_ones():
 
 
 def test_reward_functions_have_the_names_trl_logs():
-    assert [f.__name__ for f in REWARD_FUNCS.values()] == ["reward_success", "reward_sum", "reward_mean", "reward_max"]
+    assert [f.__name__ for f in REWARD_FUNCS.values()] == [
+        "reward_success",
+        "reward_sum",
+        "reward_mean",
+        "reward_max",
+    ]
 
 
 def test_missing_or_misaligned_fields_are_explained():
@@ -68,6 +79,8 @@ def test_a_step_whose_every_episode_failed_is_printed_not_a_crash(tmp_path):
     stream = io.StringIO()
     callback = ProgressCallback(tmp_path / "log.jsonl", stream)
     state = SimpleNamespace(global_step=1, max_steps=3, is_world_process_zero=True)
-    callback.on_log(None, state, None, logs={"reward": None, "loss": None, "rewards/reward_success/mean": None})
+    callback.on_log(
+        None, state, None, logs={"reward": None, "loss": None, "rewards/reward_success/mean": None}
+    )
     assert "reward n/a" in stream.getvalue() and "loss n/a" in stream.getvalue()
     assert json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])["reward"] is None

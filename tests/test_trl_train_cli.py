@@ -18,11 +18,30 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 def test_train_two_steps_leaves_checkpoints_curve_and_every_episode(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = cli_main([
-        "train", "--model", "tiny", "--lora", "--steps", "2", "--save-steps", "1", "--output-dir", str(out),
-        "--num-generations", "2", "--groups-per-step", "2", "--max-completion-length", "8",
-        "--reward", "success", "--reward", "sum",
-    ])
+    rc = cli_main(
+        [
+            "train",
+            "--model",
+            "tiny",
+            "--lora",
+            "--steps",
+            "2",
+            "--save-steps",
+            "1",
+            "--output-dir",
+            str(out),
+            "--num-generations",
+            "2",
+            "--groups-per-step",
+            "2",
+            "--max-completion-length",
+            "8",
+            "--reward",
+            "success",
+            "--reward",
+            "sum",
+        ]
+    )
     assert rc == 0
     err = capsys.readouterr().err
     assert "[train] step 1/2" in err and "[train] step 2/2" in err  # one progress line per step

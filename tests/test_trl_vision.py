@@ -45,7 +45,9 @@ def run_one_step(trainer_cls, server_url, tmp_path, arch="qwen2-vl"):
     model, processor = build_tiny_vlm(arch, seed=0)
     torch.manual_seed(0)
     rollout_func = build_vision_rollout_func(
-        functools.partial(AsyncBrowserGymEnv, base_url=server_url), default_task="click-test", limits=HarnessRunLimits(max_turns=2)
+        functools.partial(AsyncBrowserGymEnv, base_url=server_url),
+        default_task="click-test",
+        limits=HarnessRunLimits(max_turns=2),
     )
     handed: dict = {}
 
@@ -54,7 +56,14 @@ def run_one_step(trainer_cls, server_url, tmp_path, arch="qwen2-vl"):
         handed.update({k: list(v) for k, v in out.items()})
         return out
 
-    config = TrainConfig(output_dir=str(tmp_path), max_steps=1, num_generations=2, groups_per_step=2, max_completion_length=6, learning_rate=1e-2)
+    config = TrainConfig(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        groups_per_step=2,
+        max_completion_length=6,
+        learning_rate=1e-2,
+    )
     trainer = trainer_cls(
         model=model,
         processing_class=processor,
@@ -69,8 +78,14 @@ def run_one_step(trainer_cls, server_url, tmp_path, arch="qwen2-vl"):
     def spy_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         logps, entropies, aux = inner(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         loss_passes.append(
-            {"ids": input_ids.detach().cpu(), "mask": attention_mask.detach().cpu(), "keep": logits_to_keep,
-             "logps": logps.detach().cpu(), "pixels": kwargs.get("pixel_values") is not None, "num_images": kwargs.get("num_images")}
+            {
+                "ids": input_ids.detach().cpu(),
+                "mask": attention_mask.detach().cpu(),
+                "keep": logits_to_keep,
+                "logps": logps.detach().cpu(),
+                "pixels": kwargs.get("pixel_values") is not None,
+                "num_images": kwargs.get("num_images"),
+            }
         )
         return logps, entropies, aux
 
@@ -117,7 +132,9 @@ def test_vision_grpo_step_gives_the_loss_pass_the_screenshots_and_exact_logprobs
         sequence = handed["prompt_ids"][i] + handed["completion_ids"][i]
         assert sequence.count(image_token) == sum(counts) and len(images) == len(counts)
         # placeholders are environment tokens: never trained on
-        assert all(m == 0 for t, m in zip(handed["completion_ids"][i], handed["env_mask"][i]) if t == image_token)
+        assert all(
+            m == 0 for t, m in zip(handed["completion_ids"][i], handed["env_mask"][i]) if t == image_token
+        )
         two_screenshots += len(images) == 2
     assert two_screenshots >= 1, "expected two-turn episodes with a screenshot per turn"
     assert loss_passes and all(p["pixels"] for p in loss_passes)
@@ -148,8 +165,12 @@ def test_missing_image_guard():
     model, _ = build_tiny_vlm("qwen2-vl")
     backend = TransformersVisionBackend(model, processor)
     shot = Image.new("RGB", (160, 210), (200, 10, 10))
-    request = GenerationRequest(messages=[{"role": "user", "content": [{"type": "text", "text": "Goal"}, {"type": "image", "image": shot}]}],
-                                sampling=SamplingParams(max_tokens=3, seed=0))
+    request = GenerationRequest(
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "Goal"}, {"type": "image", "image": shot}]}
+        ],
+        sampling=SamplingParams(max_tokens=3, seed=0),
+    )
     gen = backend.generate_blocking([request])[0]
     prompt, completion = torch.tensor([gen.prompt_ids]), torch.tensor([gen.completion_ids])
     attached = attach_pixels(processor, prompt, completion, [[shot]], [gen.image_token_counts])
@@ -157,7 +178,9 @@ def test_missing_image_guard():
     with pytest.raises(ValueError, match="image placeholder tokens"):
         attach_pixels(processor, prompt, completion, [[]], [[]])  # the screenshot went missing
     with pytest.raises(ValueError, match="image placeholder tokens"):
-        attach_pixels(processor, prompt, completion, [[shot, shot]], [gen.image_token_counts * 2])  # one too many
+        attach_pixels(
+            processor, prompt, completion, [[shot, shot]], [gen.image_token_counts * 2]
+        )  # one too many
 
 
 def test_settings_that_cannot_be_exact_are_refused(tmp_path):
@@ -166,8 +189,12 @@ def test_settings_that_cannot_be_exact_are_refused(tmp_path):
 
     config = TrainConfig(output_dir=str(tmp_path))
     check_exact_settings(grpo_config(config))  # the defaults are exact
-    for overrides, words in [({"beta": 0.04}, "beta"), ({"num_iterations": 2}, "num_iterations"), ({"top_k": 5}, "top_k"),
-                             ({"steps_per_generation": 2}, "aligned")]:
+    for overrides, words in [
+        ({"beta": 0.04}, "beta"),
+        ({"num_iterations": 2}, "num_iterations"),
+        ({"top_k": 5}, "top_k"),
+        ({"steps_per_generation": 2}, "aligned"),
+    ]:
         with pytest.raises(VisionTrainingError, match=words):
             check_exact_settings(grpo_config(config, **overrides))
     check_processor(build_tiny_vlm("idefics3")[1])  # both pixel layouts are supported
@@ -185,9 +212,28 @@ def test_envharness_train_runs_a_vision_model_end_to_end(tmp_path, capsys):
 
     model_dir = save_tiny_vlm("qwen2-vl", tmp_path / "vlm")
     out = tmp_path / "run"
-    args = ["train", "--model", str(model_dir), "--steps", "1", "--output-dir", str(out), "--num-generations", "2",
-            "--groups-per-step", "1", "--max-completion-length", "6", "--max-turns", "2", "--screenshot-max-side", "120"]
-    assert cli_main([*args, "--beta", "0.04"]) == 2  # a setting refused before anything loads: exit 2, as every bad argument
+    args = [
+        "train",
+        "--model",
+        str(model_dir),
+        "--steps",
+        "1",
+        "--output-dir",
+        str(out),
+        "--num-generations",
+        "2",
+        "--groups-per-step",
+        "1",
+        "--max-completion-length",
+        "6",
+        "--max-turns",
+        "2",
+        "--screenshot-max-side",
+        "120",
+    ]
+    assert (
+        cli_main([*args, "--beta", "0.04"]) == 2
+    )  # a setting refused before anything loads: exit 2, as every bad argument
     assert "beta != 0" in capsys.readouterr().err
     assert cli_main(args) == 0
     records = read_records(out / "episodes.jsonl")

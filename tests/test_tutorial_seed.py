@@ -142,7 +142,9 @@ def test_tutorial_rollout_func_earns_the_scripted_rewards(server_url, tokenizer)
     assert [m.get("error") for m in out["verify_metrics"]] == [None] * len(prompts)
     assert out["env_reward"] == expected + [1.0]
     assert [m["task_name"] for m in out["verify_metrics"]] == TASKS + ["click-test"]
-    for prompt_ids, ids, lps, mask in zip(out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"]):
+    for prompt_ids, ids, lps, mask in zip(
+        out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"]
+    ):
         assert prompt_ids and ids and len(ids) == len(lps) == len(mask)
         assert mask[0] == 1 and mask[-1] == 1  # starts and ends with the model's own tokens
 
@@ -155,10 +157,16 @@ def test_tool_errors_reach_the_model_through_the_real_env(server_url):
 
     def model_step(messages: list[Message], tools, sampling):
         text = next(replies)
-        return ModelStepResult(response=LLMResponse(content=text, tool_calls=[build_browsergym_action_tool_call(text)]))
+        return ModelStepResult(
+            response=LLMResponse(content=text, tool_calls=[build_browsergym_action_tool_call(text)])
+        )
 
-    factory = BrowserGymSessionFactory(client_factory=lambda: BrowserGymEnv(base_url=server_url), default_task="click-test")
-    [result] = run_coroutine_sync(run_episodes(factory, [None], model_step=model_step, limits=HarnessRunLimits(max_turns=3)))
+    factory = BrowserGymSessionFactory(
+        client_factory=lambda: BrowserGymEnv(base_url=server_url), default_task="click-test"
+    )
+    [result] = run_coroutine_sync(
+        run_episodes(factory, [None], model_step=model_step, limits=HarnessRunLimits(max_turns=3))
+    )
     tool_messages = [m["content"] for m in result.messages if m["role"] == "tool"]
     assert len(tool_messages) == 3 and result.error is None
     assert tool_messages[0].startswith("Error: ") and "does-not-exist" in tool_messages[0]

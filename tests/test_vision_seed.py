@@ -151,20 +151,32 @@ def test_seed_helpers_earn_the_scripted_reward_with_screenshots(monkeypatch):
 def test_openenv_variables_map_onto_options():
     assert options_from_environ({}) == {}
     assert options_from_environ({**OPENENV_VARS, "BROWSERGYM_TIMEOUT": "10000"}) == {
-        "benchmark": "miniwob", "task": "click-test", "headless": True, "screenshot": True,
-        "viewport": {"width": 400, "height": 300}, "page_timeout_ms": 10000,
+        "benchmark": "miniwob",
+        "task": "click-test",
+        "headless": True,
+        "screenshot": True,
+        "viewport": {"width": 400, "height": 300},
+        "page_timeout_ms": 10000,
     }
     # only one side given: the other is OpenEnv's default (1280x720)
-    assert options_from_environ({"BROWSERGYM_VIEWPORT_HEIGHT": "500"})["viewport"] == {"width": 1280, "height": 500}
-    assert options_from_environ({"BROWSERGYM_INCLUDE_SCREENSHOT": "false", "BROWSERGYM_TASK_NAME": ""}) == {"screenshot": False}
+    assert options_from_environ({"BROWSERGYM_VIEWPORT_HEIGHT": "500"})["viewport"] == {
+        "width": 1280,
+        "height": 500,
+    }
+    assert options_from_environ({"BROWSERGYM_INCLUDE_SCREENSHOT": "false", "BROWSERGYM_TASK_NAME": ""}) == {
+        "screenshot": False
+    }
 
 
-@pytest.mark.parametrize("name, value, reason", [
-    ("BROWSERGYM_BENCHMARK", "webshop", "choose one of miniwob, openended, webarena"),
-    ("BROWSERGYM_HEADLESS", "maybe", "expected true or false"),
-    ("BROWSERGYM_VIEWPORT_WIDTH", "wide", "expected a number"),
-    ("BROWSERGYM_TIMEOUT", "-5", "must be positive"),
-])
+@pytest.mark.parametrize(
+    "name, value, reason",
+    [
+        ("BROWSERGYM_BENCHMARK", "webshop", "choose one of miniwob, openended, webarena"),
+        ("BROWSERGYM_HEADLESS", "maybe", "expected true or false"),
+        ("BROWSERGYM_VIEWPORT_WIDTH", "wide", "expected a number"),
+        ("BROWSERGYM_TIMEOUT", "-5", "must be positive"),
+    ],
+)
 def test_bad_openenv_variables_are_refused_clearly(name, value, reason):
     with pytest.raises(OpenEnvConfigError, match=reason):
         options_from_environ({name: value})
@@ -173,25 +185,42 @@ def test_bad_openenv_variables_are_refused_clearly(name, value, reason):
 def test_serve_refuses_a_benchmark_it_cannot_run_in_one_line(monkeypatch):
     """webarena's package is an optional extra, not installed here: one line says which."""
     monkeypatch.setenv("BROWSERGYM_BENCHMARK", "webarena")
-    done = subprocess.run([sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())",
-                           "serve", "browsergym", "--port", "0"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from envharness.cli import main; sys.exit(main())",
+            "serve",
+            "browsergym",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
-    assert "BrowserGym benchmark 'webarena' needs the browsergym-webarena package: pip install 'envharness[webarena]'" in done.stderr
+    assert (
+        "BrowserGym benchmark 'webarena' needs the browsergym-webarena package: pip install 'envharness[webarena]'"
+        in done.stderr
+    )
 
 
 def test_explicit_options_win_over_variables():
     from envharness.envs.browsergym.factory import make_environment_factory
 
-    factory = make_environment_factory(environ={"BROWSERGYM_TASK_NAME": "click-button", "BROWSERGYM_HEADLESS": "false"},
-                                       task="click-test")
+    factory = make_environment_factory(
+        environ={"BROWSERGYM_TASK_NAME": "click-button", "BROWSERGYM_HEADLESS": "false"}, task="click-test"
+    )
     assert factory.config.task == "click-test" and factory.engine.headless is False
 
 
 def test_from_local_takes_the_seeds_env_vars():
     """`from_hub(repo_id, env_vars={...})` in the seed needs Docker; `from_local` takes the same
     variables for `envharness serve` started here."""
-    with BrowserGymEnv.from_local(env_vars={"BROWSERGYM_TASK_NAME": "click-button", "BROWSERGYM_INCLUDE_SCREENSHOT": "true"}) as env:
+    with BrowserGymEnv.from_local(
+        env_vars={"BROWSERGYM_TASK_NAME": "click-button", "BROWSERGYM_INCLUDE_SCREENSHOT": "true"}
+    ) as env:
         observation = env.reset(seed=1).observation
         assert env.state().task_name == "click-button"
         assert np.array(observation.screenshot, dtype=np.uint8).shape == (321, 498, 3)

@@ -100,7 +100,9 @@ def test_web_page_is_off_unless_asked_and_needs_the_token():
             browser, page, errors = await open_page(p, f"{base_url}/web?token=s3cret")
             assert await page.is_hidden("#task")  # not a browser env: the action is JSON
             await page.click("#reset")
-            await page.wait_for_function("document.getElementById('axtree').textContent.includes('echoed_message')")
+            await page.wait_for_function(
+                "document.getElementById('axtree').textContent.includes('echoed_message')"
+            )
             await page.fill("#action", '{"message": "hi"}')
             await page.click("#step")
             await page.wait_for_function("document.getElementById('step-count').textContent === '1'")

@@ -32,7 +32,9 @@ TEXT_ONLY = {"pruned_html": False, "extra_properties": False}
 def importable(monkeypatch):
     """The example package on the path here and in servers started as child processes."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLES), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(EXAMPLES), *filter(None, [os.environ.get("PYTHONPATH")])])
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +78,12 @@ def test_a_wrong_answer_scores_zero_and_ends_the_episode(server):
     with BrowserGymEnv(base_url=server.base_url) as env:
         obs = env.reset(task="fill-form", seed=1).observation  # Grace Hopper, Oslo
         tree = obs.axtree_txt
-        bid = lambda role, name="": next(line.split("]")[0].strip("\t [") for line in tree.splitlines()  # noqa: E731
-                                         if f"] {role} '{name}" in line)
+
+        def bid(role: str, name: str = "") -> str:
+            return next(
+                line.split("]")[0].strip("\t [") for line in tree.splitlines() if f"] {role} '{name}" in line
+            )
+
         env.step(BrowserGymAction(action_str=f"fill('{bid('textbox')}', 'Alan Turing')"))
         env.step(BrowserGymAction(action_str=f"click('{bid('radio', 'Oslo')}')"))
         result = env.step(BrowserGymAction(action_str=f"click('{bid('button', 'Submit')}')"))
@@ -107,9 +113,27 @@ def test_the_task_list_follows_the_tasks_option():
 
 def test_eval_over_all_tasks_with_the_scripted_policy(tmp_path, capsys):
     out = tmp_path / "eval"
-    code = cli_main(["eval", "--env", "browsergym", "--env-option", f"tasks={TASKS}", "--model", "scripted",
-                     "--tasks", "all", "--episodes", "2", "--max-turns", "6", "--out", str(out), "--no-progress",
-                     "--no-screenshots"])
+    code = cli_main(
+        [
+            "eval",
+            "--env",
+            "browsergym",
+            "--env-option",
+            f"tasks={TASKS}",
+            "--model",
+            "scripted",
+            "--tasks",
+            "all",
+            "--episodes",
+            "2",
+            "--max-turns",
+            "6",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--no-screenshots",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     rates = {t["task"]: t["success_rate"] for t in json.loads((out / "summary.json").read_text())["tasks"]}
     assert rates == {"fill-form": 1.0, "find-item": 1.0, "tick-boxes": 1.0, "all": 1.0}
@@ -117,9 +141,29 @@ def test_eval_over_all_tasks_with_the_scripted_policy(tmp_path, capsys):
 
 def test_one_grpo_step_trains_on_a_web_task(tmp_path, capsys):
     out = tmp_path / "train"
-    code = cli_main(["train", "--env-option", f"tasks={TASKS}", "--tasks", "tick-boxes", "--model", "tiny",
-                     "--steps", "1", "--max-turns", "2", "--num-generations", "2", "--groups-per-step", "1",
-                     "--max-new-tokens", "6", "--out", str(out)])
+    code = cli_main(
+        [
+            "train",
+            "--env-option",
+            f"tasks={TASKS}",
+            "--tasks",
+            "tick-boxes",
+            "--model",
+            "tiny",
+            "--steps",
+            "1",
+            "--max-turns",
+            "2",
+            "--num-generations",
+            "2",
+            "--groups-per-step",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     records = read_records(out / "episodes.jsonl")
     assert len(records) == 2 and all(r.task == "tick-boxes" and r.error is None for r in records)
@@ -142,22 +186,36 @@ def test_a_task_set_that_cannot_be_imported(tmp_path, monkeypatch, capsys):
         make_environment_factory(tasks="empty_tasks")
     assert cli_main(["serve", "browsergym", "--option", "tasks=no_such_tasks_module"]) == 2
     assert "cannot import 'no_such_tasks_module'" in capsys.readouterr().err
-    assert cli_main(["eval", "--env-option", "tasks=no_such_tasks_module", "--model", "scripted",
-                     "--out", str(tmp_path / "e")]) == 2
+    assert (
+        cli_main(
+            [
+                "eval",
+                "--env-option",
+                "tasks=no_such_tasks_module",
+                "--model",
+                "scripted",
+                "--out",
+                str(tmp_path / "e"),
+            ]
+        )
+        == 2
+    )
     assert "cannot import 'no_such_tasks_module'" in capsys.readouterr().err
 
 
 def test_a_task_module_in_the_current_folder_loads(tmp_path, monkeypatch):
     """The `envharness` script's path lacks the current folder; `tasks=` finds modules there too."""
     (tmp_path / "page.html").write_text("<button>Press</button>")
-    (tmp_path / "here_tasks.py").write_text("from envharness.envs.browsergym.webtasks import WebTask\n"
-                                            "TASKS = [WebTask(name='press', page='page.html', goal='Press.', js_check='0')]\n")
+    (tmp_path / "here_tasks.py").write_text(
+        "from envharness.envs.browsergym.webtasks import WebTask\n"
+        "TASKS = [WebTask(name='press', page='page.html', goal='Press.', js_check='0')]\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
     assert load_task_set("here_tasks:TASKS").all_tasks() == ("press",)
 
 
-BAD_TASKS = '''
+BAD_TASKS = """
 from envharness.envs.browsergym.webtasks import WebTask
 
 def raises(state):
@@ -169,7 +227,7 @@ TASKS = [
     WebTask(name="bad-check", page="page.html", goal="Press the button.", js_check="undefinedName.x"),
     WebTask(name="never-loads", page="http://127.0.0.1:{port}/", goal="Wait.", js_check="0", load_timeout_s=1),
 ]
-'''
+"""
 
 
 @pytest.fixture
@@ -186,21 +244,32 @@ def test_bad_rewards_and_pages_give_clear_errors_and_the_server_lives(tmp_path, 
     (tmp_path / "page.html").write_text("<button onclick='window.WEBTASK_STATE = 1'>Press</button>")
     (tmp_path / "bad_tasks.py").write_text(textwrap.dedent(BAD_TASKS).replace("{port}", str(silent_port)))
     monkeypatch.syspath_prepend(str(tmp_path))
-    with LocalServer("browsergym", tasks="bad_tasks", **TEXT_ONLY) as running, \
-            BrowserGymEnv(base_url=running.base_url) as env:
-        with pytest.raises(Exception, match="unknown task 'nope' in web tasks bad_tasks; choose from ok, bad-reward"):
+    with (
+        LocalServer("browsergym", tasks="bad_tasks", **TEXT_ONLY) as running,
+        BrowserGymEnv(base_url=running.base_url) as env,
+    ):
+        with pytest.raises(
+            Exception, match="unknown task 'nope' in web tasks bad_tasks; choose from ok, bad-reward"
+        ):
             env.reset(task="nope")
         env.reset(task="bad-reward", seed=0)
-        with pytest.raises(Exception, match=r"task 'bad-reward': its reward function raised KeyError: 'missing'"):
+        with pytest.raises(
+            Exception, match=r"task 'bad-reward': its reward function raised KeyError: 'missing'"
+        ):
             env.step(BrowserGymAction(action_str="noop()"))
         assert env.step(BrowserGymAction(action_str="noop()")).done  # that episode is over
         env.reset(task="bad-check", seed=0)
         with pytest.raises(Exception, match="task 'bad-check': its JS check raised .*undefinedName"):
             env.step(BrowserGymAction(action_str="noop()"))
-        with pytest.raises(Exception, match=r"task 'never-loads': its page http://127.0.0.1:\d+/\?seed=0 did not load within 1 s"):
+        with pytest.raises(
+            Exception,
+            match=r"task 'never-loads': its page http://127.0.0.1:\d+/\?seed=0 did not load within 1 s",
+        ):
             env.reset(task="never-loads", seed=0)
         result = env.reset(task="ok", seed=0)  # the session goes on
         button = next(line for line in result.observation.axtree_txt.splitlines() if "button" in line)
-        result = env.step(BrowserGymAction(action_str=f"click('{button.split(']')[0].strip(chr(9) + ' [')}')"))
+        result = env.step(
+            BrowserGymAction(action_str=f"click('{button.split(']')[0].strip(chr(9) + ' [')}')")
+        )
         assert (result.reward, result.done) == (1.0, True)
         assert httpx.get(f"{running.base_url}/health").status_code == 200

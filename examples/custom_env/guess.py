@@ -45,7 +45,8 @@ class GuessEnvironment(Environment[GuessAction, GuessObservation]):
         self._state.step_count += 1
         won = action.number == self._secret
         answer = "correct" if won else "higher" if action.number < self._secret else "lower"
-        return GuessObservation(text=f"{action.number}: {answer}", reward=float(won), done=won or self._state.step_count >= 12)
+        done = won or self._state.step_count >= 12
+        return GuessObservation(text=f"{action.number}: {answer}", reward=float(won), done=done)
 
     @property
     def state(self) -> State:
@@ -57,7 +58,8 @@ def bisect(messages: list[dict]) -> str:
     text = "\n".join(str(m.get("content", "")) for m in messages)
     low, high = 1, int(re.search(r"from 1 to (\d+)", text).group(1))
     for guess, answer in re.findall(r"(\d+): (higher|lower)", text):
-        low, high = (max(low, int(guess) + 1), high) if answer == "higher" else (low, min(high, int(guess) - 1))
+        g = int(guess)
+        low, high = (max(low, g + 1), high) if answer == "higher" else (low, min(high, g - 1))
     return str((low + high) // 2)
 
 

@@ -56,7 +56,9 @@ class NumberGuessEnvironment(Environment[GuessAction, GuessObservation]):
         self._state = State(episode_id=None, step_count=0)
         self._secret, self._top = 0, 0
 
-    def reset(self, seed: int | None = None, episode_id: str | None = None, task: str = "guess-100", **options: Any) -> GuessObservation:
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, task: str = "guess-100", **options: Any
+    ) -> GuessObservation:
         if task not in RANGES:
             raise ValueError(f"unknown task {task!r}; choose from {', '.join(RANGES)}")
         if options:
@@ -64,14 +66,18 @@ class NumberGuessEnvironment(Environment[GuessAction, GuessObservation]):
         self._top = RANGES[task]
         self._secret = random.Random(seed).randint(1, self._top)  # the same seed, the same game
         self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
-        return GuessObservation(prompt=f"I am thinking of a number from 1 to {self._top}. Guess it.", done=False, reward=0.0)
+        return GuessObservation(
+            prompt=f"I am thinking of a number from 1 to {self._top}. Guess it.", done=False, reward=0.0
+        )
 
     def step(self, action: GuessAction) -> GuessObservation:
         self._state.step_count += 1
         won = action.guess == self._secret
         feedback = "correct" if won else ("higher" if action.guess < self._secret else "lower")
         done = won or self._state.step_count >= self.max_guesses
-        return GuessObservation(prompt="", feedback=f"{action.guess}: {feedback}", done=done, reward=1.0 if won else 0.0)
+        return GuessObservation(
+            prompt="", feedback=f"{action.guess}: {feedback}", done=done, reward=1.0 if won else 0.0
+        )
 
     @property
     def state(self) -> State:
@@ -90,10 +96,16 @@ GUESS_TOOL = tool_spec("guess", "Guess the number.", {"number": {"type": "intege
 class GuessSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
     """One client and one session per episode: the `guess` tool becomes a `GuessAction`."""
 
-    def __init__(self, client_factory: Callable[[], Any], *, default_task: str | None = "guess-100",
-                 tools: Any = None, reset_kwargs: dict[str, Any] | None = None,
-                 prompt_builder: Callable[..., list[dict[str, Any]]] | None = None,
-                 observation_text: Callable[[Any], str] | None = None) -> None:
+    def __init__(
+        self,
+        client_factory: Callable[[], Any],
+        *,
+        default_task: str | None = "guess-100",
+        tools: Any = None,
+        reset_kwargs: dict[str, Any] | None = None,
+        prompt_builder: Callable[..., list[dict[str, Any]]] | None = None,
+        observation_text: Callable[[Any], str] | None = None,
+    ) -> None:
         if tools and list(tools) != ["guess"]:
             raise ValueError(f"number_guess has one tool, guess; not {', '.join(tools)}")
         self.client_factory, self.default_task = client_factory, default_task
@@ -101,21 +113,33 @@ class GuessSessionFactory(ResourceSessionFactory[StepEnvSessionAdapter]):
         self.observation_text = observation_text or feedback_text
         self.reset_kwargs = dict(reset_kwargs or {})
 
-    def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> StepEnvSessionAdapter:
+    def create(
+        self, task: Any = None, seed: int | None = None, episode_id: str | None = None
+    ) -> StepEnvSessionAdapter:
         task = task if isinstance(task, str) and task in RANGES else self.default_task
         return StepEnvSessionAdapter(
-            self.client_factory(), task=task, seed=seed, episode_id=episode_id, tool_specs=[GUESS_TOOL],
+            self.client_factory(),
+            task=task,
+            seed=seed,
+            episode_id=episode_id,
+            tool_specs=[GUESS_TOOL],
             action_builder=lambda name, args: GuessAction(guess=int(args["number"])),
-            initial_messages_builder=lambda result, task: self.prompt_builder(result.observation, task, ["guess"]),
+            initial_messages_builder=lambda result, task: self.prompt_builder(
+                result.observation, task, ["guess"]
+            ),
             tool_result_builder=lambda name, args, result, state: ToolResult(
-                data=self.observation_text(result.observation), done=bool(result.done),
-                metadata={"reward": result.reward, "done": bool(result.done)}),
+                data=self.observation_text(result.observation),
+                done=bool(result.done),
+                metadata={"reward": result.reward, "done": bool(result.done)},
+            ),
             reset_kwargs={**self.reset_kwargs, "task": task},
         )
 
 
 def opening(observation: Any, task: Any, tool_names: list[str]) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": f"{observation.prompt}\nReply with your guess as a number, e.g. `50`."}]
+    return [
+        {"role": "user", "content": f"{observation.prompt}\nReply with your guess as a number, e.g. `50`."}
+    ]
 
 
 def feedback_text(observation: Any) -> str:
@@ -126,7 +150,9 @@ def parse_guess(text: str) -> ToolCall:
     """The first integer in the reply is the guess (none: guess 0, with the reason noted)."""
     found = re.search(r"-?\d+", text)
     if found is None:
-        return ToolCall(id="guess", name="guess", args={"number": 0}, metadata={"parse_error": "no number in the reply"})
+        return ToolCall(
+            id="guess", name="guess", args={"number": 0}, metadata={"parse_error": "no number in the reply"}
+        )
     return ToolCall(id="guess", name="guess", args={"number": int(found.group())})
 
 
@@ -149,7 +175,11 @@ def check_task(name: str) -> str:
     return name
 
 
-STYLES = {"default": PromptStyle("default", "the question, then each guess's feedback", opening=opening, observation_text=feedback_text)}
+STYLES = {
+    "default": PromptStyle(
+        "default", "the question, then each guess's feedback", opening=opening, observation_text=feedback_text
+    )
+}
 
 HARNESS = EnvHarness(
     env="number_guess:SPEC",

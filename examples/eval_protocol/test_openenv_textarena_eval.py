@@ -33,7 +33,10 @@ except Exception:
 
 def textarena_dataset_to_rows(data: List[Dict[str, Any]]) -> List[EvaluationRow]:
     """One EvaluationRow per {"id", "prompt"} entry."""
-    return [EvaluationRow(messages=[Message(role="user", content=str(row.get("prompt", "Let's play")))]) for row in data]
+    return [
+        EvaluationRow(messages=[Message(role="user", content=str(row.get("prompt", "Let's play")))])
+        for row in data
+    ]
 
 
 def textarena_prompt_builder(observation: Any, step: int, history: List[str]) -> str:
@@ -42,7 +45,9 @@ def textarena_prompt_builder(observation: Any, step: int, history: List[str]) ->
     for msg in (getattr(observation, "messages", None) or [])[-5:]:
         content = getattr(msg, "content", "")
         if content:
-            lines.append(f"[{getattr(msg, 'category', 'MESSAGE')}] Player {getattr(msg, 'sender_id', '?')}: {content}")
+            lines.append(
+                f"[{getattr(msg, 'category', 'MESSAGE')}] Player {getattr(msg, 'sender_id', '?')}: {content}"
+            )
     conversation = "\n".join(lines) or "[No messages yet]"
     return (
         f"Step {step}\n"

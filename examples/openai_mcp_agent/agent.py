@@ -25,8 +25,10 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from openai import AsyncOpenAI
 
-SYSTEM = ("You control a web page. Answer with one tool call as JSON, for example "
-          '{"name": "click", "arguments": {"bid": "13"}}. Tools:\n')
+SYSTEM = (
+    "You control a web page. Answer with one tool call as JSON, for example "
+    '{"name": "click", "arguments": {"bid": "13"}}. Tools:\n'
+)
 NUDGE = 'That was not a tool call. Answer with JSON only, e.g. {"name": "click", "arguments": {"bid": "13"}}.'
 
 
@@ -35,12 +37,27 @@ def _text(result) -> str:
 
 
 def _openai_tools(tools, names) -> list[dict]:
-    return [{"type": "function", "function": {"name": t.name, "description": t.description or "", "parameters": t.inputSchema}}
-            for t in tools if t.name in names]
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description or "", "parameters": t.inputSchema},
+        }
+        for t in tools
+        if t.name in names
+    ]
 
 
-async def play(base_url: str, mcp_url: str, task: str | None = "click-test", seed: int | None = None, model: str = "policy",
-               api_key: str = "none", max_turns: int = 3, max_tokens: int = 48, tools: tuple[str, ...] = ("click", "fill")) -> dict:
+async def play(
+    base_url: str,
+    mcp_url: str,
+    task: str | None = "click-test",
+    seed: int | None = None,
+    model: str = "policy",
+    api_key: str = "none",
+    max_turns: int = 3,
+    max_tokens: int = 48,
+    tools: tuple[str, ...] = ("click", "fill"),
+) -> dict:
     """Play one episode; returns what the last tool result said (reward, done)."""
     llm = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
     async with streamable_http_client(mcp_url) as (read, write, _), ClientSession(read, write) as mcp:
@@ -48,12 +65,19 @@ async def play(base_url: str, mcp_url: str, task: str | None = "click-test", see
         offered = _openai_tools((await mcp.list_tools()).tools, tools)
         reset_args = {k: v for k, v in {"task": task, "seed": seed}.items() if v is not None}
         page = await mcp.call_tool("reset", reset_args)
-        signatures = "\n".join(f"- {t['function']['name']}({', '.join(t['function']['parameters'].get('properties', {}))})"
-                               for t in offered)
-        messages = [{"role": "system", "content": SYSTEM + signatures}, {"role": "user", "content": _text(page)}]
+        signatures = "\n".join(
+            f"- {t['function']['name']}({', '.join(t['function']['parameters'].get('properties', {}))})"
+            for t in offered
+        )
+        messages = [
+            {"role": "system", "content": SYSTEM + signatures},
+            {"role": "user", "content": _text(page)},
+        ]
         state = dict(page.structuredContent or {})
         for _ in range(max_turns):
-            reply = await llm.chat.completions.create(model=model, messages=messages, tools=offered, max_tokens=max_tokens)
+            reply = await llm.chat.completions.create(
+                model=model, messages=messages, tools=offered, max_tokens=max_tokens
+            )
             message = reply.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if not message.tool_calls:
@@ -72,7 +96,9 @@ async def play(base_url: str, mcp_url: str, task: str | None = "click-test", see
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="an OpenAI-compatible /v1 URL")
-    parser.add_argument("--mcp-url", required=True, help="an MCP server with MiniWoB's tools (streamable HTTP)")
+    parser.add_argument(
+        "--mcp-url", required=True, help="an MCP server with MiniWoB's tools (streamable HTTP)"
+    )
     parser.add_argument("--task", default="click-test")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--model", default="policy")

@@ -17,11 +17,39 @@ import re
 
 from envharness.envs.browsergym.webtasks import PageState, WebTask, find_nodes
 
-NAMES = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Donald Knuth",
-         "Frances Allen", "John McCarthy"]
+NAMES = [
+    "Ada Lovelace",
+    "Alan Turing",
+    "Grace Hopper",
+    "Edsger Dijkstra",
+    "Barbara Liskov",
+    "Donald Knuth",
+    "Frances Allen",
+    "John McCarthy",
+]
 CITIES = ["Berlin", "Lagos", "Lima", "Osaka", "Oslo", "Toronto"]
-ITEMS = ["Anchor", "Banjo", "Compass", "Drum", "Easel", "Fiddle", "Globe", "Harp", "Inkwell", "Jigsaw",
-         "Kettle", "Lantern", "Mandolin", "Notebook", "Oboe", "Piccolo", "Quill", "Rucksack", "Sextant", "Telescope"]
+ITEMS = [
+    "Anchor",
+    "Banjo",
+    "Compass",
+    "Drum",
+    "Easel",
+    "Fiddle",
+    "Globe",
+    "Harp",
+    "Inkwell",
+    "Jigsaw",
+    "Kettle",
+    "Lantern",
+    "Mandolin",
+    "Notebook",
+    "Oboe",
+    "Piccolo",
+    "Quill",
+    "Rucksack",
+    "Sextant",
+    "Telescope",
+]
 TOPICS = ["art", "books", "cooking", "music", "science", "travel"]
 
 
@@ -113,10 +141,31 @@ def solve_topics(goal: str, axtree_txt: str) -> str | None:
 
 
 TASKS = [
-    WebTask(name="fill-form", page="pages/form.html", params=form_params, reward=form_reward, solve=solve_form,
-            goal="Enter the name {name} and choose the city {city}, then press Submit.", splits=("forms",)),
-    WebTask(name="find-item", page="pages/catalogue.html", params=item_params, js_check=FIND_ITEM_CHECK,
-            solve=solve_item, goal="Search the catalogue for {item} and open it.", splits=("search",)),
-    WebTask(name="tick-boxes", page="pages/preferences.html", params=topic_params, reward=topics_reward,
-            solve=solve_topics, goal=topics_goal, splits=("forms",)),
+    WebTask(
+        name="fill-form",
+        page="pages/form.html",
+        params=form_params,
+        reward=form_reward,
+        solve=solve_form,
+        goal="Enter the name {name} and choose the city {city}, then press Submit.",
+        splits=("forms",),
+    ),
+    WebTask(
+        name="find-item",
+        page="pages/catalogue.html",
+        params=item_params,
+        js_check=FIND_ITEM_CHECK,
+        solve=solve_item,
+        goal="Search the catalogue for {item} and open it.",
+        splits=("search",),
+    ),
+    WebTask(
+        name="tick-boxes",
+        page="pages/preferences.html",
+        params=topic_params,
+        reward=topics_reward,
+        solve=solve_topics,
+        goal=topics_goal,
+        splits=("forms",),
+    ),
 ]

@@ -14,5 +14,15 @@ from envharness.check.contract import check_environment, check_environment_async
 from envharness.check.floor import POLICIES, CheckSetupError, run_floor, run_floor_async
 from envharness.check.report import CheckReport, CheckResult, FloorEpisode, FloorReport
 
-__all__ = ["POLICIES", "CheckReport", "CheckResult", "CheckSetupError", "FloorEpisode", "FloorReport",
-           "check_environment", "check_environment_async", "run_floor", "run_floor_async"]
+__all__ = [
+    "POLICIES",
+    "CheckReport",
+    "CheckResult",
+    "CheckSetupError",
+    "FloorEpisode",
+    "FloorReport",
+    "check_environment",
+    "check_environment_async",
+    "run_floor",
+    "run_floor_async",
+]

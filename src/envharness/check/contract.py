@@ -81,7 +81,9 @@ async def wire_of(pg: Playground, plays: list[Play], seed: int) -> Wire:
     kwargs = {k: v for k, v in kwargs.items() if k not in ("episode_id", "seed")}
     async with pg.wire_client() as client:
         first = await client.reset(seed=seed, **kwargs)
-    return Wire(kwargs, schema_action(schema, plain(first.observation), random.Random(f"wire|{seed}")), schema, seed)
+    return Wire(
+        kwargs, schema_action(schema, plain(first.observation), random.Random(f"wire|{seed}")), schema, seed
+    )
 
 
 async def check_server_api(pg: Playground, wire: Wire) -> tuple[str, str]:
@@ -91,7 +93,10 @@ async def check_server_api(pg: Playground, wire: Wire) -> tuple[str, str]:
             return FAIL, "reset returned done=True: the episode is over before it began"
         state = await client.state()
         if state.episode_id != "envharness-check":
-            return FAIL, f"state().episode_id is {state.episode_id!r} after reset(episode_id='envharness-check')"
+            return (
+                FAIL,
+                f"state().episode_id is {state.episode_id!r} after reset(episode_id='envharness-check')",
+            )
         before = state.step_count
         result = await client.step(dict(wire.valid))
         if result.reward is not None and not isinstance(result.reward, (int, float)):
@@ -116,7 +121,11 @@ async def check_wire_determinism(pg: Playground, wire: Wire, steps: int) -> tupl
                 result = await client.step(schema_action(wire.schema, plain(result.observation), rng))
         tapes.append(tape)
     found = compare_tapes(*tapes)
-    return (FAIL, f"seed {wire.seed}: {found}") if found else (PASS, f"seed {wire.seed}, {len(tapes[0]) - 1} step(s) replayed alike")
+    return (
+        (FAIL, f"seed {wire.seed}: {found}")
+        if found
+        else (PASS, f"seed {wire.seed}, {len(tapes[0]) - 1} step(s) replayed alike")
+    )
 
 
 async def check_bad_wire_actions(pg: Playground, wire: Wire) -> tuple[str, str]:
@@ -140,13 +149,21 @@ async def check_bad_wire_actions(pg: Playground, wire: Wire) -> tuple[str, str]:
             try:
                 result = await client.step(dict(wire.valid))
             except Exception as exc:
-                return FAIL, f"after {label}, a well-formed action ({short(wire.valid, 50)}) failed: {type(exc).__name__}: {exc}"
+                return (
+                    FAIL,
+                    f"after {label}, a well-formed action ({short(wire.valid, 50)}) failed: {type(exc).__name__}: {exc}",
+                )
             if result.done:
                 result = await client.reset(seed=wire.seed, **wire.reset_kwargs)
-    return PASS, f"{refused} bad action(s) refused with a message, {answered} answered; a well-formed action worked after each"
+    return (
+        PASS,
+        f"{refused} bad action(s) refused with a message, {answered} answered; a well-formed action worked after each",
+    )
 
 
-async def check_reset_after_done(pg: Playground, wire: Wire, plays: list[Play], max_steps: int) -> tuple[str, str]:
+async def check_reset_after_done(
+    pg: Playground, wire: Wire, plays: list[Play], max_steps: int
+) -> tuple[str, str]:
     """Replay an episode that ended on a bare client, then reset that same client."""
     ended = next((p for p in plays if p.tape and p.tape[-1].done), None)
     async with pg.wire_client() as client:
@@ -160,7 +177,11 @@ async def check_reset_after_done(pg: Playground, wire: Wire, plays: list[Play], 
             actions = []
         result, rng, steps = first, random.Random(f"done|{wire.seed}"), 0
         while not result.done and steps < max_steps:
-            action = actions[steps] if steps < len(actions) else schema_action(wire.schema, plain(result.observation), rng)
+            action = (
+                actions[steps]
+                if steps < len(actions)
+                else schema_action(wire.schema, plain(result.observation), rng)
+            )
             result = await client.step(dict(action))
             steps += 1
         if not result.done:
@@ -168,19 +189,33 @@ async def check_reset_after_done(pg: Playground, wire: Wire, plays: list[Play], 
         again = await client.reset(**kwargs)
         if again.done:
             return FAIL, "reset after done returned done=True"
-        found = first_difference(stable(plain(first.observation)), stable(plain(again.observation)), "", OBSERVATION_FLOAT_TOLERANCE)
+        found = first_difference(
+            stable(plain(first.observation)),
+            stable(plain(again.observation)),
+            "",
+            OBSERVATION_FLOAT_TOLERANCE,
+        )
         if found:
             return FAIL, f"reset after done (same seed) gave another first observation: {found.lstrip('.')}"
         count = (await client.state()).step_count
         if count:
             return FAIL, f"state().step_count is {count} right after reset"
         await client.step(dict(actions[0] if actions else wire.valid))
-    return PASS, f"episode ended after {steps} step(s); reset on the same client started it afresh and a step worked"
+    return (
+        PASS,
+        f"episode ended after {steps} step(s); reset on the same client started it afresh and a step worked",
+    )
 
 
 # -- the harness, for environments that register one --------------------------------------
-ATTACK_LABELS = ("an unknown tool", "wrong argument types", "enormous arguments", "code-injection arguments",
-                 "injection text through the reply parser", "garbage text through the reply parser")
+ATTACK_LABELS = (
+    "an unknown tool",
+    "wrong argument types",
+    "enormous arguments",
+    "code-injection arguments",
+    "injection text through the reply parser",
+    "garbage text through the reply parser",
+)
 
 
 class BadThenValid(FloorPolicy):
@@ -197,7 +232,10 @@ class BadThenValid(FloorPolicy):
     def act(self, messages: list[Message], tools: list[Any]) -> LLMResponse:
         if self._queue is None:
             hostile = HostilePolicy(self.rng, self.parser)
-            attacks = [*hostile_attacks(hostile, tools), lambda: hostile.parsed("%$#@!~ \x07\u202e garbage ]]][[ {{")]
+            attacks = [
+                *hostile_attacks(hostile, tools),
+                lambda: hostile.parsed("%$#@!~ \x07\u202e garbage ]]][[ {{"),
+            ]
             self._queue = list(zip(ATTACK_LABELS, attacks))
         while self._queue:
             label, attack = self._queue.pop(0)
@@ -212,14 +250,20 @@ class BadThenValid(FloorPolicy):
         return reply
 
 
-async def check_bad_tool_calls(pg: Playground, task: str, seed: int, timeout_s: float | None) -> tuple[str, str]:
+async def check_bad_tool_calls(
+    pg: Playground, task: str, seed: int, timeout_s: float | None
+) -> tuple[str, str]:
     rng = random.Random(f"bad|{task}|{seed}")
     policy = BadThenValid(rng, pg.harness.tool_call_parser, reference_policy(pg, task, seed))
     done = await play(pg, task, seed, policy, len(ATTACK_LABELS) + 2, timeout_s)
     labels = [label for label, n in policy.sent for _ in range(n)]
     result = done.result
     if result.error is not None:
-        last = labels[len(result.tool_trace)] if len(result.tool_trace) < len(labels) else (labels[-1] if labels else "the start")
+        last = (
+            labels[len(result.tool_trace)]
+            if len(result.tool_trace) < len(labels)
+            else (labels[-1] if labels else "the start")
+        )
         return FAIL, f"{task} seed {seed}: the episode died at {last}: {result.error}"
     for label, entry in zip(labels, result.tool_trace):
         if label != "the valid action" and not str(tool_message_content(entry.result)).strip():
@@ -228,9 +272,15 @@ async def check_bad_tool_calls(pg: Playground, task: str, seed: int, timeout_s: 
         last = result.tool_trace[-1].result
         if last.error and isinstance(policy.valid, ScriptedPolicy):
             return FAIL, f"{task} seed {seed}: after the bad actions the scripted action failed: {last.error}"
-        return PASS, f"{task}: {len(labels) - 1} bad call(s) answered in words; the valid action after them worked"
+        return (
+            PASS,
+            f"{task}: {len(labels) - 1} bad call(s) answered in words; the valid action after them worked",
+        )
     ended = labels[len(result.tool_trace) - 1] if result.tool_trace else "the start"
-    return PASS, f"{task}: bad calls answered in words; the episode ended (done) at {ended}, as the game's rules may say"
+    return (
+        PASS,
+        f"{task}: bad calls answered in words; the episode ended (done) at {ended}, as the game's rules may say",
+    )
 
 
 def check_scripted(pg: Playground, plays: list[Play]) -> tuple[str, str]:
@@ -238,16 +288,28 @@ def check_scripted(pg: Playground, plays: list[Play]) -> tuple[str, str]:
         return SKIP, "no scripted policy (EnvHarness.scripted_policy)"
     covered = [p for p in plays if getattr(p.policy, "covers", True)]
     uncovered = sorted({p.task for p in plays} - {p.task for p in covered})
-    note = f"; no move at all on {len(uncovered)} task(s), not held to them: {', '.join(uncovered[:5])}" if uncovered else ""
+    note = (
+        f"; no move at all on {len(uncovered)} task(s), not held to them: {', '.join(uncovered[:5])}"
+        if uncovered
+        else ""
+    )
     if not covered:
-        return SKIP, f"the scripted policy has no move on any checked task ({getattr(plays[0].policy, 'problem', '')})"
+        return (
+            SKIP,
+            f"the scripted policy has no move on any checked task ({getattr(plays[0].policy, 'problem', '')})",
+        )
     lost = [p for p in covered if not episode_success(p.result)]
     if lost:
-        why = "; ".join(f"{p.task} seed {p.seed}: reward {p.result.env_reward or 0:g} after {len(p.result.tool_trace)} action(s), "
-                        f"{p.result.error or getattr(p.policy, 'problem', '') or 'stopped: ' + str(p.result.metrics.get('stop_reason'))}"
-                        for p in lost[:5])
+        why = "; ".join(
+            f"{p.task} seed {p.seed}: reward {p.result.env_reward or 0:g} after {len(p.result.tool_trace)} action(s), "
+            f"{p.result.error or getattr(p.policy, 'problem', '') or 'stopped: ' + str(p.result.metrics.get('stop_reason'))}"
+            for p in lost[:5]
+        )
         return FAIL, f"it lost {len(lost)}/{len(covered)} episode(s): {why}{note}"
-    return PASS, f"won {len(covered)}/{len(covered)} episode(s) on {len({p.task for p in covered})} task(s){note}"
+    return (
+        PASS,
+        f"won {len(covered)}/{len(covered)} episode(s) on {len({p.task for p in covered})} task(s){note}",
+    )
 
 
 async def check_task_list(pg: Playground, plays: list[Play]) -> tuple[str, str]:
@@ -271,16 +333,22 @@ async def check_task_list(pg: Playground, plays: list[Play]) -> tuple[str, str]:
         return FAIL, f"check_task refuses listed task(s): {'; '.join(refused[:3])}"
     broken = [p for p in plays if p.result.error is not None and not p.tape]
     if broken:
-        return FAIL, "listed task(s) do not reset: " + "; ".join(f"{p.task}: {p.result.error}" for p in broken[:3])
+        return FAIL, "listed task(s) do not reset: " + "; ".join(
+            f"{p.task}: {p.result.error}" for p in broken[:3]
+        )
     served = await pg.served_tasks()
     if served is not None and served != tasks:
         missing, extra = set(tasks) - set(served), set(served) - set(tasks)
-        return FAIL, (f"the server lists other tasks than the harness: {len(missing)} only in task_list() "
-                      f"{sorted(missing)[:3]}, {len(extra)} only on the server {sorted(extra)[:3]}")
+        return FAIL, (
+            f"the server lists other tasks than the harness: {len(missing)} only in task_list() "
+            f"{sorted(missing)[:3]}, {len(extra)} only on the server {sorted(extra)[:3]}"
+        )
     played = sorted({p.task for p in plays})
-    return PASS, (f"{len(tasks)} task(s) listed, accepted by check_task"
-                  + (", the same as the server's Task API" if served is not None else "")
-                  + f"; {len(played)} reset and played")
+    return PASS, (
+        f"{len(tasks)} task(s) listed, accepted by check_task"
+        + (", the same as the server's Task API" if served is not None else "")
+        + f"; {len(played)} reset and played"
+    )
 
 
 async def check_unknown_task(pg: Playground, plays: list[Play]) -> tuple[str, str]:
@@ -296,13 +364,19 @@ async def check_unknown_task(pg: Playground, plays: list[Play]) -> tuple[str, st
         words = str(exc)
     key = next((k for k, v in known.tape[0].sent.items() if v == task), None) if known else None
     if key is None:
-        return PASS, f"check_task refuses {bogus!r} ({short(words, 60)}); no reset option names the task, so the server was not asked"
+        return (
+            PASS,
+            f"check_task refuses {bogus!r} ({short(words, 60)}); no reset option names the task, so the server was not asked",
+        )
     kwargs = {k: v for k, v in known.tape[0].sent.items() if k != "episode_id"}
     async with pg.wire_client() as client:
         try:
             await client.reset(**{**kwargs, key: bogus})
         except EnvServerError as exc:
-            return PASS, f"refused by check_task ({short(words, 50)}) and by the server ({short(exc.message, 60)})"
+            return (
+                PASS,
+                f"refused by check_task ({short(words, 50)}) and by the server ({short(exc.message, 60)})",
+            )
     return FAIL, f"the server accepted reset({key}={bogus!r}): an unknown task must be refused with an error"
 
 
@@ -316,9 +390,18 @@ async def _guarded(report: CheckReport, name: str, run: Callable[[], Awaitable[t
     report.add(name, status, reason)
 
 
-async def check_environment_async(env: str, options: dict[str, Any] | None = None, *, tasks: Sequence[str] = (),
-                                  episodes: int = 2, seed: int = 0, max_steps: int = 20, concurrency: int = 4,
-                                  env_url: str | None = None, episode_timeout_s: float | None = 120.0) -> CheckReport:
+async def check_environment_async(
+    env: str,
+    options: dict[str, Any] | None = None,
+    *,
+    tasks: Sequence[str] = (),
+    episodes: int = 2,
+    seed: int = 0,
+    max_steps: int = 20,
+    concurrency: int = 4,
+    env_url: str | None = None,
+    episode_timeout_s: float | None = 120.0,
+) -> CheckReport:
     """Check `env`'s contract on its server (started here on loopback unless `env_url`)."""
     started = time.perf_counter()
     if episodes < 1 or max_steps < 1 or concurrency < 1:
@@ -337,7 +420,9 @@ async def check_environment_async(env: str, options: dict[str, Any] | None = Non
 
             async def one(task: str, s: int) -> Play:
                 async with gate:
-                    return await play(pg, task, s, reference_policy(pg, task, s), max_steps, episode_timeout_s)
+                    return await play(
+                        pg, task, s, reference_policy(pg, task, s), max_steps, episode_timeout_s
+                    )
 
             pairs = [(t, seed + k) for k in range(episodes) for t in chosen]
             done = await asyncio.gather(*(one(t, s) for t, s in pairs for _ in range(2)))
@@ -347,10 +432,14 @@ async def check_environment_async(env: str, options: dict[str, Any] | None = Non
         if pg.harness is not None:
             await _guarded(report, "same_seed_same_episode", lambda: _determinism(plays, again))
         else:
-            await _guarded(report, "same_seed_same_episode", lambda: check_wire_determinism(pg, wire, min(max_steps, 5)))
+            await _guarded(
+                report, "same_seed_same_episode", lambda: check_wire_determinism(pg, wire, min(max_steps, 5))
+            )
         await _guarded(report, "bad_wire_actions", lambda: check_bad_wire_actions(pg, wire))
         if pg.harness is not None:
-            await _guarded(report, "bad_tool_calls", lambda: check_bad_tool_calls(pg, chosen[0], seed, episode_timeout_s))
+            await _guarded(
+                report, "bad_tool_calls", lambda: check_bad_tool_calls(pg, chosen[0], seed, episode_timeout_s)
+            )
         else:
             report.add("bad_tool_calls", SKIP, f"{env} {NO_HARNESS}")
         await _guarded(report, "reset_after_done", lambda: check_reset_after_done(pg, wire, plays, max_steps))
@@ -379,7 +468,10 @@ async def _determinism(plays: list[Play], again: list[Play]) -> tuple[str, str]:
         if found:
             return FAIL, f"{a.task} seed {a.seed}, played twice with the same actions: {found}"
     steps = sum(len(p.tape) - 1 for p in plays if p.tape)
-    return PASS, f"{len(plays)} (task, seed) pair(s) played twice: the same observations, rewards and done ({steps} step(s))"
+    return (
+        PASS,
+        f"{len(plays)} (task, seed) pair(s) played twice: the same observations, rewards and done ({steps} step(s))",
+    )
 
 
 def check_environment(env: str, options: dict[str, Any] | None = None, **kwargs: Any) -> CheckReport:

@@ -61,8 +61,12 @@ class Tokens:
     @classmethod
     def of(cls, text: str) -> "Tokens":
         unique = lambda items: list(dict.fromkeys(items))  # noqa: E731
-        return cls(unique(_BRACKET_ID.findall(text)), unique(_QUOTED.findall(text)), unique(_WORD.findall(text)),
-                   unique(int(n) for n in _NUMBER.findall(text)))
+        return cls(
+            unique(_BRACKET_ID.findall(text)),
+            unique(_QUOTED.findall(text)),
+            unique(_WORD.findall(text)),
+            unique(int(n) for n in _NUMBER.findall(text)),
+        )
 
     def string(self, rng: random.Random) -> str:
         for pool in (self.ids, self.quoted):
@@ -78,7 +82,11 @@ def random_value(schema: dict[str, Any], tokens: Tokens, rng: random.Random, dep
     """A value that fits `schema` (type, enum, items), drawn at random."""
     if "enum" in schema and schema["enum"]:
         return rng.choice(list(schema["enum"]))
-    options = [s for s in schema.get("anyOf") or schema.get("oneOf") or [] if isinstance(s, dict) and s.get("type") != "null"]
+    options = [
+        s
+        for s in schema.get("anyOf") or schema.get("oneOf") or []
+        if isinstance(s, dict) and s.get("type") != "null"
+    ]
     if options:  # pydantic's Optional[X] and unions
         return random_value(rng.choice(options), tokens, rng, depth)
     kind = schema.get("type", "string")
@@ -92,7 +100,11 @@ def random_value(schema: dict[str, Any], tokens: Tokens, rng: random.Random, dep
         return rng.random() < 0.5
     if kind == "array":
         items = schema.get("items") if isinstance(schema.get("items"), dict) else {"type": "string"}
-        return [random_value(items, tokens, rng, depth + 1) for _ in range(rng.randint(1, 2))] if depth < 3 else []
+        return (
+            [random_value(items, tokens, rng, depth + 1) for _ in range(rng.randint(1, 2))]
+            if depth < 3
+            else []
+        )
     if kind == "object":
         return {}
     if kind == "null":
@@ -109,19 +121,30 @@ def random_arguments(tool: Any, tokens: Tokens, rng: random.Random) -> dict[str,
     """Every required argument, and each optional one a quarter of the time (an optional
     argument drawn at random, a mouse button named '14', mostly spoils the call)."""
     props, required = tool_properties(tool)
-    return {k: random_value(p if isinstance(p, dict) else {}, tokens, rng) for k, p in props.items()
-            if k in required or rng.random() < 0.25}
+    return {
+        k: random_value(p if isinstance(p, dict) else {}, tokens, rng)
+        for k, p in props.items()
+        if k in required or rng.random() < 0.25
+    }
 
 
-def random_call(tools: list[Any], messages: list[Message], rng: random.Random, call_id: str = "floor") -> ToolCall:
+def random_call(
+    tools: list[Any], messages: list[Message], rng: random.Random, call_id: str = "floor"
+) -> ToolCall:
     """A random tool of `tools` with random arguments that fit its schema."""
     tool = rng.choice(tools)
-    return ToolCall(id=call_id, name=tool_name(tool), args=random_arguments(tool, Tokens.of(latest_observation(messages)), rng))
+    return ToolCall(
+        id=call_id,
+        name=tool_name(tool),
+        args=random_arguments(tool, Tokens.of(latest_observation(messages)), rng),
+    )
 
 
 def action_properties(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """An action schema's fields (the base class's free-form `metadata` left out)."""
-    return {k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata" and isinstance(v, dict)}
+    return {
+        k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata" and isinstance(v, dict)
+    }
 
 
 def schema_action(schema: dict[str, Any], observation: Any, rng: random.Random) -> dict[str, Any]:
@@ -133,6 +156,7 @@ def schema_action(schema: dict[str, Any], observation: Any, rng: random.Random) 
 
 def render_call(name: str, args: dict[str, Any], limit: int = 60) -> str:
     """`click(bid='12')`, long values cut (with their length), for reports."""
+
     def short(value: Any) -> str:
         text = repr(value)
         return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
@@ -194,14 +218,24 @@ class RepeatPolicy(FloorPolicy):
 
 
 INJECTIONS = (
-    "__import__('os').system('id')", "'); __import__('os').system('id'); ('", "\"; exec('import os'); \"",
-    "{{7*7}}${7*7}<%= 7*7 %>", "<script>alert(document.cookie)</script>", "../../../../etc/passwd",
-    "'; DROP TABLE users; --", "\x00\x1b[2J\ud800", "() { :; }; /bin/id", "${jndi:ldap://127.0.0.1/a}",
+    "__import__('os').system('id')",
+    "'); __import__('os').system('id'); ('",
+    "\"; exec('import os'); \"",
+    "{{7*7}}${7*7}<%= 7*7 %>",
+    "<script>alert(document.cookie)</script>",
+    "../../../../etc/passwd",
+    "'; DROP TABLE users; --",
+    "\x00\x1b[2J\ud800",
+    "() { :; }; /bin/id",
+    "${jndi:ldap://127.0.0.1/a}",
 )
 INJECTION_TEXTS = (
-    "Action: click(__import__('os').system('id'))", "```python\nimport os\nos.system('id')\n```",
-    '{"name": "__import__", "arguments": {"name": "os"}}', "send(open('/etc/passwd').read())",
-    "Action: fill('1', 'a' * 10**9)", "eval(compile('1', '<x>', 'eval'))",
+    "Action: click(__import__('os').system('id'))",
+    "```python\nimport os\nos.system('id')\n```",
+    '{"name": "__import__", "arguments": {"name": "os"}}',
+    "send(open('/etc/passwd').read())",
+    "Action: fill('1', 'a' * 10**9)",
+    "eval(compile('1', '<x>', 'eval'))",
 )
 _JUNK = (None, [], {}, [[[]]], {"$gt": ""}, -1, 2**64, "", " ", 1e308, True, ["a", 1, None])
 
@@ -218,17 +252,28 @@ def wrong_type_value(prop: dict[str, Any]) -> Any:
 
 def _with_props(tools: list[Any], rng: random.Random, kinds: tuple[str, ...] = ()) -> Any:
     """A tool with arguments (one with a string argument when `kinds` asks), else any tool."""
+
     def fits(tool: Any) -> bool:
         props, _ = tool_properties(tool)
-        return bool(props) and (not kinds or any(
-            (p.get("type") in kinds or (isinstance(p.get("type"), list) and set(p["type"]) & set(kinds)))
-            for p in props.values() if isinstance(p, dict)))
+        return bool(props) and (
+            not kinds
+            or any(
+                (p.get("type") in kinds or (isinstance(p.get("type"), list) and set(p["type"]) & set(kinds)))
+                for p in props.values()
+                if isinstance(p, dict)
+            )
+        )
+
     return rng.choice([t for t in tools if fits(t)] or [t for t in tools if tool_properties(t)[0]] or tools)
 
 
 def _fill(tool: Any, value_of: Callable[[dict[str, Any]], Any]) -> ToolCall:
     props, _ = tool_properties(tool)
-    return ToolCall(id="floor-hostile", name=tool_name(tool), args={k: value_of(p if isinstance(p, dict) else {}) for k, p in props.items()})
+    return ToolCall(
+        id="floor-hostile",
+        name=tool_name(tool),
+        args={k: value_of(p if isinstance(p, dict) else {}) for k, p in props.items()},
+    )
 
 
 def enormous_value(prop: dict[str, Any]) -> Any:
@@ -273,7 +318,9 @@ class HostilePolicy(FloorPolicy):
         tool = rng.choice(tools)
         props, _ = tool_properties(tool)
         keys = list(props) or ["x"]
-        return respond(ToolCall(id="floor-garbage", name=tool_name(tool), args={k: rng.choice(_JUNK) for k in keys}))
+        return respond(
+            ToolCall(id="floor-garbage", name=tool_name(tool), args={k: rng.choice(_JUNK) for k in keys})
+        )
 
 
 def hostile_attacks(policy: FloorPolicy, tools: list[Any]) -> list[Callable[[], LLMResponse]]:
@@ -284,7 +331,12 @@ def hostile_attacks(policy: FloorPolicy, tools: list[Any]) -> list[Callable[[], 
         lambda: respond(ToolCall(id="floor-unknown", name="__import__('os').system", args={"command": "id"})),
         lambda: respond(_with_extra(_fill(_with_props(tools, rng), wrong_type_value))),
         lambda: respond(_fill(_with_props(tools, rng, ("string",)), enormous_value)),
-        lambda: respond(_fill(_with_props(tools, rng, ("string",)), lambda p: rng.choice(INJECTIONS) if _is_string(p) else -1)),
+        lambda: respond(
+            _fill(
+                _with_props(tools, rng, ("string",)),
+                lambda p: rng.choice(INJECTIONS) if _is_string(p) else -1,
+            )
+        ),
         lambda: policy.parsed(rng.choice(INJECTION_TEXTS)),
     ]
 
@@ -299,7 +351,9 @@ def _with_extra(call: ToolCall) -> ToolCall:
     return call
 
 
-POLICIES: dict[str, type[FloorPolicy]] = {p.name: p for p in (RandomPolicy, NoopPolicy, HostilePolicy, RepeatPolicy)}
+POLICIES: dict[str, type[FloorPolicy]] = {
+    p.name: p for p in (RandomPolicy, NoopPolicy, HostilePolicy, RepeatPolicy)
+}
 
 
 def episode_actions(result: HarnessRolloutResult) -> list[str]:
@@ -320,28 +374,57 @@ class _KeyedFactory:
 
 
 # -- the runner -------------------------------------------------------------------------
-async def run_floor_async(env: str, options: dict[str, Any] | None = None, *, tasks: Sequence[str] = (),
-                          policies: Sequence[str] = tuple(POLICIES), episodes: int = 3, seed: int = 0, max_steps: int = 5,
-                          concurrency: int = 4, env_url: str | None = None, episode_timeout_s: float | None = 120.0,
-                          progress: bool = False) -> FloorReport:
+async def run_floor_async(
+    env: str,
+    options: dict[str, Any] | None = None,
+    *,
+    tasks: Sequence[str] = (),
+    policies: Sequence[str] = tuple(POLICIES),
+    episodes: int = 3,
+    seed: int = 0,
+    max_steps: int = 5,
+    concurrency: int = 4,
+    env_url: str | None = None,
+    episode_timeout_s: float | None = 120.0,
+    progress: bool = False,
+) -> FloorReport:
     """Every policy for `episodes` episodes (seeds SEED..) on every task; the report of them all."""
     started = time.perf_counter()
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
-        raise CheckSetupError(f"unknown floor policy {', '.join(unknown) or '(none given)'}; choose from {', '.join(POLICIES)}")
+        raise CheckSetupError(
+            f"unknown floor policy {', '.join(unknown) or '(none given)'}; choose from {', '.join(POLICIES)}"
+        )
     if episodes < 1 or max_steps < 1 or concurrency < 1:
         raise CheckSetupError("--floor-episodes, --max-steps and --concurrency must be at least 1")
     pg = playground(env, options)
     if pg.harness is None:
-        raise CheckSetupError(f"environment {env!r} registers no harness (tools, tasks): the floor plays through the "
-                              "harness's tools; `envharness check` without --floor checks its server")
+        raise CheckSetupError(
+            f"environment {env!r} registers no harness (tools, tasks): the floor plays through the "
+            "harness's tools; `envharness check` without --floor checks its server"
+        )
     chosen = pg.tasks(tasks)
-    jobs = {f"floor-{p}-{seed + k}-{i}": (p, task, seed + k)
-            for k in range(episodes) for i, task in enumerate(chosen) for p in policies}
+    jobs = {
+        f"floor-{p}-{seed + k}-{i}": (p, task, seed + k)
+        for k in range(episodes)
+        for i, task in enumerate(chosen)
+        for p in policies
+    }
     ids = list(jobs)
-    report = FloorReport(env=env, tasks=chosen, policies=list(policies), episodes_per_task=episodes, max_steps=max_steps,
-                         seed=seed, options=dict(pg.options))
-    await pg.start(env_url=env_url, server_options=dict(pg.harness.train_server_options), max_sessions=max(64, 2 * concurrency))
+    report = FloorReport(
+        env=env,
+        tasks=chosen,
+        policies=list(policies),
+        episodes_per_task=episodes,
+        max_steps=max_steps,
+        seed=seed,
+        options=dict(pg.options),
+    )
+    await pg.start(
+        env_url=env_url,
+        server_options=dict(pg.harness.train_server_options),
+        max_sessions=max(64, 2 * concurrency),
+    )
     try:
         factory = _KeyedFactory(pg.session_factory())
         parser = pg.harness.tool_call_parser
@@ -352,17 +435,33 @@ async def run_floor_async(env: str, options: dict[str, Any] | None = None, *, ta
 
         bar = _progress(len(ids), progress)
         results = await run_episodes(
-            factory, [jobs[i][1] for i in ids], model_step_builder=make_step, limits=HarnessRunLimits(max_turns=max_steps),
-            max_concurrency=concurrency, seeds=[jobs[i][2] for i in ids], episode_ids=ids,
-            on_result=lambda i, r: bar.update(1), episode_timeout_s=episode_timeout_s)
+            factory,
+            [jobs[i][1] for i in ids],
+            model_step_builder=make_step,
+            limits=HarnessRunLimits(max_turns=max_steps),
+            max_concurrency=concurrency,
+            seeds=[jobs[i][2] for i in ids],
+            episode_ids=ids,
+            on_result=lambda i, r: bar.update(1),
+            episode_timeout_s=episode_timeout_s,
+        )
         bar.close()
     finally:
         await pg.close()
     for job_id, result in zip(ids, results):
         policy, task, job_seed = jobs[job_id]
-        report.episodes.append(FloorEpisode(
-            policy=policy, task=task, seed=job_seed, reward=float(result.env_reward or 0.0), success=episode_success(result),
-            actions=episode_actions(result), stop_reason=str(result.metrics.get("stop_reason", "")), error=result.error))
+        report.episodes.append(
+            FloorEpisode(
+                policy=policy,
+                task=task,
+                seed=job_seed,
+                reward=float(result.env_reward or 0.0),
+                success=episode_success(result),
+                actions=episode_actions(result),
+                stop_reason=str(result.metrics.get("stop_reason", "")),
+                error=result.error,
+            )
+        )
     report.seconds = time.perf_counter() - started
     return report
 
@@ -377,8 +476,30 @@ def _progress(total: int, enabled: bool) -> Any:
 
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="floor episodes", unit="ep", disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        desc="floor episodes",
+        unit="ep",
+        disable=not enabled,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
 
 
-__all__ = ["INJECTIONS", "POLICIES", "FloorPolicy", "HostilePolicy", "NoopPolicy", "RandomPolicy", "RepeatPolicy", "bad_payloads",
-           "hostile_attacks", "random_call", "random_value", "render_call", "run_floor", "run_floor_async", "schema_action"]
+__all__ = [
+    "INJECTIONS",
+    "POLICIES",
+    "FloorPolicy",
+    "HostilePolicy",
+    "NoopPolicy",
+    "RandomPolicy",
+    "RepeatPolicy",
+    "bad_payloads",
+    "hostile_attacks",
+    "random_call",
+    "random_value",
+    "render_call",
+    "run_floor",
+    "run_floor_async",
+    "schema_action",
+]

@@ -16,7 +16,13 @@ from urllib.parse import quote
 
 from envharness.harness.rollout import run_episode
 from envharness.harness.tool_parsing import normalize_parsed
-from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits, LLMResponse, Message, ModelStepResult
+from envharness.harness.types import (
+    HarnessRolloutResult,
+    HarnessRunLimits,
+    LLMResponse,
+    Message,
+    ModelStepResult,
+)
 
 
 class CheckSetupError(ValueError):
@@ -36,8 +42,13 @@ class Playground:
     base_url: str = ""
     server: Any = None
 
-    async def start(self, *, env_url: str | None = None, server_options: dict[str, Any] | None = None,
-                    max_sessions: int = 64) -> "Playground":
+    async def start(
+        self,
+        *,
+        env_url: str | None = None,
+        server_options: dict[str, Any] | None = None,
+        max_sessions: int = 64,
+    ) -> "Playground":
         """Start `envharness serve ENV` on loopback with the options (`server_options` first,
         the user's over them), or use the running server at `env_url`."""
         if env_url:
@@ -46,8 +57,11 @@ class Playground:
         from envharness.core.launchers import LaunchError, launch_local_async
 
         try:
-            self.server = await launch_local_async(self.env, options={**(server_options or {}), **self.options},
-                                                   server_args=["--max-sessions", str(max_sessions)])
+            self.server = await launch_local_async(
+                self.env,
+                options={**(server_options or {}), **self.options},
+                server_args=["--max-sessions", str(max_sessions)],
+            )
         except LaunchError as exc:
             raise CheckSetupError(f"cannot start `envharness serve {self.env}`: {exc}") from None
         self.base_url = self.server.base_url
@@ -88,7 +102,9 @@ class Playground:
             names = (await http.get(f"{self.base_url}/list_environments")).json()
             if not names:
                 return None
-            reply = await http.post(f"{self.base_url}/{quote(str(names[0]), safe='')}/tasks", json={"split": ""})
+            reply = await http.post(
+                f"{self.base_url}/{quote(str(names[0]), safe='')}/tasks", json={"split": ""}
+            )
             if reply.status_code == 501:
                 return None
             reply.raise_for_status()
@@ -104,12 +120,16 @@ class Playground:
     def session_factory(self, client_factory: Callable[[], Any] | None = None) -> Any:
         """The harness's session factory with the tools eval offers by default."""
         extra = {"tools": list(self.harness.default_tools)} if self.harness.default_tools else {}
-        return self.harness.session_factory(client_factory or self.client, reset_kwargs=self.reset_kwargs(), **extra)
+        return self.harness.session_factory(
+            client_factory or self.client, reset_kwargs=self.reset_kwargs(), **extra
+        )
 
     def tasks(self, names: Sequence[str] = ()) -> list[str]:
         """Task names, splits and `all` expanded; the harness's default tasks when none are given."""
         try:
-            chosen = self.harness.task_list().expand(list(names) or self.harness.default_tasks, self.harness.check_task)
+            chosen = self.harness.task_list().expand(
+                list(names) or self.harness.default_tasks, self.harness.check_task
+            )
         except ValueError as exc:
             raise CheckSetupError(str(exc)) from None
         if not chosen:
@@ -138,7 +158,9 @@ class PolicyStep:
     def __init__(self, policy: Callable[[list[Message], list[Any]], LLMResponse]) -> None:
         self.policy = policy
 
-    async def __call__(self, messages: list[Message], tools: list[Any], sampling: dict[str, Any]) -> ModelStepResult:
+    async def __call__(
+        self, messages: list[Message], tools: list[Any], sampling: dict[str, Any]
+    ) -> ModelStepResult:
         return ModelStepResult(response=self.policy(list(messages), list(tools)))
 
 
@@ -147,8 +169,12 @@ class ScriptedPolicy:
     parses it. A policy with no move at the first turn does not cover the task: `fallback`
     plays it instead (the episode still tests determinism), and it is not held to winning it."""
 
-    def __init__(self, script: Callable[[list[Message]], str | None], parser: Any,
-                 fallback: Callable[[list[Message], list[Any]], LLMResponse]) -> None:
+    def __init__(
+        self,
+        script: Callable[[list[Message]], str | None],
+        parser: Any,
+        fallback: Callable[[list[Message], list[Any]], LLMResponse],
+    ) -> None:
         self.script, self.parser, self.fallback = script, parser, fallback
         self.problem, self.covers, self.turn = "", True, 0
 
@@ -179,6 +205,8 @@ def episode_success(result: HarnessRolloutResult) -> bool:
 
 #: Observation keys that hold clocks, not state: left out when episodes are compared.
 VOLATILE_PARTS = frozenset({"elapsed", "time", "timestamp", "timings", "duration", "latency"})
+
+
 # -- what went over the wire ------------------------------------------------------------
 @dataclass
 class Frame:
@@ -207,7 +235,9 @@ class TapeClient:
         return self._note("reset", dict(kwargs), await self.client.reset(**kwargs))
 
     async def step(self, action: Any) -> Any:
-        payload = self.client._step_payload(action) if hasattr(self.client, "_step_payload") else plain(action)
+        payload = (
+            self.client._step_payload(action) if hasattr(self.client, "_step_payload") else plain(action)
+        )
         return self._note("step", dict(payload), await self.client.step(action))
 
     async def state(self) -> Any:
@@ -220,8 +250,11 @@ class TapeClient:
 def stable(value: Any) -> Any:
     """`value` without clock fields and episode ids (they differ between equal episodes)."""
     if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items()
-                if k != "episode_id" and not (VOLATILE_PARTS & set(str(k).lower().split("_")))}
+        return {
+            k: stable(v)
+            for k, v in value.items()
+            if k != "episode_id" and not (VOLATILE_PARTS & set(str(k).lower().split("_")))
+        }
     if isinstance(value, list):
         return [stable(v) for v in value]
     return value
@@ -237,8 +270,17 @@ def first_difference(a: Any, b: Any, path: str = "", tol: float = 0.0) -> str | 
                 return found
         return None
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]", tol))), None)
-    if tol and isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool) and abs(a - b) <= tol:
+        return next(
+            (d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]", tol))),
+            None,
+        )
+    if (
+        tol
+        and isinstance(a, float)
+        and isinstance(b, (int, float))
+        and not isinstance(b, bool)
+        and abs(a - b) <= tol
+    ):
         return None
     return None if a == b else f"{path or '(value)'}: {short(a)} vs {short(b)}"
 
@@ -256,9 +298,13 @@ OBSERVATION_FLOAT_TOLERANCE = 0.01
 def compare_tapes(a: list[Frame], b: list[Frame]) -> str | None:
     """The first difference between two plays of one task and seed, in words."""
     for i, (x, y) in enumerate(zip(a, b)):
-        found = (first_difference({"reward": x.reward, "done": x.done}, {"reward": y.reward, "done": y.done})
-                 or first_difference(stable(x.sent), stable(y.sent), ".sent")
-                 or first_difference(stable(x.observation), stable(y.observation), ".observation", OBSERVATION_FLOAT_TOLERANCE))
+        found = (
+            first_difference({"reward": x.reward, "done": x.done}, {"reward": y.reward, "done": y.done})
+            or first_difference(stable(x.sent), stable(y.sent), ".sent")
+            or first_difference(
+                stable(x.observation), stable(y.observation), ".observation", OBSERVATION_FLOAT_TOLERANCE
+            )
+        )
         if found:
             return f"{'the first observation' if i == 0 else f'step {i}'} differs at {found.lstrip('.')}"
     if len(a) != len(b):
@@ -276,14 +322,38 @@ class Play:
     policy: Any = None
 
 
-async def play(pg: Playground, task: str, seed: int, policy: Any, max_steps: int, timeout_s: float | None) -> Play:
+async def play(
+    pg: Playground, task: str, seed: int, policy: Any, max_steps: int, timeout_s: float | None
+) -> Play:
     """One episode through the harness, with a tape of its wire traffic."""
     tape: list[Frame] = []
     factory = pg.session_factory(lambda: TapeClient(pg.client(), tape))
-    result = await run_episode(factory, task, lambda session: PolicyStep(policy), limits=HarnessRunLimits(max_turns=max_steps),
-                               seed=seed, timeout_s=timeout_s)
+    result = await run_episode(
+        factory,
+        task,
+        lambda session: PolicyStep(policy),
+        limits=HarnessRunLimits(max_turns=max_steps),
+        seed=seed,
+        timeout_s=timeout_s,
+    )
     return Play(task, seed, result, tape, policy)
 
 
-__all__ = ["OBSERVATION_FLOAT_TOLERANCE", "CheckSetupError", "Frame", "Play", "Playground", "PolicyStep", "ScriptedPolicy", "TapeClient",
-           "compare_tapes", "episode_success", "first_difference", "plain", "play", "playground", "short", "stable"]
+__all__ = [
+    "OBSERVATION_FLOAT_TOLERANCE",
+    "CheckSetupError",
+    "Frame",
+    "Play",
+    "Playground",
+    "PolicyStep",
+    "ScriptedPolicy",
+    "TapeClient",
+    "compare_tapes",
+    "episode_success",
+    "first_difference",
+    "plain",
+    "play",
+    "playground",
+    "short",
+    "stable",
+]

@@ -58,8 +58,12 @@ class CheckReport:
 
     def format(self) -> str:
         counts = {s: sum(r.status == s for r in self.results) for s in (PASS, FAIL, SKIP)}
-        head = f"envharness check {self.env}" + (f" ({len(self.tasks)} task(s): {', '.join(self.tasks[:6])}"
-                                                  f"{', ...' if len(self.tasks) > 6 else ''})" if self.tasks else "")
+        head = f"envharness check {self.env}" + (
+            f" ({len(self.tasks)} task(s): {', '.join(self.tasks[:6])}"
+            f"{', ...' if len(self.tasks) > 6 else ''})"
+            if self.tasks
+            else ""
+        )
         tail = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped in {self.seconds:.1f}s"
         return "\n".join([head, *(r.line() for r in self.results), tail])
 
@@ -111,8 +115,12 @@ class FloorReport:
 
     def cell(self, task: str, policy: str) -> FloorCell:
         eps = self.of(task, policy)
-        return FloorCell(sum(e.success for e in eps), len(eps), mean(e.reward for e in eps) if eps else 0.0,
-                         sum(e.error is not None for e in eps))
+        return FloorCell(
+            sum(e.success for e in eps),
+            len(eps),
+            mean(e.reward for e in eps) if eps else 0.0,
+            sum(e.error is not None for e in eps),
+        )
 
     def scored(self) -> dict[str, list[FloorEpisode]]:
         """Tasks where any policy succeeded, with the winning episodes (task order kept)."""
@@ -146,8 +154,13 @@ class FloorReport:
             cells = {p: asdict(self.cell(task, p)) for p in self.policies}
             per_task.append({"task": task, "policies": cells, "mean_reward": _mean_reward(self.of(task))})
         return {
-            "env": self.env, "options": self.options, "policies": self.policies, "episodes_per_task": self.episodes_per_task,
-            "max_steps": self.max_steps, "seed": self.seed, "seconds": round(self.seconds, 1),
+            "env": self.env,
+            "options": self.options,
+            "policies": self.policies,
+            "episodes_per_task": self.episodes_per_task,
+            "max_steps": self.max_steps,
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
             "success_rate": {p: self.rate(p) for p in self.policies},
             "tasks": per_task,
             "scored": {t: [asdict(e) for e in eps] for t, eps in self.scored().items()},
@@ -176,7 +189,10 @@ def floor_table(report: FloorReport) -> str:
     """The per-task table as aligned text (success count / episodes per policy)."""
     rows = [_header(report), *_rows(report)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -203,21 +219,33 @@ def floor_summary(report: FloorReport) -> str:
     scored = report.scored()
     rates = ", ".join(f"{p} {report.rate(p):.1%}" for p in report.policies)
     n = len(report.episodes)
-    return (f"{len(report.tasks)} task(s), {n} episode(s) in {report.seconds:.0f}s; success rate per policy: {rates}; "
-            f"{len(scored)} task(s) where a policy scored" + (f": {', '.join(scored)}" if scored else "")
-            + (f"; {len(report.errors())} episode(s) crashed" if report.errors() else ""))
+    return (
+        f"{len(report.tasks)} task(s), {n} episode(s) in {report.seconds:.0f}s; success rate per policy: {rates}; "
+        f"{len(scored)} task(s) where a policy scored"
+        + (f": {', '.join(scored)}" if scored else "")
+        + (f"; {len(report.errors())} episode(s) crashed" if report.errors() else "")
+    )
 
 
 def floor_text(report: FloorReport) -> str:
     """What the command prints: the table, then the tasks where a policy scored."""
-    parts = [f"adversarial floor of {report.env}: {', '.join(report.policies)}; {report.episodes_per_task} episode(s) "
-             f"per task and policy, seeds {report.seed}..{report.seed + report.episodes_per_task - 1}, "
-             f"at most {report.max_steps} step(s)", "", floor_table(report), ""]
+    parts = [
+        f"adversarial floor of {report.env}: {', '.join(report.policies)}; {report.episodes_per_task} episode(s) "
+        f"per task and policy, seeds {report.seed}..{report.seed + report.episodes_per_task - 1}, "
+        f"at most {report.max_steps} step(s)",
+        "",
+        floor_table(report),
+        "",
+    ]
     scored = scored_lines(report)
     parts += ["tasks where a policy scored:", *scored] if scored else ["no policy scored on any task"]
     crashed = report.errors()
     if crashed:
-        parts += ["", "crashed episodes:", *(f"  {e.task} {e.policy} seed {e.seed}: {e.error}" for e in crashed[:20])]
+        parts += [
+            "",
+            "crashed episodes:",
+            *(f"  {e.task} {e.policy} seed {e.seed}: {e.error}" for e in crashed[:20]),
+        ]
         if len(crashed) > 20:
             parts.append(f"  ... and {len(crashed) - 20} more (floor.json has them all)")
     parts += ["", floor_summary(report)]
@@ -227,15 +255,38 @@ def floor_text(report: FloorReport) -> str:
 def floor_markdown(report: FloorReport) -> str:
     """floor.md: the settings, the table, and the tasks where a policy scored."""
     options = ", ".join(f"{k}={v}" for k, v in report.options.items()) or "none"
-    parts = [f"# Adversarial floor: {report.env}", "",
-             f"Policies {', '.join(report.policies)}; {report.episodes_per_task} episode(s) per task and policy "
-             f"(seeds {report.seed}..{report.seed + report.episodes_per_task - 1}), at most {report.max_steps} step(s); "
-             f"server options: {options}.", "", floor_summary(report) + ".", "",
-             "Each cell: successes / episodes.", "", floor_markdown_table(report), ""]
+    parts = [
+        f"# Adversarial floor: {report.env}",
+        "",
+        f"Policies {', '.join(report.policies)}; {report.episodes_per_task} episode(s) per task and policy "
+        f"(seeds {report.seed}..{report.seed + report.episodes_per_task - 1}), at most {report.max_steps} step(s); "
+        f"server options: {options}.",
+        "",
+        floor_summary(report) + ".",
+        "",
+        "Each cell: successes / episodes.",
+        "",
+        floor_markdown_table(report),
+        "",
+    ]
     scored = scored_lines(report, markdown=True)
     parts += ["## Tasks where a policy scored", "", *scored] if scored else ["No policy scored on any task."]
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["FAIL", "PASS", "SKIP", "CheckReport", "CheckResult", "FloorCell", "FloorEpisode", "FloorReport",
-           "floor_markdown", "floor_markdown_table", "floor_summary", "floor_table", "floor_text", "scored_lines"]
+__all__ = [
+    "FAIL",
+    "PASS",
+    "SKIP",
+    "CheckReport",
+    "CheckResult",
+    "FloorCell",
+    "FloorEpisode",
+    "FloorReport",
+    "floor_markdown",
+    "floor_markdown_table",
+    "floor_summary",
+    "floor_table",
+    "floor_text",
+    "scored_lines",
+]

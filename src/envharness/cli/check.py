@@ -26,28 +26,74 @@ from envharness.cli import options
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from envharness.core.registry import ENVIRONMENTS
 
-    parser.add_argument("env", metavar="ENV", help=f"environment: {', '.join(ENVIRONMENTS)}, or module.path:attribute")
+    parser.add_argument(
+        "env", metavar="ENV", help=f"environment: {', '.join(ENVIRONMENTS)}, or module.path:attribute"
+    )
     options.add_env_options(parser)
     options.add_tasks(parser)
     options.add_env_url(parser)
     options.add_seed(parser, 0, "first episode seed; episodes use SEED..SEED+N-1")
-    parser.add_argument("--max-steps", "--max-turns", dest="max_steps", type=int, default=None, metavar="N",
-                        help="actions per episode (default 20 for the contract's episodes, 5 for the floor's)")
-    parser.add_argument("--episodes", type=int, default=2, metavar="N",
-                        help="contract: seeds per task, each played twice (default %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=4, metavar="N", help="episodes in flight at once (default %(default)s)")
-    parser.add_argument("--episode-timeout", type=float, default=120.0, metavar="S",
-                        help="seconds before an episode is failed (default %(default)s)")
+    parser.add_argument(
+        "--max-steps",
+        "--max-turns",
+        dest="max_steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="actions per episode (default 20 for the contract's episodes, 5 for the floor's)",
+    )
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=2,
+        metavar="N",
+        help="contract: seeds per task, each played twice (default %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        metavar="N",
+        help="episodes in flight at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds before an episode is failed (default %(default)s)",
+    )
     floor = parser.add_argument_group("adversarial floor")
-    floor.add_argument("--floor", action="store_true",
-                       help="run the adversarial floor instead of the contract checks: random, noop, hostile and repeat "
-                            "policies, whose success must be near zero")
-    floor.add_argument("--floor-episodes", type=int, default=3, metavar="N", help="episodes per task and policy (default %(default)s)")
-    floor.add_argument("--floor-policies", type=options.names, default=None, metavar="P[,P]",
-                       help="the policies to run (default: random,noop,hostile,repeat)")
-    floor.add_argument("--floor-out", default=None, metavar="DIR", help="write floor.json and floor.md (the table) there")
-    floor.add_argument("--floor-max-success", type=float, default=None, metavar="RATE",
-                       help="exit 1 when a policy's success rate on a task is above RATE (default: report only)")
+    floor.add_argument(
+        "--floor",
+        action="store_true",
+        help="run the adversarial floor instead of the contract checks: random, noop, hostile and repeat "
+        "policies, whose success must be near zero",
+    )
+    floor.add_argument(
+        "--floor-episodes",
+        type=int,
+        default=3,
+        metavar="N",
+        help="episodes per task and policy (default %(default)s)",
+    )
+    floor.add_argument(
+        "--floor-policies",
+        type=options.names,
+        default=None,
+        metavar="P[,P]",
+        help="the policies to run (default: random,noop,hostile,repeat)",
+    )
+    floor.add_argument(
+        "--floor-out", default=None, metavar="DIR", help="write floor.json and floor.md (the table) there"
+    )
+    floor.add_argument(
+        "--floor-max-success",
+        type=float,
+        default=None,
+        metavar="RATE",
+        help="exit 1 when a policy's success rate on a task is above RATE (default: report only)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (floor)")
 
 
@@ -68,9 +114,17 @@ def run(args: argparse.Namespace) -> int:
 def run_contract(args: argparse.Namespace, env_options: dict) -> int:
     from envharness.check import check_environment
 
-    report = check_environment(args.env, env_options, tasks=args.tasks, episodes=args.episodes, seed=args.seed,
-                               max_steps=args.max_steps or 20, concurrency=args.concurrency, env_url=args.env_url,
-                               episode_timeout_s=args.episode_timeout or None)
+    report = check_environment(
+        args.env,
+        env_options,
+        tasks=args.tasks,
+        episodes=args.episodes,
+        seed=args.seed,
+        max_steps=args.max_steps or 20,
+        concurrency=args.concurrency,
+        env_url=args.env_url,
+        episode_timeout_s=args.episode_timeout or None,
+    )
     print(report.format())
     return 0 if report.ok else 1
 
@@ -79,9 +133,19 @@ def run_floor(args: argparse.Namespace, env_options: dict) -> int:
     from envharness.check import POLICIES, run_floor as floor
     from envharness.check.report import floor_markdown, floor_text
 
-    report = floor(args.env, env_options, tasks=args.tasks, policies=args.floor_policies or list(POLICIES),
-                   episodes=args.floor_episodes, seed=args.seed, max_steps=args.max_steps or 5, concurrency=args.concurrency,
-                   env_url=args.env_url, episode_timeout_s=args.episode_timeout or None, progress=not args.no_progress)
+    report = floor(
+        args.env,
+        env_options,
+        tasks=args.tasks,
+        policies=args.floor_policies or list(POLICIES),
+        episodes=args.floor_episodes,
+        seed=args.seed,
+        max_steps=args.max_steps or 5,
+        concurrency=args.concurrency,
+        env_url=args.env_url,
+        episode_timeout_s=args.episode_timeout or None,
+        progress=not args.no_progress,
+    )
     print(floor_text(report))
     if args.floor_out:
         out = Path(args.floor_out)
@@ -92,7 +156,9 @@ def run_floor(args: argparse.Namespace, env_options: dict) -> int:
     if args.floor_max_success is not None:
         rate, task, policy = report.worst_rate()
         if rate > args.floor_max_success:
-            print(f"FAIL  floor: {policy} won {rate:.0%} of its episodes on {task} (above --floor-max-success "
-                  f"{args.floor_max_success:g})")
+            print(
+                f"FAIL  floor: {policy} won {rate:.0%} of its episodes on {task} (above --floor-max-success "
+                f"{args.floor_max_success:g})"
+            )
             return 1
     return 0

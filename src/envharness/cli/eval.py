@@ -41,35 +41,97 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_threads(parser)
     options.add_device(parser)
     # eval's own
-    parser.add_argument("--episodes", type=int, default=_D.episodes, help="episodes per task, seeds SEED..SEED+N-1 (default %(default)s)")
-    parser.add_argument("--axtree-tokens", type=int, default=_D.axtree_tokens, help="token budget of the page text in a prompt (default %(default)s)")
-    parser.add_argument("--history-steps", type=int, default=_D.history_steps, help="earlier steps recalled in a prompt (default %(default)s)")
-    parser.add_argument("--actions", type=options.names, default=[],
-                        help="comma-separated actions (tools) the model may use (default: the environment's)")
-    parser.add_argument("--concurrency", type=int, default=_D.concurrency, help="episodes in flight at once (default %(default)s)")
-    parser.add_argument("--batch-wait", type=float, default=None,
-                        help="seconds a batch of model calls waits for episodes still in the browser "
-                             "(default: 2 for local models, 0.05 for remote/scripted)")
-    parser.add_argument("--resume", action="store_true", help="skip the episodes the run folder already holds")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=_D.episodes,
+        help="episodes per task, seeds SEED..SEED+N-1 (default %(default)s)",
+    )
+    parser.add_argument(
+        "--axtree-tokens",
+        type=int,
+        default=_D.axtree_tokens,
+        help="token budget of the page text in a prompt (default %(default)s)",
+    )
+    parser.add_argument(
+        "--history-steps",
+        type=int,
+        default=_D.history_steps,
+        help="earlier steps recalled in a prompt (default %(default)s)",
+    )
+    parser.add_argument(
+        "--actions",
+        type=options.names,
+        default=[],
+        help="comma-separated actions (tools) the model may use (default: the environment's)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=_D.concurrency,
+        help="episodes in flight at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-wait",
+        type=float,
+        default=None,
+        help="seconds a batch of model calls waits for episodes still in the browser "
+        "(default: 2 for local models, 0.05 for remote/scripted)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="skip the episodes the run folder already holds"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace the run folder's results")
     parser.add_argument("--no-screenshots", action="store_true", help="do not take or keep screenshots")
-    parser.add_argument("--episode-timeout", type=float, default=None,
-                        help="seconds before an episode is failed, model time included (default: none)")
+    parser.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=None,
+        help="seconds before an episode is failed, model time included (default: none)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--record-tokens", action="store_true",
-                        help="keep each episode's exact token ids in episodes.jsonl, as training sees them (conversation prompts)")
-    parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="print two runs' results side by side, run nothing")
+    parser.add_argument(
+        "--record-tokens",
+        action="store_true",
+        help="keep each episode's exact token ids in episodes.jsonl, as training sees them (conversation prompts)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        help="print two runs' results side by side, run nothing",
+    )
     # -- vision policies --
-    parser.add_argument("--vision", action=argparse.BooleanOptionalAction, default=None,
-                        help="put the page's screenshot into every prompt (default: when the model is a vision model)")
-    parser.add_argument("--screenshot-max-side", type=int, default=_D.screenshot_max_side,
-                        help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)")
+    parser.add_argument(
+        "--vision",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="put the page's screenshot into every prompt (default: when the model is a vision model)",
+    )
+    parser.add_argument(
+        "--screenshot-max-side",
+        type=int,
+        default=_D.screenshot_max_side,
+        help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)",
+    )
     # fleet: episodes spread over many browser servers, with failover
-    parser.add_argument("--env-urls", type=options.names, default=[],
-                        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)")
-    parser.add_argument("--servers", type=int, default=0, help="run N environment servers on Ray and spread episodes over them")
-    parser.add_argument("--ray-address", default=None,
-                        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
+    parser.add_argument(
+        "--env-urls",
+        type=options.names,
+        default=[],
+        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=0,
+        help="run N environment servers on Ray and spread episodes over them",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -140,20 +202,32 @@ def run(args: argparse.Namespace) -> int:
             from envharness.eval.runner import count_finished
 
             kept = f"{count_finished(config)} finished episode(s) in {config.out}/episodes.jsonl"
-            return say_interrupted("eval", guard, kept, resume_command(getattr(args, "_argv", None), out_flag="--out", out=config.out))
+            return say_interrupted(
+                "eval",
+                guard,
+                kept,
+                resume_command(getattr(args, "_argv", None), out_flag="--out", out=config.out),
+            )
     print()
-    print(f"{config.model} on {len(config.tasks)} task(s), {config.episodes} episode(s) each "
-          f"({result.ran} run now, {result.skipped} from before) in {result.seconds:.0f}s"
-          + (f", on {result.placement['device']} in {result.placement['dtype']}" if result.placement else ""))
+    print(
+        f"{config.model} on {len(config.tasks)} task(s), {config.episodes} episode(s) each "
+        f"({result.ran} run now, {result.skipped} from before) in {result.seconds:.0f}s"
+        + (f", on {result.placement['device']} in {result.placement['dtype']}" if result.placement else "")
+    )
     print(format_table(result.stats))
     print()
     for name, path in result.paths.items():
         print(f"  {name + ':':10s}{path}")
     lost = sum(s.infra_failures for s in result.stats if s.task != "all")
     if lost:
-        print(f"warning: {lost} episode(s) lost to a dead environment server, left out of the scores; --resume reruns them",
-              file=sys.stderr)
+        print(
+            f"warning: {lost} episode(s) lost to a dead environment server, left out of the scores; --resume reruns them",
+            file=sys.stderr,
+        )
     crashed = sum(1 for r in result.records if r.get("error"))
     if crashed:
-        print(f"warning: {crashed} episode(s) crashed (see `error` in episodes.jsonl); --resume reruns them", file=sys.stderr)
+        print(
+            f"warning: {crashed} episode(s) crashed (see `error` in episodes.jsonl); --resume reruns them",
+            file=sys.stderr,
+        )
     return 0

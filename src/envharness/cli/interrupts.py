@@ -55,8 +55,14 @@ class InterruptGuard:
         return "SIGTERM" if self.signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
 
 
-def resume_command(argv: Sequence[str] | None, *, out_flag: str, out: str, drop: Sequence[str] = ("--overwrite",),
-                   aliases: Sequence[str] = ("--output-dir",)) -> str:
+def resume_command(
+    argv: Sequence[str] | None,
+    *,
+    out_flag: str,
+    out: str,
+    drop: Sequence[str] = ("--overwrite",),
+    aliases: Sequence[str] = ("--output-dir",),
+) -> str:
     """The command line that resumes this run: the same arguments, the run folder named
     explicitly as `out_flag` (a default one has the start time in its name; `aliases` are its
     old spellings), plus `--resume`."""
@@ -79,12 +85,21 @@ def resume_command(argv: Sequence[str] | None, *, out_flag: str, out: str, drop:
 
 def say_interrupted(command: str, guard: InterruptGuard, kept: str, resume: str) -> int:
     """Print the one line an interrupted command leaves; returns its exit code."""
-    print(f"envharness {command}: stopped by {guard.signal_name}; kept {kept}. Resume with: {resume}", file=sys.stderr, flush=True)
+    print(
+        f"envharness {command}: stopped by {guard.signal_name}; kept {kept}. Resume with: {resume}",
+        file=sys.stderr,
+        flush=True,
+    )
     return guard.exit_code
 
 
-def say_checkpoints_kept(command: str, guard: InterruptGuard, argv: Sequence[str] | None, output_dir: str,
-                         kept: Callable[[Any], str] | None = None) -> int:
+def say_checkpoints_kept(
+    command: str,
+    guard: InterruptGuard,
+    argv: Sequence[str] | None,
+    output_dir: str,
+    kept: Callable[[Any], str] | None = None,
+) -> int:
     """The line of an interrupted training run (`train`, `sft`): the newest checkpoint kept and
     the command that resumes it, or, with none, the command that starts over."""
     from envharness.integrations.trl.resume import latest_checkpoint

@@ -16,7 +16,9 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="environment: echo, browsergym, or module.path:attribute")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="environment option (repeatable)")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="environment option (repeatable)"
+    )
     parser.add_argument("--log-level", default="warning", help="log level of messages on stderr")
 
 

@@ -29,8 +29,13 @@ def names(text: str) -> list[str]:
 class _ExtendNames(argparse.Action):
     """Comma-separated names, repeatable: `--tasks a,b --task c` -> [a, b, c] (replaces the default)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         current = getattr(namespace, self.dest, None)
         items = [] if current is None or current is self.default else list(current)
         setattr(namespace, self.dest, items + names(values))
@@ -40,15 +45,25 @@ def add_env(parser: argparse.ArgumentParser) -> None:
     from envharness.core.registry import ENVIRONMENTS
 
     known = ", ".join(f"{n} ({s.summary})" if s.summary else n for n, s in ENVIRONMENTS.items() if s.harness)
-    parser.add_argument("--env", default="browsergym", metavar="NAME",
-                        help=f"the environment: {known}, or module.path:attribute of an EnvSpec (default: browsergym)")
+    parser.add_argument(
+        "--env",
+        default="browsergym",
+        metavar="NAME",
+        help=f"the environment: {known}, or module.path:attribute of an EnvSpec (default: browsergym)",
+    )
 
 
 def add_env_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env-option", dest="env_options", action="append", default=[], metavar="KEY=VALUE",
-                        help="an option of the environment server (`serve NAME --option KEY=VALUE`): the server the run "
-                             "starts gets it, and the task list follows it (e.g. browsergym's tasks=mypkg.webtasks); "
-                             "with --env-url, say what that server was started with (repeatable)")
+    parser.add_argument(
+        "--env-option",
+        dest="env_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the environment server (`serve NAME --option KEY=VALUE`): the server the run "
+        "starts gets it, and the task list follows it (e.g. browsergym's tasks=mypkg.webtasks); "
+        "with --env-url, say what that server was started with (repeatable)",
+    )
 
 
 def env_options(pairs: list[str]) -> dict[str, Any]:
@@ -58,22 +73,36 @@ def env_options(pairs: list[str]) -> dict[str, Any]:
 
 def add_tasks(parser: argparse.ArgumentParser, default: Sequence[str] = ()) -> None:
     shown = ",".join(default) if default else "the environment's default tasks"
-    parser.add_argument("--tasks", "--task", dest="tasks", action=_ExtendNames, default=list(default), metavar="TASK[,TASK]",
-                        help=f"the environment's tasks, comma-separated and/or repeated; a split name or `all` takes "
-                             f"every task of it (default: {shown})")
+    parser.add_argument(
+        "--tasks",
+        "--task",
+        dest="tasks",
+        action=_ExtendNames,
+        default=list(default),
+        metavar="TASK[,TASK]",
+        help=f"the environment's tasks, comma-separated and/or repeated; a split name or `all` takes "
+        f"every task of it (default: {shown})",
+    )
 
 
 def add_model(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--model", default=default, metavar="SPEC", help=f"{MODEL_SPECS} (default: {default})")
+    parser.add_argument(
+        "--model", default=default, metavar="SPEC", help=f"{MODEL_SPECS} (default: {default})"
+    )
 
 
 def add_prompt(parser: argparse.ArgumentParser, default: str) -> None:
     from envharness.prompts import prompt_styles
 
     styles = "; ".join(f"{s.name}: {s.description}" for s in prompt_styles())
-    parser.add_argument("--prompt", default=default, type=str.strip, metavar="STYLE",
-                        help=f"prompt style of the environment, the same in eval and train (the browser's: {styles}), "
-                             f"or module.path:function (default: {default or 'the environment default'})")
+    parser.add_argument(
+        "--prompt",
+        default=default,
+        type=str.strip,
+        metavar="STYLE",
+        help=f"prompt style of the environment, the same in eval and train (the browser's: {styles}), "
+        f"or module.path:function (default: {default or 'the environment default'})",
+    )
 
 
 def check_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -89,36 +118,71 @@ def check_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def add_out(parser: argparse.ArgumentParser, what: str, default_text: str) -> None:
-    parser.add_argument("--out", "--output-dir", dest="out", default=None, metavar="DIR",
-                        help=f"run folder: {what} (default {default_text})")
+    parser.add_argument(
+        "--out",
+        "--output-dir",
+        dest="out",
+        default=None,
+        metavar="DIR",
+        help=f"run folder: {what} (default {default_text})",
+    )
 
 
 def add_env_url(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env-url", default=None, metavar="URL",
-                        help="a running `envharness serve ENV` (default: start one on loopback)")
+    parser.add_argument(
+        "--env-url",
+        default=None,
+        metavar="URL",
+        help="a running `envharness serve ENV` (default: start one on loopback)",
+    )
 
 
 def add_seed(parser: argparse.ArgumentParser, default: int, help_text: str) -> None:
-    parser.add_argument("--seed", type=int, default=default, metavar="N", help=f"{help_text} (default %(default)s)")
+    parser.add_argument(
+        "--seed", type=int, default=default, metavar="N", help=f"{help_text} (default %(default)s)"
+    )
 
 
 def add_max_turns(parser: argparse.ArgumentParser, default: int) -> None:
-    parser.add_argument("--max-turns", "--max-steps", dest="max_turns", type=int, default=default, metavar="N",
-                        help="model turns (actions, moves) per episode (default %(default)s)")
+    parser.add_argument(
+        "--max-turns",
+        "--max-steps",
+        dest="max_turns",
+        type=int,
+        default=default,
+        metavar="N",
+        help="model turns (actions, moves) per episode (default %(default)s)",
+    )
 
 
 def add_max_new_tokens(parser: argparse.ArgumentParser, default: int) -> None:
-    parser.add_argument("--max-new-tokens", "--max-completion-length", dest="max_new_tokens", type=int, default=default, metavar="N",
-                        help="tokens per model reply (default %(default)s)")
+    parser.add_argument(
+        "--max-new-tokens",
+        "--max-completion-length",
+        dest="max_new_tokens",
+        type=int,
+        default=default,
+        metavar="N",
+        help="tokens per model reply (default %(default)s)",
+    )
 
 
-def add_temperature(parser: argparse.ArgumentParser, default: float, help_text: str = "sampling temperature") -> None:
-    parser.add_argument("--temperature", type=float, default=default, metavar="T", help=f"{help_text} (default %(default)s)")
+def add_temperature(
+    parser: argparse.ArgumentParser, default: float, help_text: str = "sampling temperature"
+) -> None:
+    parser.add_argument(
+        "--temperature", type=float, default=default, metavar="T", help=f"{help_text} (default %(default)s)"
+    )
 
 
 def add_threads(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch CPU threads for local models (1 is fastest when other jobs share the cores)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads for local models (1 is fastest when other jobs share the cores)",
+    )
 
 
 def set_threads(threads: int | None) -> None:
@@ -136,13 +200,26 @@ def add_device(parser: argparse.ArgumentParser, training: bool = False) -> None:
     """`--device` and `--dtype`: where a local model runs (models/device.py)."""
     from envharness.models.device import DEVICE_CHOICES, DTYPE_CHOICES
 
-    parser.add_argument("--device", default="auto", type=str.strip, metavar="DEVICE",
-                        help=f"where a local model runs: {DEVICE_CHOICES} (default auto: the GPU when torch sees one)")
-    precision = ("the precision of the forward passes: the weights stay float32 and bfloat16/float16 run as mixed precision"
-                 if training else "the model's weights and compute")
-    parser.add_argument("--dtype", default="auto", type=str.strip, metavar="DTYPE",
-                        help=f"{precision}: {', '.join(DTYPE_CHOICES)} (default auto: bfloat16 on a GPU that has it, "
-                             "float32 on a CPU; only float32 keeps sampled and recomputed logprobs equal)")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        type=str.strip,
+        metavar="DEVICE",
+        help=f"where a local model runs: {DEVICE_CHOICES} (default auto: the GPU when torch sees one)",
+    )
+    precision = (
+        "the precision of the forward passes: the weights stay float32 and bfloat16/float16 run as mixed precision"
+        if training
+        else "the model's weights and compute"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        type=str.strip,
+        metavar="DTYPE",
+        help=f"{precision}: {', '.join(DTYPE_CHOICES)} (default auto: bfloat16 on a GPU that has it, "
+        "float32 on a CPU; only float32 keeps sampled and recomputed logprobs equal)",
+    )
 
 
 def check_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -163,8 +240,13 @@ def add_env_selection(parser: argparse.ArgumentParser) -> None:
     from envharness.core.registry import ENVIRONMENTS
 
     parser.add_argument("name", help=f"environment: {', '.join(ENVIRONMENTS)}, or module.path:attribute")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"environment option (repeatable; also ${OPTION_ENV_PREFIX}<KEY>)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"environment option (repeatable; also ${OPTION_ENV_PREFIX}<KEY>)",
+    )
 
 
 def parse_value(text: str) -> Any:
@@ -176,7 +258,11 @@ def parse_value(text: str) -> Any:
 
 def collect_options(pairs: list[str], environ: dict[str, str]) -> dict[str, Any]:
     """Env options from `ENVHARNESS_OPTION_<KEY>` variables, then `--option KEY=VALUE` (flags win)."""
-    options = {k[len(OPTION_ENV_PREFIX):].lower(): parse_value(v) for k, v in environ.items() if k.startswith(OPTION_ENV_PREFIX)}
+    options = {
+        k[len(OPTION_ENV_PREFIX) :].lower(): parse_value(v)
+        for k, v in environ.items()
+        if k.startswith(OPTION_ENV_PREFIX)
+    }
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:

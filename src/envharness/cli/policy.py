@@ -24,30 +24,65 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_model(parser, "embedded")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000, help="port (0: a free one; default %(default)s)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
-                        help="tokens per reply when a request names none (default %(default)s)")
-    parser.add_argument("--temperature", type=float, default=None, metavar="T",
-                        help="force this sampling temperature on every call (default: what each request asks)")
-    parser.add_argument("--context-length", type=int, default=None, metavar="N",
-                        help="refuse prompts of N tokens or more (default: the model's own window)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=256,
+        metavar="N",
+        help="tokens per reply when a request names none (default %(default)s)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        metavar="T",
+        help="force this sampling temperature on every call (default: what each request asks)",
+    )
+    parser.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        metavar="N",
+        help="refuse prompts of N tokens or more (default: the model's own window)",
+    )
     options.add_threads(parser)
     options.add_device(parser)
     # limits (policy/limits.py)
-    parser.add_argument("--token", default=None,
-                        help="require `Authorization: Bearer TOKEN` on the driver's routes, and the token or a rollout's own "
-                             "api_key on agents' calls (default: $ENVHARNESS_TOKEN; none: open, on loopback by default)")
-    parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="N",
-                        help="largest request body accepted (default %(default)s: room for screenshots)")
-    parser.add_argument("--max-calls-per-rollout", type=int, default=PolicyLimits.max_calls_per_rollout, metavar="N",
-                        help="model calls one rollout may make (default %(default)s; 0: no limit)")
-    parser.add_argument("--rollout-idle-timeout", type=float, default=PolicyLimits.rollout_idle_s, metavar="S",
-                        help="end a rollout no call reached for S seconds (default %(default)s; 0: never)")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="require `Authorization: Bearer TOKEN` on the driver's routes, and the token or a rollout's own "
+        "api_key on agents' calls (default: $ENVHARNESS_TOKEN; none: open, on loopback by default)",
+    )
+    parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        metavar="N",
+        help="largest request body accepted (default %(default)s: room for screenshots)",
+    )
+    parser.add_argument(
+        "--max-calls-per-rollout",
+        type=int,
+        default=PolicyLimits.max_calls_per_rollout,
+        metavar="N",
+        help="model calls one rollout may make (default %(default)s; 0: no limit)",
+    )
+    parser.add_argument(
+        "--rollout-idle-timeout",
+        type=float,
+        default=PolicyLimits.rollout_idle_s,
+        metavar="S",
+        help="end a rollout no call reached for S seconds (default %(default)s; 0: never)",
+    )
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     options.check_device(parser, args)
     if args.max_request_bytes < 1024 or args.max_calls_per_rollout < 0 or args.rollout_idle_timeout < 0:
-        parser.error("--max-request-bytes must be at least 1024; --max-calls-per-rollout and --rollout-idle-timeout not negative")
+        parser.error(
+            "--max-request-bytes must be at least 1024; --max-calls-per-rollout and --rollout-idle-timeout not negative"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,18 +98,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"envharness policy: {exc}", file=sys.stderr)
         return 2
     sampling = {"temperature": args.temperature} if args.temperature is not None else None
-    limits = PolicyLimits(token=args.token or os.environ.get("ENVHARNESS_TOKEN") or None,
-                          max_request_bytes=args.max_request_bytes, max_calls_per_rollout=args.max_calls_per_rollout or None,
-                          rollout_idle_s=args.rollout_idle_timeout or None)
-    endpoint = PolicyEndpoint(backend, sampling=sampling, default_max_tokens=args.max_new_tokens,
-                              context_length=args.context_length, limits=limits)
+    limits = PolicyLimits(
+        token=args.token or os.environ.get("ENVHARNESS_TOKEN") or None,
+        max_request_bytes=args.max_request_bytes,
+        max_calls_per_rollout=args.max_calls_per_rollout or None,
+        rollout_idle_s=args.rollout_idle_timeout or None,
+    )
+    endpoint = PolicyEndpoint(
+        backend,
+        sampling=sampling,
+        default_max_tokens=args.max_new_tokens,
+        context_length=args.context_length,
+        limits=limits,
+    )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     server = uvicorn_server(create_policy_app(endpoint))
     where = getattr(backend, "placement", None)
-    print(f"envharness policy: {endpoint.model_name}{f' on {where.device} in {where.dtype_name}' if where else ''}"
-          f"{' (bearer token required)' if limits.token else ''} listening on http://{host}:{sock.getsockname()[1]} "
-          "(POST /rollouts, then an OpenAI client on /rollouts/ID/v1)", flush=True)
+    print(
+        f"envharness policy: {endpoint.model_name}{f' on {where.device} in {where.dtype_name}' if where else ''}"
+        f"{' (bearer token required)' if limits.token else ''} listening on http://{host}:{sock.getsockname()[1]} "
+        "(POST /rollouts, then an OpenAI client on /rollouts/ID/v1)",
+        flush=True,
+    )
     serve_until_stopped(server, sock)
     print(f"envharness policy: stopped; {endpoint.store.open_count} rollout(s) still open", flush=True)
     return 0

@@ -13,9 +13,14 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="the folder `envharness eval --out` or `envharness train --output-dir` wrote")
-    parser.add_argument("--env-url", default=None,
-                        help="a running server of the run's environment, started with the run's options (default: start one)")
+    parser.add_argument(
+        "run_dir", help="the folder `envharness eval --out` or `envharness train --output-dir` wrote"
+    )
+    parser.add_argument(
+        "--env-url",
+        default=None,
+        help="a running server of the run's environment, started with the run's options (default: start one)",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="episodes replayed at once (default 4)")
     parser.add_argument("--out", default=None, help="where to write the report (default RUN_DIR/replay.json)")
 
@@ -34,18 +39,26 @@ def run(args: argparse.Namespace) -> int:
     from envharness.replay import ReplaySetupError, replay_run, write_report
 
     try:
-        report = replay_run(args.run_dir, env_url=args.env_url, concurrency=args.concurrency,
-                            on_episode=lambda e: print(_line(e), flush=True))
+        report = replay_run(
+            args.run_dir,
+            env_url=args.env_url,
+            concurrency=args.concurrency,
+            on_episode=lambda e: print(_line(e), flush=True),
+        )
     except ReplaySetupError as exc:
         print(f"envharness replay: {exc}", file=sys.stderr)
         return 2
     if report.caveat:
         print(f"envharness replay: note: {report.caveat}")
     if any(not e.observations_compared for e in report.episodes):
-        print("envharness replay: note: some records keep no observation fingerprints (written by an older "
-              "envharness): their rewards and done flags were compared, not their observations")
+        print(
+            "envharness replay: note: some records keep no observation fingerprints (written by an older "
+            "envharness): their rewards and done flags were compared, not their observations"
+        )
     path = write_report(report, args.out or Path(args.run_dir) / "replay.json")
     total = len(report.episodes)
-    print(f"envharness replay: {report.identical}/{total} episodes identical, {len(report.differing)} different, "
-          f"{len(report.skipped)} skipped ({report.run.env}, {report.run.kind} run); report: {path}")
+    print(
+        f"envharness replay: {report.identical}/{total} episodes identical, {len(report.differing)} different, "
+        f"{len(report.skipped)} skipped ({report.run.env}, {report.run.kind} run); report: {path}"
+    )
     return 0 if report.identical == total else 1

@@ -17,22 +17,47 @@ from envharness.cli.options import OPTION_ENV_PREFIX, add_env_selection, collect
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_selection(parser)
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 exposes it)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 exposes it)"
+    )
     parser.add_argument("--port", type=int, default=8000, help="port (0: a free one; the URL is printed)")
-    parser.add_argument("--max-sessions", type=int, default=64, help="concurrent sessions allowed (default 64)")
-    parser.add_argument("--idle-timeout", type=float, default=600.0,
-                        help="seconds before a silent session is closed (default 600; 0 disables)")
-    parser.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` (default: $ENVHARNESS_TOKEN)")
-    parser.add_argument("--max-message-bytes", type=int, default=4 * 1024 * 1024, help="largest accepted message")
-    parser.add_argument("--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds")
+    parser.add_argument(
+        "--max-sessions", type=int, default=64, help="concurrent sessions allowed (default 64)"
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="seconds before a silent session is closed (default 600; 0 disables)",
+    )
+    parser.add_argument(
+        "--token", default=None, help="require `Authorization: Bearer TOKEN` (default: $ENVHARNESS_TOKEN)"
+    )
+    parser.add_argument(
+        "--max-message-bytes", type=int, default=4 * 1024 * 1024, help="largest accepted message"
+    )
+    parser.add_argument(
+        "--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds"
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     # the page to play by hand at /web (off unless asked; MCP at /mcp is always on)
-    parser.add_argument("--web", action="store_true", help="serve a page at /web to play the environment by hand")
+    parser.add_argument(
+        "--web", action="store_true", help="serve a page at /web to play the environment by hand"
+    )
     # lifecycle: never outlive the job that started the server
-    parser.add_argument("--exit-with-parent", type=int, default=None, metavar="PID",
-                        help="stop (closing every browser) when process PID exits; PID is usually the parent's")
-    parser.add_argument("--shutdown-timeout", type=float, default=20.0,
-                        help="seconds a stop may take before the server kills its browsers and exits (default 20)")
+    parser.add_argument(
+        "--exit-with-parent",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop (closing every browser) when process PID exits; PID is usually the parent's",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=20.0,
+        help="seconds a stop may take before the server kills its browsers and exits (default 20)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,24 +71,43 @@ def run(args: argparse.Namespace) -> int:
         print(f"envharness serve: {exc}", file=sys.stderr)
         return 2
     token = args.token or os.environ.get("ENVHARNESS_TOKEN") or None
-    app = create_app(factory, name=args.name, max_sessions=args.max_sessions, token=token,
-                     idle_timeout_s=args.idle_timeout or None, max_message_bytes=args.max_message_bytes,
-                     web=getattr(args, "web", False))
+    app = create_app(
+        factory,
+        name=args.name,
+        max_sessions=args.max_sessions,
+        token=token,
+        idle_timeout_s=args.idle_timeout or None,
+        max_message_bytes=args.max_message_bytes,
+        web=getattr(args, "web", False),
+    )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    server = uvicorn_server(app, ping_interval_s=args.ping_interval, ping_timeout_s=args.ping_interval, log_level=args.log_level)
-    print(f"envharness serve: {args.name} listening on http://{host}:{sock.getsockname()[1]}"
-          f"{' (bearer token required)' if token else ''}", flush=True)
+    server = uvicorn_server(
+        app, ping_interval_s=args.ping_interval, ping_timeout_s=args.ping_interval, log_level=args.log_level
+    )
+    print(
+        f"envharness serve: {args.name} listening on http://{host}:{sock.getsockname()[1]}"
+        f"{' (bearer token required)' if token else ''}",
+        flush=True,
+    )
     if getattr(args, "web", False):
-        print(f"envharness serve: play it by hand at http://{host}:{sock.getsockname()[1]}/web"
-              f"{'?token=...' if token else ''}", flush=True)
+        print(
+            f"envharness serve: play it by hand at http://{host}:{sock.getsockname()[1]}/web"
+            f"{'?token=...' if token else ''}",
+            flush=True,
+        )
     from envharness.core.lifecycle import bound_shutdown, exit_with_parent
 
     if args.exit_with_parent is not None:
-        exit_with_parent(args.exit_with_parent, lambda: setattr(server, "should_exit", True), name="envharness serve")
+        exit_with_parent(
+            args.exit_with_parent, lambda: setattr(server, "should_exit", True), name="envharness serve"
+        )
     bound_shutdown(lambda: server.should_exit, args.shutdown_timeout)
     serve_until_stopped(server, sock)
     sessions = app.state.sessions
-    print(f"envharness serve: stopped; {sessions.sessions_closed} session(s) closed, "
-          f"{sessions.live_environments} environment(s) still open", flush=True)
+    print(
+        f"envharness serve: stopped; {sessions.sessions_closed} session(s) closed, "
+        f"{sessions.live_environments} environment(s) still open",
+        flush=True,
+    )
     return 0

@@ -38,18 +38,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_max_turns(parser, _D.max_turns)
     options.add_threads(parser)
     options.add_device(parser, training=True)
-    parser.add_argument("--demos", default=_D.demos, metavar="SOURCE",
-                        help="'scripted' (the environment's scripted policy) or an eval run folder recorded with "
-                             "--record-tokens (its successful episodes; default %(default)s)")
-    parser.add_argument("--episodes", type=int, default=_D.episodes, help="scripted demonstrations per task (default %(default)s)")
-    parser.add_argument("--epochs", type=float, default=_D.epochs, help="passes over the demonstrations (default %(default)s)")
+    parser.add_argument(
+        "--demos",
+        default=_D.demos,
+        metavar="SOURCE",
+        help="'scripted' (the environment's scripted policy) or an eval run folder recorded with "
+        "--record-tokens (its successful episodes; default %(default)s)",
+    )
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=_D.episodes,
+        help="scripted demonstrations per task (default %(default)s)",
+    )
+    parser.add_argument(
+        "--epochs", type=float, default=_D.epochs, help="passes over the demonstrations (default %(default)s)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps instead of --epochs")
-    parser.add_argument("--batch-size", type=int, default=_D.batch_size, help="demonstrations per step (default %(default)s)")
-    parser.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=_D.learning_rate, help="learning rate")
+    parser.add_argument(
+        "--batch-size", type=int, default=_D.batch_size, help="demonstrations per step (default %(default)s)"
+    )
+    parser.add_argument(
+        "--lr", "--learning-rate", dest="lr", type=float, default=_D.learning_rate, help="learning rate"
+    )
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (merged into final/)")
     parser.add_argument("--lora-rank", type=int, default=_D.lora_rank)
     parser.add_argument("--save-steps", type=int, default=_D.save_steps, help="checkpoint every N steps")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
@@ -61,12 +78,29 @@ def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
     if args.resume and not args.out:
         raise ValueError("--resume needs --out (the run folder to continue)")
     return SFTRunConfig(
-        env=args.env, env_options=options.env_options(args.env_options), tasks=args.tasks, model=args.model,
-        output_dir=args.out or time.strftime("runs/sft-%Y%m%d-%H%M%S"), demos=args.demos, episodes=args.episodes,
-        seed=args.seed, max_turns=args.max_turns, prompt=args.prompt, epochs=args.epochs, max_steps=args.steps,
-        batch_size=args.batch_size, learning_rate=args.lr, lora=args.lora, lora_rank=args.lora_rank,
-        save_steps=args.save_steps, threads=args.threads, env_url=args.env_url, resume=args.resume,
-        device=args.device, dtype=args.dtype)
+        env=args.env,
+        env_options=options.env_options(args.env_options),
+        tasks=args.tasks,
+        model=args.model,
+        output_dir=args.out or time.strftime("runs/sft-%Y%m%d-%H%M%S"),
+        demos=args.demos,
+        episodes=args.episodes,
+        seed=args.seed,
+        max_turns=args.max_turns,
+        prompt=args.prompt,
+        epochs=args.epochs,
+        max_steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        lora=args.lora,
+        lora_rank=args.lora_rank,
+        save_steps=args.save_steps,
+        threads=args.threads,
+        env_url=args.env_url,
+        resume=args.resume,
+        device=args.device,
+        dtype=args.dtype,
+    )
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -90,22 +124,38 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
         raise TrainSetupError(f"--env {config.env}: {exc}") from None
     config.prompt = config.prompt or harness.train_prompt
     if not get_prompt_style(config.prompt, env).conversation:
-        raise TrainSetupError(f"prompt style {config.prompt!r} builds a fresh prompt every step; demonstrations are one "
-                              "token sequence per episode: use a conversation style (the environment's training style)")
+        raise TrainSetupError(
+            f"prompt style {config.prompt!r} builds a fresh prompt every step; demonstrations are one "
+            "token sequence per episode: use a conversation style (the environment's training style)"
+        )
     out = Path(config.output_dir)
     demos = None
     if config.demos == "scripted":
-        demos = EvalConfig(out=str(out / "demos"), env=config.env, env_options=config.env_options, tasks=list(config.tasks),
-                           episodes=config.episodes, model="scripted", prompt=config.prompt, max_steps=config.max_turns,
-                           seed=config.seed, record_tokens=True, screenshots=False, progress=False,
-                           env_url=config.env_url, resume=config.resume and (out / "demos").is_dir())
+        demos = EvalConfig(
+            out=str(out / "demos"),
+            env=config.env,
+            env_options=config.env_options,
+            tasks=list(config.tasks),
+            episodes=config.episodes,
+            model="scripted",
+            prompt=config.prompt,
+            max_steps=config.max_turns,
+            seed=config.seed,
+            record_tokens=True,
+            screenshots=False,
+            progress=False,
+            env_url=config.env_url,
+            resume=config.resume and (out / "demos").is_dir(),
+        )
         try:
             demos.check()
         except EvalSetupError as exc:
             raise TrainSetupError(str(exc)) from None
         config.tasks = list(demos.tasks)
     elif not (Path(config.demos) / "episodes.jsonl").is_file():
-        raise TrainSetupError(f"--demos {config.demos!r}: neither 'scripted' nor an eval run folder (no episodes.jsonl)")
+        raise TrainSetupError(
+            f"--demos {config.demos!r}: neither 'scripted' nor an eval run folder (no episodes.jsonl)"
+        )
     try:
         checkpoint = plan_resume(out, asdict(config), config.resume, config_name="sft_config.json")
     except ValueError as exc:
@@ -126,7 +176,9 @@ def fine_tune(config: SFTRunConfig) -> dict:
 
     model, tokenizer = load_model(config.model, resolve(config.device, config.dtype))
     try:
-        records = asyncio.run(scripted_records(demos, tokenizer)) if demos is not None else read_run(config.demos)
+        records = (
+            asyncio.run(scripted_records(demos, tokenizer)) if demos is not None else read_run(config.demos)
+        )
         if demos is None and config.tasks:  # a run folder: keep the tasks asked for
             records = [r for r in records if r.get("task") in set(config.tasks)]
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -155,9 +207,13 @@ def run(args: argparse.Namespace) -> int:
             return 2
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
             return say_checkpoints_kept("sft", guard, getattr(args, "_argv", None), config.output_dir)
-    print(f"fine-tuned {result['steps']} steps on {result['demonstrations']} demonstrations "
-          f"({result['episodes']} episodes) in {result['seconds']:.0f}s")
+    print(
+        f"fine-tuned {result['steps']} steps on {result['demonstrations']} demonstrations "
+        f"({result['episodes']} episodes) in {result['seconds']:.0f}s"
+    )
     print(f"  model:          {result['final']}")
-    print(f"  demonstrations: {Path(config.demos if config.demos != 'scripted' else Path(config.output_dir) / 'demos')}")
+    print(
+        f"  demonstrations: {Path(config.demos if config.demos != 'scripted' else Path(config.output_dir) / 'demos')}"
+    )
     print(f"  log:            {Path(config.output_dir) / 'train_log.jsonl'}")
     return 0

@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_model(parser, d.model)
     options.add_tasks(parser)
     options.add_prompt(parser, d.prompt)
-    options.add_out(parser, "checkpoints, final/, episodes.jsonl, train_log.jsonl, reward_curve.png", "runs/train-<time>")
+    options.add_out(
+        parser, "checkpoints, final/, episodes.jsonl, train_log.jsonl, reward_curve.png", "runs/train-<time>"
+    )
     options.add_env_url(parser)
     options.add_seed(parser, d.seed, "training seed (episode pages are drawn from it)")
     options.add_max_turns(parser, d.max_turns)
@@ -43,57 +45,131 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_threads(parser)
     options.add_device(parser, training=True)
     # train's own
-    parser.add_argument("--steps", type=int, default=d.max_steps, help="optimizer steps (ignored with --minutes; default %(default)s)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=d.max_steps,
+        help="optimizer steps (ignored with --minutes; default %(default)s)",
+    )
     parser.add_argument("--minutes", type=float, default=None, help="train for this long instead of --steps")
-    parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights")
+    parser.add_argument(
+        "--lora", action="store_true", help="train a LoRA adapter (peft) instead of all weights"
+    )
     parser.add_argument("--lora-rank", type=int, default=d.lora_rank)
-    parser.add_argument("--num-generations", type=int, default=d.num_generations, help="episodes per task page (GRPO group size)")
+    parser.add_argument(
+        "--num-generations",
+        type=int,
+        default=d.num_generations,
+        help="episodes per task page (GRPO group size)",
+    )
     parser.add_argument("--groups-per-step", type=int, default=d.groups_per_step, help="task pages per step")
-    parser.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=d.learning_rate, help="learning rate")
+    parser.add_argument(
+        "--lr", "--learning-rate", dest="lr", type=float, default=d.learning_rate, help="learning rate"
+    )
     parser.add_argument("--beta", type=float, default=d.beta, help="KL coefficient (0: no reference model)")
-    parser.add_argument("--loss-type", default=d.loss_type, help="TRL loss type (dapo, grpo, dr_grpo, bnpo, ...)")
-    parser.add_argument("--reward", "--rewards", dest="rewards", action="append", metavar="NAME",
-                        help="reward function(s): success, sum, mean, max of the environment's reward, or one the "
-                             "environment adds (textarena: its shaped Wordle rewards); repeatable (default success)")
+    parser.add_argument(
+        "--loss-type", default=d.loss_type, help="TRL loss type (dapo, grpo, dr_grpo, bnpo, ...)"
+    )
+    parser.add_argument(
+        "--reward",
+        "--rewards",
+        dest="rewards",
+        action="append",
+        metavar="NAME",
+        help="reward function(s): success, sum, mean, max of the environment's reward, or one the "
+        "environment adds (textarena: its shaped Wordle rewards); repeatable (default success)",
+    )
     parser.add_argument("--save-steps", type=int, default=d.save_steps, help="checkpoint every N steps")
-    parser.add_argument("--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)")
-    parser.add_argument("--no-logprob-correction", dest="logprob_correction", action="store_false",
-                        help="log the gap between sampled and training logprobs but do not correct it "
-                             "(default: truncated importance sampling, as TRL does behind vLLM)")
+    parser.add_argument(
+        "--use-vllm", action="store_true", help="generate with TRL's vLLM (needs a CUDA GPU and vllm)"
+    )
+    parser.add_argument(
+        "--no-logprob-correction",
+        dest="logprob_correction",
+        action="store_false",
+        help="log the gap between sampled and training logprobs but do not correct it "
+        "(default: truncated importance sampling, as TRL does behind vLLM)",
+    )
     # -- experiment tracking --
-    parser.add_argument("--report-to", default=d.report_to, choices=list(REPORT_TO),
-                        help="experiment tracker (default none: nothing leaves the machine); tensorboard writes "
-                             "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline")
+    parser.add_argument(
+        "--report-to",
+        default=d.report_to,
+        choices=list(REPORT_TO),
+        help="experiment tracker (default none: nothing leaves the machine); tensorboard writes "
+        "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline",
+    )
     # fleet: episodes spread over many browser servers, with failover
-    parser.add_argument("--env-urls", type=options.names, default=[],
-                        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)")
-    parser.add_argument("--servers", type=int, default=0, help="run N environment servers on Ray and spread episodes over them")
-    parser.add_argument("--ray-address", default=None,
-                        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)")
+    parser.add_argument(
+        "--env-urls",
+        type=options.names,
+        default=[],
+        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=0,
+        help="run N environment servers on Ray and spread episodes over them",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)",
+    )
     # -- vision policies: `--model <VLM directory>` or `--model tiny-vlm` trains on screenshots --
-    parser.add_argument("--screenshot-max-side", type=int, default=d.screenshot_max_side,
-                        help="vision models: longest side of the screenshots they see, in pixels")
-    parser.add_argument("--vision-page-text", choices=["elements", "axtree", "none"], default=d.vision_page_text,
-                        help="vision models: page text shown beside the screenshot")
+    parser.add_argument(
+        "--screenshot-max-side",
+        type=int,
+        default=d.screenshot_max_side,
+        help="vision models: longest side of the screenshots they see, in pixels",
+    )
+    parser.add_argument(
+        "--vision-page-text",
+        choices=["elements", "axtree", "none"],
+        default=d.vision_page_text,
+        help="vision models: page text shown beside the screenshot",
+    )
     # agents that own their loop
-    parser.add_argument("--agent", default=None, metavar="MODULE:FUNCTION",
-                        help="train your own agent (module.path:function or path/to/agent.py:function, written against "
-                             "the openai and mcp SDKs) through the policy endpoint, instead of the harness's loop")
-    parser.add_argument("--agent-timeout", type=float, default=d.agent_timeout_s, metavar="S",
-                        help="with --agent: seconds one agent may take for its rollout; a late one is cancelled, its row "
-                             "masked, counted and named in the log (default %(default)s; 0: no limit)")
+    parser.add_argument(
+        "--agent",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="train your own agent (module.path:function or path/to/agent.py:function, written against "
+        "the openai and mcp SDKs) through the policy endpoint, instead of the harness's loop",
+    )
+    parser.add_argument(
+        "--agent-timeout",
+        type=float,
+        default=d.agent_timeout_s,
+        metavar="S",
+        help="with --agent: seconds one agent may take for its rollout; a late one is cancelled, its row "
+        "masked, counted and named in the log (default %(default)s; 0: no limit)",
+    )
     # resuming
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the latest checkpoint in --out (records and curve continue)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the latest checkpoint in --out (records and curve continue)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The `TrainConfig` the command line describes (validated)."""
-    for name in ("steps", "num_generations", "groups_per_step", "max_new_tokens", "max_turns", "save_steps", "lora_rank"):
+    for name in (
+        "steps",
+        "num_generations",
+        "groups_per_step",
+        "max_new_tokens",
+        "max_turns",
+        "save_steps",
+        "lora_rank",
+    ):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     if args.model.strip() == "scripted" or args.model.startswith(("openai:", "trl-vllm:")):
-        raise ValueError(f"--model {args.model} has no weights to train: use embedded, tiny, a model directory or a hub id")
+        raise ValueError(
+            f"--model {args.model} has no weights to train: use embedded, tiny, a model directory or a hub id"
+        )
     if args.num_generations < 2:
         raise ValueError("--num-generations must be at least 2 (GRPO compares episodes within a group)")
     if args.threads is not None and args.threads < 1:
@@ -109,7 +185,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.ray_address and not args.servers:
         raise ValueError("--ray-address needs --servers")
     if args.agent and (args.env_urls or args.servers):
-        raise ValueError("--agent plays through one server's /mcp: give --env-url (or nothing), not --env-urls/--servers")
+        raise ValueError(
+            "--agent plays through one server's /mcp: give --env-url (or nothing), not --env-urls/--servers"
+        )
     if args.resume and not args.out:
         raise ValueError("--resume needs --out (the run folder to continue)")
     return TrainConfig(
@@ -178,9 +256,16 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
             from envharness.integrations.trl.resume import count_step_records
 
-            return say_checkpoints_kept("train", guard, getattr(args, "_argv", None), config.output_dir, lambda latest: (
-                f"{latest.step} step(s) in {latest.path} and their "
-                f"{count_step_records(config.output_dir, latest.step)} episode record(s)"))
+            return say_checkpoints_kept(
+                "train",
+                guard,
+                getattr(args, "_argv", None),
+                config.output_dir,
+                lambda latest: (
+                    f"{latest.step} step(s) in {latest.path} and their "
+                    f"{count_step_records(config.output_dir, latest.step)} episode record(s)"
+                ),
+            )
     print(f"trained {result.steps} steps in {result.seconds:.0f}s")
     print(f"  model:        {result.final_model_dir}")
     print(f"  episodes:     {result.records_path}")

@@ -29,7 +29,14 @@ T = TypeVar("T")
 ClientT = TypeVar("ClientT", bound="AsyncEnvClient")
 
 #: Error codes after which the server has closed the connection.
-_SESSION_ENDING = {"CAPACITY_REACHED", "UNAUTHORIZED", "IDLE_TIMEOUT", "SHUTTING_DOWN", "FACTORY_ERROR", "SESSION_ERROR"}
+_SESSION_ENDING = {
+    "CAPACITY_REACHED",
+    "UNAUTHORIZED",
+    "IDLE_TIMEOUT",
+    "SHUTTING_DOWN",
+    "FACTORY_ERROR",
+    "SESSION_ERROR",
+}
 
 
 class AnyObservation(Observation):
@@ -55,7 +62,7 @@ def websocket_url(base_url: str) -> str:
     url = base_url.rstrip("/")
     for old, new in (("http://", "ws://"), ("https://", "wss://")):
         if url.startswith(old):
-            url = new + url[len(old):]
+            url = new + url[len(old) :]
     if not url.startswith(("ws://", "wss://")):
         url = "ws://" + url
     return url if url.endswith("/ws") else url + "/ws"
@@ -103,12 +110,17 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         if self._ws is None:
             try:
                 self._ws = await connect(
-                    self.ws_url, open_timeout=self.connect_timeout_s, max_size=self.max_message_bytes,
-                    ping_interval=self.ping_interval_s, ping_timeout=self.ping_timeout_s,
+                    self.ws_url,
+                    open_timeout=self.connect_timeout_s,
+                    max_size=self.max_message_bytes,
+                    ping_interval=self.ping_interval_s,
+                    ping_timeout=self.ping_timeout_s,
                     additional_headers=self.headers or None,
                 )
             except (OSError, InvalidHandshake, asyncio.TimeoutError) as exc:
-                raise ConnectionError(f"Could not connect to {self.ws_url}: {type(exc).__name__}: {exc}") from exc
+                raise ConnectionError(
+                    f"Could not connect to {self.ws_url}: {type(exc).__name__}: {exc}"
+                ) from exc
         return self
 
     async def reset(self, **kwargs: Any) -> StepResult[ObsT]:
@@ -160,10 +172,14 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
                 self._drop(ws)  # a late reply would pair with the next request
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                raise TimeoutError(f"No reply to {kind!r} from {self.ws_url} within {self.message_timeout_s}s") from None
+                raise TimeoutError(
+                    f"No reply to {kind!r} from {self.ws_url} within {self.message_timeout_s}s"
+                ) from None
             except ConnectionClosed as exc:
                 self._drop(ws)
-                raise ConnectionError(f"The server closed the connection ({exc}); the session is gone") from None
+                raise ConnectionError(
+                    f"The server closed the connection ({exc}); the session is gone"
+                ) from None
         if reply.get("type") == "error":
             error = EnvServerError(reply.get("data") or {})
             if error.code in _SESSION_ENDING:
@@ -188,54 +204,103 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         raise TypeError(f"Cannot send {type(action).__name__} as an action; pass a pydantic Action or a dict")
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[ObsT]:
-        fields = {**payload.get("observation", {}), "reward": payload.get("reward"), "done": payload.get("done", False)}
+        fields = {
+            **payload.get("observation", {}),
+            "reward": payload.get("reward"),
+            "done": payload.get("done", False),
+        }
         observation = self.observation_type.model_validate(fields)
         reward = payload.get("reward")
-        return StepResult(observation=observation, reward=None if reward is None else float(reward),
-                          done=bool(payload.get("done", False)), metadata=payload.get("metadata"))
+        return StepResult(
+            observation=observation,
+            reward=None if reward is None else float(reward),
+            done=bool(payload.get("done", False)),
+            metadata=payload.get("metadata"),
+        )
 
     def _parse_state(self, payload: dict[str, Any]) -> StateT:
         return self.state_type.model_validate(payload)
 
     # -- ways to get one --------------------------------------------------------------
     @classmethod
-    async def from_local(cls: type[ClientT], name: str | None = None, *, token: str | None = None,
-                         server_args: list[str] | None = None, startup_timeout_s: float = 60.0,
-                         client_options: dict[str, Any] | None = None, env_vars: dict[str, str] | None = None,
-                         **env_options: Any) -> ClientT:
+    async def from_local(
+        cls: type[ClientT],
+        name: str | None = None,
+        *,
+        token: str | None = None,
+        server_args: list[str] | None = None,
+        startup_timeout_s: float = 60.0,
+        client_options: dict[str, Any] | None = None,
+        env_vars: dict[str, str] | None = None,
+        **env_options: Any,
+    ) -> ClientT:
         """Start `envharness serve NAME` (a subprocess on a free loopback port) and connect;
         `close()` stops the process. `server_args`: e.g. `["--max-sessions", "4"]`; `env_vars`:
         the server's environment variables, as `from_docker_image` takes them."""
         server = await asyncio.to_thread(
-            launchers.launch_local, cls._name(name), token=token, options=env_options,
-            server_args=server_args, startup_timeout_s=startup_timeout_s, env_vars=env_vars)
+            launchers.launch_local,
+            cls._name(name),
+            token=token,
+            options=env_options,
+            server_args=server_args,
+            startup_timeout_s=startup_timeout_s,
+            env_vars=env_vars,
+        )
         return cls._owning(server, token=token, **(client_options or {}))
 
     launch = from_local
 
     @classmethod
-    async def from_docker_image(cls: type[ClientT], image: str, *, env_vars: dict[str, str] | None = None,
-                                port: int | None = None, token: str | None = None, provider: Any = None,
-                                startup_timeout_s: float = 120.0, client_options: dict[str, Any] | None = None) -> ClientT:
+    async def from_docker_image(
+        cls: type[ClientT],
+        image: str,
+        *,
+        env_vars: dict[str, str] | None = None,
+        port: int | None = None,
+        token: str | None = None,
+        provider: Any = None,
+        startup_timeout_s: float = 120.0,
+        client_options: dict[str, Any] | None = None,
+    ) -> ClientT:
         """`docker run -d -p PORT:8000 -e K=V IMAGE`, wait for /health, connect; `close()`
         removes the container. Raises `DockerUnavailableError` where no engine runs."""
         if provider is not None:
             raise ValueError("envharness starts containers itself; `provider` must be None")
-        container = await asyncio.to_thread(launchers.launch_docker, image, env_vars=env_vars, port=port,
-                                            token=token, startup_timeout_s=startup_timeout_s)
+        container = await asyncio.to_thread(
+            launchers.launch_docker,
+            image,
+            env_vars=env_vars,
+            port=port,
+            token=token,
+            startup_timeout_s=startup_timeout_s,
+        )
         return cls._owning(container, token=token, **(client_options or {}))
 
     @classmethod
-    async def from_hub(cls: type[ClientT], repo_id: str, *, use_docker: bool = True, tag: str = "latest",
-                       env_vars: dict[str, str] | None = None, port: int | None = None, token: str | None = None,
-                       provider: Any = None, client_options: dict[str, Any] | None = None) -> ClientT:
+    async def from_hub(
+        cls: type[ClientT],
+        repo_id: str,
+        *,
+        use_docker: bool = True,
+        tag: str = "latest",
+        env_vars: dict[str, str] | None = None,
+        port: int | None = None,
+        token: str | None = None,
+        provider: Any = None,
+        client_options: dict[str, Any] | None = None,
+    ) -> ClientT:
         """A Hugging Face Space: its image `registry.hf.space/OWNER-NAME:TAG` run with Docker
         (OpenEnv's default), or with `use_docker=False` the Space itself at
         `https://OWNER-NAME.hf.space` (`token`: an HF token for private Spaces)."""
         if not use_docker:
             return cls(launchers.hub_url(repo_id), token=token, **(client_options or {}))
-        return await cls.from_docker_image(launchers.hub_image(repo_id, tag), env_vars=env_vars, port=port,
-                                           provider=provider, client_options=client_options)
+        return await cls.from_docker_image(
+            launchers.hub_image(repo_id, tag),
+            env_vars=env_vars,
+            port=port,
+            provider=provider,
+            client_options=client_options,
+        )
 
     @classmethod
     def _name(cls, name: str | None) -> str:
@@ -256,7 +321,9 @@ class _LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="envharness-client-loop", daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="envharness-client-loop", daemon=True
+        )
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -353,4 +420,8 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
 
 def sync_client_class(async_class: type[AsyncEnvClient]) -> type[EnvClient]:
     """The sync client over `async_class` (an environment that names only its async client)."""
-    return type(async_class.__name__.removeprefix("Async") or "SyncClient", (EnvClient,), {"async_client_class": async_class})
+    return type(
+        async_class.__name__.removeprefix("Async") or "SyncClient",
+        (EnvClient,),
+        {"async_client_class": async_class},
+    )

@@ -51,7 +51,9 @@ class Environment(Generic[ActT, ObsT]):
         """Free everything the environment holds. Safe to call twice."""
 
     # -- async API (what the server calls) --------------------------------------------
-    async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **options: Any) -> ObsT:
+    async def reset_async(
+        self, seed: int | None = None, episode_id: str | None = None, **options: Any
+    ) -> ObsT:
         return await asyncio.to_thread(self.reset, seed, episode_id, **options)
 
     async def step_async(self, action: ActT) -> ObsT:

@@ -42,8 +42,9 @@ def auth_headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def wait_for_health(base_url: str, *, token: str | None = None, timeout_s: float = 60.0,
-                    alive: Any = lambda: True) -> None:
+def wait_for_health(
+    base_url: str, *, token: str | None = None, timeout_s: float = 60.0, alive: Any = lambda: True
+) -> None:
     """Poll GET /health until it answers 200; `alive()` False means give up early."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
@@ -71,22 +72,37 @@ class LocalServer:
     max_message_bytes, mcp, web). Use as a context manager, or call `close()`.
     """
 
-    def __init__(self, app: FastAPI | str, *, host: str = "127.0.0.1", port: int = 0,
-                 startup_timeout_s: float = 30.0, ping_interval_s: float = 20.0, **options: Any) -> None:
+    def __init__(
+        self,
+        app: FastAPI | str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        startup_timeout_s: float = 30.0,
+        ping_interval_s: float = 20.0,
+        **options: Any,
+    ) -> None:
         if isinstance(app, str):
             from envharness.core.registry import make_factory
 
-            settings = {k: options.pop(k) for k in ("max_sessions", "idle_timeout_s", "token", "max_message_bytes", "mcp", "web")
-                        if k in options}
+            settings = {
+                k: options.pop(k)
+                for k in ("max_sessions", "idle_timeout_s", "token", "max_message_bytes", "mcp", "web")
+                if k in options
+            }
             app = create_app(make_factory(app, **options), name=app, **settings)
         elif options:
-            raise TypeError(f"options {sorted(options)} only apply when LocalServer is given an environment name")
+            raise TypeError(
+                f"options {sorted(options)} only apply when LocalServer is given an environment name"
+            )
         self.app = app
         self.server = uvicorn_server(app, ping_interval_s=ping_interval_s, ping_timeout_s=ping_interval_s)
         self.loop: asyncio.AbstractEventLoop | None = None
         sock = bind_socket(host, port)
         self.base_url = f"http://{host}:{sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._run, args=(sock,), name=f"envharness-server-{self.base_url}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(sock,), name=f"envharness-server-{self.base_url}", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + startup_timeout_s
         while not self.server.started:
@@ -135,33 +151,73 @@ class ServerProcess:
     #: The line the child prints once it listens; its group is the URL (`base_url`).
     listening = _LISTENING
 
-    def __init__(self, name: str, *, host: str = "127.0.0.1", token: str | None = None,
-                 options: dict[str, Any] | None = None, server_args: list[str] | None = None,
-                 startup_timeout_s: float = 60.0, env_vars: dict[str, str] | None = None,
-                 cancel: threading.Event | None = None) -> None:
-        command = ["serve", name, "--host", host, "--port", "0", *self._parent_death_args(), *(server_args or [])]
+    def __init__(
+        self,
+        name: str,
+        *,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        options: dict[str, Any] | None = None,
+        server_args: list[str] | None = None,
+        startup_timeout_s: float = 60.0,
+        env_vars: dict[str, str] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        command = [
+            "serve",
+            name,
+            "--host",
+            host,
+            "--port",
+            "0",
+            *self._parent_death_args(),
+            *(server_args or []),
+        ]
         for key, value in (options or {}).items():
             command += ["--option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-        env = {**os.environ, **{k: str(v) for k, v in (env_vars or {}).items()}}  # e.g. OpenEnv's BROWSERGYM_* settings
+        env = {
+            **os.environ,
+            **{k: str(v) for k, v in (env_vars or {}).items()},
+        }  # e.g. OpenEnv's BROWSERGYM_* settings
         env.pop(TOKEN_ENV_VAR, None)
         if token:
             env[TOKEN_ENV_VAR] = token  # not on the command line, where `ps` shows it
         self.token = token
         self._launch(command, env, f"envharness serve {name}", startup_timeout_s, cancel or threading.Event())
 
-    def _launch(self, cli_args: list[str], env: dict[str, str], what: str, startup_timeout_s: float,
-                cancel: threading.Event) -> None:
+    def _launch(
+        self,
+        cli_args: list[str],
+        env: dict[str, str],
+        what: str,
+        startup_timeout_s: float,
+        cancel: threading.Event,
+    ) -> None:
         """Start `envharness CLI_ARGS`, read its output, wait for its URL line, then for `_wait_ready`."""
         from envharness.core.lifecycle import spawn
 
-        command = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())", *cli_args]
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from envharness.cli import main; sys.exit(main())",
+            *cli_args,
+        ]
         self.output: collections.deque[str] = collections.deque(maxlen=40)
         self._url_seen = threading.Event()
         self.base_url = ""
-        self.process = spawn(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             text=True, env=env, **self._popen_options())
+        self.process = spawn(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            **self._popen_options(),
+        )
         _LIVE.add(self)
-        threading.Thread(target=self._read_output, name=f"{what.replace(' ', '-')}-output", daemon=True).start()
+        threading.Thread(
+            target=self._read_output, name=f"{what.replace(' ', '-')}-output", daemon=True
+        ).start()
         try:
             deadline = time.monotonic() + startup_timeout_s
             while not self._url_seen.wait(0.1) and time.monotonic() < deadline and not cancel.is_set():
@@ -179,8 +235,12 @@ class ServerProcess:
 
     def _wait_ready(self, timeout_s: float, cancel: threading.Event) -> None:
         """A server is ready when its `/health` answers."""
-        wait_for_health(self.base_url, token=self.token, timeout_s=timeout_s,
-                        alive=lambda: self.process.poll() is None and not cancel.is_set())
+        wait_for_health(
+            self.base_url,
+            token=self.token,
+            timeout_s=timeout_s,
+            alive=lambda: self.process.poll() is None and not cancel.is_set(),
+        )
 
     def _parent_death_args(self) -> list[str]:
         """`serve` flags that stop the child gracefully once this process is gone."""
@@ -239,7 +299,9 @@ async def launch_local_async(name: str, **kwargs: Any) -> ServerProcess:
     """`launch_local` for async code, safe to cancel: a cancelled start stops the server
     before the cancellation goes on (nothing is left running for nobody to stop)."""
     cancel = threading.Event()
-    future = asyncio.get_running_loop().run_in_executor(None, lambda: ServerProcess(name, cancel=cancel, **kwargs))
+    future = asyncio.get_running_loop().run_in_executor(
+        None, lambda: ServerProcess(name, cancel=cancel, **kwargs)
+    )
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -260,7 +322,9 @@ def _docker(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
 def require_docker() -> None:
     """Raise `DockerUnavailableError` unless the docker CLI reaches an engine."""
     if shutil.which("docker") is None:
-        raise DockerUnavailableError("The docker CLI is not installed; use from_local(...) or base_url= instead")
+        raise DockerUnavailableError(
+            "The docker CLI is not installed; use from_local(...) or base_url= instead"
+        )
     try:
         info = _docker("info", "--format", "{{.ServerVersion}}", timeout_s=20)
     except subprocess.TimeoutExpired:
@@ -268,15 +332,25 @@ def require_docker() -> None:
     if info.returncode != 0:
         reason = (info.stderr or info.stdout).strip().splitlines()
         raise DockerUnavailableError(
-            "No Docker engine is reachable (`docker info` failed: " + (reason[-1] if reason else f"exit {info.returncode}") + "). "
-            "Start Docker, or run the environment without it: from_local(NAME) or base_url=...")
+            "No Docker engine is reachable (`docker info` failed: "
+            + (reason[-1] if reason else f"exit {info.returncode}")
+            + "). "
+            "Start Docker, or run the environment without it: from_local(NAME) or base_url=..."
+        )
 
 
 class DockerContainer:
     """`docker run -d -p 127.0.0.1:PORT:8000 -e K=V IMAGE`; `stop()` removes it."""
 
-    def __init__(self, image: str, *, env_vars: dict[str, str] | None = None, port: int | None = None,
-                 token: str | None = None, startup_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        image: str,
+        *,
+        env_vars: dict[str, str] | None = None,
+        port: int | None = None,
+        token: str | None = None,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
         require_docker()
         if port is None:
             with bind_socket("127.0.0.1", 0) as probe:

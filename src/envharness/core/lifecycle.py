@@ -137,7 +137,11 @@ def exit_deadline(seconds: float, *, code: int = 1, reason: str = "shutdown") ->
     def expire() -> None:
         kill_descendants()
         try:
-            print(f"envharness: {reason} took over {seconds:.0f}s; killed child processes, exiting", file=sys.stderr, flush=True)
+            print(
+                f"envharness: {reason} took over {seconds:.0f}s; killed child processes, exiting",
+                file=sys.stderr,
+                flush=True,
+            )
         finally:
             os._exit(code)
 

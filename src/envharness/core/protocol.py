@@ -123,7 +123,10 @@ def parse_client_message(raw: str | bytes) -> ResetMessage | StepMessage | State
     kind = payload.get("type")
     model = CLIENT_MESSAGES.get(kind) if isinstance(kind, str) else None
     if model is None:
-        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind!r} (expected one of {', '.join(CLIENT_MESSAGES)})")
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_TYPE,
+            f"Unknown message type: {kind!r} (expected one of {', '.join(CLIENT_MESSAGES)})",
+        )
     try:
         return model.model_validate(payload)
     except ValidationError as exc:

@@ -104,33 +104,44 @@ def register_environment(spec: EnvSpec, *, replace: bool = False) -> EnvSpec:
     return spec
 
 
-register_environment(EnvSpec(
-    name="echo",
-    environment="envharness.envs.echo.environment:EchoEnvironment",
-    client="envharness.envs.echo.client:AsyncEchoEnv",
-    harness="envharness.envs.echo.spec:SPEC.harness",
-    summary="echoes each message back (the template for new environments)",
-))
-register_environment(EnvSpec(
-    name="browsergym",
-    environment="envharness.envs.browsergym.factory:make_environment_factory",
-    client="envharness.envs.browsergym.client:AsyncBrowserGymEnv",
-    harness="envharness.envs.browsergym.harness:HARNESS",
-    mcp_toolset="envharness.envs.browsergym.mcp_tools:BrowserGymToolset",
-    web_info="envharness.envs.browsergym.harness:web_info",
-    summary="MiniWoB++ in Chromium, BrowserGym's actions and observations",
-    commands=(("browser", "envharness.envs.browsergym.node_command",
-               "Run a browser node: a Chromium that browsergym servers elsewhere connect to over CDP"),),
-))
-register_environment(EnvSpec(
-    name="textarena",
-    environment="envharness.envs.textarena.factory:make_environment_factory",
-    client="envharness.envs.textarena.client:AsyncTextArenaEnv",
-    harness="envharness.envs.textarena.harness:HARNESS",
-    mcp_toolset="envharness.envs.textarena.mcp_tools:TextArenaToolset",
-    web_info="envharness.envs.textarena.harness:web_info",
-    summary="TextArena's single-player text games (Wordle-v0 by default)",
-))
+register_environment(
+    EnvSpec(
+        name="echo",
+        environment="envharness.envs.echo.environment:EchoEnvironment",
+        client="envharness.envs.echo.client:AsyncEchoEnv",
+        harness="envharness.envs.echo.spec:SPEC.harness",
+        summary="echoes each message back (the template for new environments)",
+    )
+)
+register_environment(
+    EnvSpec(
+        name="browsergym",
+        environment="envharness.envs.browsergym.factory:make_environment_factory",
+        client="envharness.envs.browsergym.client:AsyncBrowserGymEnv",
+        harness="envharness.envs.browsergym.harness:HARNESS",
+        mcp_toolset="envharness.envs.browsergym.mcp_tools:BrowserGymToolset",
+        web_info="envharness.envs.browsergym.harness:web_info",
+        summary="MiniWoB++ in Chromium, BrowserGym's actions and observations",
+        commands=(
+            (
+                "browser",
+                "envharness.envs.browsergym.node_command",
+                "Run a browser node: a Chromium that browsergym servers elsewhere connect to over CDP",
+            ),
+        ),
+    )
+)
+register_environment(
+    EnvSpec(
+        name="textarena",
+        environment="envharness.envs.textarena.factory:make_environment_factory",
+        client="envharness.envs.textarena.client:AsyncTextArenaEnv",
+        harness="envharness.envs.textarena.harness:HARNESS",
+        mcp_toolset="envharness.envs.textarena.mcp_tools:TextArenaToolset",
+        web_info="envharness.envs.textarena.harness:web_info",
+        summary="TextArena's single-player text games (Wordle-v0 by default)",
+    )
+)
 
 
 def get_spec(name: str) -> EnvSpec:
@@ -139,7 +150,9 @@ def get_spec(name: str) -> EnvSpec:
     if name in ENVIRONMENTS:
         return ENVIRONMENTS[name]
     if ":" not in name:
-        raise KeyError(f"Unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))} (or module.path:attribute)")
+        raise KeyError(
+            f"Unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))} (or module.path:attribute)"
+        )
     target = load_target(name)
     if isinstance(target, EnvSpec):  # known by the name it is served as (`module:SPEC`)
         return target if target.name == name else dataclasses.replace(target, name=name)
@@ -172,8 +185,10 @@ class ResolvedEnv:
     def require_harness(self) -> Any:
         """The harness, or a clear error for an environment that can only be served."""
         if self.harness is None:
-            raise KeyError(f"environment {self.name!r} registers no harness (tasks, tools, prompts): it can be served, "
-                           "not evaluated or trained")
+            raise KeyError(
+                f"environment {self.name!r} registers no harness (tasks, tools, prompts): it can be served, "
+                "not evaluated or trained"
+            )
         return self.harness
 
 
@@ -182,7 +197,9 @@ def resolve_environment(name: str, options: dict[str, Any] | None = None) -> Res
     spec = get_spec(name)
     harness = spec.load("harness")
     if harness is not None:
-        if not getattr(harness, "env", name):  # a harness defined with its environment knows it by the name served
+        if not getattr(
+            harness, "env", name
+        ):  # a harness defined with its environment knows it by the name served
             harness = dataclasses.replace(harness, env=name)
         if options and hasattr(harness, "for_options"):
             harness = harness.for_options(options)
@@ -214,4 +231,13 @@ def make_factory(name: str, **options: Any) -> EnvFactory:
     return target(**options)
 
 
-__all__ = ["ENVIRONMENTS", "EnvSpec", "env_harness", "get_spec", "load_target", "make_factory", "register_environment", "resolve"]
+__all__ = [
+    "ENVIRONMENTS",
+    "EnvSpec",
+    "env_harness",
+    "get_spec",
+    "load_target",
+    "make_factory",
+    "register_environment",
+    "resolve",
+]

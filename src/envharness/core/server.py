@@ -24,9 +24,22 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import HTTPConnection
 
 from envharness.core.protocol import (
-    HTTP_STATUS, CloseMessage, ErrorCode, HealthResponse, ProtocolError, ResetMessage, ResetRequest, SchemaResponse,
-    StepMessage, StepRequest, error_message, observation_message, parse_client_message, serialize_observation,
-    state_message, validation_error,
+    HTTP_STATUS,
+    CloseMessage,
+    ErrorCode,
+    HealthResponse,
+    ProtocolError,
+    ResetMessage,
+    ResetRequest,
+    SchemaResponse,
+    StepMessage,
+    StepRequest,
+    error_message,
+    observation_message,
+    parse_client_message,
+    serialize_observation,
+    state_message,
+    validation_error,
 )
 from envharness.core.environment import Environment
 from envharness.core.sessions import EnvFactory, Session, SessionManager, checked, run_reset, run_step
@@ -144,10 +157,13 @@ def create_app(
     @app.get("/health")
     async def health() -> HealthResponse:
         return HealthResponse(
-            status="shutting_down" if manager.shutting_down else "healthy", env=env_name,
-            active_sessions=len(manager.sessions), max_sessions=manager.capacity,
+            status="shutting_down" if manager.shutting_down else "healthy",
+            env=env_name,
+            active_sessions=len(manager.sessions),
+            max_sessions=manager.capacity,
             live_environments=manager.live_environments,
-            sessions_opened=manager.sessions_opened, sessions_closed=manager.sessions_closed,
+            sessions_opened=manager.sessions_opened,
+            sessions_closed=manager.sessions_closed,
         )
 
     @app.get("/metadata")
@@ -157,17 +173,26 @@ def create_app(
     @app.get("/schema")
     async def schema() -> SchemaResponse:
         d = await manager.describe()
-        return SchemaResponse(action=d.action_type.model_json_schema(), observation=d.observation_type.model_json_schema(),
-                              state=d.state_type.model_json_schema())
+        return SchemaResponse(
+            action=d.action_type.model_json_schema(),
+            observation=d.observation_type.model_json_schema(),
+            state=d.state_type.model_json_schema(),
+        )
 
     @app.websocket("/ws")
     async def websocket_session(websocket: WebSocket) -> None:
         await websocket.accept()
         if not authorized(websocket):
-            await refuse(websocket, ProtocolError(ErrorCode.UNAUTHORIZED, "Missing or wrong bearer token"), WS_POLICY_VIOLATION)
+            await refuse(
+                websocket,
+                ProtocolError(ErrorCode.UNAUTHORIZED, "Missing or wrong bearer token"),
+                WS_POLICY_VIOLATION,
+            )
             return
         # OpenEnv's MCPToolClient joins its MCP session's environment with `?session_id=`
-        shared = app.state.mcp.shared_handle(websocket.query_params.get("session_id")) if app.state.mcp else None
+        shared = (
+            app.state.mcp.shared_handle(websocket.query_params.get("session_id")) if app.state.mcp else None
+        )
         try:
             session = await (shared.open() if shared else manager.open())
         except ProtocolError as exc:
@@ -182,7 +207,9 @@ def create_app(
             if not serving.cancelled() or asyncio.current_task().cancelling():
                 raise  # the server itself is cancelling this handler
             reason = session.expire_reason or ErrorCode.SESSION_ERROR
-            await refuse(websocket, ProtocolError(reason, f"Session closed by the server: {reason.value}"), 1000)
+            await refuse(
+                websocket, ProtocolError(reason, f"Session closed by the server: {reason.value}"), 1000
+            )
         except Exception:  # the client vanished mid-send, or a bug: the session ends, the server goes on
             log.debug("websocket session %s ended", session.id, exc_info=True)
         finally:
@@ -209,7 +236,9 @@ def create_app(
         finally:
             next_message.cancel()
 
-    async def answer(session: Session, message: dict[str, Any], next_message: asyncio.Future) -> dict[str, Any] | None:
+    async def answer(
+        session: Session, message: dict[str, Any], next_message: asyncio.Future
+    ) -> dict[str, Any] | None:
         """The reply to one client message; None: the client closed the session or went away."""
         raw = message.get("text") if message.get("text") is not None else message.get("bytes") or b""
         try:
@@ -248,7 +277,6 @@ def create_app(
             return observation_message(await run_step(session, request.data))
         return state_message(checked(await session.env.state_async(), State, "state"))
 
-
     mount_task_api(app, manager.task_listing, env_name)  # last: its /{env}/... routes match broadly
     return app
 
@@ -257,7 +285,13 @@ def interruptible(env: Any, request: Any) -> bool:
     """Whether a call can be cancelled when its client goes away: an environment's own async
     `reset_async`/`step_async` can (the browser's); the base class runs `reset`/`step` in a
     thread, which cannot, so that session closes once the call returns."""
-    name = "reset_async" if isinstance(request, ResetMessage) else "step_async" if isinstance(request, StepMessage) else None
+    name = (
+        "reset_async"
+        if isinstance(request, ResetMessage)
+        else "step_async"
+        if isinstance(request, StepMessage)
+        else None
+    )
     return name is not None and getattr(type(env), name, None) is not getattr(Environment, name)
 
 
@@ -265,11 +299,19 @@ def client_gone(next_message: asyncio.Future) -> bool:
     """Whether the client's next message (if it came) says the connection is gone."""
     if not next_message.done():
         return False
-    return next_message.cancelled() or next_message.exception() is not None or next_message.result()["type"] == "websocket.disconnect"
+    return (
+        next_message.cancelled()
+        or next_message.exception() is not None
+        or next_message.result()["type"] == "websocket.disconnect"
+    )
 
 
 def too_large(size: int, limit: int) -> ProtocolError:
-    return ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, f"Message of {size} bytes exceeds the limit of {limit} bytes", max_message_bytes=limit)
+    return ProtocolError(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        f"Message of {size} bytes exceeds the limit of {limit} bytes",
+        max_message_bytes=limit,
+    )
 
 
 def execution_error(exc: Exception) -> ProtocolError:
@@ -304,13 +346,21 @@ async def refuse(websocket: WebSocket, error: ProtocolError, close_code: int) ->
         await asyncio.wait_for(websocket.close(code=close_code), timeout=2.0)
 
 
-def uvicorn_server(app: FastAPI, *, ping_interval_s: float = 20.0, ping_timeout_s: float = 20.0,
-                   log_level: str = "warning") -> uvicorn.Server:
+def uvicorn_server(
+    app: FastAPI, *, ping_interval_s: float = 20.0, ping_timeout_s: float = 20.0, log_level: str = "warning"
+) -> uvicorn.Server:
     """A uvicorn server for `app`: keepalive pings find half-open connections; frames far
     over the app's message limit are cut at the socket, the rest get MESSAGE_TOO_LARGE."""
     limit = getattr(app.state, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
-    config = uvicorn.Config(app, log_level=log_level, ws_max_size=4 * limit + 65536, ws_ping_interval=ping_interval_s,
-                            ws_ping_timeout=ping_timeout_s, timeout_graceful_shutdown=10, lifespan="on")
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        ws_max_size=4 * limit + 65536,
+        ws_ping_interval=ping_interval_s,
+        ws_ping_timeout=ping_timeout_s,
+        timeout_graceful_shutdown=10,
+        lifespan="on",
+    )
     sessions = getattr(app.state, "sessions", None)
     return SessionsFirstServer(config, sessions) if sessions is not None else uvicorn.Server(config)
 

@@ -68,7 +68,9 @@ class EnvDescription:
 class SessionManager:
     """Creates, tracks, expires and closes environment sessions."""
 
-    def __init__(self, env_factory: EnvFactory, *, max_sessions: int = 64, idle_timeout_s: float | None = 600.0) -> None:
+    def __init__(
+        self, env_factory: EnvFactory, *, max_sessions: int = 64, idle_timeout_s: float | None = 600.0
+    ) -> None:
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         if idle_timeout_s is not None and idle_timeout_s <= 0:
@@ -102,7 +104,8 @@ class SessionManager:
             raise ProtocolError(
                 ErrorCode.CAPACITY_REACHED,
                 f"Server at capacity: {self.capacity} concurrent session(s) allowed; close one or raise --max-sessions",
-                active_sessions=len(self.sessions), max_sessions=self.capacity,
+                active_sessions=len(self.sessions),
+                max_sessions=self.capacity,
             )
         self._pending += 1
         try:
@@ -113,8 +116,12 @@ class SessionManager:
             self._concurrent = False
             if self.sessions:  # learned too late for this one: another session holds the env
                 await self._close_env(env)
-                raise ProtocolError(ErrorCode.CAPACITY_REACHED, f"{type(env).__name__} allows one session at a time",
-                                    active_sessions=len(self.sessions), max_sessions=1)
+                raise ProtocolError(
+                    ErrorCode.CAPACITY_REACHED,
+                    f"{type(env).__name__} allows one session at a time",
+                    active_sessions=len(self.sessions),
+                    max_sessions=1,
+                )
         self._concurrent = self._concurrent if self._concurrent is not None else True
         session = Session(id=uuid.uuid4().hex, env=env, task_listing=self.task_listing)
         self.sessions[session.id] = session
@@ -187,9 +194,15 @@ class SessionManager:
                 await self._reaper
             self._reaper = None
         open_sessions = list(self.sessions.values())
-        await asyncio.gather(*(self.expire(s, ErrorCode.SHUTTING_DOWN) for s in open_sessions), return_exceptions=True)
+        await asyncio.gather(
+            *(self.expire(s, ErrorCode.SHUTTING_DOWN) for s in open_sessions), return_exceptions=True
+        )
         # their connections say why (an error frame, then close) before the server cuts them
-        connections = {s.connection for s in open_sessions if s.connection is not None and s.connection is not asyncio.current_task()}
+        connections = {
+            s.connection
+            for s in open_sessions
+            if s.connection is not None and s.connection is not asyncio.current_task()
+        }
         if connections:
             await asyncio.wait(connections, timeout=_FAREWELL_S)
 
@@ -217,13 +230,19 @@ class SessionManager:
                 env = await env
         except Exception as exc:
             log.exception("environment factory failed")
-            raise ProtocolError(ErrorCode.FACTORY_ERROR, f"Could not create the environment: {type(exc).__name__}: {exc}") from exc
+            raise ProtocolError(
+                ErrorCode.FACTORY_ERROR, f"Could not create the environment: {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(env, Environment):
-            raise ProtocolError(ErrorCode.FACTORY_ERROR, f"The factory returned {type(env).__name__}, not an Environment")
+            raise ProtocolError(
+                ErrorCode.FACTORY_ERROR, f"The factory returned {type(env).__name__}, not an Environment"
+            )
         self.live_environments += 1
         if self._description is None:
             cls = type(env)
-            self._description = EnvDescription(cls.action_type, cls.observation_type, cls.state_type, env.metadata())
+            self._description = EnvDescription(
+                cls.action_type, cls.observation_type, cls.state_type, env.metadata()
+            )
         return env
 
     async def _close_env(self, env: Environment) -> None:
@@ -258,5 +277,8 @@ async def run_step(session: Session, action_data: dict[str, Any]) -> Observation
 
 def checked(value: Any, expected: type, what: str) -> Any:
     if not isinstance(value, expected):
-        raise ProtocolError(ErrorCode.EXECUTION_ERROR, f"The environment's {what} returned {type(value).__name__}, not {expected.__name__}")
+        raise ProtocolError(
+            ErrorCode.EXECUTION_ERROR,
+            f"The environment's {what} returned {type(value).__name__}, not {expected.__name__}",
+        )
     return value

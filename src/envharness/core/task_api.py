@@ -105,12 +105,15 @@ def mount_task_api(app: FastAPI, listing: Callable[[], Any] | None, env_name: st
         current = listing()
         return [{"name": "all", "type": "validation", "num_tasks": len(current.tasks)}] + [
             {"name": name, "type": name if name in _SPLIT_TYPES else "validation", "num_tasks": len(tasks)}
-            for name, tasks in current.splits.items()]
+            for name, tasks in current.splits.items()
+        ]
 
     @app.post("/{env}/tasks", tags=["Task API"])
     async def tasks(env: str, request: SplitRequest) -> dict[str, Any]:
-        return {"tasks": [task_spec(n, i, request.split) for i, n in enumerate(names(env, request.split))],
-                "env_name": env_name}
+        return {
+            "tasks": [task_spec(n, i, request.split) for i, n in enumerate(names(env, request.split))],
+            "env_name": env_name,
+        }
 
     @app.post("/{env}/num_tasks", tags=["Task API"])
     async def num_tasks(env: str, request: SplitRequest) -> dict[str, Any]:

@@ -17,7 +17,9 @@ class Action(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form, not interpreted by the env")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Free-form, not interpreted by the env"
+    )
 
 
 class Observation(BaseModel):

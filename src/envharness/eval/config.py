@@ -111,8 +111,10 @@ class EvalConfig:
         if self.screenshot_max_side is not None and self.screenshot_max_side < 28:
             raise EvalSetupError("--screenshot-max-side must be at least 28 pixels (0: as taken)")
         if self.record_tokens and not style.conversation:
-            raise EvalSetupError(f"--record-tokens needs a conversation prompt style (compact, harness), not {self.prompt!r}: "
-                                 "a per-step prompt is a fresh token sequence every step")
+            raise EvalSetupError(
+                f"--record-tokens needs a conversation prompt style (compact, harness), not {self.prompt!r}: "
+                "a per-step prompt is a fresh token sequence every step"
+            )
         if self.resume and self.overwrite:
             raise EvalSetupError("--resume and --overwrite contradict each other")
         if sum(map(bool, (self.env_url, self.env_urls, self.servers))) > 1:

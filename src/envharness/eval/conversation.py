@@ -29,11 +29,16 @@ class ConversationModelStep:
     def close(self) -> None:
         self._step.close()
 
-    async def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
+    async def __call__(
+        self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]
+    ) -> ModelStepResult:
         self.tape.note_refusal(messages)
         if sampling.get("seed") is None and float(sampling.get("temperature", 0.0) or 0.0) > 0:
             # Reproducible sampling, whatever batch the request lands in (the messages are unchanged).
-            sampling = {**sampling, "seed": zlib.crc32(f"{self.tape.episode_id}/{len(self.tape.steps)}".encode())}
+            sampling = {
+                **sampling,
+                "seed": zlib.crc32(f"{self.tape.episode_id}/{len(self.tape.steps)}".encode()),
+            }
         started = time.perf_counter()
         result = await self._step(messages, tools, sampling)
         call = result.response.tool_calls[0] if result.response.tool_calls else None
@@ -43,7 +48,9 @@ class ConversationModelStep:
                 prompt=self.tape.conversation_for_record(messages),
                 completion=result.response.content or "",
                 action=_call_text(call.name, call.args) if call is not None else "",
-                parse_error=(call.metadata.get("parse_error") if call is not None else "no action in the reply"),
+                parse_error=(
+                    call.metadata.get("parse_error") if call is not None else "no action in the reply"
+                ),
                 screenshot=self.tape.page.screenshot,
                 url=self.tape.page.url,
                 prompt_tokens=len(result.prompt_ids),

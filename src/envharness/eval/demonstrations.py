@@ -43,7 +43,9 @@ class Demonstration:
     @property
     def labels(self) -> list[int]:
         """Causal-LM labels: the model's tokens, -100 everywhere else."""
-        return [-100] * len(self.prompt_ids) + [t if m else -100 for t, m in zip(self.completion_ids, self.env_mask)]
+        return [-100] * len(self.prompt_ids) + [
+            t if m else -100 for t, m in zip(self.completion_ids, self.env_mask)
+        ]
 
 
 @dataclass
@@ -62,7 +64,9 @@ class DemonstrationSet:
         return f"{len(self.demonstrations)} demonstrations of {self.episodes} episodes ({left}); {tokens} model tokens"
 
 
-def from_records(records: list[dict[str, Any]], tokenizer: Any, *, max_length: int | None = None) -> DemonstrationSet:
+def from_records(
+    records: list[dict[str, Any]], tokenizer: Any, *, max_length: int | None = None
+) -> DemonstrationSet:
     """Successful episodes with exact token ids (``token_ids`` of eval's records)."""
     from envharness.eval.stats import is_success
 
@@ -83,8 +87,15 @@ def from_records(records: list[dict[str, Any]], tokenizer: Any, *, max_length: i
         elif not sum(ids["env_mask"]):
             out.drop("without a model token")
         else:
-            out.demonstrations.append(Demonstration(str(record.get("task")), record.get("seed"), list(ids["prompt_ids"]),
-                                                    list(ids["completion_ids"]), list(ids["env_mask"])))
+            out.demonstrations.append(
+                Demonstration(
+                    str(record.get("task")),
+                    record.get("seed"),
+                    list(ids["prompt_ids"]),
+                    list(ids["completion_ids"]),
+                    list(ids["env_mask"]),
+                )
+            )
     _check_tokenizer(out, records, tokenizer)
     return out
 
@@ -100,8 +111,10 @@ def _check_tokenizer(demos: DemonstrationSet, records: list[dict[str, Any]], tok
     if isinstance(opening, str) and opening.strip():
         text = tokenizer.decode(first.prompt_ids, skip_special_tokens=False)
         if opening.strip()[:200] not in text:
-            raise DemonstrationError("the run's token ids are not this model's tokens (its prompt does not decode to the "
-                                     "episode's opening message): record the run with a model of the same tokenizer")
+            raise DemonstrationError(
+                "the run's token ids are not this model's tokens (its prompt does not decode to the "
+                "episode's opening message): record the run with a model of the same tokenizer"
+            )
 
 
 def read_run(folder: str | Path) -> list[dict[str, Any]]:
@@ -119,6 +132,8 @@ async def scripted_records(eval_config: Any, tokenizer: Any) -> list[dict[str, A
     from envharness.models.scripted import ScriptedBackend
     from envharness.models.teacher import TeacherForcedBackend
 
-    teacher = TeacherForcedBackend(tokenizer, ScriptedBackend(env=eval_config.env, env_options=eval_config.env_options))
+    teacher = TeacherForcedBackend(
+        tokenizer, ScriptedBackend(env=eval_config.env, env_options=eval_config.env_options)
+    )
     await run_eval_async(eval_config, backend=teacher)
     return read_run(eval_config.out)

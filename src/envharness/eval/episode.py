@@ -98,7 +98,13 @@ class EpisodeTape:
         shot = self._save_screenshot(obs)
         error = getattr(obs, "last_action_error", "") or ""
         goal, text = (self.describe or describe_observation)(obs)
-        self.page = _Page(goal=goal or self.page.goal, url=getattr(obs, "url", "") or "", axtree=text, error=error, screenshot=shot)
+        self.page = _Page(
+            goal=goal or self.page.goal,
+            url=getattr(obs, "url", "") or "",
+            axtree=text,
+            error=error,
+            screenshot=shot,
+        )
         self.final_screenshot = shot
         if step_elapsed_s is not None and self.steps and not self.steps[-1].executed:
             last = self.steps[-1]
@@ -118,7 +124,11 @@ class EpisodeTape:
             return
         tool_messages = [m for m in messages if m.get("role") == "tool"]
         last.executed = len(tool_messages) >= len(self.steps)
-        last.error = str(tool_messages[len(self.steps) - 1].get("content", "")) if last.executed else "the action was not executed"
+        last.error = (
+            str(tool_messages[len(self.steps) - 1].get("content", ""))
+            if last.executed
+            else "the action was not executed"
+        )
 
     def page_image(self) -> Any:
         """The screenshot of the page now shown, as an RGB PIL image (None without one)."""
@@ -136,8 +146,12 @@ class EpisodeTape:
         for message in messages:
             content = message.get("content")
             if isinstance(content, list):
-                content = [{"type": "image", "image": self._image_file(p["image"], page_image)}
-                           if isinstance(p, dict) and p.get("type") == "image" else p for p in content]
+                content = [
+                    {"type": "image", "image": self._image_file(p["image"], page_image)}
+                    if isinstance(p, dict) and p.get("type") == "image"
+                    else p
+                    for p in content
+                ]
                 message = {**message, "content": content}
             out.append(message)
         return out
@@ -154,8 +168,15 @@ class EpisodeTape:
                 for part in content:
                     if isinstance(part, dict) and part.get("type") == "image":
                         name = Path("screenshots") / (self.episode_id or "episode")
-                        found = sorted(p.name for p in (self.run_dir / name).glob(f"{shots:03d}.*")) if self.run_dir else []
-                        part = {"type": "image", "image": (name / found[0]).as_posix() if found else "(screenshot)"}
+                        found = (
+                            sorted(p.name for p in (self.run_dir / name).glob(f"{shots:03d}.*"))
+                            if self.run_dir
+                            else []
+                        )
+                        part = {
+                            "type": "image",
+                            "image": (name / found[0]).as_posix() if found else "(screenshot)",
+                        }
                         shots += 1
                     parts.append(part)
                 message = {**message, "content": parts}
@@ -165,7 +186,9 @@ class EpisodeTape:
     def _image_file(self, image: Any, page_image: Any) -> str:
         if image is page_image and self.page.screenshot:
             return self.page.screenshot
-        relative = Path("screenshots") / (self.episode_id or "episode") / f"prompt-{len(self.steps) + 1:03d}.png"
+        relative = (
+            Path("screenshots") / (self.episode_id or "episode") / f"prompt-{len(self.steps) + 1:03d}.png"
+        )
         (self.run_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         image.save(self.run_dir / relative, format="PNG")
         return relative.as_posix()
@@ -173,7 +196,9 @@ class EpisodeTape:
     def history(self) -> list[StepSummary]:
         summaries = []
         for step in self.steps:
-            error = step.error or (f"could not read an action from the reply: {step.parse_error}" if step.parse_error else "")
+            error = step.error or (
+                f"could not read an action from the reply: {step.parse_error}" if step.parse_error else ""
+            )
             summaries.append(StepSummary(action=step.action, reward=step.reward, error=error))
         return summaries
 
@@ -185,8 +210,15 @@ class RecordingClient:
     """An async env client that notes every observation on a tape (and registers the tape
     under its episode id at reset, so the runner finds it when the episode ends)."""
 
-    def __init__(self, client: Any, run_dir: Path, registry: dict[str, EpisodeTape], *, keep_screenshots: bool = False,
-                 describe: Callable[[Any], tuple[str, str]] | None = None):
+    def __init__(
+        self,
+        client: Any,
+        run_dir: Path,
+        registry: dict[str, EpisodeTape],
+        *,
+        keep_screenshots: bool = False,
+        describe: Callable[[Any], tuple[str, str]] | None = None,
+    ):
         self.client = client
         self.tape = EpisodeTape(run_dir=run_dir, keep_screenshots=keep_screenshots, describe=describe)
         self._registry = registry
@@ -235,8 +267,15 @@ class PromptSettings:
         error = history[-1].error if history else tape.page.error
         return self.make(tape.page.goal, tape.page.url, tape.page.axtree, error, history, tape.task)
 
-    def make(self, goal: str, url: str, axtree: str, error: str = "", history: list[StepSummary] | None = None,
-             task: str | None = None) -> PromptContext:
+    def make(
+        self,
+        goal: str,
+        url: str,
+        axtree: str,
+        error: str = "",
+        history: list[StepSummary] | None = None,
+        task: str | None = None,
+    ) -> PromptContext:
         history = list(history or [])
         return PromptContext(
             goal=goal,
@@ -265,14 +304,18 @@ class EvalModelStep:
     def close(self) -> None:
         self._live.close()
 
-    async def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
+    async def __call__(
+        self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]
+    ) -> ModelStepResult:
         self.tape.note_refusal(messages)
         prompt = list(self.prompts.builder(self.prompts.context(self.tape)))
         recorded = prompt
         if self.prompts.vision:
             image = self.tape.page_image()
             if image is None:
-                raise RuntimeError("a vision prompt needs the page's screenshot, and the environment sent none")
+                raise RuntimeError(
+                    "a vision prompt needs the page's screenshot, and the environment sent none"
+                )
             prompt = add_screenshot(prompt, image, max_side=self.prompts.screenshot_max_side)
             recorded = self.tape.prompt_for_record(prompt, image)
         params = SamplingParams.from_dict(sampling)

@@ -11,7 +11,9 @@ from pathlib import Path
 from envharness.eval.stats import TaskStats
 
 
-def plot_success_rates(stats: list[TaskStats], path: str | Path, *, title: str = "Success rate per task") -> Path:
+def plot_success_rates(
+    stats: list[TaskStats], path: str | Path, *, title: str = "Success rate per task"
+) -> Path:
     """Write the chart as PNG to `path` and return it. An `all` row is drawn in another colour."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -28,7 +30,14 @@ def plot_success_rates(stats: list[TaskStats], path: str | Path, *, title: str =
     positions = range(len(stats))
     ax.bar(positions, rates, color=colours, yerr=[lower, upper], capsize=4, ecolor="#222222")
     for x, s in zip(positions, stats):
-        ax.text(x, min(1.02, s.ci_high + 0.02), f"{s.successes}/{s.episodes}", ha="center", va="bottom", fontsize=8)
+        ax.text(
+            x,
+            min(1.02, s.ci_high + 0.02),
+            f"{s.successes}/{s.episodes}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xticks(list(positions), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylim(0, 1.12)
     ax.set_ylabel("success rate (95% CI)")

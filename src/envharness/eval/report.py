@@ -31,8 +31,11 @@ def data_uri(path: Path) -> str | None:
 def _content_text(content: Any) -> str:
     if not isinstance(content, list):
         return str(content if content is not None else "")
-    return "".join(f"[image: {p.get('image')}]\n" if p.get("type") == "image" else str(p.get("text", ""))
-                   for p in content if isinstance(p, dict))
+    return "".join(
+        f"[image: {p.get('image')}]\n" if p.get("type") == "image" else str(p.get("text", ""))
+        for p in content
+        if isinstance(p, dict)
+    )
 
 
 def _prompt_text(messages: list[dict[str, Any]]) -> str:
@@ -81,11 +84,15 @@ def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
     }
 
 
-def render_report(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]) -> str:
+def render_report(
+    folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]
+) -> str:
     """The report's HTML text."""
     import jinja2
 
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
     template = env.from_string(_TEMPLATE.read_text(encoding="utf-8"))
     by_task: dict[str, list[dict[str, Any]]] = {t: [] for t in config.tasks}
     for record in sorted(records, key=lambda r: (r.get("index") or 0, r.get("seed") or 0)):
@@ -101,6 +108,8 @@ def render_report(folder: RunFolder, config: EvalConfig, records: list[dict[str,
     )
 
 
-def write_report(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]) -> Path:
+def write_report(
+    folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]
+) -> Path:
     folder.report.write_text(render_report(folder, config, records, stats), encoding="utf-8")
     return folder.report

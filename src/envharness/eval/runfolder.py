@@ -25,7 +25,15 @@ from envharness.harness.records import EpisodeRecord
 EpisodeKey = tuple[str, int]
 
 #: Settings that must match for `--resume` to add to a run (mixing them would mix results).
-IDENTITY_FIELDS = ("model", "prompt", "temperature", "max_steps", "max_new_tokens", "axtree_tokens", "actions")
+IDENTITY_FIELDS = (
+    "model",
+    "prompt",
+    "temperature",
+    "max_steps",
+    "max_new_tokens",
+    "axtree_tokens",
+    "actions",
+)
 
 
 @dataclass(frozen=True)

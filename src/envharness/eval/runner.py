@@ -89,7 +89,9 @@ def prepare_folder(config: EvalConfig) -> tuple[RunFolder, list[dict[str, Any]]]
         old = folder.read_config()
         problems = identity_mismatch(old, config.to_json()) if old else []
         if problems:
-            raise EvalSetupError(f"--resume: {folder.path} was run with other settings ({'; '.join(problems)})")
+            raise EvalSetupError(
+                f"--resume: {folder.path} was run with other settings ({'; '.join(problems)})"
+            )
         cut_partial_line(folder.episodes)
     folder.write_json(folder.config, config.to_json())
     return folder, existing
@@ -105,8 +107,11 @@ async def _start_server(config: EvalConfig) -> Any:
         return None
     from envharness.core.launchers import launch_local_async
 
-    return await launch_local_async(config.env, options=config.env_options,
-                                    server_args=["--max-sessions", str(max(64, 2 * config.concurrency))])
+    return await launch_local_async(
+        config.env,
+        options=config.env_options,
+        server_args=["--max-sessions", str(max(64, 2 * config.concurrency))],
+    )
 
 
 async def _load_backend(config: EvalConfig, env: Any) -> Any:
@@ -128,7 +133,9 @@ class _Progress:
     def __init__(self, total: int, enabled: bool):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc="episodes", unit="ep", disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total, desc="episodes", unit="ep", disable=not enabled, file=sys.stderr, dynamic_ncols=True
+        )
         self.done = self.wins = 0
 
     def update(self, record: dict[str, Any]) -> None:
@@ -141,8 +148,13 @@ class _Progress:
         self.bar.close()
 
 
-def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Job, model_name: str,
-                 include_tokens: bool = False) -> dict[str, Any]:
+def episode_line(
+    result: HarnessRolloutResult,
+    tape: EpisodeTape | None,
+    job: Job,
+    model_name: str,
+    include_tokens: bool = False,
+) -> dict[str, Any]:
     """The JSONL line of one episode: the shared record plus the eval's step-by-step tape."""
     record = record_from_result(result, include_tokens=include_tokens).to_dict()
     if tape is not None:
@@ -157,8 +169,15 @@ def episode_line(result: HarnessRolloutResult, tape: EpisodeTape | None, job: Jo
     return record
 
 
-async def run_jobs(config: EvalConfig, env: Any, folder: RunFolder, jobs: list[Job], backend: Any, base_url: str,
-                   fleet: Any = None) -> None:
+async def run_jobs(
+    config: EvalConfig,
+    env: Any,
+    folder: RunFolder,
+    jobs: list[Job],
+    backend: Any,
+    base_url: str,
+    fleet: Any = None,
+) -> None:
     """Run `jobs` through the harness of `env` (as `config.check()` resolved it), appending each
     finished episode to the run's JSONL (`fleet`: a `FleetRouter` whose servers share the
     episodes, instead of `base_url`)."""
@@ -168,49 +187,75 @@ async def run_jobs(config: EvalConfig, env: Any, folder: RunFolder, jobs: list[J
     count_tokens = token_counter(backend)
     vision = vision_for(style, config, backend)
     if vision and not config.screenshots:
-        raise EvalSetupError(f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)")
+        raise EvalSetupError(
+            f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)"
+        )
     tapes: dict[str, EpisodeTape] = {}
     # The transcript opens with the style's step-1 prompt: what train's rollout gives the model.
     session_options: dict[str, Any] = dict(
-        client_factory=lambda: RecordingClient(fleet.async_client() if fleet else _client(client_class, base_url),
-                                               folder.path, tapes, keep_screenshots=style.vision,
-                                               describe=harness.describe_observation),
+        client_factory=lambda: RecordingClient(
+            fleet.async_client() if fleet else _client(client_class, base_url),
+            folder.path,
+            tapes,
+            keep_screenshots=style.vision,
+            describe=harness.describe_observation,
+        ),
         tools=config.actions,
         # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
         reset_kwargs=reset_options(harness, config, vision),
     )
-    if style.vision:  # the conversation `train --model <VLM>` plays: every tool result carries the new screenshot
+    if (
+        style.vision
+    ):  # the conversation `train --model <VLM>` plays: every tool result carries the new screenshot
         factory = style.session_factory(vision_max_side=config.screenshot_max_side, **session_options)
     else:
         factory = harness.session_factory(
-            prompt_builder=opening_builder(style, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
-                                           history_steps=config.history_steps),
+            prompt_builder=opening_builder(
+                style,
+                count_tokens=count_tokens,
+                axtree_token_budget=config.axtree_tokens,
+                history_steps=config.history_steps,
+            ),
             observation_text=style.observation_text,
             **session_options,
         )
     wait = config.batch_wait_s
     if wait is None:
         wait = 2.0 if getattr(backend, "tokenizer", None) is not None else 0.05
-    batcher = BatchingModelStep(backend, max_wait_s=wait, send_tools=False, tool_call_parser=harness.tool_call_parser)
+    batcher = BatchingModelStep(
+        backend, max_wait_s=wait, send_tools=False, tool_call_parser=harness.tool_call_parser
+    )
     if style.conversation:  # the conversation train's rollout plays, turn for turn
+
         def model_step(session: Any) -> Any:
             return ConversationModelStep(batcher, session.client.tape)
     else:  # a fresh prompt every step
-        prompts = PromptSettings(builder=style.step, count_tokens=count_tokens, axtree_token_budget=config.axtree_tokens,
-                                 history_steps=config.history_steps, tool_names=tuple(config.actions),
-                                 vision=vision, screenshot_max_side=config.screenshot_max_side,
-                                 tool_call_parser=harness.tool_call_parser)
+        prompts = PromptSettings(
+            builder=style.step,
+            count_tokens=count_tokens,
+            axtree_token_budget=config.axtree_tokens,
+            history_steps=config.history_steps,
+            tool_names=tuple(config.actions),
+            vision=vision,
+            screenshot_max_side=config.screenshot_max_side,
+            tool_call_parser=harness.tool_call_parser,
+        )
 
         def model_step(session: Any) -> Any:
             return EvalModelStep(batcher, session.client.tape, prompts)
 
-    limits = HarnessRunLimits(max_turns=config.max_steps, sampling={"temperature": config.temperature, "max_tokens": config.max_new_tokens})
+    limits = HarnessRunLimits(
+        max_turns=config.max_steps,
+        sampling={"temperature": config.temperature, "max_tokens": config.max_new_tokens},
+    )
     model_name = str(getattr(backend, "name", config.model))
     progress = _Progress(len(jobs), config.progress)
     with folder.episodes.open("a", encoding="utf-8") as out:
 
         def on_result(i: int, result: HarnessRolloutResult) -> None:
-            line = episode_line(result, tapes.pop(jobs[i].episode_id, None), jobs[i], model_name, config.record_tokens)
+            line = episode_line(
+                result, tapes.pop(jobs[i].episode_id, None), jobs[i], model_name, config.record_tokens
+            )
             out.write(json.dumps(line) + "\n")
             out.flush()
             progress.update(line)
@@ -256,9 +301,11 @@ def vision_for(style: Any, config: EvalConfig, backend: Any) -> bool:
     if not style.conversation:
         return uses_vision(config, backend)
     if config.vision is not None and config.vision != style.vision:
-        raise EvalSetupError(f"--prompt {style.name} {'shows' if style.vision else 'does not show'} screenshots: "
-                             f"drop --{'no-' if style.vision else ''}vision, or choose --prompt "
-                             f"{'compact' if style.vision else 'vision'} (or default, a per-step prompt)")
+        raise EvalSetupError(
+            f"--prompt {style.name} {'shows' if style.vision else 'does not show'} screenshots: "
+            f"drop --{'no-' if style.vision else ''}vision, or choose --prompt "
+            f"{'compact' if style.vision else 'vision'} (or default, a per-step prompt)"
+        )
     return style.vision
 
 
@@ -269,7 +316,9 @@ def uses_vision(config: EvalConfig, backend: Any) -> bool:
         return config.vision
     if getattr(backend, "vision", None) is not None:
         return bool(backend.vision)
-    processor = vars(backend).get("processor") if hasattr(backend, "__dict__") else None  # not a lazy property
+    processor = (
+        vars(backend).get("processor") if hasattr(backend, "__dict__") else None
+    )  # not a lazy property
     return processor is not None and hasattr(processor, "image_processor")
 
 
@@ -310,8 +359,16 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     records = [r for r in read_episodes(folder.episodes) if episode_key(r) in wanted]
     stats = summarize(records, config.tasks)
     paths = write_outputs(folder, config, records, stats, placement)
-    return EvalResult(folder, stats, records, ran=len(jobs), skipped=len(done), seconds=time.perf_counter() - started, paths=paths,
-                      placement=placement)
+    return EvalResult(
+        folder,
+        stats,
+        records,
+        ran=len(jobs),
+        skipped=len(done),
+        seconds=time.perf_counter() - started,
+        paths=paths,
+        placement=placement,
+    )
 
 
 def _placement(backend: Any) -> dict[str, str] | None:
@@ -333,8 +390,14 @@ async def _open_fleet(config: EvalConfig, stack: contextlib.ExitStack) -> Any:
         return None
     from envharness.fleet.start import open_fleet
 
-    fleet = open_fleet(config.env, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
-                       max_sessions=max(64, 2 * config.concurrency), env_options=config.env_options or None)
+    fleet = open_fleet(
+        config.env,
+        env_urls=config.env_urls,
+        servers=config.servers,
+        ray_address=config.ray_address,
+        max_sessions=max(64, 2 * config.concurrency),
+        env_options=config.env_options or None,
+    )
     try:
         return await asyncio.to_thread(stack.enter_context, fleet)
     except (ValueError, RuntimeError, TimeoutError) as exc:
@@ -355,14 +418,31 @@ def count_finished(config: EvalConfig) -> int:
         return 0
 
 
-def write_outputs(folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats],
-                  placement: dict[str, str] | None = None) -> dict[str, Path]:
+def write_outputs(
+    folder: RunFolder,
+    config: EvalConfig,
+    records: list[dict[str, Any]],
+    stats: list[TaskStats],
+    placement: dict[str, str] | None = None,
+) -> dict[str, Path]:
     """summary.json, the plot and the HTML report, from the run's episodes."""
     from envharness.eval.plot import plot_success_rates
     from envharness.eval.report import write_report
 
     where = {"placement": placement} if placement else {}
-    folder.write_json(folder.summary, {"model": config.model, **where, "tasks": [asdict(s) | {"success_rate": s.success_rate} for s in stats]})
+    folder.write_json(
+        folder.summary,
+        {
+            "model": config.model,
+            **where,
+            "tasks": [asdict(s) | {"success_rate": s.success_rate} for s in stats],
+        },
+    )
     plot_success_rates(stats, folder.plot, title=f"{config.model}: success rate per task")
     write_report(folder, config, records, stats)
-    return {"episodes": folder.episodes, "report": folder.report, "plot": folder.plot, "summary": folder.summary}
+    return {
+        "episodes": folder.episodes,
+        "report": folder.report,
+        "plot": folder.plot,
+        "summary": folder.summary,
+    }

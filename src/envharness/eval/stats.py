@@ -121,8 +121,11 @@ def format_table(rows: list[TaskStats]) -> str:
     """A fixed-width table for the terminal."""
     infra = any(r.infra_failures for r in rows)  # the column appears only when a server was lost
     partial = any(r.partial_credit for r in rows)  # and this one when an episode earned part of a score
-    header = (("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors")
-              + (("partial",) if partial else ()) + (("infra",) if infra else ()))
+    header = (
+        ("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors")
+        + (("partial",) if partial else ())
+        + (("infra",) if infra else ())
+    )
     lines = [header]
     for r in rows:
         lines.append(

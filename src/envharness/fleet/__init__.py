@@ -6,12 +6,28 @@ processes as Ray actors and hands out the same router.
 """
 
 from envharness.fleet.router import (
-    AsyncFleetLease, Endpoint, FleetLease, FleetRouter, NoServerAvailableError, ServerLostError, ServerStatus,
+    AsyncFleetLease,
+    Endpoint,
+    FleetLease,
+    FleetRouter,
+    NoServerAvailableError,
+    ServerLostError,
+    ServerStatus,
 )
 from envharness.harness.failures import InfrastructureError
 
-__all__ = ["AsyncFleetLease", "Endpoint", "EnvFleet", "EnvServerActor", "FleetLease", "FleetRouter", "InfrastructureError",
-           "NoServerAvailableError", "ServerLostError", "ServerStatus"]
+__all__ = [
+    "AsyncFleetLease",
+    "Endpoint",
+    "EnvFleet",
+    "EnvServerActor",
+    "FleetLease",
+    "FleetRouter",
+    "InfrastructureError",
+    "NoServerAvailableError",
+    "ServerLostError",
+    "ServerStatus",
+]
 
 
 def __getattr__(name: str):

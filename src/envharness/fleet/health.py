@@ -71,7 +71,9 @@ class HealthPolling:
         except Exception:  # the source (e.g. Ray) hiccuped: keep the servers we know
             return
         endpoints = [e if isinstance(e, Endpoint) else Endpoint(str(e)) for e in found]
-        self._drop_idle(self._set_endpoints([Endpoint(http_base(e.url), e.node_id, e.generation) for e in endpoints]))
+        self._drop_idle(
+            self._set_endpoints([Endpoint(http_base(e.url), e.node_id, e.generation) for e in endpoints])
+        )
 
     async def _refresh_forever(self) -> None:
         """Re-read the server list apart from the health polls (a Ray call may wait on a restart)."""
@@ -92,7 +94,9 @@ class HealthPolling:
 
     async def _poll_loop(self) -> None:
         assert self._wake is not None
-        async with httpx.AsyncClient(timeout=self.health_timeout_s, headers=auth_headers(self._token), trust_env=False) as http:
+        async with httpx.AsyncClient(
+            timeout=self.health_timeout_s, headers=auth_headers(self._token), trust_env=False
+        ) as http:
             while not self._closed:
                 with self._lock:
                     servers = list(self._servers.values())

@@ -92,8 +92,10 @@ class AsyncFleetLease:
                 continue
             self._server, self._client = server, client
             return result
-        raise ServerLostError(f"reset failed on {len(tried)} server(s) ({', '.join(sorted(tried))}); "
-                              f"last error: {type(last).__name__}: {last}") from last
+        raise ServerLostError(
+            f"reset failed on {len(tried)} server(s) ({', '.join(sorted(tried))}); "
+            f"last error: {type(last).__name__}: {last}"
+        ) from last
 
     async def step(self, action: Any) -> Any:
         return await self._call("step", action)
@@ -124,8 +126,10 @@ class AsyncFleetLease:
                 raise
             self._server = self._client = None
             await self._router.lost_server(server, client, exc)
-            raise ServerLostError(f"the environment server {server.url} was lost mid-episode "
-                                  f"({type(exc).__name__}: {exc}); this episode cannot go on") from exc
+            raise ServerLostError(
+                f"the environment server {server.url} was lost mid-episode "
+                f"({type(exc).__name__}: {exc}); this episode cannot go on"
+            ) from exc
 
 
 class FleetLease:

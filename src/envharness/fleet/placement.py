@@ -41,7 +41,7 @@ def http_base(url: str) -> str:
     url = url[:-3] if url.endswith("/ws") else url
     for old, new in (("ws://", "http://"), ("wss://", "https://")):
         if url.startswith(old):
-            return new + url[len(old):]
+            return new + url[len(old) :]
     return url if url.startswith(("http://", "https://")) else "http://" + url
 
 
@@ -75,8 +75,17 @@ class TrackedServer:
         return bool(self.idle) or self.others() + self.leased + len(self.idle) < self.max_sessions
 
     def status(self) -> ServerStatus:
-        return ServerStatus(self.url, self.healthy, self.reported_active, self.max_sessions, self.leased, len(self.idle),
-                            self.endpoint.node_id, self.endpoint.generation, self.last_error)
+        return ServerStatus(
+            self.url,
+            self.healthy,
+            self.reported_active,
+            self.max_sessions,
+            self.leased,
+            len(self.idle),
+            self.endpoint.node_id,
+            self.endpoint.generation,
+            self.last_error,
+        )
 
 
 def pick_server(servers: Iterable[TrackedServer], exclude: set[str]) -> TrackedServer | None:

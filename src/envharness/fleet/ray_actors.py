@@ -39,24 +39,49 @@ log = logging.getLogger(__name__)
 class _EnvServerActor:
     """One watched `envharness serve` on this node (use through `EnvServerActor`)."""
 
-    def __init__(self, name: str, server_args: Sequence[str] = (), *, tag: str, host: str | None = None,
-                 token: str | None = None, startup_timeout_s: float = 120.0, health_poll_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        server_args: Sequence[str] = (),
+        *,
+        tag: str,
+        host: str | None = None,
+        token: str | None = None,
+        startup_timeout_s: float = 120.0,
+        health_poll_s: float = 2.0,
+    ) -> None:
         self.tag = tag
         kill_tagged(tag, 0.0)  # what a killed predecessor of this actor left on this node
         self.node_id = ray.get_runtime_context().get_node_id()
         self.generation = time.time_ns() // 1_000_000  # grows with every restart
         bind = host or ray.util.get_node_ip_address()
-        self.server = WatchedServer(name, host=bind, server_args=list(server_args), tag=f"{tag}{self.generation}",
-                                    token=token, startup_timeout_s=startup_timeout_s, poll_interval_s=health_poll_s,
-                                    on_death=self._died)
+        self.server = WatchedServer(
+            name,
+            host=bind,
+            server_args=list(server_args),
+            tag=f"{tag}{self.generation}",
+            token=token,
+            startup_timeout_s=startup_timeout_s,
+            poll_interval_s=health_poll_s,
+            on_death=self._died,
+        )
 
     def _died(self, reason: str) -> None:
-        log.warning("environment server %s died (%s); the actor exits for Ray to restart it", self.server.base_url, reason)
+        log.warning(
+            "environment server %s died (%s); the actor exits for Ray to restart it",
+            self.server.base_url,
+            reason,
+        )
         os._exit(1)  # a Ray restart; exit_actor() would end the actor for good
 
     def address(self) -> dict[str, Any]:
         """Where the server listens, on which node, which restart; its pid (tests kill it)."""
-        return {"url": self.server.base_url, "node_id": self.node_id, "generation": self.generation, "pid": self.server.process.pid}
+        return {
+            "url": self.server.base_url,
+            "node_id": self.node_id,
+            "generation": self.generation,
+            "pid": self.server.process.pid,
+        }
 
     def stop(self) -> None:
         """End the server (and its browser); the actor stays until killed."""
@@ -99,13 +124,24 @@ class EnvFleet:
         base = os.environ.get(TAG_ENV_VAR, "")
         self.tag = f"{base}/fleet-{uuid.uuid4().hex[:8]}" if base else f"fleet-{uuid.uuid4().hex[:8]}"
         bundle = dict(resources or {"CPU": 1})
-        self.placement = placement_group([dict(bundle) for _ in range(servers)], strategy="STRICT_SPREAD" if one_per_node else "SPREAD")
+        self.placement = placement_group(
+            [dict(bundle) for _ in range(servers)], strategy="STRICT_SPREAD" if one_per_node else "SPREAD"
+        )
         self.actors = [
             EnvServerActor.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=i),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement, placement_group_bundle_index=i
+                ),
                 **_actor_resources(bundle),
-            ).remote(env, list(server_args), tag=f"{self.tag}/{i}/", host=host, token=token,
-                     startup_timeout_s=startup_timeout_s, health_poll_s=health_poll_s)
+            ).remote(
+                env,
+                list(server_args),
+                tag=f"{self.tag}/{i}/",
+                host=host,
+                token=token,
+                startup_timeout_s=startup_timeout_s,
+                health_poll_s=health_poll_s,
+            )
             for i in range(servers)
         ]
         self._known: dict[int, Endpoint] = {}
@@ -144,8 +180,10 @@ class EnvFleet:
             if len(found) == len(self.actors):
                 return found
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(found)} of {len(self.actors)} environment servers up after {timeout_s:.0f}s "
-                                   f"(placement group: {ray.util.placement_group_table(self.placement).get('state')})")
+                raise TimeoutError(
+                    f"{len(found)} of {len(self.actors)} environment servers up after {timeout_s:.0f}s "
+                    f"(placement group: {ray.util.placement_group_table(self.placement).get('state')})"
+                )
             time.sleep(0.2)
 
     @property

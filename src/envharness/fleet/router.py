@@ -38,8 +38,17 @@ from envharness.fleet.health import HealthPolling
 from envharness.fleet.leases import AsyncFleetLease, FleetLease, close_all, close_quietly
 from envharness.fleet.placement import Endpoint, ServerStatus, TrackedServer, http_base, pick_server
 
-__all__ = ["AsyncFleetLease", "Endpoint", "FleetLease", "FleetRouter", "NoServerAvailableError", "ServerLostError",
-           "ServerStatus", "default_client_class", "http_base"]
+__all__ = [
+    "AsyncFleetLease",
+    "Endpoint",
+    "FleetLease",
+    "FleetRouter",
+    "NoServerAvailableError",
+    "ServerLostError",
+    "ServerStatus",
+    "default_client_class",
+    "http_base",
+]
 
 T = TypeVar("T")
 
@@ -116,8 +125,12 @@ class FleetRouter(HealthPolling):
             if statuses and len(healthy) >= want:
                 return healthy
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(healthy)} of {want} servers healthy after {timeout_s:.0f}s: "
-                                   + "; ".join(f"{s.url}: {s.last_error or 'no answer yet'}" for s in statuses if not s.healthy))
+                raise TimeoutError(
+                    f"{len(healthy)} of {want} servers healthy after {timeout_s:.0f}s: "
+                    + "; ".join(
+                        f"{s.url}: {s.last_error or 'no answer yet'}" for s in statuses if not s.healthy
+                    )
+                )
             self.poll_now()
             time.sleep(0.05)
 
@@ -172,8 +185,11 @@ class FleetRouter(HealthPolling):
 
     def _why_none(self, exclude: set[str]) -> str:
         statuses = self.servers()
-        parts = [f"{s.url}: " + ("tried" if s.url in exclude else "full" if s.healthy else (s.last_error or "not healthy yet"))
-                 for s in statuses]
+        parts = [
+            f"{s.url}: "
+            + ("tried" if s.url in exclude else "full" if s.healthy else (s.last_error or "not healthy yet"))
+            for s in statuses
+        ]
         return f"no healthy environment server with room within {self.acquire_timeout_s:.0f}s ({'; '.join(parts) or 'no servers'})"
 
     async def release(self, server: TrackedServer, client: Any, reuse: bool) -> None:

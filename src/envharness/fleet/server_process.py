@@ -76,18 +76,38 @@ def kill_tagged(tag: str, grace_s: float = 5.0, first: int | None = None) -> Non
 class WatchedServer(ServerProcess):
     """`envharness serve NAME` in its own session, tagged, health-checked by a thread."""
 
-    def __init__(self, name: str, *, host: str = "127.0.0.1", server_args: list[str] | None = None,
-                 tag: str = "", token: str | None = None, startup_timeout_s: float = 120.0,
-                 poll_interval_s: float = 2.0, missed_polls: int = 3, on_death: Callable[[str], Any] | None = None,
-                 env_vars: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        host: str = "127.0.0.1",
+        server_args: list[str] | None = None,
+        tag: str = "",
+        token: str | None = None,
+        startup_timeout_s: float = 120.0,
+        poll_interval_s: float = 2.0,
+        missed_polls: int = 3,
+        on_death: Callable[[str], Any] | None = None,
+        env_vars: dict[str, str] | None = None,
+    ) -> None:
         self.tag = tag
         self.token = token
         self._stopping = False
         self._on_death = on_death
-        super().__init__(name, host=host, token=token, server_args=server_args, startup_timeout_s=startup_timeout_s,
-                         env_vars={**(env_vars or {}), TAG_ENV_VAR: tag})
-        threading.Thread(target=self._watch, args=(poll_interval_s, missed_polls), daemon=True,
-                         name="envharness-fleet-watchdog").start()
+        super().__init__(
+            name,
+            host=host,
+            token=token,
+            server_args=server_args,
+            startup_timeout_s=startup_timeout_s,
+            env_vars={**(env_vars or {}), TAG_ENV_VAR: tag},
+        )
+        threading.Thread(
+            target=self._watch,
+            args=(poll_interval_s, missed_polls),
+            daemon=True,
+            name="envharness-fleet-watchdog",
+        ).start()
 
     def _parent_death_args(self) -> list[str]:
         return []  # the kernel kills it with its parent (`_popen_options`): nothing to wait for
@@ -97,7 +117,9 @@ class WatchedServer(ServerProcess):
 
     def _watch(self, interval: float, allowed: int) -> None:
         missed = 0
-        with httpx.Client(timeout=max(2.0, interval), headers=auth_headers(self.token), trust_env=False) as http:
+        with httpx.Client(
+            timeout=max(2.0, interval), headers=auth_headers(self.token), trust_env=False
+        ) as http:
             while not self._stopping:
                 time.sleep(interval)
                 if self._stopping:

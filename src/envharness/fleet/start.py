@@ -68,14 +68,27 @@ def open_fleet(
         import os
 
         # a Ray of our own gets enough logical CPUs for the servers asked for (they need not match cores)
-        own = {} if ray_address else {"num_cpus": max(os.cpu_count() or 1, int(servers * server_cpus + 0.999))}
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False, **own)
+        own = (
+            {} if ray_address else {"num_cpus": max(os.cpu_count() or 1, int(servers * server_cpus + 0.999))}
+        )
+        ray.init(
+            address=ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False, **own
+        )
     try:
-        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= server_cpus]
+        nodes = [
+            n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= server_cpus
+        ]
         one_per_node = len(nodes) >= servers
         host = "127.0.0.1" if started_ray and not ray_address else None  # a Ray of our own: loopback only
-        with EnvFleet(env, servers, one_per_node=one_per_node, server_args=server_arguments(max_sessions, env_options),
-                      resources={"CPU": server_cpus}, host=host, client_class=client_class) as fleet:
+        with EnvFleet(
+            env,
+            servers,
+            one_per_node=one_per_node,
+            server_args=server_arguments(max_sessions, env_options),
+            resources={"CPU": server_cpus},
+            host=host,
+            client_class=client_class,
+        ) as fleet:
             fleet.wait_ready(timeout_s=ready_timeout_s)
             router = fleet.client_pool()
             router.wait_ready(min_servers=servers, timeout_s=ready_timeout_s)

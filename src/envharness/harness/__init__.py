@@ -26,8 +26,19 @@ from envharness.harness.records import (
     record_from_result,
     write_records,
 )
-from envharness.harness.rollout import build_harness_rollout_func, resolve_env_reward, run_episode, run_episodes
-from envharness.harness.session import ClientSessionFactory, ResourceSession, ResourceSessionFactory, call_session, create_session
+from envharness.harness.rollout import (
+    build_harness_rollout_func,
+    resolve_env_reward,
+    run_episode,
+    run_episodes,
+)
+from envharness.harness.session import (
+    ClientSessionFactory,
+    ResourceSession,
+    ResourceSessionFactory,
+    call_session,
+    create_session,
+)
 from envharness.harness.step_session import StepEnvSessionAdapter
 from envharness.harness.tokens import TokenAssembler
 from envharness.harness.tool_parsing import parse_json_tool_calls

@@ -38,9 +38,19 @@ def tool_message_content(result: ToolResult) -> str | list[dict[str, Any]]:
     """What the model reads for a tool result: its data as text, an error first when present.
     Data given as content parts (text and image parts, `models/images.py`) stays parts."""
     data = result.data
-    if isinstance(data, list) and data and all(isinstance(p, dict) and p.get("type") in ("text", "image") for p in data):
+    if (
+        isinstance(data, list)
+        and data
+        and all(isinstance(p, dict) and p.get("type") in ("text", "image") for p in data)
+    ):
         return ([{"type": "text", "text": f"Error: {result.error}\n"}] if result.error else []) + list(data)
-    text = "" if data is None else data if isinstance(data, str) else json.dumps(data, sort_keys=True, default=str)
+    text = (
+        ""
+        if data is None
+        else data
+        if isinstance(data, str)
+        else json.dumps(data, sort_keys=True, default=str)
+    )
     if result.error:
         return f"Error: {result.error}" + (f"\n{text}" if text else "")
     return text
@@ -54,7 +64,9 @@ class HarnessAdapter:
     ) -> HarnessRolloutResult:
         raise NotImplementedError(f"{type(self).__name__} is not a white-box harness")
 
-    def run_white_box(self, model_step: ModelStep, session: Any, limits: HarnessRunLimits | None = None) -> HarnessRolloutResult:
+    def run_white_box(
+        self, model_step: ModelStep, session: Any, limits: HarnessRunLimits | None = None
+    ) -> HarnessRolloutResult:
         """Sync form of `run_white_box_async` (OpenEnv's name)."""
         return run_coroutine_sync(self.run_white_box_async(model_step, session, limits))
 
@@ -125,7 +137,12 @@ class MCPHarnessAdapter(HarnessAdapter):
                         "turn": turn,
                         "content": step.response.content,
                         "tool_calls": [
-                            {"id": c.id, "name": c.name, "arguments": dict(c.args), **({"metadata": c.metadata} if c.metadata else {})}
+                            {
+                                "id": c.id,
+                                "name": c.name,
+                                "arguments": dict(c.args),
+                                **({"metadata": c.metadata} if c.metadata else {}),
+                            }
                             for c in calls
                         ],
                     },
@@ -159,9 +176,16 @@ class MCPHarnessAdapter(HarnessAdapter):
 
     @staticmethod
     def _record_tool(
-        result: HarnessRolloutResult, messages: list[Message], call: ToolCall, tool_result: ToolResult, turn: int, elapsed: float
+        result: HarnessRolloutResult,
+        messages: list[Message],
+        call: ToolCall,
+        tool_result: ToolResult,
+        turn: int,
+        elapsed: float,
     ) -> None:
-        result.tool_trace.append(ToolTraceEntry(tool_name=call.name, arguments=dict(call.args), result=tool_result))
+        result.tool_trace.append(
+            ToolTraceEntry(tool_name=call.name, arguments=dict(call.args), result=tool_result)
+        )
         result.events.append(
             RolloutEvent(
                 type="tool_call",
@@ -172,23 +196,40 @@ class MCPHarnessAdapter(HarnessAdapter):
                     "done": tool_result.done,
                     "error": tool_result.error,
                     "elapsed_s": round(elapsed, 6),
-                    **({"parse_error": call.metadata["parse_error"]} if "parse_error" in call.metadata else {}),
+                    **(
+                        {"parse_error": call.metadata["parse_error"]}
+                        if "parse_error" in call.metadata
+                        else {}
+                    ),
                 },
             )
         )
-        messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": tool_message_content(tool_result)})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "name": call.name,
+                "content": tool_message_content(tool_result),
+            }
+        )
 
 
-async def call_tool_checked(session: Any, tools_by_name: dict[str, Any], name: str, arguments: dict[str, Any]) -> ToolResult:
+async def call_tool_checked(
+    session: Any, tools_by_name: dict[str, Any], name: str, arguments: dict[str, Any]
+) -> ToolResult:
     """One tool call as an episode makes it: an unknown tool or bad arguments come back as the
     model's error without reaching the session, and so does a tool's own failure."""
     tool = tools_by_name.get(name)
     if tool is None:
         known = ", ".join(tools_by_name) or "none"
-        return ToolResult(error=f"unknown tool {name!r}; available tools: {known}", metadata={"error_type": "unknown_tool"})
+        return ToolResult(
+            error=f"unknown tool {name!r}; available tools: {known}", metadata={"error_type": "unknown_tool"}
+        )
     problem = validate_arguments(tool, arguments)
     if problem is not None:
-        return ToolResult(error=f"bad arguments for {name}: {problem}", metadata={"error_type": "invalid_arguments"})
+        return ToolResult(
+            error=f"bad arguments for {name}: {problem}", metadata={"error_type": "invalid_arguments"}
+        )
     try:
         return await call_session(session, "call_tool", name, dict(arguments))
     except TOOL_ERRORS as exc:

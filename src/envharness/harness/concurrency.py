@@ -19,7 +19,9 @@ T = TypeVar("T")
 
 #: Executor for sync calls, set by `run_episodes` so that `max_concurrency` episodes never
 #: queue behind asyncio's default thread pool (5 + cores threads).
-_executor: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("envharness_executor", default=None)
+_executor: contextvars.ContextVar[Executor | None] = contextvars.ContextVar(
+    "envharness_executor", default=None
+)
 
 
 async def run_sync(fn: Any, *args: Any, **kwargs: Any) -> Any:

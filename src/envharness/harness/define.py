@@ -47,7 +47,9 @@ def action_tool(action_type: type[Action]) -> Tool:
     for field_name, field in schema.get("properties", {}).items():
         if field_name in Action.model_fields:
             continue
-        properties[field_name] = {k: v for k, v in field.items() if k in ("type", "description", "enum", "items")}
+        properties[field_name] = {
+            k: v for k, v in field.items() if k in ("type", "description", "enum", "items")
+        }
     required = [r for r in schema.get("required", []) if r in properties]
     name = _snake(action_type.__name__.removesuffix("Action")) or "act"
     description = (action_type.__doc__ or "").strip().splitlines()[0] if action_type.__doc__ else name
@@ -56,8 +58,13 @@ def action_tool(action_type: type[Action]) -> Tool:
 
 def observation_as_text(observation: Any) -> str:
     """What an observation shows, as text: its one text field, or each field on a line."""
-    fields = {k: v for k, v in (observation.model_dump() if hasattr(observation, "model_dump") else dict(observation)).items()
-              if k not in _BOOKKEEPING}
+    fields = {
+        k: v
+        for k, v in (
+            observation.model_dump() if hasattr(observation, "model_dump") else dict(observation)
+        ).items()
+        if k not in _BOOKKEEPING
+    }
     texts = [v for v in fields.values() if isinstance(v, str)]
     if len(fields) == 1 and len(texts) == 1:
         return texts[0]
@@ -79,7 +86,12 @@ def reply_parser(tool: Tool) -> Callable[[str], ToolCall | list[ToolCall] | None
         if kind in ("integer", "number"):
             found = re.search(r"-?\d+(?:\.\d+)?" if kind == "number" else r"-?\d+", text)
             if found is None:
-                return ToolCall(id="reply", name=tool["name"], args={}, metadata={"parse_error": f"no number in the reply for {argument}"})
+                return ToolCall(
+                    id="reply",
+                    name=tool["name"],
+                    args={},
+                    metadata={"parse_error": f"no number in the reply for {argument}"},
+                )
             value: Any = float(found.group()) if kind == "number" else int(found.group())
         else:
             value = text.strip().strip("`").strip()
@@ -91,11 +103,19 @@ def reply_parser(tool: Tool) -> Callable[[str], ToolCall | list[ToolCall] | None
 class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
     """One client and one session per episode; the action type's tool becomes the action."""
 
-    def __init__(self, client_factory: Callable[[], Any], *, action_type: type[Action], tasks: Sequence[str] = (),
-                 default_task: str | None = None, tools: Iterable[str] | None = None,
-                 reset_kwargs: dict[str, Any] | None = None,
-                 prompt_builder: Callable[[Any, Any, list[str]], list[Message]] | None = None,
-                 observation_text: Callable[[Any], str] | None = None, **_ignored: Any) -> None:
+    def __init__(
+        self,
+        client_factory: Callable[[], Any],
+        *,
+        action_type: type[Action],
+        tasks: Sequence[str] = (),
+        default_task: str | None = None,
+        tools: Iterable[str] | None = None,
+        reset_kwargs: dict[str, Any] | None = None,
+        prompt_builder: Callable[[Any, Any, list[str]], list[Message]] | None = None,
+        observation_text: Callable[[Any], str] | None = None,
+        **_ignored: Any,
+    ) -> None:
         super().__init__(client_factory)
         self.action_type = action_type
         #: The tools every session offers (known without a session).
@@ -109,16 +129,26 @@ class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         self.prompt_builder = prompt_builder or default_opening
         self.observation_text = observation_text or observation_as_text
 
-    def session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> StepEnvSessionAdapter:
+    def session_for(
+        self, client: Any, task: Any, seed: int | None, episode_id: str | None
+    ) -> StepEnvSessionAdapter:
         task = task if isinstance(task, str) and task in self.tasks else self.default_task
         names = [t["name"] for t in self.tool_specs]
         return StepEnvSessionAdapter(
-            client, task=task, seed=seed, episode_id=episode_id, tool_specs=self.tool_specs,
+            client,
+            task=task,
+            seed=seed,
+            episode_id=episode_id,
+            tool_specs=self.tool_specs,
             action_builder=lambda name, arguments: self.action_type(**arguments),
-            initial_messages_builder=lambda result, task: self.prompt_builder(result.observation, task, names),
+            initial_messages_builder=lambda result, task: self.prompt_builder(
+                result.observation, task, names
+            ),
             tool_result_builder=lambda name, arguments, result, state: ToolResult(
-                data=self.observation_text(result.observation), done=bool(result.done),
-                metadata={"reward": result.reward, "done": bool(result.done)}),
+                data=self.observation_text(result.observation),
+                done=bool(result.done),
+                metadata={"reward": result.reward, "done": bool(result.done)},
+            ),
             verify_builder=_verify,
             reset_kwargs={**self.reset_kwargs, **({"task": task} if self.tasks and task is not None else {})},
         )
@@ -135,7 +165,9 @@ def _verify(transcript: list[Message], final_state: Any, last_result: Any, state
 
 def default_opening(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
     """The first observation's text and how to answer."""
-    return [{"role": "user", "content": f"{observation_as_text(observation)}\n\nReply with your {tool_names[0]}."}]
+    return [
+        {"role": "user", "content": f"{observation_as_text(observation)}\n\nReply with your {tool_names[0]}."}
+    ]
 
 
 @dataclass(frozen=True)
@@ -169,23 +201,45 @@ def define_environment(
     playable = task_names or (_snake(environment.__name__.removesuffix("Environment")) or "episode",)
     defaults = tuple(default_tasks or playable[:1])
     tool = action_tool(action_type)
-    client = type(f"Async{environment.__name__.removesuffix('Environment')}Env", (AsyncEnvClient,),
-                  {"observation_type": observation_type, "__module__": environment.__module__})
-    styles = {"default": PromptStyle("default", "the observation's text, then each step's", opening=opening or default_opening,
-                                     observation_text=observation_text)}
+    client = type(
+        f"Async{environment.__name__.removesuffix('Environment')}Env",
+        (AsyncEnvClient,),
+        {"observation_type": observation_type, "__module__": environment.__module__},
+    )
+    styles = {
+        "default": PromptStyle(
+            "default",
+            "the observation's text, then each step's",
+            opening=opening or default_opening,
+            observation_text=observation_text,
+        )
+    }
     harness = EnvHarness(
         env="",
-        session_factory=functools.partial(ActionSessionFactory, action_type=action_type, tasks=task_names,
-                                          default_task=defaults[0] if task_names else None,
-                                          prompt_builder=opening, observation_text=observation_text),
+        session_factory=functools.partial(
+            ActionSessionFactory,
+            action_type=action_type,
+            tasks=task_names,
+            default_task=defaults[0] if task_names else None,
+            prompt_builder=opening,
+            observation_text=observation_text,
+        ),
         tool_call_parser=tool_call_parser or reply_parser(tool),
-        task_list=lambda: TaskList(tasks=playable, splits={"default": defaults, **{k: tuple(v) for k, v in (splits or {}).items()}}),
+        task_list=lambda: TaskList(
+            tasks=playable, splits={"default": defaults, **{k: tuple(v) for k, v in (splits or {}).items()}}
+        ),
         check_task=_TaskCheck(playable),
         default_tasks=defaults,
         prompt_styles=styles,
         scripted_policy=scripted_policy,
     )
-    return EnvSpec(name="", environment=environment, client=client, harness=harness, summary=summary or _first_line(environment))
+    return EnvSpec(
+        name="",
+        environment=environment,
+        client=client,
+        harness=harness,
+        summary=summary or _first_line(environment),
+    )
 
 
 def _first_line(obj: Any) -> str:

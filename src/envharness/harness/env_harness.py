@@ -51,7 +51,11 @@ class TaskList:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"tasks": list(self.tasks), "splits": {k: list(v) for k, v in self.splits.items()}, "num_tasks": self.num_tasks}
+        return {
+            "tasks": list(self.tasks),
+            "splits": {k: list(v) for k, v in self.splits.items()},
+            "num_tasks": self.num_tasks,
+        }
 
 
 @dataclass(frozen=True)

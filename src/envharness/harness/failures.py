@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 #: Server error codes that say "the server or the session is gone", not "the action was bad".
-INFRA_ERROR_CODES = frozenset({"SHUTTING_DOWN", "SESSION_ERROR", "CAPACITY_REACHED", "FACTORY_ERROR", "IDLE_TIMEOUT"})
+INFRA_ERROR_CODES = frozenset(
+    {"SHUTTING_DOWN", "SESSION_ERROR", "CAPACITY_REACHED", "FACTORY_ERROR", "IDLE_TIMEOUT"}
+)
 
 #: The metrics key (in results, episode records, `verify_metrics`) that flags one.
 INFRA_FAILURE_KEY = "infra_failure"

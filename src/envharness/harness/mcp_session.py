@@ -30,7 +30,12 @@ PromptBuilder = Callable[[str, Any, list[Tool]], list[Message]]
 def default_prompt(first_observation: str, task: Any, tools: list[Tool]) -> list[Message]:
     """The tools by name and description, then what `reset` returned."""
     lines = "\n".join(f"- {t['name']}: {t.get('description', '')}" for t in tools)
-    return [{"role": "user", "content": f"Complete the task with these tools (one call per turn):\n{lines}\n\n{first_observation}"}]
+    return [
+        {
+            "role": "user",
+            "content": f"Complete the task with these tools (one call per turn):\n{lines}\n\n{first_observation}",
+        }
+    ]
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -66,15 +71,23 @@ class MCPSessionFactory(ResourceSessionFactory["MCPSession"]):
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.command is None):
-            raise ValueError("MCPSessionFactory needs exactly one of url= (streamable HTTP) and command= (stdio)")
+            raise ValueError(
+                "MCPSessionFactory needs exactly one of url= (streamable HTTP) and command= (stdio)"
+            )
 
-    async def create_async(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> "MCPSession":
+    async def create_async(
+        self, task: Any = None, seed: int | None = None, episode_id: str | None = None
+    ) -> "MCPSession":
         session = MCPSession(self, task, seed)
         await session.connect()
         return session
 
-    def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> "MCPSession":
-        raise TypeError("MCPSessionFactory is async: use create_async (run_episodes and the rollout functions do)")
+    def create(
+        self, task: Any = None, seed: int | None = None, episode_id: str | None = None
+    ) -> "MCPSession":
+        raise TypeError(
+            "MCPSessionFactory is async: use create_async (run_episodes and the rollout functions do)"
+        )
 
 
 class MCPSession(ResourceSession):
@@ -96,12 +109,16 @@ class MCPSession(ResourceSession):
             await asyncio.wait_for(self._ready.wait(), self.factory.connect_timeout_s)
         except asyncio.TimeoutError:
             await self.close_async()
-            raise ConnectionError(f"MCP server did not answer within {self.factory.connect_timeout_s:.0f}s") from None
+            raise ConnectionError(
+                f"MCP server did not answer within {self.factory.connect_timeout_s:.0f}s"
+            ) from None
         if self._failure is not None:
             await self.close_async()
             cause = _leaf(self._failure)
             where = self.factory.url or " ".join(self.factory.command or [])
-            raise ConnectionError(f"could not open an MCP session with {where}: {type(cause).__name__}: {cause}") from cause
+            raise ConnectionError(
+                f"could not open an MCP session with {where}: {type(cause).__name__}: {cause}"
+            ) from cause
 
     async def _hold(self) -> None:
         from mcp import ClientSession
@@ -128,7 +145,9 @@ class MCPSession(ResourceSession):
 
             @contextlib.asynccontextmanager
             async def http():
-                async with httpx.AsyncClient(headers=f.headers, timeout=httpx.Timeout(60.0, read=300.0)) as client:
+                async with httpx.AsyncClient(
+                    headers=f.headers, timeout=httpx.Timeout(60.0, read=300.0)
+                ) as client:
                     async with streamable_http_client(f.url, http_client=client) as (read, write, _):
                         yield read, write
 
@@ -138,14 +157,19 @@ class MCPSession(ResourceSession):
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         command = list(f.command or [])
-        params = StdioServerParameters(command=command[0], args=command[1:], env=f.env if f.env is not None else dict(os.environ))
+        params = StdioServerParameters(
+            command=command[0], args=command[1:], env=f.env if f.env is not None else dict(os.environ)
+        )
         return stdio_client(params)
 
     # -- ResourceSession ----------------------------------------------------------------
     async def list_tools_async(self) -> list[Tool]:
         if self._tools is None:
             listed = (await self.client.list_tools()).tools
-            self._tools = [{"name": t.name, "description": t.description or "", "inputSchema": t.inputSchema} for t in listed]
+            self._tools = [
+                {"name": t.name, "description": t.description or "", "inputSchema": t.inputSchema}
+                for t in listed
+            ]
         if self.factory.show_control_tools or self.factory.reset_tool is None:
             return list(self._tools)
         return [t for t in self._tools if t["name"] not in CONTROL_TOOLS]
@@ -173,13 +197,21 @@ class MCPSession(ResourceSession):
             return ToolResult(data=None, error=text or "tool error", metadata={"error_type": "mcp_error"})
         structured = dict(result.structuredContent or {})
         self.last_structured = structured
-        return ToolResult(data=text, done=bool(structured.get("done", False)),
-                          error=structured.get("last_action_error") or None, metadata=structured)
+        return ToolResult(
+            data=text,
+            done=bool(structured.get("done", False)),
+            error=structured.get("last_action_error") or None,
+            metadata=structured,
+        )
 
     async def verify_async(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
         s = self.last_structured
-        return VerifyResult(env_reward=s.get("reward"), done=bool(s.get("done", False)),
-                            metrics={"step_count": s.get("step", 0)}, artifacts={"last_result": s})
+        return VerifyResult(
+            env_reward=s.get("reward"),
+            done=bool(s.get("done", False)),
+            metrics={"step_count": s.get("step", 0)},
+            artifacts={"last_result": s},
+        )
 
     async def close_async(self) -> None:
         """End the MCP session (the server closes its environment). Safe to call twice."""

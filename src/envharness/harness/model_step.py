@@ -28,14 +28,18 @@ from envharness.models.base import Generation, GenerationRequest, ModelBackend, 
 class ModelStep(Protocol):
     """Samples one model turn. May be sync or `async def`."""
 
-    def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult: ...
+    def __call__(
+        self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]
+    ) -> ModelStepResult: ...
 
 
 def _is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
-async def call_model_step(step: Any, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
+async def call_model_step(
+    step: Any, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]
+) -> ModelStepResult:
     """Await an async step; run a sync one in a worker thread (it may block on a trainer)."""
     if _is_async_callable(step):
         result = await step(messages, tools, sampling)
@@ -73,7 +77,9 @@ class BatchingModelStep:
         self.max_wait_s = max_wait_s
         self.send_tools = send_tools
         self.batch_sizes: list[int] = []  # one entry per backend call, for stats and tests
-        self._pending: list[tuple[GenerationRequest, asyncio.Future, float]] = []  # (request, future, queued at)
+        self._pending: list[
+            tuple[GenerationRequest, asyncio.Future, float]
+        ] = []  # (request, future, queued at)
         self._worker: asyncio.Task | None = None
         self._changed: asyncio.Event | None = None
         self._in_flight: list[tuple[GenerationRequest, asyncio.Future]] = []  # the batch being generated
@@ -101,7 +107,11 @@ class BatchingModelStep:
         """Until every live episode is waiting, or `max_wait_s` after the oldest request."""
         loop = asyncio.get_running_loop()
         await asyncio.sleep(0)  # whoever is ready in this tick joins at no cost
-        while self._pending and self._waiting() < self._live and (remaining := self._pending[0][2] + self.max_wait_s - loop.time()) > 0:
+        while (
+            self._pending
+            and self._waiting() < self._live
+            and (remaining := self._pending[0][2] + self.max_wait_s - loop.time()) > 0
+        ):
             assert self._changed is not None
             self._changed.clear()
             try:
@@ -117,7 +127,9 @@ class BatchingModelStep:
             self._pending, self._in_flight = [], []
             for fut in stranded:
                 if not fut.done():
-                    fut.set_exception(RuntimeError(f"model step batcher stopped: {type(exc).__name__}: {exc}"))
+                    fut.set_exception(
+                        RuntimeError(f"model step batcher stopped: {type(exc).__name__}: {exc}")
+                    )
             raise
 
     async def _drain_batches(self) -> None:
@@ -143,7 +155,9 @@ class BatchingModelStep:
         try:
             generations = await self.backend.generate([req for req, _ in batch])
             if len(generations) != len(batch):
-                raise RuntimeError(f"backend returned {len(generations)} generations for {len(batch)} requests")
+                raise RuntimeError(
+                    f"backend returned {len(generations)} generations for {len(batch)} requests"
+                )
         except (ValueError, TypeError) as exc:
             if len(batch) == 1:
                 return _settle(batch, exc)
@@ -192,7 +206,9 @@ class EpisodeModelStep:
             self._closed = True
             self._batcher._release()
 
-    async def __call__(self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]) -> ModelStepResult:
+    async def __call__(
+        self, messages: list[Message], tools: list[Tool], sampling: dict[str, Any]
+    ) -> ModelStepResult:
         request = GenerationRequest(
             messages=list(messages),
             tools=[as_mcp_dict(t) for t in tools] if (tools and self._batcher.send_tools) else None,

@@ -37,7 +37,9 @@ class PromptStyle:
 
     def __post_init__(self) -> None:
         if (self.step is None) == (self.opening is None):
-            raise ValueError(f"prompt style {self.name!r} needs exactly one of step= (per-step) or opening= (conversation)")
+            raise ValueError(
+                f"prompt style {self.name!r} needs exactly one of step= (per-step) or opening= (conversation)"
+            )
 
     @property
     def conversation(self) -> bool:

@@ -20,7 +20,9 @@ RECORD_VERSION = 1
 
 def _jsonable(value: Any) -> Any:
     """Plain JSON data (pydantic models dumped, unknown objects as their str)."""
-    return json.loads(json.dumps(value, default=lambda v: v.model_dump() if hasattr(v, "model_dump") else str(v)))
+    return json.loads(
+        json.dumps(value, default=lambda v: v.model_dump() if hasattr(v, "model_dump") else str(v))
+    )
 
 
 @dataclass
@@ -56,7 +58,9 @@ class EpisodeRecord:
     def from_dict(cls, data: dict[str, Any]) -> "EpisodeRecord":
         version = data.get("version")
         if not isinstance(version, int) or version > RECORD_VERSION:
-            raise ValueError(f"episode record version {version!r} is not readable by this envharness (knows up to {RECORD_VERSION})")
+            raise ValueError(
+                f"episode record version {version!r} is not readable by this envharness (knows up to {RECORD_VERSION})"
+            )
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -91,7 +95,9 @@ def _observation_digests(result: HarnessRolloutResult) -> list[str] | None:
 def record_from_result(result: HarnessRolloutResult, *, include_tokens: bool = False) -> EpisodeRecord:
     """The record of one finished episode."""
     calls = _tool_calls(result)
-    token_counts = {k: int(result.metrics.get(f"{k}_tokens", 0)) for k in ("prompt", "completion", "model", "env")}
+    token_counts = {
+        k: int(result.metrics.get(f"{k}_tokens", 0)) for k in ("prompt", "completion", "model", "env")
+    }
     return EpisodeRecord(
         episode_id=result.episode_id,
         task=_jsonable(result.task),
@@ -108,7 +114,12 @@ def record_from_result(result: HarnessRolloutResult, *, include_tokens: bool = F
         tokens=token_counts,
         observation_digests=_observation_digests(result),
         token_ids=(
-            {"prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids, "logprobs": result.logprobs, "env_mask": result.env_mask}
+            {
+                "prompt_ids": result.prompt_ids,
+                "completion_ids": result.completion_ids,
+                "logprobs": result.logprobs,
+                "env_mask": result.env_mask,
+            }
             if include_tokens
             else None
         ),
@@ -143,7 +154,9 @@ class EpisodeRecordWriter:
         self.close()
 
 
-def write_records(path: str | Path, results: Iterable[HarnessRolloutResult], *, include_tokens: bool = False) -> list[EpisodeRecord]:
+def write_records(
+    path: str | Path, results: Iterable[HarnessRolloutResult], *, include_tokens: bool = False
+) -> list[EpisodeRecord]:
     """Write finished episodes to `path` (replacing it)."""
     with EpisodeRecordWriter(path, include_tokens=include_tokens) as writer:
         return [writer.write(r) for r in results]

@@ -41,10 +41,18 @@ def resolve_env_reward(rollout: HarnessRolloutResult, verify: VerifyResult) -> f
     Same rule as OpenEnv: the orchestration never synthesizes a reward. Raises ValueError
     when there is none or when verify contradicts the environment.
     """
-    trace_reward = next((r for e in reversed(rollout.tool_trace) if (r := _tool_result_reward(e.result)) is not None), None)
+    trace_reward = next(
+        (r for e in reversed(rollout.tool_trace) if (r := _tool_result_reward(e.result)) is not None), None
+    )
     verify_reward = None if verify.env_reward is None else float(verify.env_reward)
-    if trace_reward is not None and verify_reward is not None and not math.isclose(verify_reward, trace_reward, rel_tol=1e-9, abs_tol=1e-6):
-        raise ValueError(f"verify.env_reward ({verify_reward}) must forward the environment reward ({trace_reward})")
+    if (
+        trace_reward is not None
+        and verify_reward is not None
+        and not math.isclose(verify_reward, trace_reward, rel_tol=1e-9, abs_tol=1e-6)
+    ):
+        raise ValueError(
+            f"verify.env_reward ({verify_reward}) must forward the environment reward ({trace_reward})"
+        )
     reward = trace_reward if trace_reward is not None else verify_reward
     if reward is None:
         raise ValueError("rollout did not produce an environment reward")
@@ -61,7 +69,12 @@ def _final_state(rollout: HarnessRolloutResult) -> dict[str, Any]:
             {
                 "tool_name": e.tool_name,
                 "arguments": dict(e.arguments),
-                "result": {"data": e.result.data, "done": e.result.done, "metadata": dict(e.result.metadata), "error": e.result.error},
+                "result": {
+                    "data": e.result.data,
+                    "done": e.result.done,
+                    "metadata": dict(e.result.metadata),
+                    "error": e.result.error,
+                },
             }
             for e in rollout.tool_trace
         ],
@@ -74,7 +87,9 @@ def _fail(rollout: HarnessRolloutResult, error: str) -> None:
     rollout.metrics["error"] = rollout.error
 
 
-async def _run_adapter(adapter: Any, step: ModelStep, session: Any, limits: HarnessRunLimits) -> HarnessRolloutResult:
+async def _run_adapter(
+    adapter: Any, step: ModelStep, session: Any, limits: HarnessRunLimits
+) -> HarnessRolloutResult:
     if hasattr(adapter, "run_white_box_async"):
         return await adapter.run_white_box_async(step, session, limits)
     return await run_sync(adapter.run_white_box, step, session, limits)
@@ -115,7 +130,9 @@ async def run_episode(
                 step.close()  # e.g. a batched step: its batches stop waiting for this episode
         rollout.timings["create_s"] = created - started
         if rollout.error is None:
-            rollout.verify = await call_session(session, "verify", list(rollout.messages), _final_state(rollout))
+            rollout.verify = await call_session(
+                session, "verify", list(rollout.messages), _final_state(rollout)
+            )
             rollout.env_reward = resolve_env_reward(rollout, rollout.verify)
     except TimeoutError:
         _fail(rollout, f"TimeoutError: episode took longer than {timeout_s} s")
@@ -136,16 +153,33 @@ async def run_episode(
 
 
 def _step_maker(
-    model_step: ModelStep | None, backend: Any, model_step_builder: Callable[[Any], ModelStep] | None, tool_call_parser: ToolCallParser
+    model_step: ModelStep | None,
+    backend: Any,
+    model_step_builder: Callable[[Any], ModelStep] | None,
+    tool_call_parser: ToolCallParser,
 ) -> Callable[[Any], ModelStep]:
-    given = [name for name, v in (("model_step", model_step), ("backend", backend), ("model_step_builder", model_step_builder)) if v is not None]
+    given = [
+        name
+        for name, v in (
+            ("model_step", model_step),
+            ("backend", backend),
+            ("model_step_builder", model_step_builder),
+        )
+        if v is not None
+    ]
     if len(given) != 1:
-        raise ValueError(f"pass exactly one of model_step, backend, model_step_builder (got: {', '.join(given) or 'none'})")
+        raise ValueError(
+            f"pass exactly one of model_step, backend, model_step_builder (got: {', '.join(given) or 'none'})"
+        )
     if model_step is not None:
         return lambda session: model_step
     if model_step_builder is not None:
         return model_step_builder
-    batcher = backend if isinstance(backend, BatchingModelStep) else BatchingModelStep(backend, tool_call_parser=tool_call_parser)
+    batcher = (
+        backend
+        if isinstance(backend, BatchingModelStep)
+        else BatchingModelStep(backend, tool_call_parser=tool_call_parser)
+    )
     return lambda session: batcher.for_episode()
 
 
@@ -229,7 +263,12 @@ def _placeholder_tokens(trainer: Any) -> dict[str, list] | None:
     if eos is None:
         return None
     pad = getattr(tok, "pad_token_id", None)
-    return {"prompt_ids": [eos if pad is None else pad], "completion_ids": [eos], "logprobs": [0.0], "env_mask": [0]}
+    return {
+        "prompt_ids": [eos if pad is None else pad],
+        "completion_ids": [eos],
+        "logprobs": [0.0],
+        "env_mask": [0],
+    }
 
 
 def rollout_metrics(results: Sequence[HarnessRolloutResult]) -> dict[str, float]:
@@ -237,18 +276,39 @@ def rollout_metrics(results: Sequence[HarnessRolloutResult]) -> dict[str, float]
     server: not a real reward of 0) with their fraction."""
     n = len(results)
     infra = sum(1 for r in results if is_infra_failure(r))
-    return {"episodes": n, "failed": sum(1 for r in results if r.error is not None), "infra_failures": infra,
-            "infra_failure_fraction": infra / n if n else 0.0}
+    return {
+        "episodes": n,
+        "failed": sum(1 for r in results if r.error is not None),
+        "infra_failures": infra,
+        "infra_failure_fraction": infra / n if n else 0.0,
+    }
 
 
-def rollout_outputs(results: Sequence[HarnessRolloutResult], trainer: Any, *, reward_key: str = "env_reward",
-                    train_on_failed: bool = False) -> dict[str, list[Any]]:
+def rollout_outputs(
+    results: Sequence[HarnessRolloutResult],
+    trainer: Any,
+    *,
+    reward_key: str = "env_reward",
+    train_on_failed: bool = False,
+) -> dict[str, list[Any]]:
     """TRL's rollout_func dict for finished episodes, in order: exact tokens (a failed episode's
     env_mask all 0 unless `train_on_failed`; one placeholder token for an episode without any),
     `reward_key` (0.0 for failed episodes) and `verify_metrics` (with `error`, `infra_failure`)."""
-    out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], reward_key: [], "verify_metrics": []}
+    out: dict[str, list[Any]] = {
+        "prompt_ids": [],
+        "completion_ids": [],
+        "logprobs": [],
+        "env_mask": [],
+        reward_key: [],
+        "verify_metrics": [],
+    }
     for r in results:
-        tokens = {"prompt_ids": r.prompt_ids, "completion_ids": r.completion_ids, "logprobs": r.logprobs, "env_mask": r.env_mask}
+        tokens = {
+            "prompt_ids": r.prompt_ids,
+            "completion_ids": r.completion_ids,
+            "logprobs": r.logprobs,
+            "env_mask": r.env_mask,
+        }
         if not r.completion_ids:
             tokens = _placeholder_tokens(trainer) or tokens
         elif r.error is not None and not train_on_failed:

@@ -28,7 +28,9 @@ class ResourceSession:
 
     def initial_messages(self) -> list[Message]:
         """The prompt messages the model starts from."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither initial_messages nor its async form")
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither initial_messages nor its async form"
+        )
 
     def list_tools(self) -> list[Tool]:
         """The tools in MCP form: `{"name", "description", "inputSchema"}`."""
@@ -71,7 +73,9 @@ class ResourceSessionFactory(Generic[SessionT]):
     def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> SessionT:
         raise NotImplementedError(f"{type(self).__name__} implements neither create nor create_async")
 
-    async def create_async(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> SessionT:
+    async def create_async(
+        self, task: Any, seed: int | None = None, episode_id: str | None = None
+    ) -> SessionT:
         return await run_sync(self.create, task, seed, episode_id)
 
 
@@ -91,7 +95,9 @@ class ClientSessionFactory(ResourceSessionFactory[SessionT]):
     def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> SessionT:
         return self.session_for(self._client_factory(), task, seed, episode_id)
 
-    async def create_async(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> SessionT:
+    async def create_async(
+        self, task: Any = None, seed: int | None = None, episode_id: str | None = None
+    ) -> SessionT:
         client = await run_sync(self._client_factory)
         if inspect.isawaitable(client):
             client = await client

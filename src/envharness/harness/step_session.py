@@ -135,14 +135,18 @@ class StepEnvSessionAdapter(ResourceSession):
     # -- sync API (sync clients) ------------------------------------------------------
     def _require_sync(self) -> None:
         if self._is_async:
-            raise TypeError("this session wraps an async client; use the *_async methods (the harness runtime does)")
+            raise TypeError(
+                "this session wraps an async client; use the *_async methods (the harness runtime does)"
+            )
 
     def _read_state(self) -> Any:
         state = getattr(self._client, "state", None)
         return state() if callable(state) else None
 
     def _observed(self, result: Any) -> Any:
-        self.observation_digests.append(observation_digest(getattr(result, "observation", None), self._observation_view))
+        self.observation_digests.append(
+            observation_digest(getattr(result, "observation", None), self._observation_view)
+        )
         return result
 
     def _action_for(self, name: str, arguments: dict[str, Any]) -> Any:

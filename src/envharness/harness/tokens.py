@@ -91,8 +91,13 @@ class TokenAssembler:
             return self._image_problem(step)
         seq = self.sequence
         if len(step.prompt_ids) < len(seq) or step.prompt_ids[: len(seq)] != seq:
-            at = next((i for i, (a, b) in enumerate(zip(seq, step.prompt_ids)) if a != b), min(len(seq), len(step.prompt_ids)))
-            return f"prompt_ids do not extend the sequence so far (first difference at token {at} of {len(seq)})"
+            at = next(
+                (i for i, (a, b) in enumerate(zip(seq, step.prompt_ids)) if a != b),
+                min(len(seq), len(step.prompt_ids)),
+            )
+            return (
+                f"prompt_ids do not extend the sequence so far (first difference at token {at} of {len(seq)})"
+            )
         return self._image_problem(step)
 
     def metrics(self) -> dict[str, Any]:

@@ -24,7 +24,9 @@ _decoder = json.JSONDecoder()
 MAX_JSON_ATTEMPTS = 256
 
 
-def iter_json_objects(text: str, max_attempts: int = MAX_JSON_ATTEMPTS) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_json_objects(
+    text: str, max_attempts: int = MAX_JSON_ATTEMPTS
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(position, object) of every top-level JSON object in `text`, in order (nested ones
     are not repeated). Never raises on hostile text: too-deep nesting is just not JSON."""
     pos = text.find("{")
@@ -49,7 +51,9 @@ def tool_call_from_json(obj: dict[str, Any], call_id: str) -> ToolCall | None:
     """
     if isinstance(obj.get("function"), dict):
         obj = obj["function"]
-    name = next((obj[k] for k in ("name", "tool", "tool_name", "action") if isinstance(obj.get(k), str)), None)
+    name = next(
+        (obj[k] for k in ("name", "tool", "tool_name", "action") if isinstance(obj.get(k), str)), None
+    )
     if not name or not name.isidentifier():
         return None
     args: Any = next((obj[k] for k in ("arguments", "args", "parameters", "input") if k in obj), {})

@@ -24,7 +24,9 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def tool_spec(name: str, description: str, properties: dict[str, Any] | None = None, required: list[str] | None = None) -> Tool:
+def tool_spec(
+    name: str, description: str, properties: dict[str, Any] | None = None, required: list[str] | None = None
+) -> Tool:
     """An MCP tool spec whose input is a JSON object with the given properties."""
     schema: dict[str, Any] = {"type": "object", "properties": dict(properties or {})}
     if required:
@@ -45,8 +47,16 @@ def tool_schema(tool: Any) -> dict[str, Any]:
 def as_mcp_dict(tool: Any) -> Tool:
     """The MCP dict form of a spec (for records and chat templates)."""
     if isinstance(tool, dict):
-        return {"name": tool["name"], "description": tool.get("description", ""), "inputSchema": tool_schema(tool)}
-    return {"name": tool.name, "description": getattr(tool, "description", ""), "inputSchema": tool_schema(tool)}
+        return {
+            "name": tool["name"],
+            "description": tool.get("description", ""),
+            "inputSchema": tool_schema(tool),
+        }
+    return {
+        "name": tool.name,
+        "description": getattr(tool, "description", ""),
+        "inputSchema": tool_schema(tool),
+    }
 
 
 def _type_ok(value: Any, expected: str | list[str]) -> bool:

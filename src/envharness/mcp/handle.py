@@ -28,7 +28,10 @@ class EnvSessionHandle:
             return self.session
         if self.session is not None and not opening:
             reason = self.session.expire_reason.value if self.session.expire_reason else "closed"
-            raise ProtocolError(ErrorCode.NOT_RESET, f"The environment session ended ({reason}); call reset to start a new one")
+            raise ProtocolError(
+                ErrorCode.NOT_RESET,
+                f"The environment session ended ({reason}); call reset to start a new one",
+            )
         if not opening:
             raise ProtocolError(ErrorCode.NOT_RESET, "Call reset first: this MCP session has no episode yet")
         self.session, self.last = await self.manager.open(), None

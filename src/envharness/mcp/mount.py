@@ -30,7 +30,10 @@ def _not_session_end_noise(record: logging.LogRecord) -> bool:
     """The SDK logs a ClosedResourceError traceback whenever a client ends its session
     (its GET stream's reader is closed by the DELETE); that is a normal end, not an error."""
     exc = record.exc_info[1] if record.exc_info else None
-    return not (record.getMessage() == "Error in standalone SSE writer" and type(exc).__name__ == "ClosedResourceError")
+    return not (
+        record.getMessage() == "Error in standalone SSE writer"
+        and type(exc).__name__ == "ClosedResourceError"
+    )
 
 
 logging.getLogger("mcp.server.streamable_http").addFilter(_not_session_end_noise)
@@ -84,8 +87,11 @@ class McpEndpoint:
                     self.provider = ToolsetProvider(self.manager, self.name)
                     self.server = build_server(self.manager, self.name, self.provider, self.outcomes)
                     self.dialect = OpenEnvDialect(self.manager, self.provider)
-                http = StreamableHTTPSessionManager(self.server, session_idle_timeout=self.manager.idle_timeout_s,
-                                                    max_sessions=self.manager.max_sessions)
+                http = StreamableHTTPSessionManager(
+                    self.server,
+                    session_idle_timeout=self.manager.idle_timeout_s,
+                    max_sessions=self.manager.max_sessions,
+                )
                 started, self._stop = asyncio.Event(), asyncio.Event()
 
                 async def serve() -> None:
@@ -193,6 +199,11 @@ def _replay(body: bytes, original: Receive) -> Receive:
 
 async def _json(send: Send, status: int, payload: dict) -> None:
     body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -20,7 +20,13 @@ from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.server import ToolsetProvider
 from envharness.mcp.toolset import run_tool
 
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = -32700, -32600, -32601, -32602, -32000
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = (
+    -32700,
+    -32600,
+    -32601,
+    -32602,
+    -32000,
+)
 
 
 class OpenEnvDialect:
@@ -68,7 +74,11 @@ class OpenEnvDialect:
             raise _RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
         toolset = await self.provider.get()
         if method == "tools/list":
-            return {"tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in toolset.tools()]}
+            return {
+                "tools": [
+                    t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in toolset.tools()
+                ]
+            }
         name = params.get("name")
         if not isinstance(name, str) or not name:
             raise _RpcError(INVALID_PARAMS, "Missing 'name' in params")

@@ -21,8 +21,10 @@ from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.outcomes import RolloutOutcomes, rollout_tag
 from envharness.mcp.toolset import EnvToolset, run_tool, toolset_for
 
-INSTRUCTIONS = ("Each MCP session owns one environment session. Call `reset` first (the browser: task and seed), "
-                "then act with the tools; every result carries the observation, reward, done and the last error.")
+INSTRUCTIONS = (
+    "Each MCP session owns one environment session. Call `reset` first (the browser: task and seed), "
+    "then act with the tools; every result carries the observation, reward, done and the last error."
+)
 
 
 class ToolsetProvider:
@@ -39,8 +41,12 @@ class ToolsetProvider:
         return self._toolset
 
 
-def build_server(manager: SessionManager, name: str, provider: ToolsetProvider | None = None,
-                 outcomes: RolloutOutcomes | None = None) -> Server:
+def build_server(
+    manager: SessionManager,
+    name: str,
+    provider: ToolsetProvider | None = None,
+    outcomes: RolloutOutcomes | None = None,
+) -> Server:
     """A `Server` whose every session gets its own `EnvSessionHandle`, closed when the session ends.
     With `outcomes`, tool calls of sessions tagged with a rollout id are recorded there (`outcomes.py`)."""
     provider = provider or ToolsetProvider(manager, name)
@@ -55,7 +61,9 @@ def build_server(manager: SessionManager, name: str, provider: ToolsetProvider |
 
     from envharness import __version__
 
-    server: Server = Server(f"envharness-{name}", version=__version__, instructions=INSTRUCTIONS, lifespan=per_session)
+    server: Server = Server(
+        f"envharness-{name}", version=__version__, instructions=INSTRUCTIONS, lifespan=per_session
+    )
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
@@ -70,7 +78,9 @@ def build_server(manager: SessionManager, name: str, provider: ToolsetProvider |
         result = await run_tool(await provider.get(), handle, tool, arguments)
         tag = rollout_tag(context.request) if outcomes is not None else None
         if tag is not None:  # only a call that produced a new observation moved the episode
-            outcomes.record(tag, tool, handle.last if handle.last is not before else None, bool(result.isError))
+            outcomes.record(
+                tag, tool, handle.last if handle.last is not before else None, bool(result.isError)
+            )
         return result
 
     return server

@@ -31,7 +31,9 @@ class EnvToolset:
     def tools(self) -> list[types.Tool]:
         raise NotImplementedError
 
-    async def call(self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         raise NotImplementedError
 
 
@@ -39,7 +41,9 @@ def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], isError=True)
 
 
-async def run_tool(toolset: EnvToolset, handle: EnvSessionHandle, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+async def run_tool(
+    toolset: EnvToolset, handle: EnvSessionHandle, name: str, arguments: dict[str, Any] | None
+) -> types.CallToolResult:
     """Run one tool call: unknown tools, arguments outside the schema and environment
     refusals come back as `isError` results the caller can read and correct."""
     tool = next((t for t in toolset.tools() if t.name == name), None)
@@ -66,32 +70,56 @@ class StepToolset(EnvToolset):
         action_schema = description.action_type.model_json_schema()
         action_schema.pop("title", None)
         self._tools = [
-            types.Tool(name="reset", description="Start a new episode; extra arguments are environment reset options.",
-                       inputSchema={"type": "object", "properties": {
-                           "seed": {"type": "integer", "minimum": 0, "description": "fix the episode's randomness"},
-                           "episode_id": {"type": "string"}}, "additionalProperties": True}),
-            types.Tool(name="step", description=f"Take one action ({description.action_type.__name__}).",
-                       inputSchema=action_schema),
-            types.Tool(name="state", description="The episode's state (step count, episode id, ...).",
-                       inputSchema={"type": "object", "properties": {}}),
+            types.Tool(
+                name="reset",
+                description="Start a new episode; extra arguments are environment reset options.",
+                inputSchema={
+                    "type": "object",
+                    "properties": {
+                        "seed": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "fix the episode's randomness",
+                        },
+                        "episode_id": {"type": "string"},
+                    },
+                    "additionalProperties": True,
+                },
+            ),
+            types.Tool(
+                name="step",
+                description=f"Take one action ({description.action_type.__name__}).",
+                inputSchema=action_schema,
+            ),
+            types.Tool(
+                name="state",
+                description="The episode's state (step count, episode id, ...).",
+                inputSchema={"type": "object", "properties": {}},
+            ),
         ]
 
     def tools(self) -> list[types.Tool]:
         return self._tools
 
-    async def call(self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         if name == "reset":
             return observation_result(await handle.reset(arguments))
         if name == "step":
             return observation_result(await handle.step(arguments))
         state = (await handle.state()).model_dump(mode="json")
-        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(state))], structuredContent=state)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(state))], structuredContent=state
+        )
 
 
 def observation_result(observation: Observation) -> types.CallToolResult:
     """OpenEnv's layout (`observation`, `reward`, `done`) as structured content and as JSON text."""
     payload = serialize_observation(observation)
-    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(payload))], structuredContent=payload)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(payload))], structuredContent=payload
+    )
 
 
 def toolset_for(description: EnvDescription, env: str | None = None) -> EnvToolset:

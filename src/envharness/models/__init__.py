@@ -29,7 +29,9 @@ from envharness.models.base import Generation, GenerationRequest, ModelBackend, 
 __all__ = ["Generation", "GenerationRequest", "ModelBackend", "SamplingParams", "load_backend"]
 
 
-def load_backend(spec: str = "embedded", *, device: str = "auto", dtype: str = "auto", **kwargs: Any) -> ModelBackend:
+def load_backend(
+    spec: str = "embedded", *, device: str = "auto", dtype: str = "auto", **kwargs: Any
+) -> ModelBackend:
     """Build the backend a spec names on `device` in `dtype`; `kwargs` go to its constructor."""
     spec = spec.strip()
     if _is_remote(spec):

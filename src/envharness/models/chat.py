@@ -35,7 +35,9 @@ def to_openai_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] 
                 "function": {
                     "name": tool["name"],
                     "description": tool.get("description", ""),
-                    "parameters": tool.get("inputSchema") or tool.get("parameters") or {"type": "object", "properties": {}},
+                    "parameters": tool.get("inputSchema")
+                    or tool.get("parameters")
+                    or {"type": "object", "properties": {}},
                 },
             }
         )
@@ -66,7 +68,13 @@ def _with_dict_arguments(call: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
-def render(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]] | None = None, *, add_generation_prompt: bool = True) -> str:
+def render(
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    add_generation_prompt: bool = True,
+) -> str:
     """The chat template applied to `messages` (and `tools`, when the template takes them)."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(

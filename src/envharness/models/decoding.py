@@ -33,7 +33,9 @@ class DecodingRow:
         return cls(params, row_generator(params.seed, device))
 
 
-def decode_batch_step(rows: list[DecodingRow], logits: torch.Tensor, tokenizer: Any, eos: set[int], pad_id: int) -> torch.Tensor:
+def decode_batch_step(
+    rows: list[DecodingRow], logits: torch.Tensor, tokenizer: Any, eos: set[int], pad_id: int
+) -> torch.Tensor:
     """Sample one token for every row still decoding, from `logits` (rows x vocab) where they
     are; returns the ids to feed next (`pad_id` for finished rows), on the same device.
 

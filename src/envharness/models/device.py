@@ -18,7 +18,13 @@ from typing import Any
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
-_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
+_DTYPE_ALIASES = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "float": "float32",
+}
 
 
 class DeviceError(ValueError):
@@ -56,15 +62,25 @@ def resolve_device(spec: str | None = "auto") -> Any:
 
     text = (spec or "auto").strip().lower()
     if text == "auto":
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        return (
+            torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else torch.device("cpu")
+        )
     if text == "cpu":
         return torch.device("cpu")
     kind, _, index = text.partition(":")
     if kind != "cuda" or (index and not index.isdigit()):
         raise DeviceError(f"unknown device {spec!r}: use {DEVICE_CHOICES}")
     if not torch.cuda.is_available():
-        why = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no GPU (check the driver and CUDA_VISIBLE_DEVICES)"
-        raise DeviceError(f"device {spec!r} asked for, but {why} (torch {torch.__version__}): use --device cpu or auto")
+        why = (
+            "torch was built without CUDA"
+            if torch.version.cuda is None
+            else "torch sees no GPU (check the driver and CUDA_VISIBLE_DEVICES)"
+        )
+        raise DeviceError(
+            f"device {spec!r} asked for, but {why} (torch {torch.__version__}): use --device cpu or auto"
+        )
     count = torch.cuda.device_count()
     if index and int(index) >= count:
         raise DeviceError(f"device {spec!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}")
@@ -83,7 +99,9 @@ def resolve_dtype(spec: str | None, device: Any) -> Any:
         return torch.bfloat16 if device.type == "cuda" and _bf16_supported(device) else torch.float32
     if text == "bfloat16" and device.type == "cuda" and not _bf16_supported(device):
         name = torch.cuda.get_device_name(device)
-        raise DeviceError(f"dtype bfloat16: {name} ({device}) does not support it (compute capability < 8.0): use float16 or float32")
+        raise DeviceError(
+            f"dtype bfloat16: {name} ({device}) does not support it (compute capability < 8.0): use float16 or float32"
+        )
     return getattr(torch, text)
 
 

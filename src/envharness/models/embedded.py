@@ -41,7 +41,10 @@ def gguf_path() -> Path:
 
 def cache_dir() -> Path:
     """Where the dequantized model and tokenizer are kept, keyed by the GGUF's name and size."""
-    root = os.environ.get("ENVHARNESS_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envharness"
+    root = (
+        os.environ.get("ENVHARNESS_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envharness"
+    )
     gguf = gguf_path()
     return Path(root) / f"{gguf.stem}-{gguf.stat().st_size}"
 
@@ -73,8 +76,9 @@ def load_model() -> tuple[Any, Any]:
         gguf = gguf_path()
         with _gguf_parsed_once():  # the tokenizer's parse of the file serves the model's config too
             tokenizer = load_tokenizer()
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                         local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+            )
         # The weights are fully dequantized; only the GGUF marker stops `save_pretrained`.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):

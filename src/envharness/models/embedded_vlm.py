@@ -36,11 +36,22 @@ def build_embedded_vlm(seed: int = 0) -> tuple[Any, Any]:
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS})
     tokenizer.chat_template = _IDEFICS_TEMPLATE
     text_config = text_model.config.to_dict()
-    text_config.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    text_config.update(
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     config = Idefics3Config(
         text_config=text_config,
-        vision_config=dict(hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4, image_size=IMAGE_SIZE, patch_size=PATCH),
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), scale_factor=SCALE, pad_token_id=tokenizer.pad_token_id,
+        vision_config=dict(
+            hidden_size=96,
+            intermediate_size=192,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=IMAGE_SIZE,
+            patch_size=PATCH,
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        scale_factor=SCALE,
+        pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
@@ -50,7 +61,9 @@ def build_embedded_vlm(seed: int = 0) -> tuple[Any, Any]:
         embed = source.pop("embed_tokens.weight")
         missing, unexpected = model.model.text_model.load_state_dict(source, strict=False)
         if unexpected or set(missing) != {"embed_tokens.weight"}:
-            raise RuntimeError(f"SmolLM2 does not fit the Idefics3 text model: missing {missing}, unexpected {unexpected}")
+            raise RuntimeError(
+                f"SmolLM2 does not fit the Idefics3 text model: missing {missing}, unexpected {unexpected}"
+            )
         grown = model.model.text_model.embed_tokens.weight
         grown[:vocab] = embed
         grown[vocab:] = embed.mean(0, keepdim=True)  # the new specials start at the average token
@@ -58,10 +71,14 @@ def build_embedded_vlm(seed: int = 0) -> tuple[Any, Any]:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     image_processor = Idefics3ImageProcessorPil(
-        do_image_splitting=False, size={"longest_edge": IMAGE_SIZE}, max_image_size={"longest_edge": IMAGE_SIZE}
+        do_image_splitting=False,
+        size={"longest_edge": IMAGE_SIZE},
+        max_image_size={"longest_edge": IMAGE_SIZE},
     )
     processor = image_only_processor_class("idefics3")(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=_IDEFICS_TEMPLATE,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        chat_template=_IDEFICS_TEMPLATE,
         image_seq_len=(IMAGE_SIZE // PATCH) ** 2 // SCALE**2,
     )
     return model.eval(), processor

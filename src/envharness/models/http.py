@@ -66,9 +66,13 @@ async def request_json(
             continue
         if response.status_code >= 400:
             body = response.text[:2000]
-            raise BackendError(f"{method} {url} -> HTTP {response.status_code}: {body}", response.status_code, body)
+            raise BackendError(
+                f"{method} {url} -> HTTP {response.status_code}: {body}", response.status_code, body
+            )
         try:
             return response.json()
         except ValueError as exc:
-            raise BackendError(f"{method} {url} returned non-JSON: {response.text[:200]!r}", response.status_code) from exc
+            raise BackendError(
+                f"{method} {url} returned non-JSON: {response.text[:200]!r}", response.status_code
+            ) from exc
     raise AssertionError("unreachable")

@@ -52,7 +52,9 @@ def message_text(message: Message) -> str:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+    return "".join(
+        part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"
+    )
 
 
 def refuse_images(backend_name: str, messages: Iterable[Message]) -> None:
@@ -84,8 +86,12 @@ def openai_messages(messages: Iterable[Message], fmt: str = "PNG") -> list[Messa
     for message in messages:
         content = message.get("content")
         if isinstance(content, list) and any(is_image_part(p) for p in content):
-            parts = [{"type": "image_url", "image_url": {"url": image_data_url(p["image"], fmt)}} if is_image_part(p) else p
-                     for p in content]
+            parts = [
+                {"type": "image_url", "image_url": {"url": image_data_url(p["image"], fmt)}}
+                if is_image_part(p)
+                else p
+                for p in content
+            ]
             message = {**message, "content": parts}
         out.append(message)
     return out

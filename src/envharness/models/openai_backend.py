@@ -50,10 +50,14 @@ class OpenAIBackend:
         self.image_format = image_format.upper()
         self.model = model
         self.name = f"openai:{model}"
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip(
+            "/"
+        )
         key = api_key if api_key is not None else os.environ.get(api_key_env)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        )
         self.retry = retry or RetryPolicy()
         self.extra_body = dict(extra_body or {})
         self.features = set(_FEATURES)
@@ -71,7 +75,13 @@ class OpenAIBackend:
             while True:
                 payload = self._payload(request)
                 try:
-                    data = await request_json(self._client, "POST", f"{self.base_url}/chat/completions", json=payload, retry=self.retry)
+                    data = await request_json(
+                        self._client,
+                        "POST",
+                        f"{self.base_url}/chat/completions",
+                        json=payload,
+                        retry=self.retry,
+                    )
                 except BackendError as exc:
                     dropped = self._drop_rejected_feature(exc)
                     if dropped:
@@ -106,7 +116,9 @@ class OpenAIBackend:
         if "logprobs" in self.features:
             payload["logprobs"] = True
         if "vllm_extras" in self.features:
-            payload.update(return_token_ids=True, return_tokens_as_token_ids=True, include_stop_str_in_output=True)
+            payload.update(
+                return_token_ids=True, return_tokens_as_token_ids=True, include_stop_str_in_output=True
+            )
             if s.top_k > 0:
                 payload["top_k"] = s.top_k
             if s.stop:
@@ -128,7 +140,9 @@ class OpenAIBackend:
         completion_ids = list(choice.get("token_ids") or _ids_from_entries(entries))
         finish_reason = choice.get("finish_reason") or "stop"
         if "vllm_extras" not in self.features and request.sampling.stop:
-            text, logprobs, completion_ids, cut = _apply_stop(text, request.sampling.stop, entries, logprobs, completion_ids)
+            text, logprobs, completion_ids, cut = _apply_stop(
+                text, request.sampling.stop, entries, logprobs, completion_ids
+            )
             finish_reason = "stop" if cut else finish_reason
         metadata: dict[str, Any] = {}
         if message.get("tool_calls"):
@@ -157,7 +171,9 @@ def _ids_from_entries(entries: list[dict[str, Any]]) -> list[int]:
     return ids
 
 
-def _apply_stop(text: str, stops: list[str], entries: list[dict[str, Any]], logprobs: list[float], ids: list[int]):
+def _apply_stop(
+    text: str, stops: list[str], entries: list[dict[str, Any]], logprobs: list[float], ids: list[int]
+):
     """Cut after the earliest stop string; keep only the tokens that cover the kept text."""
     ends = [text.index(s) + len(s) for s in stops if s and s in text]
     if not ends:

@@ -77,7 +77,9 @@ class PrefixCache:
 
     def covered(self, tokens: list[int]) -> int:
         """How many leading tokens of `tokens` a stored sequence already holds."""
-        return max((_common_length(key, tokens, min(len(key), len(tokens))) for key in self._entries), default=0)
+        return max(
+            (_common_length(key, tokens, min(len(key), len(tokens))) for key in self._entries), default=0
+        )
 
     def store(self, tokens: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Keep `layers` (already sliced to `tokens`, cloned off the batch) for later lookups."""
@@ -125,7 +127,11 @@ def cache_keyword() -> str:
     `past_key_values` before."""
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
-    return "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
+    return (
+        "cache"
+        if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)}
+        else "past_key_values"
+    )
 
 
 def forward_with_cache(model: Any, past: Any, **inputs: Any) -> tuple[Any, Any]:

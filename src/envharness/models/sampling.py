@@ -17,7 +17,9 @@ from __future__ import annotations
 import torch
 
 
-def processed_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+def processed_logprobs(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """Log-probabilities over the vocabulary (last dim) of the distribution we sample from."""
     logits = logits.float()
     if temperature <= 0:
@@ -36,7 +38,9 @@ def processed_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0,
     return torch.log_softmax(x, dim=-1)
 
 
-def sample_tokens(logprobs: torch.Tensor, temperature: float, generators: list[torch.Generator | None]) -> torch.Tensor:
+def sample_tokens(
+    logprobs: torch.Tensor, temperature: float, generators: list[torch.Generator | None]
+) -> torch.Tensor:
     """One token id per row of processed logprobs (rows x vocab), on their device: argmax when
     greedy; otherwise each seeded row draws with its own generator (the same seed gives the
     same token in any batch) and the unseeded rows draw together.

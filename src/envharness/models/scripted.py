@@ -25,8 +25,14 @@ class ScriptedBackend:
 
     name = "scripted"
 
-    def __init__(self, policy: ScriptedPolicy | None = None, *, env: Any = None,
-                 env_options: dict[str, Any] | None = None, fallback: str = FALLBACK_ACTION):
+    def __init__(
+        self,
+        policy: ScriptedPolicy | None = None,
+        *,
+        env: Any = None,
+        env_options: dict[str, Any] | None = None,
+        fallback: str = FALLBACK_ACTION,
+    ):
         self._policy = policy
         self.env = env or DEFAULT_ENV
         self.env_options = dict(env_options or {})  # the server's options (the browser's web tasks)
@@ -53,7 +59,9 @@ class ScriptedBackend:
 
             policy = env_harness(self.env, self.env_options).scripted_policy  # a name, or a run's ResolvedEnv
             if policy is None:
-                raise ValueError(f"environment {getattr(self.env, 'name', self.env)!r} has no scripted policy")
+                raise ValueError(
+                    f"environment {getattr(self.env, 'name', self.env)!r} has no scripted policy"
+                )
             self._policy = policy
         return self._policy
 

@@ -37,8 +37,13 @@ class TeacherForcedBackend:
     def _forced(self, request: GenerationRequest, answer: Generation) -> Generation:
         prompt = chat.prompt_ids(self.tokenizer, request.messages, request.tools, request.prefix_ids)
         completion = chat.encode(self.tokenizer, answer.text + self.end_of_reply)
-        return Generation(text=answer.text, prompt_ids=prompt, completion_ids=completion, logprobs=[0.0] * len(completion),
-                          metadata={**answer.metadata, "teacher": getattr(self.teacher, "name", "teacher")})
+        return Generation(
+            text=answer.text,
+            prompt_ids=prompt,
+            completion_ids=completion,
+            logprobs=[0.0] * len(completion),
+            metadata={**answer.metadata, "teacher": getattr(self.teacher, "name", "teacher")},
+        )
 
     async def aclose(self) -> None:
         await self.teacher.aclose()

@@ -24,7 +24,13 @@ import torch
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.images import refuse_images
-from envharness.models.prefix_cache import PrefixCache, build_past, cache_layers, common_prefix, forward_with_cache
+from envharness.models.prefix_cache import (
+    PrefixCache,
+    build_past,
+    cache_layers,
+    common_prefix,
+    forward_with_cache,
+)
 from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, model_device, row_text
 from envharness.models.device import Placement, model_placement, place, resolve
 
@@ -32,14 +38,17 @@ from envharness.models.device import Placement, model_placement, place, resolve
 _MIN_SHARED_START = 16
 
 
-
-
 class TransformersBackend:
     """`await backend.generate([GenerationRequest])` on a local transformers causal LM."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, *, name: str | None = None, max_batch_size: int | None = None,
-        prefix_cache_tokens: int = 8192
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str | None = None,
+        max_batch_size: int | None = None,
+        prefix_cache_tokens: int = 8192,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -76,7 +85,9 @@ class TransformersBackend:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         placement = resolve(device, dtype)
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, gguf_file=gguf_file, local_files_only=local_files_only)
+        tokenizer = AutoTokenizer.from_pretrained(
+            name_or_path, gguf_file=gguf_file, local_files_only=local_files_only
+        )
         model = AutoModelForCausalLM.from_pretrained(
             name_or_path, gguf_file=gguf_file, dtype=placement.dtype, local_files_only=local_files_only
         )
@@ -119,7 +130,9 @@ class TransformersBackend:
         finally:
             self.model.train(was_training)
 
-    def _decode_in_eval_mode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
+    def _decode_in_eval_mode(
+        self, prompts: list[list[int]], sampling: list[SamplingParams]
+    ) -> list[Generation]:
         device = model_device(self.model)
         rows = [DecodingRow.start(p, device) for p in sampling]
         # Prefill only what has not been run: each distinct prompt once (the episodes of a GRPO
@@ -147,7 +160,12 @@ class TransformersBackend:
         expand = torch.tensor(owner, dtype=torch.long, device=device) if len(unique) < len(prompts) else None
         for _ in range(max(p.max_tokens for p in sampling)):
             result, past = forward_with_cache(
-                self.model, past, input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
+                self.model,
+                past,
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                logits_to_keep=1,
             )
             logits = result.logits[:, -1, :]
             if expand is not None:  # after the shared prefill: one row per request from now on
@@ -176,7 +194,9 @@ class TransformersBackend:
         except TypeError:
             self.prefix_cache = None  # a cache layout we do not know: decode without reuse
 
-    def _remember(self, prompts: list[list[int]], rows: list[DecodingRow], past: Any, prompt_mask: torch.Tensor) -> None:
+    def _remember(
+        self, prompts: list[list[int]], rows: list[DecodingRow], past: Any, prompt_mask: torch.Tensor
+    ) -> None:
         """Store each row's keys/values (prompt + every completion token fed back) for later turns."""
         try:
             layers = cache_layers(past)
@@ -186,10 +206,17 @@ class TransformersBackend:
         width = prompt_mask.shape[1]
         for i, (prompt, row) in enumerate(zip(prompts, rows)):
             fed = max(len(row.tokens) - 1, 0)
-            cols = torch.cat([prompt_mask[i].nonzero().flatten(), torch.arange(width, width + fed, device=prompt_mask.device)])
+            cols = torch.cat(
+                [
+                    prompt_mask[i].nonzero().flatten(),
+                    torch.arange(width, width + fed, device=prompt_mask.device),
+                ]
+            )
             if len(cols) != len(prompt) + fed or width + fed > layers[0][0].shape[2]:
                 continue
-            self.prefix_cache.store(prompt + row.tokens[:fed], [(k[i][:, cols], v[i][:, cols]) for k, v in layers])
+            self.prefix_cache.store(
+                prompt + row.tokens[:fed], [(k[i][:, cols], v[i][:, cols]) for k, v in layers]
+            )
 
     def _generation(self, prompt: list[int], row: DecodingRow) -> Generation:
         text = row_text(row, self.tokenizer)
@@ -213,6 +240,3 @@ def _left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, t
         input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
         mask[i, width - len(p) :] = 1
     return input_ids, mask
-
-
-

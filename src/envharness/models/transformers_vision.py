@@ -33,7 +33,12 @@ from envharness.models.images import messages_images
 from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, row_text
 from envharness.models.device import Placement, model_placement, place, resolve
 from envharness.models.sampling import processed_logprobs
-from envharness.models.vision_processors import image_inputs, image_token_id, load_processor, placeholder_counts
+from envharness.models.vision_processors import (
+    image_inputs,
+    image_token_id,
+    load_processor,
+    placeholder_counts,
+)
 
 
 @dataclass
@@ -46,15 +51,15 @@ class VisionPrompt:
     new_counts: list[int]
 
 
-
-
 class _TemplateView:
     """The processor seen as the tokenizer `chat.py` expects (its template renders image parts)."""
 
     def __init__(self, processor: Any):
         self._processor = processor
         self.tokenizer = processor.tokenizer
-        self.chat_template = getattr(processor, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        self.chat_template = getattr(processor, "chat_template", None) or getattr(
+            self.tokenizer, "chat_template", None
+        )
         self.name_or_path = getattr(self.tokenizer, "name_or_path", "")
 
     def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
@@ -72,22 +77,36 @@ class TransformersVisionBackend:
 
     def __init__(self, model: Any, processor: Any, *, name: str | None = None, max_batch_size: int = 8):
         if not hasattr(processor, "image_processor"):
-            raise ValueError(f"{type(processor).__name__} is not a vision processor (it has no image_processor)")
+            raise ValueError(
+                f"{type(processor).__name__} is not a vision processor (it has no image_processor)"
+            )
         self.model = model
         self.processor = processor
         self.tokenizer = processor.tokenizer
-        self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers-vision"
+        self.name = (
+            name or getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers-vision"
+        )
         self.max_batch_size = max_batch_size
         self.image_token_id = image_token_id(processor)
         self._view = _TemplateView(processor)
         self._lock = threading.Lock()
         self._eos_ids = eos_ids(model, self.tokenizer)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        pad = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id
+        )
         self._pad_id = int(pad if pad is not None else 0)
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str, *, dtype: str = "auto", device: str = "auto", local_files_only: bool = False, **kwargs: Any
+        cls,
+        name_or_path: str,
+        *,
+        dtype: str = "auto",
+        device: str = "auto",
+        local_files_only: bool = False,
+        **kwargs: Any,
     ) -> "TransformersVisionBackend":
         """Load a VLM directory or hub id with its processor (image-only when torchvision is missing)
         onto `device` in `dtype` (`models/device.py`)."""
@@ -95,7 +114,9 @@ class TransformersVisionBackend:
 
         placement = resolve(device, dtype)
         processor = load_processor(name_or_path, local_files_only=local_files_only)
-        model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=placement.dtype, local_files_only=local_files_only)
+        model = AutoModelForImageTextToText.from_pretrained(
+            name_or_path, dtype=placement.dtype, local_files_only=local_files_only
+        )
         return cls(place(model, placement).eval(), processor, name=name_or_path, **kwargs)
 
     # -- prompts -----------------------------------------------------------------------
@@ -105,9 +126,13 @@ class TransformersVisionBackend:
         images = messages_images(request.messages)
         prefix_ids, new_images = request.prefix_ids, images
         if prefix_ids:
-            last = max((i for i, m in enumerate(request.messages) if m.get("role") == "assistant"), default=-1)
+            last = max(
+                (i for i, m in enumerate(request.messages) if m.get("role") == "assistant"), default=-1
+            )
             old_images = messages_images(request.messages[: last + 1])
-            if sum(1 for t in prefix_ids if t == self.image_token_id) != sum(placeholder_counts(self.processor, old_images)):
+            if sum(1 for t in prefix_ids if t == self.image_token_id) != sum(
+                placeholder_counts(self.processor, old_images)
+            ):
                 # the model sampled a placeholder token: that sequence can never be shown to it again
                 # with matching pixels, so render the whole conversation (the token assembler then
                 # stops the training sequence at this turn and says why)
@@ -115,7 +140,9 @@ class TransformersVisionBackend:
             else:
                 new_images = images[len(old_images) :]
         text = chat.new_prompt_text(self._view, request.messages, request.tools, prefix_ids)
-        encoded = self.processor(text=[text], images=[list(new_images)] if new_images else None, add_special_tokens=False)
+        encoded = self.processor(
+            text=[text], images=[list(new_images)] if new_images else None, add_special_tokens=False
+        )
         new_ids = [int(t) for t in encoded["input_ids"][0]]
         counts = placeholder_counts(self.processor, new_images)
         found = sum(1 for t in new_ids if t == self.image_token_id)
@@ -134,7 +161,11 @@ class TransformersVisionBackend:
         for i, seq in enumerate(sequences):
             input_ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
             mask[i, width - len(seq) :] = 1
-        inputs = {"input_ids": input_ids, "attention_mask": mask, **image_inputs(self.processor, images, input_ids)}
+        inputs = {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            **image_inputs(self.processor, images, input_ids),
+        }
         return on_model(inputs, self.placement)
 
     # -- generation --------------------------------------------------------------------
@@ -163,16 +194,25 @@ class TransformersVisionBackend:
         inputs = self.model_inputs([p.ids for p in prompts], [p.images for p in prompts])
         sampler = _Sampler(self, rows)
         config = GenerationConfig(
-            do_sample=False, num_beams=1, max_new_tokens=max(p.max_tokens for p in sampling),
-            eos_token_id=sorted(self._eos_ids) or None, pad_token_id=self._pad_id,
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=max(p.max_tokens for p in sampling),
+            eos_token_id=sorted(self._eos_ids) or None,
+            pad_token_id=self._pad_id,
         )
-        owner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft wraps it
+        owner = (
+            self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        )  # peft wraps it
         saved_config, was_training = owner.generation_config, self.model.training
-        owner.generation_config = GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=self._pad_id)
+        owner.generation_config = GenerationConfig(
+            eos_token_id=config.eos_token_id, pad_token_id=self._pad_id
+        )
         self.model.eval()
         try:
             self.model.generate(
-                **inputs, generation_config=config, logits_processor=LogitsProcessorList([sampler]),
+                **inputs,
+                generation_config=config,
+                logits_processor=LogitsProcessorList([sampler]),
                 stopping_criteria=StoppingCriteriaList([_RowsDone(rows)]),
             )
         finally:
@@ -205,7 +245,9 @@ class TransformersVisionBackend:
 
     # -- scoring -----------------------------------------------------------------------
     @torch.inference_mode()
-    def score(self, prompt_ids: list[int], completion_ids: list[int], images: list[Any], temperature: float = 1.0) -> list[float]:
+    def score(
+        self, prompt_ids: list[int], completion_ids: list[int], images: list[Any], temperature: float = 1.0
+    ) -> list[float]:
         """Logprobs of `completion_ids` after `prompt_ids` seen with `images`, in one plain
         forward pass (no cache): what a trainer's loss pass computes."""
         inputs = self.model_inputs([list(prompt_ids) + list(completion_ids)], [list(images)])
@@ -217,7 +259,10 @@ class TransformersVisionBackend:
             self.model.train(was_training)
         start = len(prompt_ids) - 1
         logprobs = processed_logprobs(logits[start : start + len(completion_ids)], temperature)
-        return [float(x) for x in logprobs.gather(-1, torch.tensor(completion_ids, device=logprobs.device)[:, None])[:, 0]]
+        return [
+            float(x)
+            for x in logprobs.gather(-1, torch.tensor(completion_ids, device=logprobs.device)[:, None])[:, 0]
+        ]
 
 
 class _Sampler(LogitsProcessor):
@@ -238,17 +283,19 @@ class _RowsDone(StoppingCriteria):
         self.rows = rows
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        return torch.tensor([row.finish_reason is not None for row in self.rows], dtype=torch.bool, device=input_ids.device)
-
-
-
+        return torch.tensor(
+            [row.finish_reason is not None for row in self.rows], dtype=torch.bool, device=input_ids.device
+        )
 
 
 def on_model(inputs: dict[str, Any], placement: Placement) -> dict[str, Any]:
     """Model inputs on the model's device, pixels in its dtype (a bf16 vision tower refuses fp32
     pixels); ids and masks keep their integer types."""
     return {
-        k: (v.to(placement.device, dtype=placement.dtype) if v.is_floating_point() else v.to(placement.device))
-        if isinstance(v, torch.Tensor) else v
+        k: (
+            v.to(placement.device, dtype=placement.dtype) if v.is_floating_point() else v.to(placement.device)
+        )
+        if isinstance(v, torch.Tensor)
+        else v
         for k, v in inputs.items()
     }

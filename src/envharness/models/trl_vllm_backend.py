@@ -72,21 +72,27 @@ class TRLVLLMBackend:
         if seeing and self.api != "completions":
             raise ImagesNotSupportedError(
                 "prompts with images need a TRL 1.x server (`trl vllm-serve` / `vllm serve --enable-scale-out`); "
-                f"the server at {self.base_url} speaks the old /generate/ API, which re-tokenizes text prompts")
+                f"the server at {self.base_url} speaks the old /generate/ API, which re-tokenizes text prompts"
+            )
         out: list[Generation | None] = [None] * len(requests)
         text_only = [i for i in range(len(requests)) if i not in seeing]
         tokenizer = self.tokenizer if text_only else None
-        prompts = {i: chat.prompt_ids(tokenizer, requests[i].messages, requests[i].tools, requests[i].prefix_ids) for i in text_only}
+        prompts = {
+            i: chat.prompt_ids(tokenizer, requests[i].messages, requests[i].tools, requests[i].prefix_ids)
+            for i in text_only
+        }
         groups: dict[tuple, list[int]] = {}
         for i in prompts:
             groups.setdefault(_sampling_key(requests[i].sampling), []).append(i)
         send = self._completions if self.api == "completions" else self._generate_legacy
-        results = await asyncio.gather(*(send([prompts[i] for i in idx], requests[idx[0]].sampling) for idx in groups.values()),
-                                       *(self._generate_with_images(requests[i]) for i in seeing))
+        results = await asyncio.gather(
+            *(send([prompts[i] for i in idx], requests[idx[0]].sampling) for idx in groups.values()),
+            *(self._generate_with_images(requests[i]) for i in seeing),
+        )
         for idx, gens in zip(groups.values(), results):
             for i, gen in zip(idx, gens):
                 out[i] = gen
-        for i, gen in zip(seeing, results[len(groups):]):
+        for i, gen in zip(seeing, results[len(groups) :]):
             out[i] = gen
         return out  # type: ignore[return-value]
 
@@ -96,17 +102,26 @@ class TRLVLLMBackend:
         if self._processor is None or isinstance(self._processor, str):
             from transformers import AutoProcessor
 
-            source = self._processor or (self._tokenizer if isinstance(self._tokenizer, str) else None) or self.model
+            source = (
+                self._processor
+                or (self._tokenizer if isinstance(self._tokenizer, str) else None)
+                or self.model
+            )
             if not source:
-                raise ImagesNotSupportedError("TRLVLLMBackend needs the model's processor (processor=...) for prompts with images")
+                raise ImagesNotSupportedError(
+                    "TRLVLLMBackend needs the model's processor (processor=...) for prompts with images"
+                )
             try:
                 self._processor = AutoProcessor.from_pretrained(source)
             except (OSError, ImportError, ValueError, TypeError) as exc:
                 raise ImagesNotSupportedError(
                     f"could not load the processor of {source!r}, which prompts with images need ({type(exc).__name__}: "
-                    f"{str(exc)[:200]}); pass processor=... (an object or a directory)") from exc
+                    f"{str(exc)[:200]}); pass processor=... (an object or a directory)"
+                ) from exc
         if not hasattr(self._processor, "image_processor"):
-            raise ImagesNotSupportedError(f"{type(self._processor).__name__} has no image processor; pass the model's processor for images")
+            raise ImagesNotSupportedError(
+                f"{type(self._processor).__name__} has no image processor; pass the model's processor for images"
+            )
         return self._processor
 
     async def _generate_with_images(self, request: GenerationRequest) -> Generation:
@@ -114,8 +129,15 @@ class TRLVLLMBackend:
 
         processor = self.processor
         prompt = vllm_images.image_prompt(processor, request)
-        return await vllm_images.generate_with_images(self._client, self.base_url, self.model, prompt, _vllm_sampling(request.sampling),
-                                                      getattr(processor, "tokenizer", processor), self.retry)
+        return await vllm_images.generate_with_images(
+            self._client,
+            self.base_url,
+            self.model,
+            prompt,
+            _vllm_sampling(request.sampling),
+            getattr(processor, "tokenizer", processor),
+            self.retry,
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -127,7 +149,9 @@ class TRLVLLMBackend:
 
             source = self._tokenizer or self.model
             if not source:
-                raise ValueError("TRLVLLMBackend needs a tokenizer (object, path or hub id) for a /generate/ server")
+                raise ValueError(
+                    "TRLVLLMBackend needs a tokenizer (object, path or hub id) for a /generate/ server"
+                )
             self._tokenizer = AutoTokenizer.from_pretrained(source)
         return self._tokenizer
 
@@ -140,7 +164,9 @@ class TRLVLLMBackend:
             if self.api != "auto" and (self.api == "generate" or self.model):
                 return
             try:
-                models = await request_json(self._client, "GET", f"{self.base_url}/v1/models", retry=self.retry)
+                models = await request_json(
+                    self._client, "GET", f"{self.base_url}/v1/models", retry=self.retry
+                )
             except BackendError as exc:
                 if exc.status != 404 or self.api == "completions":
                     raise
@@ -160,7 +186,9 @@ class TRLVLLMBackend:
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
         }
-        data = await request_json(self._client, "POST", f"{self.base_url}/v1/completions", json=payload, retry=self.retry)
+        data = await request_json(
+            self._client, "POST", f"{self.base_url}/v1/completions", json=payload, retry=self.retry
+        )
         choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
         if len(choices) != len(prompts):
             raise BackendError(f"server returned {len(choices)} completions for {len(prompts)} prompts")
@@ -182,12 +210,17 @@ class TRLVLLMBackend:
         payload = {
             "prompts": [tokenizer.decode(p, skip_special_tokens=False) for p in prompts],
             "n": 1,
-            **{k: sampling.pop(k) for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")},
+            **{
+                k: sampling.pop(k)
+                for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
+            },
             "generation_kwargs": sampling,  # stop, include_stop_str_in_output, seed: vLLM SamplingParams fields
         }
         if payload["top_k"] == 0:
             payload["top_k"] = -1  # the 0.2x servers spell "off" as -1
-        data = await request_json(self._client, "POST", f"{self.base_url}/generate/", json=payload, retry=self.retry)
+        data = await request_json(
+            self._client, "POST", f"{self.base_url}/generate/", json=payload, retry=self.retry
+        )
         out = []
         for prompt, ids, lps in zip(data["prompt_ids"], data["completion_ids"], data["logprobs"]):
             text = tokenizer.decode(ids, skip_special_tokens=True)

@@ -40,9 +40,17 @@ def image_only_processor_class(base_name: str) -> type:
 
     base = getattr(transformers, base_name)
 
-    def __init__(self: Any, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self: Any,
+        image_processor: Any = None,
+        tokenizer: Any = None,
+        chat_template: Any = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.pop("video_processor", None)
-        base.__init__(self, image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template, **kwargs)
+        base.__init__(
+            self, image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template, **kwargs
+        )
 
     return type(f"{_PREFIX}{base_name}", (base,), {"__init__": __init__, "__module__": __name__})
 
@@ -65,8 +73,10 @@ def load_processor(path: str, **kwargs: Any) -> Any:
     base_name = (named or _processor_class_for_model_type(path) or "").removeprefix(_PREFIX)
     if not base_name:
         reason = f": AutoProcessor failed ({type(failure).__name__}: {failure})" if failure else ""
-        raise ValueError(f"{path}: no processor class found (processor_config.json / preprocessor_config.json, "
-                         f"or config.json's model_type){reason}")
+        raise ValueError(
+            f"{path}: no processor class found (processor_config.json / preprocessor_config.json, "
+            f"or config.json's model_type){reason}"
+        )
     return image_only_processor_class(base_name).from_pretrained(path, **kwargs)
 
 
@@ -128,7 +138,9 @@ def placeholder_counts(processor: Any, images: list[Any]) -> list[int]:
         return counts
     grid = image_processor(images=list(images), return_tensors="pt").get("image_grid_thw")
     if grid is None:
-        raise ValueError(f"cannot tell placeholder counts for {type(processor).__name__}: unsupported vision processor")
+        raise ValueError(
+            f"cannot tell placeholder counts for {type(processor).__name__}: unsupported vision processor"
+        )
     merge = int(getattr(image_processor, "merge_size", 1) or 1)
     return [int(torch.as_tensor(g).prod()) // merge**2 for g in grid]
 
@@ -144,7 +156,9 @@ def image_inputs(processor: Any, images_per_row: list[list[Any]], input_ids: Any
     out: dict[str, Any] = {}
     if flat:
         if getattr(processor, "image_seq_len", None) is not None:  # tiles per row (Idefics3, SmolVLM)
-            out = dict(processor.image_processor(images=[list(row) for row in images_per_row], return_tensors="pt"))
+            out = dict(
+                processor.image_processor(images=[list(row) for row in images_per_row], return_tensors="pt")
+            )
         else:  # patches of all images, concatenated (Qwen-VL)
             out = dict(processor.image_processor(images=flat, return_tensors="pt"))
     if input_ids is not None and getattr(processor, "return_mm_token_type_ids", False):

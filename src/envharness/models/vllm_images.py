@@ -52,8 +52,10 @@ class ImagePromptTokenizer:
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, Any]:
         count = text.count(self.image_token)
         if count > len(self._images):
-            raise ValueError(f"the prompt text holds {count} image placeholders but the messages only {len(self._images)} images")
-        images = self._images[len(self._images) - count:] if count else None
+            raise ValueError(
+                f"the prompt text holds {count} image placeholders but the messages only {len(self._images)} images"
+            )
+        images = self._images[len(self._images) - count :] if count else None
         encoded = self._processor(text=[text], images=images, add_special_tokens=add_special_tokens)
         self.encoded_images = list(images or [])
         return {"input_ids": list(encoded["input_ids"][0])}
@@ -87,7 +89,9 @@ def place_features(features: dict[str, Any], ids: list[int], token_id: int) -> d
     served = (features.get("mm_placeholders") or {}).get("image") or []
     runs = image_token_runs(ids, token_id)
     if len(runs) != len(served):
-        raise BackendError(f"the prompt has {len(runs)} runs of image tokens but the server processed {len(served)} images")
+        raise BackendError(
+            f"the prompt has {len(runs)} runs of image tokens but the server processed {len(served)} images"
+        )
     for n, ((_, length), placeholder) in enumerate(zip(runs, served)):
         if int(placeholder.get("length", -1)) != length:
             raise BackendError(
@@ -115,27 +119,47 @@ def image_prompt(processor: Any, request: GenerationRequest) -> ImagePrompt:
     return ImagePrompt(ids, images, tokenizer.encoded_images, tokenizer.image_token_id)
 
 
-async def render_features(client: httpx.AsyncClient, base_url: str, model: str | None, images: list[Any],
-                          retry: RetryPolicy) -> dict[str, Any]:
+async def render_features(
+    client: httpx.AsyncClient, base_url: str, model: str | None, images: list[Any], retry: RetryPolicy
+) -> dict[str, Any]:
     """The server's processed `images` (TRL's `VLLMClient.image_features`, one prompt)."""
-    messages = openai_messages([{"role": "user", "content": [{"type": "image", "image": image} for image in images]}])
+    messages = openai_messages(
+        [{"role": "user", "content": [{"type": "image", "image": image} for image in images]}]
+    )
     try:
-        data = await request_json(client, "POST", f"{base_url}/v1/chat/completions/render",
-                                  json={"model": model, "messages": messages, "max_tokens": 1}, retry=retry)
+        data = await request_json(
+            client,
+            "POST",
+            f"{base_url}/v1/chat/completions/render",
+            json={"model": model, "messages": messages, "max_tokens": 1},
+            retry=retry,
+        )
     except BackendError as exc:
         if exc.status == 404:
-            raise BackendError(f"the vLLM server at {base_url} does not serve /v1/chat/completions/render, which "
-                               "prompts with images need: restart it with `--enable-scale-out` (vLLM >= 0.30)", 404) from exc
+            raise BackendError(
+                f"the vLLM server at {base_url} does not serve /v1/chat/completions/render, which "
+                "prompts with images need: restart it with `--enable-scale-out` (vLLM >= 0.30)",
+                404,
+            ) from exc
         raise
     if not isinstance(data, dict) or not isinstance(data.get("features"), dict):
         raise BackendError(f"malformed render answer from {base_url}: no 'features'")
     return data["features"]
 
 
-async def generate_with_images(client: httpx.AsyncClient, base_url: str, model: str | None, prompt: ImagePrompt,
-                               sampling_params: dict[str, Any], tokenizer: Any, retry: RetryPolicy) -> Generation:
+async def generate_with_images(
+    client: httpx.AsyncClient,
+    base_url: str,
+    model: str | None,
+    prompt: ImagePrompt,
+    sampling_params: dict[str, Any],
+    tokenizer: Any,
+    retry: RetryPolicy,
+) -> Generation:
     """Render the images, then generate from `prompt.ids` with them (one request)."""
-    features = place_features(await render_features(client, base_url, model, prompt.images, retry), prompt.ids, prompt.token_id)
+    features = place_features(
+        await render_features(client, base_url, model, prompt.images, retry), prompt.ids, prompt.token_id
+    )
     payload = {
         "request_id": f"envharness-{uuid.uuid4().hex}",
         "model": model,
@@ -155,7 +179,9 @@ async def generate_with_images(client: httpx.AsyncClient, base_url: str, model: 
     if len(logprobs) != len(ids):
         raise BackendError(f"the server returned {len(ids)} tokens but {len(logprobs)} logprobs")
     runs = image_token_runs(prompt.ids, prompt.token_id)
-    new_counts = [length for _, length in runs[len(runs) - len(prompt.new_images):]] if prompt.new_images else []
+    new_counts = (
+        [length for _, length in runs[len(runs) - len(prompt.new_images) :]] if prompt.new_images else []
+    )
     generation = Generation(
         text=tokenizer.decode(ids, skip_special_tokens=True),
         prompt_ids=list(prompt.ids),
@@ -163,8 +189,12 @@ async def generate_with_images(client: httpx.AsyncClient, base_url: str, model: 
         logprobs=logprobs,
         finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
     )
-    return with_image_fields(generation, images=list(prompt.new_images), image_token_counts=new_counts,
-                             image_token_id=prompt.token_id)
+    return with_image_fields(
+        generation,
+        images=list(prompt.new_images),
+        image_token_counts=new_counts,
+        image_token_id=prompt.token_id,
+    )
 
 
 def with_image_fields(generation: Generation, **fields: Any) -> Generation:

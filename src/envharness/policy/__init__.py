@@ -16,8 +16,17 @@ from envharness.policy.errors import PolicyError
 from envharness.policy.samples import TraceSample, trace_sample, training_trace_entries
 from envharness.policy.traces import RolloutTrace, TraceStore, Turn
 
-__all__ = ["PolicyEndpoint", "PolicyError", "RolloutTrace", "TraceSample", "TraceStore", "Turn", "trace_sample",
-           "training_trace_entries", "PolicyServer"]
+__all__ = [
+    "PolicyEndpoint",
+    "PolicyError",
+    "RolloutTrace",
+    "TraceSample",
+    "TraceStore",
+    "Turn",
+    "trace_sample",
+    "training_trace_entries",
+    "PolicyServer",
+]
 
 
 def __getattr__(name: str):  # the server pulls in uvicorn and the app only when asked for

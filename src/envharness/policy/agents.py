@@ -97,13 +97,30 @@ async def fetch_outcome(env_url: str, rollout_id: str, *, token: str | None = No
         return response.json() or {}
 
 
-async def run_agent(agent: Callable[..., Any], *, policy: Any, env_url: str, task: Any = None, seed: int | None = None,
-                    timeout_s: float | None = None, env_token: str | None = None, extra: dict[str, Any] | None = None) -> AgentResult:
+async def run_agent(
+    agent: Callable[..., Any],
+    *,
+    policy: Any,
+    env_url: str,
+    task: Any = None,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    env_token: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> AgentResult:
     """Play one rollout with `agent` against `policy` (a `PolicyServer`) and the server at `env_url`."""
     rollout_id = uuid.uuid4().hex
     trace = policy.store.open(rollout_id, task=task, seed=seed)
-    offered = {"base_url": policy.rollout_url(rollout_id), "mcp_url": f"{env_url.rstrip('/')}/mcp?rollout={rollout_id}",
-               "api_key": trace.api_key, "model": policy.endpoint.model_name, "task": task, "seed": seed, "rollout_id": rollout_id, **(extra or {})}
+    offered = {
+        "base_url": policy.rollout_url(rollout_id),
+        "mcp_url": f"{env_url.rstrip('/')}/mcp?rollout={rollout_id}",
+        "api_key": trace.api_key,
+        "model": policy.endpoint.model_name,
+        "task": task,
+        "seed": seed,
+        "rollout_id": rollout_id,
+        **(extra or {}),
+    }
     kwargs = agent_kwargs(agent, offered)
     result = AgentResult(trace)
     started = time.perf_counter()
@@ -113,7 +130,10 @@ async def run_agent(agent: Callable[..., Any], *, policy: Any, env_url: str, tas
         else:
             result.returned = await asyncio.wait_for(run_sync(agent, **kwargs), timeout_s)
     except asyncio.TimeoutError:
-        result.error, result.timed_out = f"the agent did not finish within {timeout_s:g} s (its time limit)", True
+        result.error, result.timed_out = (
+            f"the agent did not finish within {timeout_s:g} s (its time limit)",
+            True,
+        )
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -122,5 +142,7 @@ async def run_agent(agent: Callable[..., Any], *, policy: Any, env_url: str, tas
     try:
         result.outcome = await fetch_outcome(env_url, rollout_id, token=env_token)
     except Exception as exc:
-        result.error = result.error or f"reading the environment's outcome failed: {type(exc).__name__}: {exc}"
+        result.error = (
+            result.error or f"reading the environment's outcome failed: {type(exc).__name__}: {exc}"
+        )
     return result

@@ -44,10 +44,18 @@ def backend_context_length(backend: Any) -> int | None:
 class PolicyEndpoint:
     """Chat completions from `backend`, recorded per rollout in `store`."""
 
-    def __init__(self, backend: ModelBackend, *, store: TraceStore | None = None, model_name: str | None = None,
-                 context_length: int | None = None, sampling: dict[str, Any] | None = None,
-                 default_max_tokens: int = 256, tool_call_parser: ToolCallParser = parse_json_tool_calls,
-                 limits: PolicyLimits | None = None) -> None:
+    def __init__(
+        self,
+        backend: ModelBackend,
+        *,
+        store: TraceStore | None = None,
+        model_name: str | None = None,
+        context_length: int | None = None,
+        sampling: dict[str, Any] | None = None,
+        default_max_tokens: int = 256,
+        tool_call_parser: ToolCallParser = parse_json_tool_calls,
+        limits: PolicyLimits | None = None,
+    ) -> None:
         self.store = store or TraceStore()
         self.limits = limits or PolicyLimits()
         self.model_name = model_name or getattr(backend, "name", "policy")
@@ -68,7 +76,9 @@ class PolicyEndpoint:
         if forced.get("max_tokens"):
             max_tokens = min(max_tokens, int(forced["max_tokens"]))
         return SamplingParams(
-            temperature=float(forced.get("temperature", 1.0 if request.temperature is None else request.temperature)),
+            temperature=float(
+                forced.get("temperature", 1.0 if request.temperature is None else request.temperature)
+            ),
             top_p=float(forced.get("top_p", 1.0 if request.top_p is None else request.top_p)),
             top_k=int(forced.get("top_k", 0) or 0),
             max_tokens=max_tokens,
@@ -76,14 +86,21 @@ class PolicyEndpoint:
             seed=request.seed,
         )
 
-    def _check_context(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, prefix: list[int] | None,
-                       start: int) -> None:
+    def _check_context(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        prefix: list[int] | None,
+        start: int,
+    ) -> None:
         """Refuse a prompt past the context window; cheap unless the prompt is near it."""
         limit = self.context_length
         if limit is None:
             return
         new = messages[start:]
-        bound = len(prefix or []) + sum(len(message_text(m).encode()) + _TEMPLATE_SLACK_PER_MESSAGE for m in new)
+        bound = len(prefix or []) + sum(
+            len(message_text(m).encode()) + _TEMPLATE_SLACK_PER_MESSAGE for m in new
+        )
         if tools and not prefix:
             bound += len(str(tools).encode())
         if bound < limit:
@@ -123,29 +140,67 @@ class PolicyEndpoint:
         turn = self._record(trace, request, tools, cont.parent, gen, sampling)
         trace.last_active = time.monotonic()
         return completion_body(
-            request, completion_id=f"chatcmpl-{rollout_id}-{turn.index}", model=request.model or self.model_name,
-            text=gen.text, tool_calls=turn.tool_calls, finish_reason=gen.finish_reason, prompt_ids=turn.prompt_ids,
-            completion_ids=turn.completion_ids, logprobs=turn.logprobs,
-            extra={"rollout_id": rollout_id, "turn": turn.index, "fork": turn.fork, "fork_tokens": turn.fork_tokens},
+            request,
+            completion_id=f"chatcmpl-{rollout_id}-{turn.index}",
+            model=request.model or self.model_name,
+            text=gen.text,
+            tool_calls=turn.tool_calls,
+            finish_reason=gen.finish_reason,
+            prompt_ids=turn.prompt_ids,
+            completion_ids=turn.completion_ids,
+            logprobs=turn.logprobs,
+            extra={
+                "rollout_id": rollout_id,
+                "turn": turn.index,
+                "fork": turn.fork,
+                "fork_tokens": turn.fork_tokens,
+            },
         )
 
-    def _record(self, trace: RolloutTrace, request: ChatRequest, tools: list[dict[str, Any]] | None, parent: Turn | None,
-                gen: Any, sampling: SamplingParams) -> Turn:
+    def _record(
+        self,
+        trace: RolloutTrace,
+        request: ChatRequest,
+        tools: list[dict[str, Any]] | None,
+        parent: Turn | None,
+        gen: Any,
+        sampling: SamplingParams,
+    ) -> Turn:
         if trace.ended:  # ended while this call was sampling: the driver has taken the trace
             raise errors.ended_rollout(trace.rollout_id)
         index = len(trace.turns)
         offered = {t["function"]["name"] for t in tools or []}
-        calls = [c for c in normalize_parsed(self.tool_call_parser(gen.text)) if c.name in offered] if offered else []
+        calls = (
+            [c for c in normalize_parsed(self.tool_call_parser(gen.text)) if c.name in offered]
+            if offered
+            else []
+        )
         dropped = fork_size(trace, gen.prompt_ids)
         turn = Turn(
-            index=index, messages=request.messages, tools=tools, prompt_ids=list(gen.prompt_ids),
-            completion_ids=list(gen.completion_ids), logprobs=[float(x) for x in gen.logprobs], text=gen.text,
-            tool_calls=[tool_call_json(f"call_{trace.rollout_id[:12]}_{index}_{i}", c.name, c.args) for i, c in enumerate(calls)],
-            finish_reason=gen.finish_reason, parent=parent.index if parent is not None else None,
-            fork=index > 0 and dropped > 0, fork_tokens=dropped,
-            sampling={"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                      "max_tokens": sampling.max_tokens},
-            images=list(gen.images), image_token_counts=list(gen.image_token_counts), image_token_id=gen.image_token_id,
+            index=index,
+            messages=request.messages,
+            tools=tools,
+            prompt_ids=list(gen.prompt_ids),
+            completion_ids=list(gen.completion_ids),
+            logprobs=[float(x) for x in gen.logprobs],
+            text=gen.text,
+            tool_calls=[
+                tool_call_json(f"call_{trace.rollout_id[:12]}_{index}_{i}", c.name, c.args)
+                for i, c in enumerate(calls)
+            ],
+            finish_reason=gen.finish_reason,
+            parent=parent.index if parent is not None else None,
+            fork=index > 0 and dropped > 0,
+            fork_tokens=dropped,
+            sampling={
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "top_k": sampling.top_k,
+                "max_tokens": sampling.max_tokens,
+            },
+            images=list(gen.images),
+            image_token_counts=list(gen.image_token_counts),
+            image_token_id=gen.image_token_id,
         )
         trace.turns.append(turn)
         return turn

@@ -28,37 +28,62 @@ class PolicyError(Exception):
 
 
 def unknown_rollout(rollout_id: str) -> PolicyError:
-    return PolicyError(404, f"unknown rollout id {rollout_id!r}: open one with POST /rollouts first", "rollout_not_found",
-                       param="rollout_id")
+    return PolicyError(
+        404,
+        f"unknown rollout id {rollout_id!r}: open one with POST /rollouts first",
+        "rollout_not_found",
+        param="rollout_id",
+    )
 
 
 def ended_rollout(rollout_id: str, reason: str = "") -> PolicyError:
     why = f" ({reason})" if reason else ""
-    return PolicyError(409, f"rollout {rollout_id!r} has ended{why}; no more model calls are recorded for it", "rollout_ended",
-                       param="rollout_id")
+    return PolicyError(
+        409,
+        f"rollout {rollout_id!r} has ended{why}; no more model calls are recorded for it",
+        "rollout_ended",
+        param="rollout_id",
+    )
 
 
-def unauthorized(message: str = "a valid bearer token is required (Authorization: Bearer TOKEN)") -> PolicyError:
+def unauthorized(
+    message: str = "a valid bearer token is required (Authorization: Bearer TOKEN)",
+) -> PolicyError:
     return PolicyError(401, message, "invalid_api_key", type="authentication_error")
 
 
 def too_large(size: int, limit: int) -> PolicyError:
-    return PolicyError(413, f"the request has {size} bytes; this endpoint takes at most {limit}", "request_too_large")
+    return PolicyError(
+        413, f"the request has {size} bytes; this endpoint takes at most {limit}", "request_too_large"
+    )
 
 
 def call_limit(rollout_id: str, limit: int) -> PolicyError:
-    return PolicyError(400, f"rollout {rollout_id!r} made its {limit} model calls, the most one rollout may make; "
-                            "end it and open another", "rollout_call_limit", param="rollout_id")
+    return PolicyError(
+        400,
+        f"rollout {rollout_id!r} made its {limit} model calls, the most one rollout may make; "
+        "end it and open another",
+        "rollout_call_limit",
+        param="rollout_id",
+    )
 
 
 def missing_rollout() -> PolicyError:
-    return PolicyError(400, "no rollout id: call /rollouts/{id}/v1/chat/completions or send an X-Rollout-Id header",
-                       "rollout_id_missing", param="rollout_id")
+    return PolicyError(
+        400,
+        "no rollout id: call /rollouts/{id}/v1/chat/completions or send an X-Rollout-Id header",
+        "rollout_id_missing",
+        param="rollout_id",
+    )
 
 
 def context_exceeded(prompt_tokens: int, context: int) -> PolicyError:
-    return PolicyError(400, f"this model's maximum context length is {context} tokens, but the prompt has {prompt_tokens}",
-                       "context_length_exceeded", param="messages")
+    return PolicyError(
+        400,
+        f"this model's maximum context length is {context} tokens, but the prompt has {prompt_tokens}",
+        "context_length_exceeded",
+        param="messages",
+    )
 
 
 def invalid(message: str, param: str | None = None, code: str = "invalid_request") -> PolicyError:
@@ -66,4 +91,6 @@ def invalid(message: str, param: str | None = None, code: str = "invalid_request
 
 
 def backend_failed(exc: BaseException) -> PolicyError:
-    return PolicyError(500, f"the model backend failed: {type(exc).__name__}: {exc}", "backend_error", type="server_error")
+    return PolicyError(
+        500, f"the model backend failed: {type(exc).__name__}: {exc}", "backend_error", type="server_error"
+    )

@@ -41,7 +41,9 @@ def _echoes(message: dict[str, Any], turn: Turn) -> bool:
     if calls and turn.tool_call_ids:
         return [c.get("id") for c in calls] == turn.tool_call_ids
     content = message.get("content")
-    text = content if isinstance(content, str) else "" if content is None else message_text(message)  # a list of parts
+    text = (
+        content if isinstance(content, str) else "" if content is None else message_text(message)
+    )  # a list of parts
     return text == turn.text
 
 
@@ -72,5 +74,7 @@ def fork_size(trace: RolloutTrace, prompt_ids: list[int]) -> int:
     seq = head.sequence
     if len(prompt_ids) >= len(seq) and prompt_ids[: len(seq)] == seq:
         return 0
-    same = next((i for i, (a, b) in enumerate(zip(seq, prompt_ids)) if a != b), min(len(seq), len(prompt_ids)))
+    same = next(
+        (i for i, (a, b) in enumerate(zip(seq, prompt_ids)) if a != b), min(len(seq), len(prompt_ids))
+    )
     return len(seq) - same

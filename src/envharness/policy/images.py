@@ -20,8 +20,11 @@ def _decode(url: str) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     if not url.startswith("data:image/") or ";base64," not in url:
-        raise invalid("image_url: only data:image/...;base64 URLs are accepted (the endpoint fetches nothing)",
-                      "messages", "invalid_image")
+        raise invalid(
+            "image_url: only data:image/...;base64 URLs are accepted (the endpoint fetches nothing)",
+            "messages",
+            "invalid_image",
+        )
     try:
         image = Image.open(io.BytesIO(base64.b64decode(url.split(";base64,", 1)[1], validate=True)))
         image.load()
@@ -32,7 +35,9 @@ def _decode(url: str) -> Any:
 
 def _has_image_url(message: dict[str, Any]) -> bool:
     content = message.get("content")
-    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content)
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") == "image_url" for p in content
+    )
 
 
 def backend_messages(messages: list[dict[str, Any]], cache: dict[str, Any]) -> list[dict[str, Any]]:
@@ -47,7 +52,11 @@ def backend_messages(messages: list[dict[str, Any]], cache: dict[str, Any]) -> l
         parts = []
         for part in message["content"]:
             if isinstance(part, dict) and part.get("type") == "image_url":
-                url = (part.get("image_url") or {}).get("url") if isinstance(part.get("image_url"), dict) else part.get("image_url")
+                url = (
+                    (part.get("image_url") or {}).get("url")
+                    if isinstance(part.get("image_url"), dict)
+                    else part.get("image_url")
+                )
                 if not isinstance(url, str):
                     raise invalid("image_url parts need image_url.url", "messages", "invalid_image")
                 if url not in cache:

@@ -36,9 +36,14 @@ class TraceSample:
 def turn_step(turn: Turn) -> ModelStepResult:
     """A recorded call in the harness's model-step form (what `TokenAssembler` takes)."""
     return ModelStepResult(
-        response=LLMResponse(content=turn.text), prompt_ids=turn.prompt_ids, completion_ids=turn.completion_ids,
-        logprobs=turn.logprobs, metadata={"finish_reason": turn.finish_reason}, images=turn.images,
-        image_token_counts=turn.image_token_counts, image_token_id=turn.image_token_id,
+        response=LLMResponse(content=turn.text),
+        prompt_ids=turn.prompt_ids,
+        completion_ids=turn.completion_ids,
+        logprobs=turn.logprobs,
+        metadata={"finish_reason": turn.finish_reason},
+        images=turn.images,
+        image_token_counts=turn.image_token_counts,
+        image_token_id=turn.image_token_id,
     )
 
 
@@ -49,10 +54,23 @@ def trace_sample(trace: RolloutTrace) -> TraceSample:
         if not assembler.add_turn(turn_step(turn)):
             break
     left = trace.turns[assembler.turns_assembled :]
-    metrics = {**assembler.metrics(), "turns": len(trace.turns), "forks": trace.forks, "fork_tokens": trace.fork_tokens,
-               "turns_left_out": len(left), "model_tokens_left_out": sum(len(t.completion_ids) for t in left)}
-    return TraceSample(assembler.prompt_ids, assembler.completion_ids, assembler.logprobs, assembler.env_mask,
-                       assembler.images, assembler.image_token_counts, metrics)
+    metrics = {
+        **assembler.metrics(),
+        "turns": len(trace.turns),
+        "forks": trace.forks,
+        "fork_tokens": trace.fork_tokens,
+        "turns_left_out": len(left),
+        "model_tokens_left_out": sum(len(t.completion_ids) for t in left),
+    }
+    return TraceSample(
+        assembler.prompt_ids,
+        assembler.completion_ids,
+        assembler.logprobs,
+        assembler.env_mask,
+        assembler.images,
+        assembler.image_token_counts,
+        metrics,
+    )
 
 
 def training_trace_entries(trace: RolloutTrace) -> list[dict[str, Any]]:
@@ -63,14 +81,23 @@ def training_trace_entries(trace: RolloutTrace) -> list[dict[str, Any]]:
         message: dict[str, Any] = {"role": "assistant", "content": turn.text}
         if turn.tool_calls:
             message["tool_calls"] = turn.tool_calls
-        entries.append({
-            "prompt_token_ids": list(turn.prompt_ids),
-            "completion_token_ids": list(turn.completion_ids),
-            "per_token_logps": [float(x) for x in turn.logprobs],
-            "loss_mask": [0] * len(turn.prompt_ids) + [1] * len(turn.completion_ids),
-            "request": {"messages": turn.messages, "tools": turn.tools or []},
-            "response": {"choices": [{"index": 0, "message": message, "finish_reason": turn.finish_reason}]},
-            "metadata": {"node_id": f"{trace.rollout_id}:{turn.index}", "parent": turn.parent, "fork": turn.fork,
-                         "fork_tokens": turn.fork_tokens, "sampling": turn.sampling},
-        })
+        entries.append(
+            {
+                "prompt_token_ids": list(turn.prompt_ids),
+                "completion_token_ids": list(turn.completion_ids),
+                "per_token_logps": [float(x) for x in turn.logprobs],
+                "loss_mask": [0] * len(turn.prompt_ids) + [1] * len(turn.completion_ids),
+                "request": {"messages": turn.messages, "tools": turn.tools or []},
+                "response": {
+                    "choices": [{"index": 0, "message": message, "finish_reason": turn.finish_reason}]
+                },
+                "metadata": {
+                    "node_id": f"{trace.rollout_id}:{turn.index}",
+                    "parent": turn.parent,
+                    "fork": turn.fork,
+                    "fork_tokens": turn.fork_tokens,
+                    "sampling": turn.sampling,
+                },
+            }
+        )
     return entries

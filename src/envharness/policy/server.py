@@ -19,7 +19,14 @@ from envharness.policy.endpoint import PolicyEndpoint
 class PolicyServer:
     """`PolicyEndpoint(backend, **options)` served over HTTP on `host` (port 0: a free one)."""
 
-    def __init__(self, backend: ModelBackend | PolicyEndpoint, *, host: str = "127.0.0.1", port: int = 0, **options: Any) -> None:
+    def __init__(
+        self,
+        backend: ModelBackend | PolicyEndpoint,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        **options: Any,
+    ) -> None:
         self.endpoint = backend if isinstance(backend, PolicyEndpoint) else PolicyEndpoint(backend, **options)
         self.store = self.endpoint.store
         self._server = LocalServer(create_policy_app(self.endpoint), host=host, port=port)

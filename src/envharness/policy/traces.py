@@ -90,8 +90,14 @@ class RolloutTrace:
         return self.turns[-1] if self.turns else None
 
     def summary(self) -> dict[str, Any]:
-        return {"rollout_id": self.rollout_id, "ended": self.ended, "turns": len(self.turns), "forks": self.forks,
-                "fork_tokens": self.fork_tokens, "metadata": self.metadata}
+        return {
+            "rollout_id": self.rollout_id,
+            "ended": self.ended,
+            "turns": len(self.turns),
+            "forks": self.forks,
+            "fork_tokens": self.fork_tokens,
+            "metadata": self.metadata,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The whole trace as JSON (`GET /rollouts/{id}`), tokens included."""
@@ -111,7 +117,9 @@ class TraceStore:
         self._ended: OrderedDict[str, RolloutTrace] = OrderedDict()
         self._by_key: dict[str, str] = {}  # secret api key -> live rollout id
 
-    def open(self, rollout_id: str | None = None, /, *, secret_key: bool = False, **metadata: Any) -> RolloutTrace:
+    def open(
+        self, rollout_id: str | None = None, /, *, secret_key: bool = False, **metadata: Any
+    ) -> RolloutTrace:
         """Start recording a rollout (a fresh id unless one is given; an id is never reused).
         `secret_key`: its agent's `api_key` is a secret of its own (an endpoint with a token),
         not its id."""

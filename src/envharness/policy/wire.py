@@ -77,13 +77,24 @@ class ChatRequest(BaseModel):
         if request.n != 1:
             raise invalid("only n=1 is supported (one sample per call; a rollout is one conversation)", "n")
         if request.stream:
-            raise invalid("streaming is not supported by this endpoint; send stream=false", "stream", "unsupported_stream")
+            raise invalid(
+                "streaming is not supported by this endpoint; send stream=false",
+                "stream",
+                "unsupported_stream",
+            )
         if request.top_logprobs:
-            raise invalid("top_logprobs > 0 is not supported (the sampled token's own logprob is: logprobs=true)",
-                          "top_logprobs", "unsupported_top_logprobs")
+            raise invalid(
+                "top_logprobs > 0 is not supported (the sampled token's own logprob is: logprobs=true)",
+                "top_logprobs",
+                "unsupported_top_logprobs",
+            )
         names = [t.function.name for t in request.tools or []]
         if len(set(names)) != len(names):
-            raise invalid(f"tools: duplicate function names {sorted({n for n in names if names.count(n) > 1})}", "tools", "invalid_tools")
+            raise invalid(
+                f"tools: duplicate function names {sorted({n for n in names if names.count(n) > 1})}",
+                "tools",
+                "invalid_tools",
+            )
         return request
 
     def stops(self) -> list[str]:
@@ -94,27 +105,49 @@ def tool_call_json(call_id: str, name: str, args: dict[str, Any]) -> dict[str, A
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-def completion_body(request: ChatRequest, *, completion_id: str, model: str, text: str, tool_calls: list[dict[str, Any]],
-                    finish_reason: str, prompt_ids: list[int], completion_ids: list[int], logprobs: list[float],
-                    extra: dict[str, Any]) -> dict[str, Any]:
+def completion_body(
+    request: ChatRequest,
+    *,
+    completion_id: str,
+    model: str,
+    text: str,
+    tool_calls: list[dict[str, Any]],
+    finish_reason: str,
+    prompt_ids: list[int],
+    completion_ids: list[int],
+    logprobs: list[float],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
     """The chat.completion object (with vLLM's token extras when asked); `extra` (rollout id,
     turn, fork) rides along under `envharness`."""
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = tool_calls
         finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
-    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": message,
+        "finish_reason": finish_reason,
+        "logprobs": None,
+    }
     if request.logprobs:
-        choice["logprobs"] = {"content": [{"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
-                                          for t, lp in zip(completion_ids, logprobs)]}
+        choice["logprobs"] = {
+            "content": [
+                {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                for t, lp in zip(completion_ids, logprobs)
+            ]
+        }
     body: dict[str, Any] = {
         "id": completion_id,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion_ids),
-                  "total_tokens": len(prompt_ids) + len(completion_ids)},
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(completion_ids),
+            "total_tokens": len(prompt_ids) + len(completion_ids),
+        },
         "envharness": extra,
     }
     if request.return_token_ids:

@@ -53,7 +53,11 @@ def _styles(env: EnvRef) -> dict[str, PromptStyle]:
     env = resolved(env or DEFAULT_ENV)
     if env.name not in _STYLES:
         harness = env.require_harness()
-        styles = load_target(harness.prompt_styles) if isinstance(harness.prompt_styles, str) else harness.prompt_styles
+        styles = (
+            load_target(harness.prompt_styles)
+            if isinstance(harness.prompt_styles, str)
+            else harness.prompt_styles
+        )
         _STYLES[env.name] = dict(styles or {})
     return _STYLES[env.name]
 
@@ -90,8 +94,10 @@ def get_prompt_style(spec: str | None, env: EnvRef = None) -> PromptStyle:
     if spec in styles:
         return styles[spec]
     if ":" not in spec:
-        raise ValueError(f"unknown prompt style {spec!r}{f' for {env.name}' if env.name != DEFAULT_ENV else ''}; "
-                         f"choose from {', '.join(styles)} or give module.path:function")
+        raise ValueError(
+            f"unknown prompt style {spec!r}{f' for {env.name}' if env.name != DEFAULT_ENV else ''}; "
+            f"choose from {', '.join(styles)} or give module.path:function"
+        )
     return PromptStyle(spec, "a user prompt builder", step=load_prompt_builder(spec))
 
 

@@ -22,7 +22,9 @@ def resize_screenshot(image: Any, max_side: int | None) -> Any:
     if max_side < 1:
         raise ValueError(f"max_side must be positive, got {max_side}")
     scale = max_side / max(image.size)
-    return image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))  # PIL's default filter, as training
+    return image.resize(
+        (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    )  # PIL's default filter, as training
 
 
 def add_screenshot(messages: list[Message], image: Any, *, max_side: int | None = None) -> list[Message]:
@@ -36,5 +38,8 @@ def add_screenshot(messages: list[Message], image: Any, *, max_side: int | None 
     else:
         parts = [{"type": "text", "text": content or ""}]
     out = list(messages)
-    out[last] = {**messages[last], "content": [{"type": "image", "image": resize_screenshot(image, max_side)}, *parts]}
+    out[last] = {
+        **messages[last],
+        "content": [{"type": "image", "image": resize_screenshot(image, max_side)}, *parts],
+    }
     return out

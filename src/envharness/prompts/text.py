@@ -60,7 +60,9 @@ class PromptContext:
 PromptBuilder = Callable[[PromptContext], list[Message]]
 
 
-def truncate_to_tokens(text: str, budget: int, count_tokens: Callable[[str], int] = approximate_tokens) -> str:
+def truncate_to_tokens(
+    text: str, budget: int, count_tokens: Callable[[str], int] = approximate_tokens
+) -> str:
     """`text` cut at a line boundary so that it takes at most `budget` tokens, with a note of
     how many lines were cut. Whole lines keep the `[bid] role 'name'` format intact."""
     if budget <= 0:

@@ -56,7 +56,9 @@ class VisionPromptConfig:
         if self.max_side is not None and self.max_side < 28:
             raise ValueError(f"max_side must be at least 28 pixels, got {self.max_side}")
         if self.keep_screenshots is not None and self.keep_screenshots < 1:
-            raise ValueError(f"keep_screenshots must be at least 1 (or None for all), got {self.keep_screenshots}")
+            raise ValueError(
+                f"keep_screenshots must be at least 1 (or None for all), got {self.keep_screenshots}"
+            )
 
 
 def to_image(screenshot: Any) -> Any:
@@ -99,7 +101,9 @@ def page_text(observation: Any, config: VisionPromptConfig) -> str:
         return ""
     if config.page_text == "axtree":
         return tree[: config.max_axtree_chars]
-    elements = [f"[{m[1]}] {m[2]} '{m[3]}'" for m in map(_ELEMENT.match, tree.splitlines()) if m][: config.max_elements]
+    elements = [f"[{m[1]}] {m[2]} '{m[3]}'" for m in map(_ELEMENT.match, tree.splitlines()) if m][
+        : config.max_elements
+    ]
     return "\n".join(elements) or "(no named elements)"
 
 
@@ -111,13 +115,21 @@ def system_text(tool_names: Iterable[str]) -> str:
     )
 
 
-def observation_parts(observation: Any, config: VisionPromptConfig, *, header: str = "") -> list[dict[str, Any]]:
+def observation_parts(
+    observation: Any, config: VisionPromptConfig, *, header: str = ""
+) -> list[dict[str, Any]]:
     """One observation as content parts: header and page text, then the screenshot (if any)."""
     text = header
     listing = page_text(observation, config)
     if listing:
-        text += ("\n" if text else "") + ("Elements:\n" if config.page_text == "elements" else "Page:\n") + listing
-    parts: list[dict[str, Any]] = [{"type": "text", "text": text + ("\nScreenshot:" if text else "Screenshot:")}]
+        text += (
+            ("\n" if text else "")
+            + ("Elements:\n" if config.page_text == "elements" else "Page:\n")
+            + listing
+        )
+    parts: list[dict[str, Any]] = [
+        {"type": "text", "text": text + ("\nScreenshot:" if text else "Screenshot:")}
+    ]
     image = fit_image(to_image(_field(observation, "screenshot")), config.max_side)
     if image is not None:
         parts.append({"type": "image", "image": image})
@@ -127,12 +139,17 @@ def observation_parts(observation: Any, config: VisionPromptConfig, *, header: s
 
 
 EXAMPLE = [
-    {"role": "user", "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'\nScreenshot: (none)"},
+    {
+        "role": "user",
+        "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'\nScreenshot: (none)",
+    },
     {"role": "assistant", "content": "click('4')"},
 ]
 
 
-def vision_prompt(observation: Any, task: Any, tool_names: Sequence[str], config: VisionPromptConfig | None = None) -> list[Message]:
+def vision_prompt(
+    observation: Any, task: Any, tool_names: Sequence[str], config: VisionPromptConfig | None = None
+) -> list[Message]:
     """The first prompt of an episode: system text, (a worked example,) then the goal, page
     text and screenshot."""
     config = config or VisionPromptConfig()
@@ -144,7 +161,9 @@ def vision_prompt(observation: Any, task: Any, tool_names: Sequence[str], config
     ]
 
 
-def vision_step_parts(observation: Any, reward: Any, done: bool, error: str | None, config: VisionPromptConfig | None = None) -> list[dict[str, Any]]:
+def vision_step_parts(
+    observation: Any, reward: Any, done: bool, error: str | None, config: VisionPromptConfig | None = None
+) -> list[dict[str, Any]]:
     """What the environment shows after an action: outcome, page text and the new screenshot."""
     config = config or VisionPromptConfig()
     header = f"Reward: {reward}  Done: {bool(done)}" + (f"\nError: {error}" if error else "")
@@ -155,12 +174,23 @@ def limit_screenshots(messages: list[Message], keep: int | None) -> list[Message
     """`messages` with all but the latest `keep` image parts replaced by `OMITTED` text."""
     if keep is None:
         return list(messages)
-    positions = [(i, j) for i, m in enumerate(messages) if isinstance(m.get("content"), list) for j, p in enumerate(m["content"]) if is_image_part(p)]
+    positions = [
+        (i, j)
+        for i, m in enumerate(messages)
+        if isinstance(m.get("content"), list)
+        for j, p in enumerate(m["content"])
+        if is_image_part(p)
+    ]
     drop = set(positions[: max(0, len(positions) - keep)])
     out = []
     for i, message in enumerate(messages):
-        if isinstance(message.get("content"), list) and any((i, j) in drop for j in range(len(message["content"]))):
-            parts = [{"type": "text", "text": OMITTED} if (i, j) in drop else p for j, p in enumerate(message["content"])]
+        if isinstance(message.get("content"), list) and any(
+            (i, j) in drop for j in range(len(message["content"]))
+        ):
+            parts = [
+                {"type": "text", "text": OMITTED} if (i, j) in drop else p
+                for j, p in enumerate(message["content"])
+            ]
             message = {**message, "content": parts}
         out.append(message)
     return out
@@ -181,5 +211,7 @@ def vision_messages(
     messages = vision_prompt(observation, goal, tool_names, config)
     for action, after in history:
         messages.append({"role": "assistant", "content": action})
-        messages.append({"role": "user", "content": observation_parts(after, config, header=f"After {action}:")})
+        messages.append(
+            {"role": "user", "content": observation_parts(after, config, header=f"After {action}:")}
+        )
     return limit_screenshots(messages, config.keep_screenshots)

@@ -40,9 +40,15 @@ class ReplayReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "run": str(self.run.folder), "kind": self.run.kind, "env": self.run.env, "server_options": self.run.server_options,
-            "caveat": self.caveat, "episodes": len(self.episodes), "identical": self.identical,
-            "differing": len(self.differing), "skipped": len(self.skipped),
+            "run": str(self.run.folder),
+            "kind": self.run.kind,
+            "env": self.run.env,
+            "server_options": self.run.server_options,
+            "caveat": self.caveat,
+            "episodes": len(self.episodes),
+            "identical": self.identical,
+            "differing": len(self.differing),
+            "skipped": len(self.skipped),
             "results": [dataclasses.asdict(e) | {"identical": e.identical} for e in self.episodes],
         }
 
@@ -58,11 +64,18 @@ def _session_factory(run: RecordedRun, base_url: str) -> Any:
     options: dict[str, Any] = {"reset_kwargs": reset_kwargs}
     if run.tools is not None:
         options["tools"] = run.tools
-    return harness.session_factory(lambda: client_class(base_url), default_task=run.default_task, **options), harness
+    return harness.session_factory(
+        lambda: client_class(base_url), default_task=run.default_task, **options
+    ), harness
 
 
-async def replay_run_async(folder: str | Path, *, env_url: str | None = None, concurrency: int = 4,
-                           on_episode: Callable[[EpisodeReplay], Any] | None = None) -> ReplayReport:
+async def replay_run_async(
+    folder: str | Path,
+    *,
+    env_url: str | None = None,
+    concurrency: int = 4,
+    on_episode: Callable[[EpisodeReplay], Any] | None = None,
+) -> ReplayReport:
     """Replay every episode recorded in `folder` on a fresh local server (or `env_url`, which
     must serve the same environment with the same options)."""
     run = read_run(folder)
@@ -72,8 +85,9 @@ async def replay_run_async(folder: str | Path, *, env_url: str | None = None, co
     if env_url is None:
         from envharness.core.launchers import launch_local_async
 
-        server = await launch_local_async(run.env, options=run.server_options,
-                                          server_args=["--max-sessions", str(max(16, 2 * concurrency))])
+        server = await launch_local_async(
+            run.env, options=run.server_options, server_args=["--max-sessions", str(max(16, 2 * concurrency))]
+        )
     try:
         factory, harness = _session_factory(run, env_url or server.base_url)
         report = ReplayReport(run, caveat=harness.replay_caveat)
@@ -105,5 +119,15 @@ def write_report(report: ReplayReport, path: str | Path) -> Path:
     return target
 
 
-__all__ = ["EpisodeReplay", "Finding", "RecordedRun", "ReplayReport", "ReplaySetupError", "read_run", "replay_episode",
-           "replay_run", "replay_run_async", "write_report"]
+__all__ = [
+    "EpisodeReplay",
+    "Finding",
+    "RecordedRun",
+    "ReplayReport",
+    "ReplaySetupError",
+    "read_run",
+    "replay_episode",
+    "replay_run",
+    "replay_run_async",
+    "write_report",
+]

@@ -97,8 +97,14 @@ async def _replay_calls(session: Any, record: EpisodeRecord, replay: EpisodeRepl
     seen = 0  # observations fingerprinted so far (the reset's is 1)
     trace = []
     for step, call in enumerate(record.tool_calls, 1):
-        result = await call_tool_checked(session, tools_by_name, str(call.get("name")), dict(call.get("arguments") or {}))
-        trace.append(ToolTraceEntry(tool_name=str(call.get("name")), arguments=dict(call.get("arguments") or {}), result=result))
+        result = await call_tool_checked(
+            session, tools_by_name, str(call.get("name")), dict(call.get("arguments") or {})
+        )
+        trace.append(
+            ToolTraceEntry(
+                tool_name=str(call.get("name")), arguments=dict(call.get("arguments") or {}), result=result
+            )
+        )
         digests = list(getattr(session, "observation_digests", None) or [])
         if recorded_digests is not None and digests:
             if seen == 0:
@@ -115,7 +121,13 @@ async def _replay_calls(session: Any, record: EpisodeRecord, replay: EpisodeRepl
         if seen == 0 and digests:
             _compare(replay, 0, "the first observation", _at(recorded_digests, 0), digests[0])
         if len(digests) != len(recorded_digests):
-            _compare(replay, len(record.tool_calls), "the number of observations", len(recorded_digests), len(digests))
+            _compare(
+                replay,
+                len(record.tool_calls),
+                "the number of observations",
+                len(recorded_digests),
+                len(digests),
+            )
     try:
         reward: Any = resolve_env_reward(HarnessRolloutResult(tool_trace=trace), verdict)
     except ValueError as exc:
@@ -127,7 +139,9 @@ def _at(values: list[str], index: int) -> str | None:
     return values[index] if index < len(values) else None
 
 
-def _compare(replay: EpisodeReplay, step: int, what: str, recorded: Any, replayed: Any, *, numeric: bool = False) -> None:
+def _compare(
+    replay: EpisodeReplay, step: int, what: str, recorded: Any, replayed: Any, *, numeric: bool = False
+) -> None:
     same = _same_number(recorded, replayed) if numeric else recorded == replayed
     if not same:
         replay.findings.append(Finding(step, what, recorded, replayed))

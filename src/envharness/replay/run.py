@@ -57,8 +57,10 @@ def read_run(folder: str | Path) -> RecordedRun:
     else:
         raise ReplaySetupError(f"{path} holds neither config.json (eval) nor train_config.json (train)")
     if config.get("agent"):
-        raise ReplaySetupError(f"{path} was trained with --agent: its agents played through /mcp with tools of their "
-                               "own, which replay cannot call again; replay covers the harness's episodes")
+        raise ReplaySetupError(
+            f"{path} was trained with --agent: its agents played through /mcp with tools of their "
+            "own, which replay cannot call again; replay covers the harness's episodes"
+        )
     env = str(config.get("env") or "")
     options = dict(config.get("env_options") or {})
     try:
@@ -75,5 +77,12 @@ def read_run(folder: str | Path) -> RecordedRun:
     except ValueError as exc:
         raise ReplaySetupError(str(exc)) from None
     tasks = list(config.get("tasks") or [])
-    return RecordedRun(folder=path, kind=kind, env=env, server_options=options, tools=list(config.get("actions") or []) or None,
-                       default_task=tasks[0] if tasks else None, records=records)
+    return RecordedRun(
+        folder=path,
+        kind=kind,
+        env=env,
+        server_options=options,
+        tools=list(config.get("actions") or []) or None,
+        default_task=tasks[0] if tasks else None,
+        records=records,
+    )

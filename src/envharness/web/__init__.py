@@ -31,8 +31,10 @@ def mount_web(app: FastAPI, manager: SessionManager, name: str = "") -> None:
     @app.get("/web/info", include_in_schema=False)
     async def web_info() -> dict[str, Any]:
         description = await manager.describe()
-        info: dict[str, Any] = {"env": name or app.title.removeprefix("envharness: "),
-                                "action_schema": description.action_type.model_json_schema()}
+        info: dict[str, Any] = {
+            "env": name or app.title.removeprefix("envharness: "),
+            "action_schema": description.action_type.model_json_schema(),
+        }
         info.update(env_web_info(name))
         if manager.task_listing is not None:  # what this server serves (its options chose it)
             listing = manager.task_listing()

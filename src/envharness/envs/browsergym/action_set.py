@@ -142,23 +142,47 @@ class ActionSet:
         self.shorthands: dict[str, Action] = {}
         self.version = 0
 
-    def action(self, fn: F | None = None, *, tool: bool = True, stateful: bool = False,
-               aliases: Mapping[str, str] | None = None) -> Any:
+    def action(
+        self,
+        fn: F | None = None,
+        *,
+        tool: bool = True,
+        stateful: bool = False,
+        aliases: Mapping[str, str] | None = None,
+    ) -> Any:
         """Declare `fn(ctx, ...)`, an async function that runs the action on a page."""
+
         def register(fn: F) -> F:
             if not inspect.iscoroutinefunction(fn):
                 raise TypeError(f"action {fn.__name__}() must be an async function (ctx, ...)")
-            self._add(self.actions, _declare(fn, fn.__name__, skip=1, tool=tool, stateful=stateful,
-                                             aliases=aliases or {}, shorthand=False))
+            self._add(
+                self.actions,
+                _declare(
+                    fn,
+                    fn.__name__,
+                    skip=1,
+                    tool=tool,
+                    stateful=stateful,
+                    aliases=aliases or {},
+                    shorthand=False,
+                ),
+            )
             return fn
+
         return register(fn) if fn is not None else register
 
     def shorthand(self, fn: F | None = None, *, name: str | None = None) -> Any:
         """Declare `fn(...) -> ParsedAction`: a call the grammar rewrites into a primitive."""
+
         def register(fn: F) -> F:
-            self._add(self.shorthands, _declare(fn, name or fn.__name__, skip=0, tool=True, stateful=False,
-                                                aliases={}, shorthand=True))
+            self._add(
+                self.shorthands,
+                _declare(
+                    fn, name or fn.__name__, skip=0, tool=True, stateful=False, aliases={}, shorthand=True
+                ),
+            )
             return fn
+
         return register(fn) if fn is not None else register
 
     def remove(self, name: str) -> None:
@@ -173,7 +197,9 @@ class ActionSet:
         names = [a.name for a in offered]
         clash = sorted({n for n in names if names.count(n) > 1})
         if clash:
-            raise ValueError(f"{', '.join(clash)}: a primitive offered as a tool has a shorthand of the same name")
+            raise ValueError(
+                f"{', '.join(clash)}: a primitive offered as a tool has a shorthand of the same name"
+            )
         return offered
 
     def _add(self, table: dict[str, Action], declared: Action) -> None:
@@ -183,8 +209,16 @@ class ActionSet:
         self.version += 1
 
 
-def _declare(fn: Callable[..., Any], name: str, *, skip: int, tool: bool, stateful: bool,
-             aliases: Mapping[str, str], shorthand: bool) -> Action:
+def _declare(
+    fn: Callable[..., Any],
+    name: str,
+    *,
+    skip: int,
+    tool: bool,
+    stateful: bool,
+    aliases: Mapping[str, str],
+    shorthand: bool,
+) -> Action:
     """The declaration `fn` makes: its parameters after the first `skip`, their kinds, its docstring."""
     doc = (inspect.getdoc(fn) or "").strip().splitlines()
     if not doc:
@@ -198,14 +232,24 @@ def _declare(fn: Callable[..., Any], name: str, *, skip: int, tool: bool, statef
             raise ValueError(f"{name}: describe parameter {p.name!r} in action_set.PARAMS")
         kind = _kind(hints.get(p.name))
         if kind is None:
-            raise ValueError(f"{name}: parameter {p.name!r} needs a type hint of a known kind ({', '.join(KINDS)})")
+            raise ValueError(
+                f"{name}: parameter {p.name!r} needs a type hint of a known kind ({', '.join(KINDS)})"
+            )
         params.append(Param(p.name, kind, REQUIRED if p.default is p.empty else p.default))
     names = {p.name for p in params}
     for old, new in aliases.items():
         if new not in names or old in names:
             raise ValueError(f"{name}: alias {old!r} must name another of its parameters, not {new!r}")
-    return Action(name, tuple(params), doc[0], fn, tool=tool, stateful=stateful,
-                  aliases=tuple(aliases.items()), shorthand=shorthand)
+    return Action(
+        name,
+        tuple(params),
+        doc[0],
+        fn,
+        tool=tool,
+        stateful=stateful,
+        aliases=tuple(aliases.items()),
+        shorthand=shorthand,
+    )
 
 
 def _kind(hint: Any) -> str | None:

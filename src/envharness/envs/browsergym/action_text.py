@@ -40,7 +40,9 @@ _KEYWORD_ALIASES = {"value": "text", "element": "bid", "id": "bid", "dir": "dire
 def _call_start(version: int) -> re.Pattern[str]:
     """A call of any tool, for the tools of this registry version. Case-insensitive: small
     models write `Click('13')` and `CLICK('13')` as often as `click('13')`."""
-    return re.compile(r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(", re.IGNORECASE)
+    return re.compile(
+        r"(?<![\w.])(" + "|".join(sorted(ACTION_TOOLS, key=len, reverse=True)) + r")\s*\(", re.IGNORECASE
+    )
 
 
 _ACTION_MARKER = re.compile(r"\baction\s*:", re.IGNORECASE)
@@ -103,7 +105,10 @@ def _normalize(name: str, positional: list[Any], keywords: dict[str, Any]) -> di
     tool = ACTION_TOOLS[name]
     if name == "scroll" and len(positional) == 2 and not keywords:  # BrowserGym's scroll(dx, dy)
         dx, dy = positional
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (dx, dy)) or dx == dy == 0:
+        if (
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (dx, dy))
+            or dx == dy == 0
+        ):
             raise ValueError("scroll(dx, dy) needs two numbers, not both zero")
         if dy:
             return {"direction": "down" if dy > 0 else "up"}
@@ -137,8 +142,14 @@ def _parse_call(source: str) -> tuple[str, dict[str, Any]]:
     try:
         node = ast.parse(source.strip(), mode="eval").body
     except SyntaxError:
-        node = ast.parse(source.strip().translate(_SMART_QUOTES), mode="eval").body  # raises SyntaxError again if hopeless
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id.lower() not in ACTION_TOOLS:
+        node = ast.parse(
+            source.strip().translate(_SMART_QUOTES), mode="eval"
+        ).body  # raises SyntaxError again if hopeless
+    if (
+        not isinstance(node, ast.Call)
+        or not isinstance(node.func, ast.Name)
+        or node.func.id.lower() not in ACTION_TOOLS
+    ):
         raise ValueError(f"not an action call: {source[:80]!r}")
     name = node.func.id.lower()
     try:
@@ -161,7 +172,9 @@ def _json_candidate(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     call = tool_call_from_json(obj, call_id="")
     if call is None or call.name not in ACTION_TOOLS:
         raise ValueError("JSON object is not a BrowserGym tool call")
-    args = call.args or {k: v for k, v in obj.items() if k not in ("name", "tool", "tool_name", "action", "type")}
+    args = call.args or {
+        k: v for k, v in obj.items() if k not in ("name", "tool", "tool_name", "action", "type")
+    }
     return call.name, _normalize(call.name, [], args)
 
 
@@ -219,11 +232,15 @@ def build_browsergym_action_tool_call(text: str) -> ToolCall:
         try:
             name, args = _parse_call(payload) if kind == "call" else _json_candidate(payload)
         except _LITERAL_ERRORS as exc:
-            problems.append(str(exc) if type(exc) is ValueError else f"{type(exc).__name__} in {str(payload)[:60]!r}")
+            problems.append(
+                str(exc) if type(exc) is ValueError else f"{type(exc).__name__} in {str(payload)[:60]!r}"
+            )
             continue
         return ToolCall(id=f"browsergym-{name}", name=name, args=args)
     reason = "; ".join(problems[:3]) if problems else "no BrowserGym action found in the model output"
-    return ToolCall(id="browsergym-noop", name="noop", args={}, metadata={"parse_error": reason, "raw_text": text[:500]})
+    return ToolCall(
+        id="browsergym-noop", name="noop", args={}, metadata={"parse_error": reason, "raw_text": text[:500]}
+    )
 
 
 __all__ = [

@@ -36,7 +36,13 @@ from envharness.envs.browsergym.observation_text import BID_ATTR
 
 _JS = Path(__file__).parent / "js" / "element_actionability.js"
 #: Modifier names Playwright accepts -> the key pressed on this (Linux) machine.
-_MODIFIER_KEYS = {"Alt": "Alt", "Control": "Control", "ControlOrMeta": "Control", "Meta": "Meta", "Shift": "Shift"}
+_MODIFIER_KEYS = {
+    "Alt": "Alt",
+    "Control": "Control",
+    "ControlOrMeta": "Control",
+    "Meta": "Meta",
+    "Shift": "Shift",
+}
 
 
 class ElementNotActionable(ValueError):
@@ -50,7 +56,9 @@ class Actionability:
     ok: bool
     x: float = 0.0
     y: float = 0.0
-    code: str = ""  # missing | ambiguous | hidden | disabled | readonly | notcheckbox | outside | covered | moving
+    code: str = (
+        ""  # missing | ambiguous | hidden | disabled | readonly | notcheckbox | outside | covered | moving
+    )
     reason: str = ""
     transient: bool = False
     elapsed_ms: float = 0.0
@@ -71,11 +79,15 @@ async def check_element(page: Any, bid: str, action: str, timeout_ms: float) -> 
     it is animating). None: not decided here (child frame, several elements with the bid)."""
     if not handles_bid(bid):
         return None
-    expression = (f"(() => {{\n{_script()}\nreturn element_actionability("
-                  f"{json.dumps(bid)}, {json.dumps(action)}, {json.dumps(BID_ATTR)}, {float(timeout_ms)});\n}})()")
+    expression = (
+        f"(() => {{\n{_script()}\nreturn element_actionability("
+        f"{json.dumps(bid)}, {json.dumps(action)}, {json.dumps(BID_ATTR)}, {float(timeout_ms)});\n}})()"
+    )
     start = time.perf_counter()
     cdp = await _cdp(page)
-    reply = await cdp.send("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True})
+    reply = await cdp.send(
+        "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}
+    )
     if "exceptionDetails" in reply:
         details = reply["exceptionDetails"]
         raise RuntimeError(details.get("exception", {}).get("description") or details.get("text", "JS error"))
@@ -83,9 +95,15 @@ async def check_element(page: Any, bid: str, action: str, timeout_ms: float) -> 
     elapsed = (time.perf_counter() - start) * 1000
     if value.get("code") == "ambiguous":
         return None  # Playwright reports its strict-mode error, as in BrowserGym
-    return Actionability(ok=bool(value.get("ok")), x=float(value.get("x", 0.0)), y=float(value.get("y", 0.0)),
-                         code=value.get("code", ""), reason=value.get("reason", ""),
-                         transient=bool(value.get("transient")), elapsed_ms=elapsed)
+    return Actionability(
+        ok=bool(value.get("ok")),
+        x=float(value.get("x", 0.0)),
+        y=float(value.get("y", 0.0)),
+        code=value.get("code", ""),
+        reason=value.get("reason", ""),
+        transient=bool(value.get("transient")),
+        elapsed_ms=elapsed,
+    )
 
 
 async def require_actionable(page: Any, bid: str, action: str, timeout_ms: float) -> Actionability | None:
@@ -99,8 +117,15 @@ async def require_actionable(page: Any, bid: str, action: str, timeout_ms: float
     raise ElementNotActionable(result.reason)
 
 
-async def pointer_action(page: Any, bid: str, action: str, *, button: str = "left",
-                         modifiers: tuple[str, ...] = (), timeout_ms: float) -> bool:
+async def pointer_action(
+    page: Any,
+    bid: str,
+    action: str,
+    *,
+    button: str = "left",
+    modifiers: tuple[str, ...] = (),
+    timeout_ms: float,
+) -> bool:
     """Check, then click / double-click / hover at the element's point with ``page.mouse``.
     False: not decided here (the caller uses Playwright's locator instead)."""
     result = await require_actionable(page, bid, action, timeout_ms)
@@ -113,7 +138,9 @@ async def pointer_action(page: Any, bid: str, action: str, *, button: str = "lef
     for key in keys:
         await page.keyboard.down(key)
     try:
-        await page.mouse.click(result.x, result.y, button=button, click_count=2 if action == "dblclick" else 1)
+        await page.mouse.click(
+            result.x, result.y, button=button, click_count=2 if action == "dblclick" else 1
+        )
     finally:
         for key in reversed(keys):
             await page.keyboard.up(key)

@@ -103,7 +103,9 @@ def _check_button(v: Any) -> str:
 
 def _check_modifiers(v: Any) -> tuple[str, ...]:
     if not isinstance(v, (list, tuple)) or any(m not in _MODIFIERS for m in v):
-        raise ActionParseError(f"modifiers must be a list drawn from {', '.join(_MODIFIERS)}, got {_describe(v)}")
+        raise ActionParseError(
+            f"modifiers must be a list drawn from {', '.join(_MODIFIERS)}, got {_describe(v)}"
+        )
     return tuple(v)
 
 
@@ -142,7 +144,9 @@ def _describe(v: Any) -> str:
 
 # -- literal evaluation (the only values an action may carry) -------------------------
 def _literal(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float, bool))):
+    if isinstance(node, ast.Constant) and (
+        node.value is None or isinstance(node.value, (str, int, float, bool))
+    ):
         return node.value
     if isinstance(node, (ast.List, ast.Tuple)):
         if len(node.elts) > 100:
@@ -153,14 +157,22 @@ def _literal(node: ast.AST) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ActionParseError("a sign may only precede a number")
         return -value if isinstance(node.op, ast.USub) else value
-    raise ActionParseError(f"arguments must be literals (strings, numbers, True/False, lists); got {_node_kind(node)}")
+    raise ActionParseError(
+        f"arguments must be literals (strings, numbers, True/False, lists); got {_node_kind(node)}"
+    )
 
 
 def _node_kind(node: ast.AST) -> str:
     kinds = {
-        ast.Name: "a variable name", ast.Attribute: "attribute access", ast.Call: "a function call",
-        ast.Lambda: "a lambda", ast.Starred: "a starred argument", ast.BinOp: "an arithmetic expression",
-        ast.Subscript: "a subscript", ast.JoinedStr: "an f-string", ast.Dict: "a dict",
+        ast.Name: "a variable name",
+        ast.Attribute: "attribute access",
+        ast.Call: "a function call",
+        ast.Lambda: "a lambda",
+        ast.Starred: "a starred argument",
+        ast.BinOp: "an arithmetic expression",
+        ast.Subscript: "a subscript",
+        ast.JoinedStr: "an f-string",
+        ast.Dict: "a dict",
     }
     for cls, words in kinds.items():
         if isinstance(node, cls):
@@ -208,15 +220,18 @@ def _shorthand(name: str, args: list[Any], kwargs: dict[str, Any]) -> ParsedActi
     if short is None:
         return None
     primitive = ACTION_SIGNATURES.get(name)
-    if primitive is not None and (len(args) + len(kwargs) != len(short.params)
-                                  or not set(kwargs) <= {p.name for p in short.params}):
+    if primitive is not None and (
+        len(args) + len(kwargs) != len(short.params) or not set(kwargs) <= {p.name for p in short.params}
+    ):
         return None
     return short.run(**_bind(name, short.params, args, kwargs))
 
 
 def _parse_call(stmt: ast.stmt) -> ParsedAction:
     if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
-        raise ActionParseError(f"each line must be a single action call such as click('12'); got a {type(stmt).__name__} statement")
+        raise ActionParseError(
+            f"each line must be a single action call such as click('12'); got a {type(stmt).__name__} statement"
+        )
     call = stmt.value
     if not isinstance(call.func, ast.Name):
         raise ActionParseError(f"the action must be called by its bare name; got {_node_kind(call.func)}")
@@ -232,7 +247,9 @@ def _parse_call(stmt: ast.stmt) -> ParsedAction:
         if kw.arg is None:
             raise ActionParseError("**keyword unpacking is not allowed in actions")
         kwargs[kw.arg] = _literal(kw.value)
-    return _shorthand(name, args, kwargs) or ParsedAction(name, _bind(name, ACTION_SIGNATURES[name], args, kwargs))
+    return _shorthand(name, args, kwargs) or ParsedAction(
+        name, _bind(name, ACTION_SIGNATURES[name], args, kwargs)
+    )
 
 
 def _strip_fences(text: str) -> str:
@@ -255,7 +272,9 @@ def parse_actions(text: str) -> list[ParsedAction]:
     try:
         module = ast.parse(source, mode="exec")
     except SyntaxError as e:
-        raise ActionParseError(f"not a valid action call: {e.msg} (line {e.lineno}, column {e.offset})") from None
+        raise ActionParseError(
+            f"not a valid action call: {e.msg} (line {e.lineno}, column {e.offset})"
+        ) from None
     except (RecursionError, MemoryError, ValueError) as e:
         raise ActionParseError(f"not a valid action call: {type(e).__name__}") from None
     if not module.body:

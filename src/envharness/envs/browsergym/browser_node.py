@@ -28,16 +28,32 @@ from envharness.core.launchers import ServerProcess
 from envharness.core.lifecycle import set_parent_death_signal, spawn
 from envharness.envs.browsergym.engine import ENGINE_MARKER, BrowserEngine
 
-async def serve_browser_node(port: int, host: str, *, allowed_hosts: Iterable[str] = (),
-                             ready: Callable[[str], None] = print, stop: asyncio.Event | None = None) -> int:
+
+async def serve_browser_node(
+    port: int,
+    host: str,
+    *,
+    allowed_hosts: Iterable[str] = (),
+    ready: Callable[[str], None] = print,
+    stop: asyncio.Event | None = None,
+) -> int:
     """Run a node until `stop` is set or its Chromium exits; `ready(address)` once it listens.
     Returns 0 when stopped, 1 when Chromium died."""
     port = port or _free_port(host)
     profile = tempfile.mkdtemp(prefix="envharness-browser-")
-    command = [*await engine_command(allowed_hosts), f"--user-data-dir={profile}",
-               f"--remote-debugging-port={port}", f"--remote-debugging-address={host}"]
-    chromium = spawn(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     preexec_fn=functools.partial(set_parent_death_signal, signal.SIGKILL))  # it dies with the node
+    command = [
+        *await engine_command(allowed_hosts),
+        f"--user-data-dir={profile}",
+        f"--remote-debugging-port={port}",
+        f"--remote-debugging-address={host}",
+    ]
+    chromium = spawn(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=functools.partial(set_parent_death_signal, signal.SIGKILL),
+    )  # it dies with the node
     try:
         await asyncio.to_thread(_wait_port, host, port, 30.0, chromium)
         ready(f"cdp://{f'[{host}]' if ':' in host else host}:{port}")
@@ -81,10 +97,24 @@ class BrowserNode(ServerProcess):
 
     listening = re.compile(r"listening on (cdp://\S+)")
 
-    def __init__(self, port: int = 0, host: str = "127.0.0.1", *, allowed_hosts: Iterable[str] = (),
-                 startup_timeout_s: float = 60.0) -> None:
-        args = ["browser", "--port", str(port), "--host", host, "--allowed-hosts", ",".join(allowed_hosts),
-                *self._parent_death_args()]
+    def __init__(
+        self,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        allowed_hosts: Iterable[str] = (),
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        args = [
+            "browser",
+            "--port",
+            str(port),
+            "--host",
+            host,
+            "--allowed-hosts",
+            ",".join(allowed_hosts),
+            *self._parent_death_args(),
+        ]
         self._launch(args, dict(os.environ), "envharness browser", startup_timeout_s, threading.Event())
 
     @property
@@ -111,7 +141,9 @@ class BrowserNode(ServerProcess):
         self.kill()  # whatever is left of its process group
 
 
-def start_browser_node(port: int = 0, host: str = "127.0.0.1", *, allowed_hosts: Iterable[str] = ()) -> BrowserNode:
+def start_browser_node(
+    port: int = 0, host: str = "127.0.0.1", *, allowed_hosts: Iterable[str] = ()
+) -> BrowserNode:
     """A browser node in a child process; returns once it listens."""
     return BrowserNode(port, host, allowed_hosts=allowed_hosts)
 
@@ -128,11 +160,15 @@ def _wait_port(host: str, port: int, timeout_s: float, process: subprocess.Popen
     deadline = time.monotonic() + timeout_s
     while True:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"Chromium exited ({process.returncode}) before opening its DevTools port {port}")
+            raise RuntimeError(
+                f"Chromium exited ({process.returncode}) before opening its DevTools port {port}"
+            )
         try:
             with socket.create_connection((host, port), timeout=1.0):
                 return
         except OSError:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Chromium did not open its DevTools port {port} within {timeout_s:.0f} s") from None
+                raise RuntimeError(
+                    f"Chromium did not open its DevTools port {port} within {timeout_s:.0f} s"
+                ) from None
             time.sleep(0.05)

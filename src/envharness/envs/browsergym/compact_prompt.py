@@ -22,13 +22,32 @@ from envharness.envs.browsergym.action_tools import action_list
 _ELEMENT = re.compile(r"^\s*\[(\w+)\]\s+(\w+)\s+'(.*?)'((?:,.*)?)$")
 #: Roles worth showing even without a name: things one can click, type into or pick.
 INTERACTIVE_ROLES = frozenset(
-    {"textbox", "searchbox", "button", "checkbox", "radio", "combobox", "listbox", "option", "link",
-     "spinbutton", "slider", "switch", "tab", "menuitem", "textarea", "gridcell"}
+    {
+        "textbox",
+        "searchbox",
+        "button",
+        "checkbox",
+        "radio",
+        "combobox",
+        "listbox",
+        "option",
+        "link",
+        "spinbutton",
+        "slider",
+        "switch",
+        "tab",
+        "menuitem",
+        "textarea",
+        "gridcell",
+    }
 )
 MAX_ELEMENTS = 40
 _DROPPED_PROPERTY = re.compile(r",\s*focused\b")
 _EXAMPLE = [
-    {"role": "user", "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'"},
+    {
+        "role": "user",
+        "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'",
+    },
     {"role": "assistant", "content": "click('4')"},
 ]
 
@@ -56,11 +75,15 @@ def compact_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[d
         "You control a web browser. Reply with exactly one action per turn, e.g. click('<bid>'). Actions:\n"
         + action_list(tuple(tool_names))
     )
-    goal = (observation.get("goal") if isinstance(observation, dict) else getattr(observation, "goal", "")) or (
-        task if isinstance(task, str) else ""
-    )
+    goal = (
+        observation.get("goal") if isinstance(observation, dict) else getattr(observation, "goal", "")
+    ) or (task if isinstance(task, str) else "")
     page = "\n".join(compact_elements(_tree(observation))) or "(no elements)"
-    return [{"role": "system", "content": system}, *_EXAMPLE, {"role": "user", "content": f"Goal: {goal}\nElements:\n{page}"}]
+    return [
+        {"role": "system", "content": system},
+        *_EXAMPLE,
+        {"role": "user", "content": f"Goal: {goal}\nElements:\n{page}"},
+    ]
 
 
 def compact_tool_result(observation: Any) -> str:

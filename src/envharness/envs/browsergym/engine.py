@@ -30,8 +30,14 @@ DEFAULT_CHROMIUM = os.environ.get("ENVHARNESS_CHROMIUM", "/usr/lib/chromium/chro
 #: Chromium's spare renderer (see CHROMIUM_ARGS), off in the BrowserGym engine's workers too.
 NO_SPARE_RENDERER = "SpareRendererForSitePerProcess"
 CHROMIUM_ARGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     # As BrowserGym: keep scrollbars visible in screenshots. The WebUI omnibox popups are a
     # renderer each in every browser context, headless or not: off. No spare renderer: after each
     # navigation Chromium starts one in advance for the next cross-site page, which a session (one
@@ -73,7 +79,9 @@ def main_browser_pids(marker: str = ENGINE_MARKER) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(a.startswith(marker.encode()) for a in cmdline) and not any(a.startswith(b"--type=") for a in cmdline):
+        if any(a.startswith(marker.encode()) for a in cmdline) and not any(
+            a.startswith(b"--type=") for a in cmdline
+        ):
             pids.append(int(entry.name))
     return pids
 
@@ -92,8 +100,11 @@ class HostGuard:
     """Which hosts a session may reach: the hosts its task set serves itself (`served`: host ->
     route handler; default MiniWoB's own origin) plus `allowed_hosts`."""
 
-    def __init__(self, allowed_hosts: Iterable[str] = (),
-                 served: Mapping[str, Callable[[Any], Awaitable[None]]] | None = None) -> None:
+    def __init__(
+        self,
+        allowed_hosts: Iterable[str] = (),
+        served: Mapping[str, Callable[[Any], Awaitable[None]]] | None = None,
+    ) -> None:
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
         self.served = dict(served) if served is not None else {MINIWOB_HOST: serve_miniwob_request}
 
@@ -108,7 +119,9 @@ class HostGuard:
             return
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
-            raise NavigationBlocked(f"navigation to {url[:100]!r} is blocked: only http(s) URLs may be opened")
+            raise NavigationBlocked(
+                f"navigation to {url[:100]!r} is blocked: only http(s) URLs may be opened"
+            )
         allowed = ", ".join(sorted({*self.served, *self.allowed_hosts}))
         raise NavigationBlocked(
             f"navigation to host {parts.hostname!r} is blocked: this environment opens only {allowed} "
@@ -131,8 +144,14 @@ class HostGuard:
 class BrowserEngine:
     """Shared Chromium for all sessions of a process. Use `await start()` / `await aclose()`."""
 
-    def __init__(self, *, headless: bool = True, executable_path: str | None = None,
-                 extra_args: Iterable[str] = (), allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        headless: bool = True,
+        executable_path: str | None = None,
+        extra_args: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = (),
+    ) -> None:
         self.headless = headless
         self.executable_path = executable_path or DEFAULT_CHROMIUM
         # A marker flag (ignored by Chromium) that lets us find our own browser process.
@@ -200,8 +219,15 @@ class BrowserEngine:
         closed = getattr(transport, "on_error_future", None)
         return proc is not None and proc.returncode is None and not (closed is not None and closed.done())
 
-    async def new_context(self, *, viewport: dict[str, int], guard: HostGuard,
-                          timeout_ms: int = 5000, navigation_timeout_ms: int = 30_000, **options: Any) -> Any:
+    async def new_context(
+        self,
+        *,
+        viewport: dict[str, int],
+        guard: HostGuard,
+        timeout_ms: int = 5000,
+        navigation_timeout_ms: int = 30_000,
+        **options: Any,
+    ) -> Any:
         """A fresh isolated context that serves MiniWoB pages and applies `guard` to every request.
 
         `timeout_ms` bounds waits inside pages (BrowserGym's MiniWoB value); page loads get

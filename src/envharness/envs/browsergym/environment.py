@@ -103,8 +103,9 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
     state_type = BrowserGymState
     supports_concurrent_sessions = True
 
-    def __init__(self, engine: BrowserEngine, config: BrowserGymConfig | None = None,
-                 pool: WarmPool | None = None) -> None:
+    def __init__(
+        self, engine: BrowserEngine, config: BrowserGymConfig | None = None, pool: WarmPool | None = None
+    ) -> None:
         self.engine = engine
         self.config = config or BrowserGymConfig()
         self.task_set = load_task_set(self.config.tasks)
@@ -121,26 +122,41 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._state = BrowserGymState()
 
     # -- reset ---------------------------------------------------------------------------
-    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
-                          task: str | None = None, task_name: str | None = None,
-                          **options: Any) -> BrowserGymObservation:
-        chosen = self.task_set.check_task(task or task_name or (self._episode.task if self._episode else self.config.task))
+    async def reset_async(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task: str | None = None,
+        task_name: str | None = None,
+        **options: Any,
+    ) -> BrowserGymObservation:
+        chosen = self.task_set.check_task(
+            task or task_name or (self._episode.task if self._episode else self.config.task)
+        )
         next_task = options.get("next_task")
         if next_task is not None:
             next_task = self.task_set.check_task(next_task)
-        parts, max_steps, time_limit_s = episode_options(options, observation=self.config.observation,
-                                                         max_steps=self.config.max_steps, time_limit_s=self.config.time_limit_s)
+        parts, max_steps, time_limit_s = episode_options(
+            options,
+            observation=self.config.observation,
+            max_steps=self.config.max_steps,
+            time_limit_s=self.config.time_limit_s,
+        )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         try:
             page = await self._fresh_page(chosen)
-            reload = (not self.config.fast_reset or self._loaded_task != chosen
-                      or not self.task_set.can_restart(chosen, page.url))
+            reload = (
+                not self.config.fast_reset
+                or self._loaded_task != chosen
+                or not self.task_set.can_restart(chosen, page.url)
+            )
             self._loaded_task = None
             if not reload:  # observe the page afresh, as BrowserGym does after its (fresh-page) reset
                 await forget_marks(page)
-            goal = await self.task_set.start_episode(page, chosen, seed, reload=reload,
-                                                     episode_max_time_ms=self.config.episode_max_time_ms)
+            goal = await self.task_set.start_episode(
+                page, chosen, seed, reload=reload, episode_max_time_ms=self.config.episode_max_time_ms
+            )
             self._loaded_task = chosen
         except BrowserUnavailable:  # no browser to be had (none launches, none answers): said as it is
             raise
@@ -148,10 +164,19 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             self._raise_if_lost(e)
             raise
         self._episode = _Episode(chosen, seed, goal, parts, max_steps, time_limit_s)
-        self._actx.chat_messages[:] = [{"role": "assistant", "message": _GREETING}, {"role": "user", "message": goal}]
+        self._actx.chat_messages[:] = [
+            {"role": "assistant", "message": _GREETING},
+            {"role": "user", "message": goal},
+        ]
         self._actx.infeasible = False
-        self._state = BrowserGymState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
-                                      task_name=chosen, seed=seed, goal=goal, max_steps=max_steps)
+        self._state = BrowserGymState(
+            episode_id=episode_id or str(uuid.uuid4()),
+            step_count=0,
+            task_name=chosen,
+            seed=seed,
+            goal=goal,
+            max_steps=max_steps,
+        )
         observation = await self._observe(reward=0.0, done=False, last_action="", error="", info={})
         if self._pool is not None:
             if next_task is not None and next_task != chosen:
@@ -184,10 +209,14 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._page_crashed = False
         self._main_page.on("crash", self._on_crash)
         self._context.on("page", self._on_new_page)
-        self._actx = ActionContext(self._context, self._main_page, self._guard,
-                                   noop_wait_ms=self.config.noop_wait_ms,
-                                   element_timeout_ms=self.config.action_timeout_ms,
-                                   fast_actions=self.config.fast_actions)
+        self._actx = ActionContext(
+            self._context,
+            self._main_page,
+            self._guard,
+            noop_wait_ms=self.config.noop_wait_ms,
+            element_timeout_ms=self.config.action_timeout_ms,
+            fast_actions=self.config.fast_actions,
+        )
         self._loaded_task = warm.task
 
     def _on_crash(self, _page: Any) -> None:
@@ -206,8 +235,13 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise BrowserSessionLost(self._lost_message())
         action_str = action.action_str
         if self._episode.done:
-            return await self._observe(reward=0.0, done=True, last_action=action_str,
-                                       error="the episode is over; call reset() to start a new one", info={})
+            return await self._observe(
+                reward=0.0,
+                done=True,
+                last_action=action_str,
+                error="the episode is over; call reset() to start a new one",
+                info={},
+            )
         self._state.step_count += 1
         error = ""
         try:
@@ -246,8 +280,15 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         done = status.done or truncated or self._actx.infeasible
         ep.done = done
         self._state.cum_reward += status.reward
-        return self._build(captured, reward=status.reward, done=done, last_action=action_str, error=error,
-                           info=status.info, truncated=truncated)
+        return self._build(
+            captured,
+            reward=status.reward,
+            done=done,
+            last_action=action_str,
+            error=error,
+            info=status.info,
+            truncated=truncated,
+        )
 
     async def _validate(self) -> TaskStatus:
         if self._actx.page is not self._main_page or self._main_page.is_closed():
@@ -260,26 +301,51 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise
 
     # -- observation -----------------------------------------------------------------------
-    async def _observe(self, *, reward: float, done: bool, last_action: str, error: str,
-                       info: dict[str, Any], truncated: bool = False) -> BrowserGymObservation:
+    async def _observe(
+        self,
+        *,
+        reward: float,
+        done: bool,
+        last_action: str,
+        error: str,
+        info: dict[str, Any],
+        truncated: bool = False,
+    ) -> BrowserGymObservation:
         try:
             captured = await self._capture()
         except Exception as e:
             self._raise_if_lost(e)
             raise
-        return self._build(captured, reward=reward, done=done, last_action=last_action, error=error,
-                           info=info, truncated=truncated)
+        return self._build(
+            captured,
+            reward=reward,
+            done=done,
+            last_action=last_action,
+            error=error,
+            info=info,
+            truncated=truncated,
+        )
 
     async def _capture(self) -> tuple[Any, dict[str, Any], list[Any], list[str]]:
         """What the page shows: (active page, observation parts, pages, their titles)."""
         page = self._actx.page
         pages = list(self._context.pages)
-        raw, *titles = await asyncio.gather(extract_page_observation(page, self._episode.parts),
-                                            *(p.title() for p in pages))
+        raw, *titles = await asyncio.gather(
+            extract_page_observation(page, self._episode.parts), *(p.title() for p in pages)
+        )
         return page, dict(raw), pages, titles
 
-    def _build(self, captured: tuple[Any, dict[str, Any], list[Any], list[str]], *, reward: float, done: bool,
-               last_action: str, error: str, info: dict[str, Any], truncated: bool = False) -> BrowserGymObservation:
+    def _build(
+        self,
+        captured: tuple[Any, dict[str, Any], list[Any], list[str]],
+        *,
+        reward: float,
+        done: bool,
+        last_action: str,
+        error: str,
+        info: dict[str, Any],
+        truncated: bool = False,
+    ) -> BrowserGymObservation:
         ep = self._episode
         page, raw, pages, titles = captured
         axtree_txt = raw.pop("axtree_txt", "") or ""
@@ -321,8 +387,10 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             truncated=truncated,
             done=done,
             reward=reward,
-            metadata={"browsergym_obs": browsergym_obs,
-                      "browsergym_info": {"task_info": info, "truncated": truncated}},
+            metadata={
+                "browsergym_obs": browsergym_obs,
+                "browsergym_info": {"task_info": info, "truncated": truncated},
+            },
         )
 
     # -- liveness ------------------------------------------------------------------------------
@@ -335,8 +403,10 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         )
 
     def _lost_message(self) -> str:
-        return ("this session's browser page is gone (the browser crashed or was restarted); "
-                "call reset() to start a new episode")
+        return (
+            "this session's browser page is gone (the browser crashed or was restarted); "
+            "call reset() to start a new episode"
+        )
 
     def _raise_if_lost(self, error: BaseException) -> None:
         if not self._alive():
@@ -367,25 +437,35 @@ def guard_for(config: BrowserGymConfig, task_set: Any) -> HostGuard:
     return HostGuard((*config.allowed_hosts, *task_set.hosts), served=task_set.served)
 
 
-async def open_page(engine: BrowserEngine, config: BrowserGymConfig, task_set: Any, guard: HostGuard,
-                    task: str | None = None) -> WarmPage:
+async def open_page(
+    engine: BrowserEngine, config: BrowserGymConfig, task_set: Any, guard: HostGuard, task: str | None = None
+) -> WarmPage:
     """A new context and its page; with `task`, the page shows that task, an episode started
     (the warm pool's way: a session's reset then restarts it in place, as a same-task reset)."""
-    context = await engine.new_context(viewport=config.viewport or task_set.viewport, guard=guard,
-                                       timeout_ms=config.page_timeout_ms)
+    context = await engine.new_context(
+        viewport=config.viewport or task_set.viewport, guard=guard, timeout_ms=config.page_timeout_ms
+    )
     generation = engine.generation
     try:
         page = await context.new_page()
         if task is not None:
-            await task_set.start_episode(page, task, None, reload=True, episode_max_time_ms=config.episode_max_time_ms)
+            await task_set.start_episode(
+                page, task, None, reload=True, episode_max_time_ms=config.episode_max_time_ms
+            )
     except BaseException:
         await close_quietly(context)
         raise
     return WarmPage(context, page, task, generation)
 
 
-def episode_options(options: dict[str, Any], *, observation: ObservationParts, max_steps: int | None,
-                    time_limit_s: float | None, also: tuple[str, ...] = ()) -> tuple[ObservationParts, int | None, float | None]:
+def episode_options(
+    options: dict[str, Any],
+    *,
+    observation: ObservationParts,
+    max_steps: int | None,
+    time_limit_s: float | None,
+    also: tuple[str, ...] = (),
+) -> tuple[ObservationParts, int | None, float | None]:
     """A reset's own options checked (both engines): observation parts over the server's
     defaults, ``max_steps`` and ``time_limit_s``; `also` names the caller's other options."""
     # next_task: a hint, the task the session's next reset will ask for (the warm pool prepares its
@@ -393,14 +473,18 @@ def episode_options(options: dict[str, Any], *, observation: ObservationParts, m
     known = {*OBSERVATION_OPTIONS, "max_steps", "time_limit_s", "next_task"}
     unknown = set(options) - known
     if unknown:
-        raise ValueError(f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "
-                         f"episode_id, {', '.join(sorted(known | set(also)))}")
+        raise ValueError(
+            f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "
+            f"episode_id, {', '.join(sorted(known | set(also)))}"
+        )
     parts = dataclasses.replace(observation, **{k: options[k] for k in OBSERVATION_OPTIONS if k in options})
     if parts.screenshot_format not in ("png", "jpeg"):
         raise ValueError(f"screenshot_format must be 'png' or 'jpeg', got {parts.screenshot_format!r}")
     max_steps = options.get("max_steps", max_steps)
     time_limit_s = options.get("time_limit_s", time_limit_s)
-    if max_steps is not None and (not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1):
+    if max_steps is not None and (
+        not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1
+    ):
         raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
     if time_limit_s is not None and (not isinstance(time_limit_s, (int, float)) or time_limit_s <= 0):
         raise ValueError(f"time_limit_s must be a positive number or None, got {time_limit_s!r}")
@@ -411,4 +495,3 @@ def _first_line(error: BaseException) -> str:
     """Playwright appends a multi-line call log to its messages; keep the reason."""
     text = str(error).strip()
     return text.split("\n=", 1)[0].split("\nCall log:", 1)[0].strip()[:500]
-

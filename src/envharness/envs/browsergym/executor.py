@@ -202,7 +202,9 @@ async def select_option(ctx: ActionContext, bid: str, options: Options) -> None:
     """Select option(s) of a <select> by their text."""
     await _checked(ctx, bid, "select_option")
     elem = await get_elem_by_bid(ctx.page, bid)
-    await elem.select_option(options if isinstance(options, str) else list(options), timeout=ctx.element_timeout_ms)
+    await elem.select_option(
+        options if isinstance(options, str) else list(options), timeout=ctx.element_timeout_ms
+    )
 
 
 @action
@@ -273,7 +275,9 @@ async def mouse_dblclick(ctx: ActionContext, x: float, y: float, button: Button 
 
 
 @action(tool=False)
-async def mouse_drag_and_drop(ctx: ActionContext, from_x: float, from_y: float, to_x: float, to_y: float) -> None:
+async def mouse_drag_and_drop(
+    ctx: ActionContext, from_x: float, from_y: float, to_x: float, to_y: float
+) -> None:
     """Drag from one point of the page to another."""
     await ctx.page.mouse.move(*_page_xy(ctx, from_x, from_y))
     await ctx.page.mouse.down()
@@ -358,13 +362,34 @@ async def tab_focus(ctx: ActionContext, index: int) -> None:
 # -- shorthands: OpenEnv's harness tools, rewritten into the primitives above ---------------
 #: Pixels one ``scroll('down')`` moves (before BrowserGym's coordinate scaling).
 SCROLL_STEP = 200
-_SCROLL_MOVES = {"down": (0, SCROLL_STEP), "up": (0, -SCROLL_STEP),
-                 "right": (SCROLL_STEP, 0), "left": (-SCROLL_STEP, 0)}
+_SCROLL_MOVES = {
+    "down": (0, SCROLL_STEP),
+    "up": (0, -SCROLL_STEP),
+    "right": (SCROLL_STEP, 0),
+    "left": (-SCROLL_STEP, 0),
+}
 #: Key names `send_keys` presses as one key (anything else is typed as text).
 _NAMED_KEYS = {
-    "Enter", "Tab", "Escape", "Backspace", "Delete", "Insert", "Home", "End", "PageUp",
-    "PageDown", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Space", "Shift", "Control",
-    "Alt", "Meta", *(f"F{i}" for i in range(1, 13)),
+    "Enter",
+    "Tab",
+    "Escape",
+    "Backspace",
+    "Delete",
+    "Insert",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+    "ArrowUp",
+    "ArrowDown",
+    "ArrowLeft",
+    "ArrowRight",
+    "Space",
+    "Shift",
+    "Control",
+    "Alt",
+    "Meta",
+    *(f"F{i}" for i in range(1, 13)),
 }
 
 
@@ -387,10 +412,12 @@ def scroll_direction(direction: Direction) -> ParsedAction:
 # -- derived from the declarations ------------------------------------------------------------
 #: name -> the function that runs it.
 PRIMITIVES: Derived[Callable[..., Awaitable[None]]] = Derived(
-    ACTIONS, lambda actions: {name: a.run for name, a in actions.actions.items()})
+    ACTIONS, lambda actions: {name: a.run for name, a in actions.actions.items()}
+)
 #: Actions after which the next reset reloads the page instead of restarting in place.
 STATEFUL_ACTIONS: Derived[Any] = Derived(
-    ACTIONS, lambda actions: {name: a for name, a in actions.actions.items() if a.stateful})
+    ACTIONS, lambda actions: {name: a for name, a in actions.actions.items() if a.stateful}
+)
 
 
 async def execute(ctx: ActionContext, actions: list[ParsedAction]) -> None:

@@ -11,8 +11,13 @@ import os
 from typing import Any, Mapping
 
 from envharness.envs.browsergym.engine import BrowserEngine
-from envharness.envs.browsergym.environment import (OBSERVATION_OPTIONS, BrowserGymConfig, BrowserGymEnvironment,
-                                                    guard_for, open_page)
+from envharness.envs.browsergym.environment import (
+    OBSERVATION_OPTIONS,
+    BrowserGymConfig,
+    BrowserGymEnvironment,
+    guard_for,
+    open_page,
+)
 from envharness.envs.browsergym.openenv_config import options_from_environ
 from envharness.envs.browsergym.tasks import load_task_set
 from envharness.envs.browsergym.warm_pool import WarmPage, WarmPool
@@ -27,8 +32,11 @@ class BrowserGymEnvironmentFactory:
         self.config = config
         task_set = load_task_set(config.tasks)
         guard = guard_for(config, task_set)
-        self.pool = WarmPool(lambda task: open_page(engine, config, task_set, guard, task),
-                             alive=self._alive, size=config.warm_sessions)
+        self.pool = WarmPool(
+            lambda task: open_page(engine, config, task_set, guard, task),
+            alive=self._alive,
+            size=config.warm_sessions,
+        )
 
     def __call__(self) -> BrowserGymEnvironment:
         return BrowserGymEnvironment(self.engine, dataclasses.replace(self.config), pool=self.pool)
@@ -47,8 +55,13 @@ class BrowserGymEnvironmentFactory:
         await self.engine.aclose()
 
 
-def make_environment_factory(*, headless: bool | None = None, chromium_path: str | None = None,
-                             environ: Mapping[str, str] | None = None, **options: Any) -> Any:
+def make_environment_factory(
+    *,
+    headless: bool | None = None,
+    chromium_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    **options: Any,
+) -> Any:
     """The server registry's entry point. ``engine=browsergym`` (or a ``benchmark`` other than
     miniwob) runs BrowserGym's own environments (`gym_engine`); otherwise `options` are `BrowserGymConfig` fields, plus the
     observation parts (``axtree``, ``pruned_html``, ``extra_properties``, ``screenshot``,
@@ -62,13 +75,17 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
     options = {**from_environ, **options}
     engine = options.pop("engine", "envharness")
     if engine not in ("envharness", "browsergym"):
-        raise ValueError(f"engine={engine!r}: choose envharness (the fast MiniWoB engine) or browsergym (BrowserGym's own code)")
+        raise ValueError(
+            f"engine={engine!r}: choose envharness (the fast MiniWoB engine) or browsergym (BrowserGym's own code)"
+        )
     browser = options.pop("browser", "local")
     if engine == "browsergym" or options.get("benchmark", "miniwob") != "miniwob":
         from envharness.envs.browsergym.gym_engine import make_gym_factory
 
         if browser != "local":
-            raise ValueError("browser=cdp://... runs with the envharness engine; BrowserGym's own code launches its browsers")
+            raise ValueError(
+                "browser=cdp://... runs with the envharness engine; BrowserGym's own code launches its browsers"
+            )
 
         return make_gym_factory(headless=headless, **options)
     options.pop("benchmark", None)
@@ -76,8 +93,10 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
     fields = {f.name for f in dataclasses.fields(BrowserGymConfig)}
     unknown = set(options) - fields
     if unknown:
-        raise ValueError(f"unknown browsergym option(s) {', '.join(sorted(unknown))}; "
-                         f"valid: browser, headless, chromium_path, {', '.join(sorted(fields | set(OBSERVATION_OPTIONS)))}")
+        raise ValueError(
+            f"unknown browsergym option(s) {', '.join(sorted(unknown))}; "
+            f"valid: browser, headless, chromium_path, {', '.join(sorted(fields | set(OBSERVATION_OPTIONS)))}"
+        )
     if "allowed_hosts" in options:
         hosts = options["allowed_hosts"]
         options["allowed_hosts"] = tuple(hosts.split(",") if isinstance(hosts, str) else hosts)
@@ -85,8 +104,12 @@ def make_environment_factory(*, headless: bool | None = None, chromium_path: str
     config.observation = dataclasses.replace(config.observation, **parts)
     task_set = load_task_set(config.tasks)  # a task set that cannot load fails here, before serving
     config.task = task_set.check_task(config.task or task_set.default_tasks()[0])
-    engine = browser_engine(browser, headless=headless, executable_path=chromium_path,
-                            allowed_hosts=(*config.allowed_hosts, *task_set.hosts))
+    engine = browser_engine(
+        browser,
+        headless=headless,
+        executable_path=chromium_path,
+        allowed_hosts=(*config.allowed_hosts, *task_set.hosts),
+    )
     return BrowserGymEnvironmentFactory(engine, config)
 
 

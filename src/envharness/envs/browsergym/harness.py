@@ -14,7 +14,11 @@ from typing import Any, Mapping
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.action_set import PARAMS
-from envharness.envs.browsergym.action_text import ACTION_TOOLS, DEFAULT_TOOL_NAMES, build_browsergym_action_tool_call
+from envharness.envs.browsergym.action_text import (
+    ACTION_TOOLS,
+    DEFAULT_TOOL_NAMES,
+    build_browsergym_action_tool_call,
+)
 from envharness.envs.browsergym.sessions import BrowserGymSessionFactory
 from envharness.envs.browsergym.scripted import scripted_action
 from envharness.envs.browsergym.tasks import MINIWOB_DEFAULT_TASKS, TaskSet, load_task_set
@@ -34,7 +38,9 @@ def task_list() -> TaskList:
 
 def task_set_list(task_set: TaskSet) -> TaskList:
     """A task set's tasks and splits (web tasks: theirs; `default` is all of them unless named)."""
-    return TaskList(tasks=task_set.all_tasks(), splits={"default": task_set.default_tasks(), **task_set.splits()})
+    return TaskList(
+        tasks=task_set.all_tasks(), splits={"default": task_set.default_tasks(), **task_set.splits()}
+    )
 
 
 def benchmark_task_list(benchmark: str) -> TaskList:
@@ -64,11 +70,13 @@ def configure(options: Mapping[str, Any]) -> EnvHarness:
 
         listing = benchmark_task_list(benchmark)
         return dataclasses.replace(
-            HARNESS, task_list=lambda: listing,
+            HARNESS,
+            task_list=lambda: listing,
             check_task=functools.partial(benchmarks.check_task, benchmarks.check_benchmark(benchmark)),
             default_tasks=listing.splits["default"],
             replay_caveat=f"BrowserGym's {benchmark} pages are live sites or their servers' state: the same seed "
-                          "and actions need not show the same pages")
+            "and actions need not show the same pages",
+        )
     spec = options.get("tasks")
     if spec is None:
         return HARNESS
@@ -94,16 +102,30 @@ def browser_actions() -> list[dict[str, str]]:
     for name, tool in ACTION_TOOLS.items():  # the default tools first
         signature = ", ".join(p if p not in tool.optional else f"{p}?" for p, _ in tool.params)
         example = tool.action_string({p: EXAMPLE_VALUES[p] for p, _ in tool.params if p not in tool.optional})
-        actions.append({"name": name, "signature": f"{name}({signature})", "description": tool.description, "example": example})
+        actions.append(
+            {
+                "name": name,
+                "signature": f"{name}({signature})",
+                "description": tool.description,
+                "example": example,
+            }
+        )
     return actions
 
 
 def web_info() -> dict[str, Any]:
     """What `/web` shows for the browser: a task picker, screenshots, clickable `[bid]`s."""
-    return {"tasks": list(miniwob.all_tasks()), "default_task": "click-test", "actions": browser_actions(),
-            "action_field": "action_str", "goal_field": "goal", "text_field": "axtree_txt", "bids": True,
-            "screenshots": True,
-            "action_note": "Several actions on separate lines run in order. Element ids are the [bid]s of the page text."}
+    return {
+        "tasks": list(miniwob.all_tasks()),
+        "default_task": "click-test",
+        "actions": browser_actions(),
+        "action_field": "action_str",
+        "goal_field": "goal",
+        "text_field": "axtree_txt",
+        "bids": True,
+        "screenshots": True,
+        "action_note": "Several actions on separate lines run in order. Element ids are the [bid]s of the page text.",
+    }
 
 
 HARNESS = EnvHarness(

@@ -23,19 +23,33 @@ SCREENSHOT_PARAM = {"type": "boolean", "description": "also return the viewport 
 
 RESET_TOOL = types.Tool(
     name="reset",
-    description=("Start a new MiniWoB++ episode and return its first observation. `task` is a MiniWoB task name "
-                 "(e.g. click-test, click-button, enter-text; default: the server's task); `seed` fixes the "
-                 "episode; `screenshot: true` adds a screenshot to this and every later result of the episode."),
-    inputSchema={"type": "object", "properties": {
-        "task": {"type": "string", "description": "MiniWoB++ task, e.g. 'click-test'"},
-        "seed": {"type": "integer", "minimum": 0, "description": "fixes the episode (same seed, same page)"},
-        "screenshot": SCREENSHOT_PARAM,
-    }, "additionalProperties": False},
+    description=(
+        "Start a new MiniWoB++ episode and return its first observation. `task` is a MiniWoB task name "
+        "(e.g. click-test, click-button, enter-text; default: the server's task); `seed` fixes the "
+        "episode; `screenshot: true` adds a screenshot to this and every later result of the episode."
+    ),
+    inputSchema={
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "description": "MiniWoB++ task, e.g. 'click-test'"},
+            "seed": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "fixes the episode (same seed, same page)",
+            },
+            "screenshot": SCREENSHOT_PARAM,
+        },
+        "additionalProperties": False,
+    },
 )
 OBSERVATION_TOOL = types.Tool(
     name="observation",
     description="The current observation again (goal, URL, AXTree, reward, done, last error), without acting.",
-    inputSchema={"type": "object", "properties": {"screenshot": SCREENSHOT_PARAM}, "additionalProperties": False},
+    inputSchema={
+        "type": "object",
+        "properties": {"screenshot": SCREENSHOT_PARAM},
+        "additionalProperties": False,
+    },
 )
 
 
@@ -44,7 +58,11 @@ def _action_tools() -> list[types.Tool]:
     for name, tool in ACTION_TOOLS.items():  # the default tools first
         spec = tool.spec()
         schema = dict(spec["inputSchema"], additionalProperties=False)
-        tools.append(types.Tool(name=name, description=f"BrowserGym action {name}: {spec['description']}", inputSchema=schema))
+        tools.append(
+            types.Tool(
+                name=name, description=f"BrowserGym action {name}: {spec['description']}", inputSchema=schema
+            )
+        )
     return tools
 
 
@@ -57,7 +75,9 @@ class BrowserGymToolset(EnvToolset):
     def tools(self) -> list[types.Tool]:
         return self._tools
 
-    async def call(self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         if name == "reset":
             options = {k: v for k, v in arguments.items() if k in ("task", "seed")}
             if arguments.get("screenshot"):
@@ -68,7 +88,9 @@ class BrowserGymToolset(EnvToolset):
             if handle.last is None:
                 raise ValueError("no observation yet: call reset first")
             state = await handle.state()
-            return observation_result(handle.last, step=state.step_count, want_screenshot=bool(arguments.get("screenshot")))
+            return observation_result(
+                handle.last, step=state.step_count, want_screenshot=bool(arguments.get("screenshot"))
+            )
         action_str = build_browsergym_action_str(name, arguments)
         observation = await handle.step({"action_str": action_str})
         state = await handle.state()
@@ -81,9 +103,15 @@ def observation_result(obs: Observation, *, step: int, want_screenshot: bool = F
     text = format_observation(obs, max_chars=None, with_error=True)
     text += f"\n\nReward: {obs.reward}  Done: {bool(obs.done)}  Step: {step}"
     structured = {
-        "goal": getattr(obs, "goal", ""), "url": getattr(obs, "url", ""), "reward": obs.reward, "done": bool(obs.done),
-        "truncated": bool(getattr(obs, "truncated", False)), "last_action": getattr(obs, "last_action", ""),
-        "last_action_error": error, "step": step, "axtree_txt": getattr(obs, "axtree_txt", ""),
+        "goal": getattr(obs, "goal", ""),
+        "url": getattr(obs, "url", ""),
+        "reward": obs.reward,
+        "done": bool(obs.done),
+        "truncated": bool(getattr(obs, "truncated", False)),
+        "last_action": getattr(obs, "last_action", ""),
+        "last_action_error": error,
+        "step": step,
+        "axtree_txt": getattr(obs, "axtree_txt", ""),
     }
     content: list[Any] = [types.TextContent(type="text", text=text)]
     screenshot = getattr(obs, "screenshot", None)
@@ -91,5 +119,9 @@ def observation_result(obs: Observation, *, step: int, want_screenshot: bool = F
         fmt = getattr(obs, "screenshot_format", None) or "png"
         content.append(types.ImageContent(type="image", data=screenshot, mimeType=f"image/{fmt}"))
     elif want_screenshot:
-        content.append(types.TextContent(type="text", text="No screenshot in this episode: call reset with screenshot: true."))
+        content.append(
+            types.TextContent(
+                type="text", text="No screenshot in this episode: call reset with screenshot: true."
+            )
+        )
     return types.CallToolResult(content=content, structuredContent=structured)

@@ -37,14 +37,26 @@ MINIWOB_SCALE_FACTOR = 1.5  # BrowserGym's `page._bgym_scale_factor` for MiniWoB
 EPISODE_MAX_TIME_MS = 1_000_000
 
 #: HTML tasks shipped by `miniwob` that BrowserGym does not register (real-time tasks).
-NOT_REGISTERED_BY_BROWSERGYM = frozenset({"button-delay", "chase-circle", "hover-shape", "moving-items", "simon-says"})
+NOT_REGISTERED_BY_BROWSERGYM = frozenset(
+    {"button-delay", "chase-circle", "hover-shape", "moving-items", "simon-says"}
+)
 #: Tasks whose own restart does not rebuild the page as loading it does, so they are reloaded on
 #: every reset: jQuery UI widgets initialised again on kept elements (other classes: sortable items
 #: lose ``ui-sortable-handle``, sliders reorder theirs), stock-market, which shows the last
 #: episode's price until its timer ticks, and drag-cube, whose restart puts the cube back but keeps
 #: its spin: a cube still turning from the last episode's drag turns on in the new one.
-RELOAD_ON_RESET = frozenset({"drag-items", "drag-items-grid", "drag-sort-numbers", "form-sequence",
-                             "use-slider", "use-slider-2", "stock-market", "drag-cube"})
+RELOAD_ON_RESET = frozenset(
+    {
+        "drag-items",
+        "drag-items-grid",
+        "drag-sort-numbers",
+        "form-sequence",
+        "use-slider",
+        "use-slider-2",
+        "stock-market",
+        "drag-cube",
+    }
+)
 #: Tasks BrowserGym marks ``nondeterministic = True``.
 NONDETERMINISTIC_TASKS = frozenset({"click-pie", "click-pie-nodelay", "terminal", "visual-addition"})
 
@@ -54,7 +66,9 @@ def html_root() -> Path:
     """The ``html`` folder of the installed `miniwob` package (found without importing it)."""
     spec = importlib.util.find_spec("miniwob")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the MiniWoB++ pages come from PyPI's `miniwob` package: pip install 'envharness[browser]'")
+        raise RuntimeError(
+            "the MiniWoB++ pages come from PyPI's `miniwob` package: pip install 'envharness[browser]'"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "html"
 
 
@@ -72,7 +86,11 @@ def check_task(task: str) -> str:
     name = task.removeprefix("browsergym/").removeprefix("miniwob.")
     if name not in all_tasks():
         close = [t for t in all_tasks() if name[:5] and t.startswith(name[:5])][:5]
-        hint = f"; did you mean {', '.join(close)}?" if close else "; see envharness.envs.browsergym.miniwob.all_tasks()"
+        hint = (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else "; see envharness.envs.browsergym.miniwob.all_tasks()"
+        )
         raise ValueError(f"unknown MiniWoB task {task[:80]!r}{hint}")
     return name
 
@@ -218,8 +236,9 @@ _STATUS_JS = """() => [WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REAS
                    WOB_EPISODE_ID, WOB_TASK_READY, document.readyState !== 'loading']"""
 
 
-async def start_episode(page: Any, task: str, seed: int | None, *, reload: bool,
-                        episode_max_time_ms: int = EPISODE_MAX_TIME_MS) -> str:
+async def start_episode(
+    page: Any, task: str, seed: int | None, *, reload: bool, episode_max_time_ms: int = EPISODE_MAX_TIME_MS
+) -> str:
     """Start an episode of `task` in `page` and return its goal text.
 
     `reload=False` restarts in place; only valid when `page` already holds `task`.
@@ -252,4 +271,6 @@ async def task_status(page: Any, task: str) -> TaskStatus:
     *values, ready = await page.evaluate(_STATUS_JS)
     keys = ("REWARD_GLOBAL", "RAW_REWARD_GLOBAL", "REWARD_REASON", "DONE_GLOBAL", "EPISODE_ID", "TASK_READY")
     info = dict(zip(keys, values))
-    return TaskStatus(float(info["RAW_REWARD_GLOBAL"] > 0), bool(info["DONE_GLOBAL"]), info, ready=bool(ready))
+    return TaskStatus(
+        float(info["RAW_REWARD_GLOBAL"] > 0), bool(info["DONE_GLOBAL"]), info, ready=bool(ready)
+    )

@@ -34,14 +34,20 @@ class BrowserGymObservation(Observation):
 
     text: str = Field(default="", description="Text of the page for prompts: the accessibility tree")
     url: str = Field(default="", description="URL of the active page")
-    screenshot: str | None = Field(default=None, description="Base64 PNG/JPEG of the viewport, when requested")
-    screenshot_format: str | None = Field(default=None, description="'png' or 'jpeg' when a screenshot is present")
+    screenshot: str | None = Field(
+        default=None, description="Base64 PNG/JPEG of the viewport, when requested"
+    )
+    screenshot_format: str | None = Field(
+        default=None, description="'png' or 'jpeg' when a screenshot is present"
+    )
     goal: str = Field(default="", description="The task's instruction")
     axtree_txt: str = Field(default="", description="Accessibility tree as text, elements marked [bid]")
     pruned_html: str = Field(default="", description="Pruned HTML with bid attributes")
     error: str = Field(default="", description="Why the last action failed ('' if it did not)")
     last_action: str = Field(default="", description="The action string of the last step")
-    last_action_error: str = Field(default="", description="Why the last action failed, in words ('' if none)")
+    last_action_error: str = Field(
+        default="", description="Why the last action failed, in words ('' if none)"
+    )
     focused_element_bid: str = Field(default="", description="bid of the focused element ('' if none)")
     open_pages_urls: list[str] = Field(default_factory=list, description="URLs of the open tabs")
     active_page_index: int = Field(default=0, description="Index of the active tab in open_pages_urls")

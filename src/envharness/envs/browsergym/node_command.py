@@ -16,13 +16,27 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=9222, help="CDP port (0: a free one; the address is printed; default %(default)s)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="interface to listen on (default 127.0.0.1; 0.0.0.0 lets other machines connect: "
-                             "CDP has no authentication, keep it inside a private network)")
-    parser.add_argument("--allowed-hosts", default="", metavar="H1,H2",
-                        help="hosts the pages may reach besides loopback (the server's allowed_hosts)")
-    parser.add_argument("--exit-with-parent", type=int, default=None, metavar="PID", help="stop when process PID exits")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=9222,
+        help="CDP port (0: a free one; the address is printed; default %(default)s)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default 127.0.0.1; 0.0.0.0 lets other machines connect: "
+        "CDP has no authentication, keep it inside a private network)",
+    )
+    parser.add_argument(
+        "--allowed-hosts",
+        default="",
+        metavar="H1,H2",
+        help="hosts the pages may reach besides loopback (the server's allowed_hosts)",
+    )
+    parser.add_argument(
+        "--exit-with-parent", type=int, default=None, metavar="PID", help="stop when process PID exits"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from envharness.envs.browsergym.browser_node import serve_browser_node
 
     def ready(address: str) -> None:
-        print(f"envharness browser: listening on {address} (serve browsergym --option browser={address})", flush=True)
+        print(
+            f"envharness browser: listening on {address} (serve browsergym --option browser={address})",
+            flush=True,
+        )
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -41,9 +58,16 @@ def run(args: argparse.Namespace) -> int:
         if args.exit_with_parent is not None:
             from envharness.core.lifecycle import exit_with_parent
 
-            exit_with_parent(args.exit_with_parent, lambda: loop.call_soon_threadsafe(stop.set), name="envharness browser")
-        return await serve_browser_node(args.port, args.host, ready=ready, stop=stop,
-                                        allowed_hosts=[h for h in args.allowed_hosts.split(",") if h])
+            exit_with_parent(
+                args.exit_with_parent, lambda: loop.call_soon_threadsafe(stop.set), name="envharness browser"
+            )
+        return await serve_browser_node(
+            args.port,
+            args.host,
+            ready=ready,
+            stop=stop,
+            allowed_hosts=[h for h in args.allowed_hosts.split(",") if h],
+        )
 
     try:
         code = asyncio.run(main())

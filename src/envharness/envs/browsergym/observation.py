@@ -41,8 +41,14 @@ logger = logging.getLogger(__name__)
 
 #: BrowserGym's ``EXTRACT_OBS_MAX_TRIES`` and the errors it retries on (frames coming and going).
 MAX_TRIES = 5
-_RETRY_ON = ("Frame was detached", "Frame with the given frameId is not found", "Execution context was destroyed",
-             "Frame has been detached", "Cannot mark a child frame without a bid", "Cannot read properties of undefined")
+_RETRY_ON = (
+    "Frame was detached",
+    "Frame with the given frameId is not found",
+    "Execution context was destroyed",
+    "Frame has been detached",
+    "Cannot mark a child frame without a bid",
+    "Cannot read properties of undefined",
+)
 _JS_DIR = Path(__file__).parent / "js"
 
 
@@ -82,8 +88,9 @@ async def _cdp(page: Any) -> Any:
 
 async def _evaluate(cdp: Any, expression: str, await_promise: bool = False) -> Any:
     """Run `expression` in the main frame over our CDP session (ordered with our other requests)."""
-    reply = await cdp.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": await_promise})
+    reply = await cdp.send(
+        "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": await_promise}
+    )
     if "exceptionDetails" in reply:
         details = reply["exceptionDetails"]
         raise RuntimeError(details.get("exception", {}).get("description") or details.get("text", "JS error"))
@@ -116,7 +123,9 @@ async def _mark_child_frames(frame: Any, lenient: bool, wait_visibility: bool) -
             raise MarkingError("Cannot mark a child frame without a bid.")
         if not re.match(r"^[a-z][a-zA-Z]*$", child_bid):
             raise MarkingError(f"unexpected frame bid {child_bid!r}")
-        warnings = await child.evaluate(_call("frame_mark_elements", child_bid, BID_ATTR, "standard_html", wait_visibility))
+        warnings = await child.evaluate(
+            _call("frame_mark_elements", child_bid, BID_ATTR, "standard_html", wait_visibility)
+        )
         for msg in warnings:
             logger.warning(msg)
         await _mark_child_frames(child, lenient, wait_visibility)
@@ -160,7 +169,8 @@ async def forget_marks(page: Any) -> None:
     """
     cdp = await _cdp(page)
     await asyncio.gather(
-        cdp.send("Accessibility.enable"), cdp.send("Accessibility.disable"),
+        cdp.send("Accessibility.enable"),
+        cdp.send("Accessibility.disable"),
         *(frame.evaluate(_FORGET_JS) for frame in page.frames if not frame.is_detached()),
     )
 
@@ -193,7 +203,9 @@ async def _merged_axtree(cdp: Any, single_frame: bool) -> list[dict[str, Any]]:
         frame = todo.pop()
         todo.extend(frame.get("childFrames", []))
         frame_ids.append(frame["frame"]["id"])
-    trees = await asyncio.gather(*(cdp.send("Accessibility.getFullAXTree", {"frameId": f}) for f in frame_ids))
+    trees = await asyncio.gather(
+        *(cdp.send("Accessibility.getFullAXTree", {"frameId": f}) for f in frame_ids)
+    )
     by_frame = dict(zip(frame_ids, (t["nodes"] for t in trees)))
     merged: list[dict[str, Any]] = []
     for nodes in by_frame.values():
@@ -209,8 +221,10 @@ async def _merged_axtree(cdp: Any, single_frame: bool) -> list[dict[str, Any]]:
 
 
 async def _dom_snapshot(cdp: Any) -> dict[str, Any]:
-    snapshot = await cdp.send("DOMSnapshot.captureSnapshot",
-                              {"computedStyles": [], "includeDOMRects": True, "includePaintOrder": True})
+    snapshot = await cdp.send(
+        "DOMSnapshot.captureSnapshot",
+        {"computedStyles": [], "includeDOMRects": True, "includePaintOrder": True},
+    )
     pop_bids_from_attribute(snapshot, "aria-roledescription")
     pop_bids_from_attribute(snapshot, "aria-description")
     return snapshot
@@ -248,17 +262,25 @@ async def _extract(page: Any, parts: ObservationParts, lenient: bool) -> tuple[d
             logger.warning(msg)
         second = [_dom_snapshot(cdp), _evaluate(cdp, _call("frame_unmark_elements", BID_ATTR))]
     else:
-        second = [*first, *([_dom_snapshot(cdp)] if need_dom else []), _evaluate(cdp, _call("frame_unmark_elements", BID_ATTR))]
+        second = [
+            *first,
+            *([_dom_snapshot(cdp)] if need_dom else []),
+            _evaluate(cdp, _call("frame_unmark_elements", BID_ATTR)),
+        ]
         results = []
     later = await asyncio.gather(*second)
     nodes = (results or later)[1 if single_frame else 0] if parts.axtree else []
     dom = later[-2] if need_dom else None
     focused = later[-1]
-    focused_bid = focused["focused_bid"] if single_frame else await _unmark_child_frames(page.main_frame, focused)
+    focused_bid = (
+        focused["focused_bid"] if single_frame else await _unmark_child_frames(page.main_frame, focused)
+    )
     return dom, nodes, focused_bid
 
 
-async def extract_page_observation(page: Any, parts: ObservationParts, scale_factor: float | None = None) -> dict[str, Any]:
+async def extract_page_observation(
+    page: Any, parts: ObservationParts, scale_factor: float | None = None
+) -> dict[str, Any]:
     """The observation of `page` as BrowserGym computes it, limited to the asked-for `parts`.
 
     Keys: ``axtree_txt``, ``pruned_html``, ``focused_element_bid``, ``extra_element_properties``,
@@ -287,6 +309,8 @@ async def extract_page_observation(page: Any, parts: ObservationParts, scale_fac
         "axtree_txt": axtree_txt,
         "pruned_html": prune_html(flatten_dom_to_str(dom)) if parts.pruned_html and dom else "",
         "focused_element_bid": focused_bid or "",
-        "extra_element_properties": extra_element_properties(dom, scale_factor) if parts.extra_properties and dom else {},
+        "extra_element_properties": extra_element_properties(dom, scale_factor)
+        if parts.extra_properties and dom
+        else {},
         "screenshot": screenshot,
     }

@@ -141,7 +141,9 @@ def pop_bids_from_attribute(snapshot: dict[str, Any], attr: str) -> None:
                 break
 
 
-def extra_element_properties(snapshot: dict[str, Any], scale_factor: float = 1.0) -> dict[str, dict[str, Any]]:
+def extra_element_properties(
+    snapshot: dict[str, Any], scale_factor: float = 1.0
+) -> dict[str, dict[str, Any]]:
     """BrowserGym's ``extract_dom_extra_properties``: bid -> visibility, bbox, clickable, set_of_marks."""
     strings = snapshot["strings"]
     ids = {name: strings.index(name) if name in strings else -1 for name in (BID_ATTR, VIS_ATTR, SOM_ATTR)}
@@ -165,8 +167,10 @@ def extra_element_properties(snapshot: dict[str, Any], scale_factor: float = 1.0
                 bounds = layout["bounds"][layout["nodeIndex"].index(parent_node)]
                 x, y = abs_pos[parent_doc][0] + bounds[0], abs_pos[parent_doc][1] + bounds[1]
         abs_pos[doc] = (x - document["scrollOffsetX"], y - document["scrollOffsetY"])
-        nodes = [{"bid": None, "visibility": None, "bbox": None, "clickable": False, "set_of_marks": None}
-                 for _ in document["nodes"]["parentIndex"]]
+        nodes = [
+            {"bid": None, "visibility": None, "bbox": None, "clickable": False, "set_of_marks": None}
+            for _ in document["nodes"]["parentIndex"]
+        ]
         for node_idx in document["nodes"]["isClickable"]["index"]:
             nodes[node_idx]["clickable"] = True
         for node_idx, attrs in enumerate(document["nodes"]["attributes"]):
@@ -179,16 +183,26 @@ def extra_element_properties(snapshot: dict[str, Any], scale_factor: float = 1.0
                 elif name_id == ids[SOM_ATTR]:
                     nodes[node_idx]["set_of_marks"] = value == "1"
         layout = document["layout"]
-        for node_idx, bounds, client_rect in zip(layout["nodeIndex"], layout["bounds"], layout["clientRects"]):
-            nodes[node_idx]["bbox"] = [bounds[0] + abs_pos[doc][0], bounds[1] + abs_pos[doc][1], *bounds[2:]] if client_rect else None
+        for node_idx, bounds, client_rect in zip(
+            layout["nodeIndex"], layout["bounds"], layout["clientRects"]
+        ):
+            nodes[node_idx]["bbox"] = (
+                [bounds[0] + abs_pos[doc][0], bounds[1] + abs_pos[doc][1], *bounds[2:]]
+                if client_rect
+                else None
+            )
         props[doc] = nodes
     out: dict[str, dict[str, Any]] = {}
     for doc in parents:  # BrowserGym's order: frames in discovery order
         for node in props[doc]:
             if node["bid"]:
                 bbox = [c * scale_factor for c in node["bbox"]] if node["bbox"] else None
-                out[node["bid"]] = {"visibility": node["visibility"], "bbox": bbox,
-                                    "clickable": node["clickable"], "set_of_marks": node["set_of_marks"]}
+                out[node["bid"]] = {
+                    "visibility": node["visibility"],
+                    "bbox": bbox,
+                    "clickable": node["clickable"],
+                    "set_of_marks": node["set_of_marks"],
+                }
     return out
 
 

@@ -64,7 +64,9 @@ def options_from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
     benchmark = get("BROWSERGYM_BENCHMARK")
     if benchmark is not None:
         if benchmark.lower() not in BENCHMARKS:
-            raise OpenEnvConfigError(f"BROWSERGYM_BENCHMARK={benchmark!r}: choose one of {', '.join(BENCHMARKS)}")
+            raise OpenEnvConfigError(
+                f"BROWSERGYM_BENCHMARK={benchmark!r}: choose one of {', '.join(BENCHMARKS)}"
+            )
         options["benchmark"] = benchmark.lower()
     if (engine := get("BROWSERGYM_ENGINE")) is not None:
         options["engine"] = engine.lower()
@@ -76,7 +78,9 @@ def options_from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
     if width is not None or height is not None:
         options["viewport"] = {
             "width": _number("BROWSERGYM_VIEWPORT_WIDTH", width, int) if width else OPENENV_VIEWPORT["width"],
-            "height": _number("BROWSERGYM_VIEWPORT_HEIGHT", height, int) if height else OPENENV_VIEWPORT["height"],
+            "height": _number("BROWSERGYM_VIEWPORT_HEIGHT", height, int)
+            if height
+            else OPENENV_VIEWPORT["height"],
         }
     if (timeout := get("BROWSERGYM_TIMEOUT")) is not None:
         options["page_timeout_ms"] = _number("BROWSERGYM_TIMEOUT", timeout, int)

@@ -74,12 +74,16 @@ def install() -> None:
         return _caller_frames(playwright_dir)
 
     def extract_stack(f: Any = None, limit: int | None = None) -> traceback.StackSummary:
-        summary = traceback.StackSummary.extract(traceback.walk_stack(f or sys._getframe(1)), limit=limit,
-                                                 lookup_lines=False)
+        summary = traceback.StackSummary.extract(
+            traceback.walk_stack(f or sys._getframe(1)), limit=limit, lookup_lines=False
+        )
         summary.reverse()
         return summary
 
-    cheap_inspect, cheap_traceback = _shim(inspect, stack=stack), _shim(traceback, extract_stack=extract_stack)
+    cheap_inspect, cheap_traceback = (
+        _shim(inspect, stack=stack),
+        _shim(traceback, extract_stack=extract_stack),
+    )
     _connection.inspect = _network.inspect = _sync_base.inspect = cheap_inspect
     _connection.traceback = _sync_base.traceback = cheap_traceback
     _installed = True

@@ -38,7 +38,10 @@ def observation_text(goal: str, url: str, axtree: str, history: str, error: str)
 _EXAMPLE_URL = "http://miniwob.local/miniwob/example.html"
 _EXAMPLE_TREE = f"RootWebArea 'Example Task', focused, url='{_EXAMPLE_URL}'\n\t[11] textbox ''\n\t[13] button 'OK'\n\t[14] button 'Cancel'"
 EXAMPLE = [
-    {"role": "user", "content": observation_text('Click on the "OK" button.', _EXAMPLE_URL, _EXAMPLE_TREE, "none", "")},
+    {
+        "role": "user",
+        "content": observation_text('Click on the "OK" button.', _EXAMPLE_URL, _EXAMPLE_TREE, "none", ""),
+    },
     {"role": "assistant", "content": "click('13')"},
 ]
 
@@ -51,27 +54,60 @@ def default_prompt(ctx: PromptContext) -> list[Message]:
         "Actions:\n" + action_list(ctx.tool_names or DEFAULT_TOOL_NAMES)
     )
     page = truncate_to_tokens(ctx.axtree, ctx.axtree_token_budget, ctx.count_tokens)
-    user = observation_text(ctx.goal, ctx.url, page, format_history(ctx.history, ctx.history_steps), ctx.last_action_error)
+    user = observation_text(
+        ctx.goal, ctx.url, page, format_history(ctx.history, ctx.history_steps), ctx.last_action_error
+    )
     return [{"role": "system", "content": system}, *EXAMPLE, {"role": "user", "content": user}]
 
 
 def harness_prompt(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
     """The seed tutorial's prompt (`BrowserGymSessionFactory`'s own): instructions, then the page."""
-    return [{"role": "user", "content": action_instructions(tool_names) + "\n\n" + format_observation(observation, task=task, max_chars=12000)}]
+    return [
+        {
+            "role": "user",
+            "content": action_instructions(tool_names)
+            + "\n\n"
+            + format_observation(observation, task=task, max_chars=12000),
+        }
+    ]
 
 
-def vision_session_factory(client_factory: Any, *, vision_max_side: int | None = 448, vision: Any = None, **options: Any) -> Any:
+def vision_session_factory(
+    client_factory: Any, *, vision_max_side: int | None = 448, vision: Any = None, **options: Any
+) -> Any:
     """The "vision" style's sessions: every prompt and tool result carries the page's screenshot
     (`vision`: a whole `VisionPromptConfig`, else one that shrinks screenshots to `vision_max_side`)."""
-    return VisionBrowserGymSessionFactory(client_factory, vision=vision or VisionPromptConfig(max_side=vision_max_side), **options)
+    return VisionBrowserGymSessionFactory(
+        client_factory, vision=vision or VisionPromptConfig(max_side=vision_max_side), **options
+    )
 
 
-STYLES: dict[str, PromptStyle] = {style.name: style for style in (
-    PromptStyle("default", "per-step: goal, URL, AXTree, last steps and error, fresh each step", step=default_prompt),
-    PromptStyle("compact", "conversation: goal + named elements, then each action's elements; suits small models",
-                opening=compact_prompt, observation_text=compact_tool_result),
-    PromptStyle("harness", "conversation: the seed tutorial's instructions + full page, then tool results", opening=harness_prompt),
-    PromptStyle("vision", "conversation for vision models: screenshot + named elements, then each action's outcome "
-                "with the new screenshot (what `train --model <VLM>` trains on)", opening=vision_prompt, vision=True,
-                session_factory=vision_session_factory),
-)}
+STYLES: dict[str, PromptStyle] = {
+    style.name: style
+    for style in (
+        PromptStyle(
+            "default",
+            "per-step: goal, URL, AXTree, last steps and error, fresh each step",
+            step=default_prompt,
+        ),
+        PromptStyle(
+            "compact",
+            "conversation: goal + named elements, then each action's elements; suits small models",
+            opening=compact_prompt,
+            observation_text=compact_tool_result,
+        ),
+        PromptStyle(
+            "harness",
+            "conversation: the seed tutorial's instructions + full page, then tool results",
+            opening=harness_prompt,
+        ),
+        PromptStyle(
+            "vision",
+            "conversation for vision models: screenshot + named elements, then each action's outcome "
+            "with the new screenshot (what `train --model <VLM>` trains on)",
+            opening=vision_prompt,
+            vision=True,
+            session_factory=vision_session_factory,
+        ),
+    )
+}

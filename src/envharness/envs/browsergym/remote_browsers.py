@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
-from envharness.envs.browsergym.engine import BID_ATTRIBUTE, CLOSE_TIMEOUT_S, BrowserUnavailable, HostGuard, _stop_quietly
+from envharness.envs.browsergym.engine import (
+    BID_ATTRIBUTE,
+    CLOSE_TIMEOUT_S,
+    BrowserUnavailable,
+    HostGuard,
+    _stop_quietly,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +64,10 @@ def parse_addresses(spec: str | Iterable[str]) -> list[str]:
             continue
         parts = urlsplit(item)
         if parts.scheme not in ("cdp", "dns", "http", "ws") or not parts.hostname or not parts.port:
-            raise ValueError(f"browser address {item!r}: use cdp://HOST:PORT (a Chromium's remote debugging port) "
-                             "or dns://NAME:PORT (every address NAME resolves to)")
+            raise ValueError(
+                f"browser address {item!r}: use cdp://HOST:PORT (a Chromium's remote debugging port) "
+                "or dns://NAME:PORT (every address NAME resolves to)"
+            )
         out.append(f"{'dns' if parts.scheme == 'dns' else 'cdp'}://{parts.hostname}:{parts.port}")
     return out
 
@@ -152,17 +160,30 @@ class RemoteBrowsers:
     async def start(self) -> None:
         (await self._pick()).pending -= 1
 
-    async def new_context(self, *, viewport: dict[str, int], guard: HostGuard,
-                          timeout_ms: int = 5000, navigation_timeout_ms: int = 30_000, **options: Any) -> Any:
+    async def new_context(
+        self,
+        *,
+        viewport: dict[str, int],
+        guard: HostGuard,
+        timeout_ms: int = 5000,
+        navigation_timeout_ms: int = 30_000,
+        **options: Any,
+    ) -> Any:
         """A fresh context on the least loaded browser that answers, guarded as locally."""
         tried: set[str] = set()
         while True:
             remote = await self._pick(exclude=tried)  # its `pending` counts this context already
             tried.add(remote.address)
             try:
-                context = await asyncio.wait_for(remote.browser.new_context(viewport=viewport, **options), CONNECT_TIMEOUT_S)
+                context = await asyncio.wait_for(
+                    remote.browser.new_context(viewport=viewport, **options), CONNECT_TIMEOUT_S
+                )
             except Exception as exc:  # the browser went away between the pick and the call
-                logger.warning("remote browser %s: new context failed (%s); trying another", remote.address, _first_line(exc))
+                logger.warning(
+                    "remote browser %s: new context failed (%s); trying another",
+                    remote.address,
+                    _first_line(exc),
+                )
                 remote.failed(exc)
                 continue
             finally:
@@ -211,8 +232,13 @@ class RemoteBrowsers:
                 await asyncio.gather(*(self._connect(r) for r in due))
             live = [r for r in listed if r.connected]
             if not live:
-                why = "; ".join(f"{self._remotes[a].address}: {self._remotes[a].last_error or 'not tried yet'}"
-                                for a in self._listed) or "the list is empty"
+                why = (
+                    "; ".join(
+                        f"{self._remotes[a].address}: {self._remotes[a].last_error or 'not tried yet'}"
+                        for a in self._listed
+                    )
+                    or "the list is empty"
+                )
                 raise RemoteBrowserUnavailable(f"no remote browser answers ({why})")
             chosen = min(live, key=lambda r: r.load)
             chosen.pending += 1
@@ -231,7 +257,8 @@ class RemoteBrowsers:
         try:
             host = await asyncio.to_thread(_address_of, parts.hostname)
             remote.browser = await self._playwright.chromium.connect_over_cdp(
-                f"http://{host}:{parts.port}", timeout=CONNECT_TIMEOUT_S * 1000)
+                f"http://{host}:{parts.port}", timeout=CONNECT_TIMEOUT_S * 1000
+            )
         except Exception as exc:
             if remote.failures == 0:
                 logger.warning("remote browser %s unreachable: %s", remote.address, _first_line(exc))

@@ -14,9 +14,12 @@ from typing import Any, Callable
 
 from envharness.envs.browsergym.solutions import solve as solve_page
 from envharness.harness.types import Message
+
 _GOAL = re.compile(r"^[ \t]*Goal:[ \t]*(.+)$", re.MULTILINE)
 # the AXTree block of the harness/eval prompts, or the compact prompt's "Elements:" lines (same `[bid] role 'name'` form)
-_TREE_HEADER = re.compile(r"^[^\n]*(?:accessibility tree|axtree|elements)[^\n]*:[ \t]*\n", re.IGNORECASE | re.MULTILINE)
+_TREE_HEADER = re.compile(
+    r"^[^\n]*(?:accessibility tree|axtree|elements)[^\n]*:[ \t]*\n", re.IGNORECASE | re.MULTILINE
+)
 _ROOT = re.compile(r"^[ \t]*(?:\[\w+\][ \t]*)?RootWebArea\b", re.MULTILINE)
 
 
@@ -61,8 +64,6 @@ def find_goal_and_tree(messages: list[Message]) -> tuple[str | None, str | None]
         if goal and tree:
             break
     return goal, tree
-
-
 
 
 class NoScriptedMove(ValueError):

@@ -32,7 +32,9 @@ def _field(observation: Any, name: str) -> Any:
     return getattr(observation, name, None)
 
 
-def format_observation(observation: Any, *, task: Any = None, max_chars: int | None = None, with_error: bool = True) -> str:
+def format_observation(
+    observation: Any, *, task: Any = None, max_chars: int | None = None, with_error: bool = True
+) -> str:
     """The page as the model reads it: goal, URL, the last action's error, the AXTree.
     (Tool results pass `with_error=False`: their error travels in `ToolResult.error`.)"""
     goal = _field(observation, "goal") or (task if isinstance(task, str) else "")
@@ -109,7 +111,9 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         self._prompt_builder = prompt_builder
         self._observation_text = observation_text
 
-    def session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> StepEnvSessionAdapter:
+    def session_for(
+        self, client: Any, task: Any, seed: int | None, episode_id: str | None
+    ) -> StepEnvSessionAdapter:
         task_name = resolve_task(task, self.default_task)
         reset_kwargs = dict(self._reset_kwargs)
         if task_name is not None:
@@ -172,8 +176,17 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
 def replay_view(observation: Any) -> dict[str, Any]:
     """What the same task, seed and actions must show again: the page's text, not its pixels
     (anti-aliasing and the caret blink) or its timings."""
-    return {name: _field(observation, name) for name in
-            ("goal", "url", "axtree_txt", "last_action_error", "focused_element_bid", "open_pages_urls")}
+    return {
+        name: _field(observation, name)
+        for name in (
+            "goal",
+            "url",
+            "axtree_txt",
+            "last_action_error",
+            "focused_element_bid",
+            "open_pages_urls",
+        )
+    }
 
 
 def _verify(transcript: list[Message], final_state: Any, last_result: Any, state: Any) -> VerifyResult:
@@ -186,7 +199,9 @@ def _verify(transcript: list[Message], final_state: Any, last_result: Any, state
     metrics = {
         "step_count": _field(state, "step_count") or 0,
         "task_name": _field(state, "task_name") or _field(state, "task") or "",
-        "cum_reward": _field(state, "cum_reward") if _field(state, "cum_reward") is not None else (reward or 0.0),
+        "cum_reward": _field(state, "cum_reward")
+        if _field(state, "cum_reward") is not None
+        else (reward or 0.0),
     }
     raw = raw_reward(last_result)
     if raw is not None:
@@ -195,7 +210,11 @@ def _verify(transcript: list[Message], final_state: Any, last_result: Any, state
         env_reward=reward,
         done=False if last_result is None else bool(last_result.done),
         metrics=metrics,
-        artifacts={"final_state": to_plain(state), "final_rollout": final_state, "transcript_length": len(transcript)},
+        artifacts={
+            "final_state": to_plain(state),
+            "final_rollout": final_state,
+            "transcript_length": len(transcript),
+        },
     )
 
 

@@ -59,7 +59,9 @@ def _find(nodes: list[Node], role: str | tuple[str, ...], name: str | None = Non
 def _one(nodes: list[Node], role: str | tuple[str, ...], name: str | None = None) -> Node:
     found = _find(nodes, role, name)
     if not found:
-        raise UnsolvableTask(f"no {role} {name!r} on the page" if name is not None else f"no {role} on the page")
+        raise UnsolvableTask(
+            f"no {role} {name!r} on the page" if name is not None else f"no {role} on the page"
+        )
     return found[0]
 
 
@@ -149,7 +151,13 @@ def click_button_sequence(m: re.Match, nodes: list[Node]) -> str:
     return f"click({_q(_one(nodes, 'button', 'ONE').bid)})\nclick({_q(_one(nodes, 'button', 'TWO').bid)})"
 
 
-_WIDGET_ROLES = {"button": "button", "checkbox": "checkbox", "radio": "radio", "text": "textbox", "textarea": "textbox"}
+_WIDGET_ROLES = {
+    "button": "button",
+    "checkbox": "checkbox",
+    "radio": "radio",
+    "text": "textbox",
+    "textarea": "textbox",
+}
 
 
 def click_widget(m: re.Match, nodes: list[Node]) -> str:
@@ -184,14 +192,30 @@ SOLUTIONS: list[tuple[re.Pattern, str, Callable[[re.Match, list[Node]], str]]] =
     (re.compile(r"^Select (.*) and click Submit\.$"), "click-checkboxes", click_boxes),  # also click-option
     (re.compile(r"^Focus into the textbox\.$"), "focus-text", focus_text),
     (re.compile(r"^Focus into the (\d+)(?:st|nd|rd|th) input textbox\.$"), "focus-text-2", focus_text),
-    (re.compile(r'^Type "(.*)" in all (lower|upper) case letters in the text input and press Submit\.$'),
-     "enter-text-2", enter_text),
+    (
+        re.compile(r'^Type "(.*)" in all (lower|upper) case letters in the text input and press Submit\.$'),
+        "enter-text-2",
+        enter_text,
+    ),
     (re.compile(r'^Enter "(.*)" into the text field and press Submit\.$'), "enter-text", enter_text),
-    (re.compile(r'^Enter the password "(.*)" into both text fields and press submit\.$'), "enter-password", enter_password),
-    (re.compile(r'^Enter the username "(.*)" and the password "(.*)" into the text fields and press login\.$'),
-     "login-user", login_user),
+    (
+        re.compile(r'^Enter the password "(.*)" into both text fields and press submit\.$'),
+        "enter-password",
+        enter_password,
+    ),
+    (
+        re.compile(
+            r'^Enter the username "(.*)" and the password "(.*)" into the text fields and press login\.$'
+        ),
+        "login-user",
+        login_user,
+    ),
     (re.compile(r"^Click on Tab #(\d+)\.$"), "click-tab", click_tab),
-    (re.compile(r"^Click button ONE, then click button TWO\.$"), "click-button-sequence", click_button_sequence),
+    (
+        re.compile(r"^Click button ONE, then click button TWO\.$"),
+        "click-button-sequence",
+        click_button_sequence,
+    ),
     (re.compile(r'^Click on a "(.*)" widget\.$'), "click-widget", click_widget),
     (re.compile(r"^Expand the section below and click submit\.$"), "click-collapsible", click_collapsible),
 ]

@@ -21,8 +21,16 @@ from envharness.envs.browsergym.webtasks import load_web_tasks
 
 MINIWOB = "miniwob"
 #: A small MiniWoB++ set: clicking, typing, forms; all solved by the scripted policy.
-MINIWOB_DEFAULT_TASKS = ("click-test", "click-button", "click-checkboxes", "click-dialog", "focus-text",
-                         "enter-text", "enter-password", "login-user")
+MINIWOB_DEFAULT_TASKS = (
+    "click-test",
+    "click-button",
+    "click-checkboxes",
+    "click-dialog",
+    "focus-text",
+    "enter-text",
+    "enter-password",
+    "login-user",
+)
 
 
 class MiniWoBTaskSet:
@@ -48,9 +56,18 @@ class MiniWoBTaskSet:
     def can_restart(self, task: str, url: str) -> bool:
         return task not in miniwob.RELOAD_ON_RESET and url == miniwob.task_url(task)
 
-    async def start_episode(self, page: Any, task: str, seed: int | None, *, reload: bool,
-                            episode_max_time_ms: int = miniwob.EPISODE_MAX_TIME_MS) -> str:
-        return await miniwob.start_episode(page, task, seed, reload=reload, episode_max_time_ms=episode_max_time_ms)
+    async def start_episode(
+        self,
+        page: Any,
+        task: str,
+        seed: int | None,
+        *,
+        reload: bool,
+        episode_max_time_ms: int = miniwob.EPISODE_MAX_TIME_MS,
+    ) -> str:
+        return await miniwob.start_episode(
+            page, task, seed, reload=reload, episode_max_time_ms=episode_max_time_ms
+        )
 
     async def task_status(self, page: Any, task: str) -> TaskStatus:
         return await miniwob.task_status(page, task)
@@ -77,4 +94,13 @@ def _load_web_tasks(spec: str) -> TaskSet:
     return load_web_tasks(spec)
 
 
-__all__ = ["MINIWOB", "MINIWOB_DEFAULT_TASKS", "MINIWOB_TASKS", "MiniWoBTaskSet", "RouteHandler", "TaskSet", "TaskStatus", "load_task_set"]
+__all__ = [
+    "MINIWOB",
+    "MINIWOB_DEFAULT_TASKS",
+    "MINIWOB_TASKS",
+    "MiniWoBTaskSet",
+    "RouteHandler",
+    "TaskSet",
+    "TaskStatus",
+    "load_task_set",
+]

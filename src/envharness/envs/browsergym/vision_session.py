@@ -19,14 +19,27 @@ from envharness.prompts.vision import VisionPromptConfig, vision_prompt, vision_
 class VisionBrowserGymSessionFactory(BrowserGymSessionFactory):
     """A BrowserGym session factory whose prompts and tool results carry screenshots."""
 
-    def __init__(self, client_factory: Any, *, vision: VisionPromptConfig | None = None, screenshot_format: str = "png", **kwargs: Any):
+    def __init__(
+        self,
+        client_factory: Any,
+        *,
+        vision: VisionPromptConfig | None = None,
+        screenshot_format: str = "png",
+        **kwargs: Any,
+    ):
         self.vision = vision or VisionPromptConfig()
         if kwargs.get("prompt_builder") is None:
             kwargs["prompt_builder"] = functools.partial(vision_prompt, config=self.vision)
-        reset_kwargs = {"screenshot": True, "screenshot_format": screenshot_format, **dict(kwargs.pop("reset_kwargs", None) or {})}
+        reset_kwargs = {
+            "screenshot": True,
+            "screenshot_format": screenshot_format,
+            **dict(kwargs.pop("reset_kwargs", None) or {}),
+        }
         super().__init__(client_factory, reset_kwargs=reset_kwargs, **kwargs)
 
     def _tool_result(self, name: str, arguments: dict[str, Any], result: Any, state: Any) -> Any:
         text_result = super()._tool_result(name, arguments, result, state)
-        text_result.data = vision_step_parts(result.observation, result.reward, bool(result.done), None, self.vision)
+        text_result.data = vision_step_parts(
+            result.observation, result.reward, bool(result.done), None, self.vision
+        )
         return text_result

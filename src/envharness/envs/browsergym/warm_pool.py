@@ -50,8 +50,12 @@ class WarmPool:
     """Up to `size` warm contexts, opened by `open(task)` (``size=0``: no pool, every session opens
     its own). `alive(warm)` says whether a pooled context can still be used."""
 
-    def __init__(self, open: Callable[[str | None], Awaitable[WarmPage]], alive: Callable[[WarmPage], bool],
-                 size: int = 2) -> None:
+    def __init__(
+        self,
+        open: Callable[[str | None], Awaitable[WarmPage]],
+        alive: Callable[[WarmPage], bool],
+        size: int = 2,
+    ) -> None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"warm_sessions must be an integer >= 0, got {size!r}")
         self.size = size
@@ -158,7 +162,8 @@ async def close_quietly(context: Any) -> None:
     try:
         await asyncio.wait_for(context.close(), CLOSE_TIMEOUT_S)
     except asyncio.TimeoutError:  # its browser stopped answering: the engine kills it when it closes
-        logger.warning("a browser context did not close within %.0f s; left to the browser's own close",
-                       CLOSE_TIMEOUT_S)
+        logger.warning(
+            "a browser context did not close within %.0f s; left to the browser's own close", CLOSE_TIMEOUT_S
+        )
     except Exception:  # its browser is gone already
         pass

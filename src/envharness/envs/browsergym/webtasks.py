@@ -90,7 +90,9 @@ class WebTask:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"WebTask name must be letters, digits, '-', '_' or '.', got {self.name!r}")
         if (self.reward is None) == (self.js_check is None):
-            raise ValueError(f"WebTask {self.name!r}: give exactly one of reward= (a Python function) and js_check= (JS)")
+            raise ValueError(
+                f"WebTask {self.name!r}: give exactly one of reward= (a Python function) and js_check= (JS)"
+            )
         if not isinstance(self.page, str) or not self.page:
             raise ValueError(f"WebTask {self.name!r}: page must be a file, folder or http(s) URL")
 
@@ -119,8 +121,9 @@ class _Episode:
 class WebTaskSet:
     """A list of `WebTask`s as a `TaskSet`: pages served from `root`, rewards read after each step."""
 
-    def __init__(self, name: str, tasks: Sequence[WebTask], root: Path, *,
-                 viewport: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, name: str, tasks: Sequence[WebTask], root: Path, *, viewport: dict[str, int] | None = None
+    ) -> None:
         self.name = name
         self.root = root.resolve()
         self.viewport = dict(viewport or DEFAULT_VIEWPORT)
@@ -156,7 +159,9 @@ class WebTaskSet:
         if not isinstance(task, str):
             raise ValueError(f"task must be a string, got {type(task).__name__}")
         if task not in self._tasks:
-            raise ValueError(f"unknown task {task[:80]!r} in web tasks {self.name}; choose from {', '.join(self._tasks)}")
+            raise ValueError(
+                f"unknown task {task[:80]!r} in web tasks {self.name}; choose from {', '.join(self._tasks)}"
+            )
         return task
 
     def task(self, name: str) -> WebTask:
@@ -168,13 +173,19 @@ class WebTaskSet:
         if path.is_dir():
             path = path / "index.html"
         if (self.root != path and self.root not in path.parents) or not path.is_file():
-            raise ValueError(f"tasks={self.name}: task {task.name!r}: page {task.page!r} is not a file "
-                             f"(or a folder with index.html) under {self.root}")
+            raise ValueError(
+                f"tasks={self.name}: task {task.name!r}: page {task.page!r} is not a file "
+                f"(or a folder with index.html) under {self.root}"
+            )
         return path
 
     def page_url(self, task: WebTask, seed: int, params: dict[str, Any]) -> str:
         """The page with the episode's params (and seed) as query parameters."""
-        base = task.page if task.is_url else f"{WEBTASKS_ORIGIN}/{self._local_file(task).relative_to(self.root).as_posix()}"
+        base = (
+            task.page
+            if task.is_url
+            else f"{WEBTASKS_ORIGIN}/{self._local_file(task).relative_to(self.root).as_posix()}"
+        )
         query = {k: v if isinstance(v, str) else json.dumps(v) for k, v in params.items()}
         query.setdefault("seed", str(seed))
         return f"{base}{'&' if '?' in base else '?'}{urlencode(query)}"
@@ -195,8 +206,9 @@ class WebTaskSet:
     def can_restart(self, task: str, url: str) -> bool:
         return False  # every episode loads its page afresh: the seed's params are in its URL
 
-    async def start_episode(self, page: Any, task: str, seed: int | None, *, reload: bool = True,
-                            episode_max_time_ms: int = 0) -> str:
+    async def start_episode(
+        self, page: Any, task: str, seed: int | None, *, reload: bool = True, episode_max_time_ms: int = 0
+    ) -> str:
         web_task = self.task(task)
         seed = random.randrange(2**31) if seed is None else seed
         try:
@@ -211,7 +223,9 @@ class WebTaskSet:
             response = await page.goto(url, timeout=web_task.load_timeout_s * 1000)
         except Exception as e:
             reason = str(e).split("\n", 1)[0][:300]
-            raise TaskPageError(f"task {task!r}: its page {url} did not load within {web_task.load_timeout_s:g} s: {reason}") from e
+            raise TaskPageError(
+                f"task {task!r}: its page {url} did not load within {web_task.load_timeout_s:g} s: {reason}"
+            ) from e
         if response is not None and response.status >= 400:
             raise TaskPageError(f"task {task!r}: its page {url} answered HTTP {response.status}")
         page._bgym_scale_factor = 1.0
@@ -224,8 +238,10 @@ class WebTaskSet:
             return TaskStatus(0.0, True, {"error": "the task's page is gone"}, ready=False)
         try:
             if episode.task.js_check is not None:
-                value, ready = await page.evaluate(_js_check_function(episode.task.js_check),
-                                                   {"params": episode.params, "seed": episode.seed})
+                value, ready = await page.evaluate(
+                    _js_check_function(episode.task.js_check),
+                    {"params": episode.params, "seed": episode.seed},
+                )
                 source = "JS check"
             else:
                 snapshot = await page.evaluate(_SNAPSHOT_JS)
@@ -236,8 +252,10 @@ class WebTaskSet:
         except Exception as e:
             if _navigating(e):  # the page is between documents: read again once it has loaded
                 return TaskStatus(0.0, False, {}, ready=False)
-            raise WebTaskError(f"task {task!r}: its {'JS check' if episode.task.js_check else 'reward function'} "
-                               f"raised {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}") from e
+            raise WebTaskError(
+                f"task {task!r}: its {'JS check' if episode.task.js_check else 'reward function'} "
+                f"raised {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            ) from e
         reward, done, info = _as_status(value, task, source)
         return TaskStatus(reward, done, info, ready=bool(ready))
 
@@ -255,19 +273,28 @@ class WebTaskSet:
         return None
 
 
-def find_nodes(axtree_txt: str, role: str | tuple[str, ...], name: str | None = None, **props: Any) -> list[Node]:
+def find_nodes(
+    axtree_txt: str, role: str | tuple[str, ...], name: str | None = None, **props: Any
+) -> list[Node]:
     """Elements of BrowserGym's AXTree text (those with a bid) by role, name and properties
     (``checked="true"``, ``selected=True``): what a scripted `solve` reads the page with."""
     roles = (role,) if isinstance(role, str) else role
     wanted = {k: str(v) for k, v in props.items()}
-    return [n for n in parse_axtree(axtree_txt)
-            if n.bid and n.role in roles and (name is None or n.name == name)
-            and all(n.prop(k) == v for k, v in wanted.items())]
+    return [
+        n
+        for n in parse_axtree(axtree_txt)
+        if n.bid
+        and n.role in roles
+        and (name is None or n.name == name)
+        and all(n.prop(k) == v for k, v in wanted.items())
+    ]
 
 
 def _js_check_function(expression: str) -> str:
-    return ("async ({params, seed}) => { const ready = document.readyState !== 'loading';\n"
-            f"return [await ({expression}\n), ready]; }}")
+    return (
+        "async ({params, seed}) => { const ready = document.readyState !== 'loading';\n"
+        f"return [await ({expression}\n), ready]; }}"
+    )
 
 
 _SNAPSHOT_JS = r"""() => {
@@ -316,8 +343,10 @@ def _as_status(value: Any, task: str, source: str) -> tuple[float, bool, dict[st
         if not math.isfinite(reward):
             raise TypeError
     except (TypeError, ValueError, KeyError):
-        raise WebTaskError(f"task {task!r}: its {source} returned {value!r:.100}; return a number, "
-                           "(reward, done) or {reward, done}") from None
+        raise WebTaskError(
+            f"task {task!r}: its {source} returned {value!r:.100}; return a number, "
+            "(reward, done) or {reward, done}"
+        ) from None
     return reward, done, info
 
 
@@ -330,8 +359,10 @@ def load_web_tasks(spec: str) -> WebTaskSet:
     try:
         module = _import_here_too(module_name)
     except Exception as e:
-        raise ValueError(f"tasks={spec}: cannot import {module_name!r} ({type(e).__name__}: {e}); "
-                         "is it in the current folder or on PYTHONPATH?") from e
+        raise ValueError(
+            f"tasks={spec}: cannot import {module_name!r} ({type(e).__name__}: {e}); "
+            "is it in the current folder or on PYTHONPATH?"
+        ) from e
     attribute = attribute or "TASKS"
     value: Any = module
     for part in attribute.split("."):
@@ -371,5 +402,18 @@ def _root(module: ModuleType) -> Path:
     return Path.cwd()
 
 
-__all__ = ["DEFAULT_VIEWPORT", "Node", "PageState", "find_nodes", "parse_axtree", "Reward", "TaskPageError", "WEBTASKS_HOST", "WEBTASKS_ORIGIN", "WebTask",
-           "WebTaskError", "WebTaskSet", "load_web_tasks"]
+__all__ = [
+    "DEFAULT_VIEWPORT",
+    "Node",
+    "PageState",
+    "find_nodes",
+    "parse_axtree",
+    "Reward",
+    "TaskPageError",
+    "WEBTASKS_HOST",
+    "WEBTASKS_ORIGIN",
+    "WebTask",
+    "WebTaskError",
+    "WebTaskSet",
+    "load_web_tasks",
+]

@@ -29,18 +29,25 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation]):
         self.max_steps = max_steps
         self._state = State(episode_id=None, step_count=0)
 
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **options: Any) -> EchoObservation:
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **options: Any
+    ) -> EchoObservation:
         if options:
             raise ValueError(f"echo takes no reset options, got: {', '.join(sorted(options))}")
         self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
-        return EchoObservation(echoed_message="Echo environment ready!", message_length=0, done=False, reward=0.0)
+        return EchoObservation(
+            echoed_message="Echo environment ready!", message_length=0, done=False, reward=0.0
+        )
 
     def step(self, action: EchoAction) -> EchoObservation:
         self._state.step_count += 1
         message = action.message
         done = self.max_steps is not None and self._state.step_count >= self.max_steps
         return EchoObservation(
-            echoed_message=message, message_length=len(message), done=done, reward=min(len(message) * 0.1, 1.0),
+            echoed_message=message,
+            message_length=len(message),
+            done=done,
+            reward=min(len(message) * 0.1, 1.0),
             metadata={"original_message": message, "step": self._state.step_count},
         )
 
@@ -49,4 +56,6 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation]):
         return self._state
 
     def metadata(self) -> EnvironmentMetadata:
-        return EnvironmentMetadata(name="echo", description="Echoes messages back; reward grows with their length.")
+        return EnvironmentMetadata(
+            name="echo", description="Echoes messages back; reward grows with their length."
+        )

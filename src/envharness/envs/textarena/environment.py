@@ -59,12 +59,22 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         self._game: Any = None
         self._rng = games.SessionRandom()
         self._messages: list[TextArenaMessage] = []
-        self._state = TextArenaState(env_id=self.config.env_id, num_players=self.config.num_players,
-                                     max_turns=self.config.max_turns, game_kwargs=dict(self.config.game_kwargs))
+        self._state = TextArenaState(
+            env_id=self.config.env_id,
+            num_players=self.config.num_players,
+            max_turns=self.config.max_turns,
+            game_kwargs=dict(self.config.game_kwargs),
+        )
 
     # -- episode ----------------------------------------------------------------------
-    def reset(self, seed: int | None = None, episode_id: str | None = None, task: str | None = None,
-              env_id: str | None = None, **game_kwargs: Any) -> TextArenaObservation:
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task: str | None = None,
+        env_id: str | None = None,
+        **game_kwargs: Any,
+    ) -> TextArenaObservation:
         """`task` (or `env_id`): the game of this episode; other options: its keyword arguments."""
         chosen = games.check_env_id(task or env_id or self.config.env_id)
         if chosen == self.config.env_id and not game_kwargs:
@@ -76,21 +86,30 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         try:
             self._rng.run(seed, lambda: game.reset(num_players=self.config.num_players, seed=seed))
         except Exception as exc:
-            raise ValueError(f"{chosen} could not start with {game_kwargs or 'its defaults'}: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"{chosen} could not start with {game_kwargs or 'its defaults'}: {type(exc).__name__}: {exc}"
+            ) from exc
         self._game = game
         self._messages = []
         self._state = TextArenaState(
-            episode_id=episode_id or str(uuid.uuid4()), step_count=0, env_id=chosen,
-            num_players=self.config.num_players, max_turns=self.config.max_turns, seed=seed,
-            game_kwargs=dict(game_kwargs))
+            episode_id=episode_id or str(uuid.uuid4()),
+            step_count=0,
+            env_id=chosen,
+            num_players=self.config.num_players,
+            max_turns=self.config.max_turns,
+            seed=seed,
+            game_kwargs=dict(game_kwargs),
+        )
         return self._observe(done=False, reward=0.0, info={})
 
     def step(self, action: TextArenaAction) -> TextArenaObservation:
         if self._game is None:
             raise ValueError("no game yet: call reset first")
         if self._state.done:
-            raise ValueError(f"the {self._state.env_id} game is over (reward {self._state.last_reward}); "
-                             "call reset to play again")
+            raise ValueError(
+                f"the {self._state.env_id} game is over (reward {self._state.last_reward}); "
+                "call reset to play again"
+            )
         message = action.message
         if not message.strip():
             raise ValueError("empty move: send the move as text, e.g. '[crane]' for Wordle")
@@ -127,7 +146,9 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             reason = outcome.get("reason") or info.get("reason")
             if reason:
                 info["reason"] = reason
-                self._messages.append(TextArenaMessage(sender_id=GAME_SENDER, content=str(reason), category="GAME_ADMIN"))
+                self._messages.append(
+                    TextArenaMessage(sender_id=GAME_SENDER, content=str(reason), category="GAME_ADMIN")
+                )
             if outcome.get("invalid_move"):
                 info["invalid_move"] = True
             info["won"] = reward >= 1.0
@@ -146,16 +167,24 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             info=info,
             done=done,
             reward=reward,
-            metadata={"env_id": self._state.env_id, "turn": self._state.turn, "seed": self._state.seed,
-                      "new_messages_from": start},
+            metadata={
+                "env_id": self._state.env_id,
+                "turn": self._state.turn,
+                "seed": self._state.seed,
+                "new_messages_from": start,
+            },
         )
 
     @staticmethod
     def _snapshot(state: Any, done: bool) -> dict[str, Any]:
         """The game's state for `state()`; its ``game_state`` (Wordle's secret word) only once
         the game is over, so an agent reading its state mid-game learns nothing it should not."""
-        snap: dict[str, Any] = {"turn": getattr(state, "turn", 0), "done": bool(getattr(state, "done", False)),
-                                "rewards": getattr(state, "rewards", None), "game_info": getattr(state, "game_info", {})}
+        snap: dict[str, Any] = {
+            "turn": getattr(state, "turn", 0),
+            "done": bool(getattr(state, "done", False)),
+            "rewards": getattr(state, "rewards", None),
+            "game_info": getattr(state, "game_info", {}),
+        }
         if done:
             snap["game_state"] = _plain(getattr(state, "game_state", {}))
         return _plain(snap)

@@ -60,8 +60,11 @@ def options_from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
         options["num_players"] = _positive_int("TEXTARENA_NUM_PLAYERS", players)
     if (turns := get("TEXTARENA_MAX_TURNS")) is not None:
         options["max_turns"] = _positive_int("TEXTARENA_MAX_TURNS", turns)
-    kwargs = {key[len(KW_PREFIX):]: _json_or_text(value) for key, value in environ.items()
-              if key.startswith(KW_PREFIX) and key[len(KW_PREFIX):]}
+    kwargs = {
+        key[len(KW_PREFIX) :]: _json_or_text(value)
+        for key, value in environ.items()
+        if key.startswith(KW_PREFIX) and key[len(KW_PREFIX) :]
+    }
     if kwargs:
         options["game_kwargs"] = kwargs
     return options
@@ -80,12 +83,19 @@ class TextArenaEnvironmentFactory:
         return task_list()
 
     def __call__(self) -> TextArenaEnvironment:
-        return TextArenaEnvironment(TextArenaConfig(env_id=self.config.env_id, num_players=self.config.num_players,
-                                                    max_turns=self.config.max_turns,
-                                                    game_kwargs=dict(self.config.game_kwargs)))
+        return TextArenaEnvironment(
+            TextArenaConfig(
+                env_id=self.config.env_id,
+                num_players=self.config.num_players,
+                max_turns=self.config.max_turns,
+                game_kwargs=dict(self.config.game_kwargs),
+            )
+        )
 
 
-def make_environment_factory(*, environ: Mapping[str, str] | None = None, **options: Any) -> TextArenaEnvironmentFactory:
+def make_environment_factory(
+    *, environ: Mapping[str, str] | None = None, **options: Any
+) -> TextArenaEnvironmentFactory:
     """The server registry's entry point. `options`: ``env_id`` (alias ``task``), ``num_players``,
     ``max_turns``, ``game_kwargs`` (a dict or JSON text), or any other name as one game keyword
     argument; OpenEnv's TEXTARENA_* variables fill in what the options leave unset."""
@@ -106,12 +116,17 @@ def make_environment_factory(*, environ: Mapping[str, str] | None = None, **opti
     kwargs.update({k: _json_or_text(v) if isinstance(v, str) else v for k, v in options.items()})
     num_players = _positive_int("num_players", merged.get("num_players", 1))
     if num_players != 1:
-        raise TextArenaConfigError(f"num_players={num_players}: this server runs single-player games only "
-                                   "(TEXTARENA_NUM_PLAYERS must be 1)")
+        raise TextArenaConfigError(
+            f"num_players={num_players}: this server runs single-player games only "
+            "(TEXTARENA_NUM_PLAYERS must be 1)"
+        )
     max_turns = merged.get("max_turns")
     config = TextArenaConfig(
-        env_id=games.check_env_id(str(merged.get("env_id") or "Wordle-v0")), num_players=1,
-        max_turns=None if max_turns is None else _positive_int("max_turns", max_turns), game_kwargs=kwargs)
+        env_id=games.check_env_id(str(merged.get("env_id") or "Wordle-v0")),
+        num_players=1,
+        max_turns=None if max_turns is None else _positive_int("max_turns", max_turns),
+        game_kwargs=kwargs,
+    )
     try:
         TextArenaEnvironment(config).reset(seed=0)  # the game is made once here; bad kwargs fail now
     except ValueError as exc:

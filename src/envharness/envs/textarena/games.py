@@ -31,10 +31,35 @@ T = TypeVar("T")
 
 #: The single-player games of textarena 0.7.4 (class names of their entry points).
 SINGLE_PLAYER_GAMES = (
-    "Bandit", "Blackjack", "Countdown", "Crosswords", "Cryptarithm", "FifteenPuzzle", "FrozenLake", "Game2048",
-    "GuessTheNumber", "GuessWho", "Hangman", "Klondike", "LightsOut", "LogicPuzzle", "Mastermind", "Minesweeper",
-    "PegJump", "RushHour", "Secretary", "Set", "Slitherlink", "Sokoban", "Sudoku", "ThreeCardMonte", "TowerOfHanoi",
-    "TwentyQuestions", "WordLadder", "WordSearch", "Wordle",
+    "Bandit",
+    "Blackjack",
+    "Countdown",
+    "Crosswords",
+    "Cryptarithm",
+    "FifteenPuzzle",
+    "FrozenLake",
+    "Game2048",
+    "GuessTheNumber",
+    "GuessWho",
+    "Hangman",
+    "Klondike",
+    "LightsOut",
+    "LogicPuzzle",
+    "Mastermind",
+    "Minesweeper",
+    "PegJump",
+    "RushHour",
+    "Secretary",
+    "Set",
+    "Slitherlink",
+    "Sokoban",
+    "Sudoku",
+    "ThreeCardMonte",
+    "TowerOfHanoi",
+    "TwentyQuestions",
+    "WordLadder",
+    "WordSearch",
+    "Wordle",
 )
 #: Games whose game master is an LLM reached through OpenRouter.
 NEEDS_OPENROUTER = ("GuessWho", "TwentyQuestions")
@@ -66,7 +91,11 @@ def game_of(env_id: str) -> str | None:
     spec = _registry().get(env_id)
     if spec is None:
         return None
-    entry = spec.entry_point if isinstance(spec.entry_point, str) else f"{spec.entry_point.__module__}:{spec.entry_point.__name__}"
+    entry = (
+        spec.entry_point
+        if isinstance(spec.entry_point, str)
+        else f"{spec.entry_point.__module__}:{spec.entry_point.__name__}"
+    )
     module = entry.split(":")[0]
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[:2] == ["textarena", "envs"] else None
@@ -89,16 +118,22 @@ def check_env_id(env_id: str) -> str:
     if game is None:
         close = sorted(i for i in single_player_ids() if i.lower().startswith(env_id.lower()[:4]))[:8]
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise GameRefused(f"unknown TextArena game {env_id!r}{hint} (single-player games: Wordle-v0, "
-                          "Mastermind-v0, Hangman-v0, ...; `envharness` lists all in its task list)")
+        raise GameRefused(
+            f"unknown TextArena game {env_id!r}{hint} (single-player games: Wordle-v0, "
+            "Mastermind-v0, Hangman-v0, ...; `envharness` lists all in its task list)"
+        )
     if game not in SINGLE_PLAYER_GAMES:
-        raise GameRefused(f"{env_id} is a multi-player TextArena game; this environment serves single-player "
-                          "games only (one agent per session, no built-in opponent)")
+        raise GameRefused(
+            f"{env_id} is a multi-player TextArena game; this environment serves single-player "
+            "games only (one agent per session, no built-in opponent)"
+        )
     if game in BROKEN:
         raise GameRefused(f"{env_id} cannot run: {BROKEN[game]}")
     if game in NEEDS_OPENROUTER and not os.environ.get("OPENROUTER_API_KEY"):
-        raise GameRefused(f"{env_id}'s game master is an LLM reached through OpenRouter: it needs "
-                          "OPENROUTER_API_KEY and a network, and cannot run offline")
+        raise GameRefused(
+            f"{env_id}'s game master is an LLM reached through OpenRouter: it needs "
+            "OPENROUTER_API_KEY and a network, and cannot run offline"
+        )
     return env_id
 
 
@@ -186,9 +221,13 @@ def unwrap(game: Any) -> Any:
 
 
 # -- randomness: each session its own `random.Random`, no lock ------------------------------
-_CURRENT: contextvars.ContextVar[random.Random | None] = contextvars.ContextVar("textarena_session_rng", default=None)
+_CURRENT: contextvars.ContextVar[random.Random | None] = contextvars.ContextVar(
+    "textarena_session_rng", default=None
+)
 #: The module-level functions of `random` that are methods of its hidden global instance.
-_RNG_FUNCTIONS = frozenset(name for name in dir(random) if getattr(getattr(random, name), "__self__", None) is random._inst)
+_RNG_FUNCTIONS = frozenset(
+    name for name in dir(random) if getattr(getattr(random, name), "__self__", None) is random._inst
+)
 
 
 class _SessionRandomModule:
@@ -210,7 +249,9 @@ def _route_randomness() -> None:
     """Point the ``random`` name of every imported textarena module at the proxy (games are
     imported lazily, so this runs again after each new game class is imported)."""
     for name, module in list(sys.modules.items()):
-        if (name == "textarena" or name.startswith("textarena.")) and getattr(module, "random", None) is random:
+        if (name == "textarena" or name.startswith("textarena.")) and getattr(
+            module, "random", None
+        ) is random:
             module.random = _PROXY
 
 
@@ -226,7 +267,10 @@ def _route_captured(game: Any) -> None:
     """A game that kept a `random` function as an attribute (Secretary's ``value_sampler =
     random.random``) gets one that calls the session's generator instead."""
     for attr, value in list(vars(game).items()):
-        if getattr(value, "__self__", None) is random._inst and getattr(value, "__name__", "") in _RNG_FUNCTIONS:
+        if (
+            getattr(value, "__self__", None) is random._inst
+            and getattr(value, "__name__", "") in _RNG_FUNCTIONS
+        ):
             setattr(game, attr, _session_function(value.__name__))
 
 

@@ -18,8 +18,15 @@ from envharness.envs.textarena.scripted import scripted_move
 from envharness.harness.env_harness import EnvHarness, TaskList
 
 RL_GAMES = ("Wordle-v0", "Mastermind-v0", "GuessTheNumber-v0", "TowerOfHanoi-v0")
-EXAMPLE_MOVES = {"Wordle-v0": "[crane]", "Mastermind-v0": "[1 2 3 4]", "GuessTheNumber-v0": "[10]",
-                 "TowerOfHanoi-v0": "[A C]", "Hangman-v0": "[e]", "Sudoku-v0": "[1 1 5]", "FrozenLake-v0": "[right]"}
+EXAMPLE_MOVES = {
+    "Wordle-v0": "[crane]",
+    "Mastermind-v0": "[1 2 3 4]",
+    "GuessTheNumber-v0": "[10]",
+    "TowerOfHanoi-v0": "[A C]",
+    "Hangman-v0": "[e]",
+    "Sudoku-v0": "[1 1 5]",
+    "FrozenLake-v0": "[right]",
+}
 
 
 def task_list() -> TaskList:
@@ -41,17 +48,31 @@ def check_task(name: str) -> str:
 
 def describe_observation(observation: Any) -> tuple[str, str]:
     """(game prompt, the game's latest feedback) for eval's records."""
-    prompt = observation.get("prompt", "") if isinstance(observation, dict) else getattr(observation, "prompt", "")
+    prompt = (
+        observation.get("prompt", "") if isinstance(observation, dict) else getattr(observation, "prompt", "")
+    )
     return prompt or "", feedback_text(observation)
 
 
 def web_info() -> dict[str, Any]:
     """What `/web` shows for TextArena: a game picker and example moves."""
     return {
-        "tasks": list(games.offline_ids()), "default_task": "Wordle-v0",
-        "actions": [{"name": "send", "signature": "send(message)", "description": f"a move for {game}", "example": move}
-                    for game, move in EXAMPLE_MOVES.items()],
-        "action_field": "message", "goal_field": "prompt", "text_field": "messages", "bids": False, "screenshots": False,
+        "tasks": list(games.offline_ids()),
+        "default_task": "Wordle-v0",
+        "actions": [
+            {
+                "name": "send",
+                "signature": "send(message)",
+                "description": f"a move for {game}",
+                "example": move,
+            }
+            for game, move in EXAMPLE_MOVES.items()
+        ],
+        "action_field": "message",
+        "goal_field": "prompt",
+        "text_field": "messages",
+        "bids": False,
+        "screenshots": False,
         "action_note": "Type the move in the game's own format, e.g. [crane] for Wordle; the prompt says which.",
     }
 

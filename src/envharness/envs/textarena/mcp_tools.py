@@ -19,21 +19,31 @@ from envharness.mcp.toolset import EnvToolset
 
 RESET_TOOL = types.Tool(
     name="reset",
-    description=("Start a new TextArena game and return its prompt. `task` is a single-player game id "
-                 "(Wordle-v0, Mastermind-v0, GuessTheNumber-v0, TowerOfHanoi-v0, Hangman-v0, ...; default: the "
-                 "server's game); `seed` replays the same game; `game_kwargs` are the game's arguments "
-                 "(e.g. {\"word_length\": 6} for Wordle)."),
-    inputSchema={"type": "object", "properties": {
-        "task": {"type": "string", "description": "game id, e.g. 'Wordle-v0'"},
-        "seed": {"type": "integer", "minimum": 0, "description": "same seed, same game"},
-        "game_kwargs": {"type": "object", "description": "the game's keyword arguments"},
-    }, "additionalProperties": False},
+    description=(
+        "Start a new TextArena game and return its prompt. `task` is a single-player game id "
+        "(Wordle-v0, Mastermind-v0, GuessTheNumber-v0, TowerOfHanoi-v0, Hangman-v0, ...; default: the "
+        "server's game); `seed` replays the same game; `game_kwargs` are the game's arguments "
+        '(e.g. {"word_length": 6} for Wordle).'
+    ),
+    inputSchema={
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "description": "game id, e.g. 'Wordle-v0'"},
+            "seed": {"type": "integer", "minimum": 0, "description": "same seed, same game"},
+            "game_kwargs": {"type": "object", "description": "the game's keyword arguments"},
+        },
+        "additionalProperties": False,
+    },
 )
 SEND_TOOL = types.Tool(
     name="send",
     description="Play one move, in the game's own format (Wordle: '[crane]'); returns what the game said.",
-    inputSchema={"type": "object", "properties": {"message": {"type": "string", "minLength": 1, "maxLength": 4096}},
-                 "required": ["message"], "additionalProperties": False},
+    inputSchema={
+        "type": "object",
+        "properties": {"message": {"type": "string", "minLength": 1, "maxLength": 4096}},
+        "required": ["message"],
+        "additionalProperties": False,
+    },
 )
 OBSERVATION_TOOL = types.Tool(
     name="observation",
@@ -51,7 +61,9 @@ class TextArenaToolset(EnvToolset):
     def tools(self) -> list[types.Tool]:
         return self._tools
 
-    async def call(self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, handle: EnvSessionHandle, name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         if name == "reset":
             options: dict[str, Any] = dict(arguments.get("game_kwargs") or {})
             options.update({k: arguments[k] for k in ("task", "seed") if k in arguments})
@@ -69,8 +81,18 @@ class TextArenaToolset(EnvToolset):
 async def _result(handle: EnvSessionHandle, obs: Any, text: str) -> types.CallToolResult:
     state = await handle.state()
     info = dict(getattr(obs, "info", {}) or {})
-    structured = {"env_id": getattr(state, "env_id", None), "seed": getattr(state, "seed", None),
-                  "turn": getattr(state, "turn", 0), "step": state.step_count, "reward": obs.reward,
-                  "done": bool(obs.done), "won": bool(info.get("won")), "info": info, "prompt": getattr(obs, "prompt", "")}
+    structured = {
+        "env_id": getattr(state, "env_id", None),
+        "seed": getattr(state, "seed", None),
+        "turn": getattr(state, "turn", 0),
+        "step": state.step_count,
+        "reward": obs.reward,
+        "done": bool(obs.done),
+        "won": bool(info.get("won")),
+        "info": info,
+        "prompt": getattr(obs, "prompt", ""),
+    }
     footer = f"\n\nReward: {obs.reward}  Done: {bool(obs.done)}  Step: {state.step_count}"
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text + footer)], structuredContent=structured)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text + footer)], structuredContent=structured
+    )

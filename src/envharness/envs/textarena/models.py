@@ -37,10 +37,14 @@ class TextArenaObservation(Observation):
     """What the player sees after reset and after each move."""
 
     prompt: str = Field(default="", description="The game's instructions (its PROMPT messages)")
-    messages: list[TextArenaMessage] = Field(default_factory=list, description="The episode's messages so far, oldest first")
+    messages: list[TextArenaMessage] = Field(
+        default_factory=list, description="The episode's messages so far, oldest first"
+    )
     current_player_id: int = 0
     legal_players: list[int] = Field(default_factory=list)
-    info: dict[str, Any] = Field(default_factory=dict, description="The game's step info; at the end its outcome")
+    info: dict[str, Any] = Field(
+        default_factory=dict, description="The game's step info; at the end its outcome"
+    )
 
 
 class TextArenaState(State):

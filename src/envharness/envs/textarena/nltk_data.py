@@ -63,7 +63,9 @@ def _package_file(package: str, *parts: str) -> Path:
     """A data file inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise MissingNLTKData(f"PyPI package providing {package!r} is not installed (pip install the 'textarena' extra)")
+        raise MissingNLTKData(
+            f"PyPI package providing {package!r} is not installed (pip install the 'textarena' extra)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]).joinpath(*parts)
     if not path.is_file():
         raise MissingNLTKData(f"{path} is missing from the installed {package!r}")
@@ -74,11 +76,14 @@ def build_words(target: Path) -> None:
     words = _load_pickle(_package_file("english_words", "data", "web2.pickle"))
     folder = target / "corpora" / "words"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "en").write_text("\n".join(sorted(words, key=lambda w: (w.lower(), w))) + "\n", encoding="utf-8")
+    (folder / "en").write_text(
+        "\n".join(sorted(words, key=lambda w: (w.lower(), w))) + "\n", encoding="utf-8"
+    )
     (folder / "en-basic").write_text(BASIC_ENGLISH.read_text(encoding="utf-8"), encoding="utf-8")
     (folder / "README").write_text(
         "Built by envharness from PyPI english-words (web2 -> en) and Ogden's Basic English (-> en-basic).\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
 
 
 def build_tagger(target: Path) -> None:
@@ -128,7 +133,8 @@ def guard_downloads() -> None:
         if absent:
             raise MissingNLTKData(
                 f"NLTK data {', '.join(absent)} is not installed and envharness never downloads at run time; "
-                f"build it with `{BUILD_COMMAND}` (scripts/setup.sh does) or point NLTK_DATA at a copy")
+                f"build it with `{BUILD_COMMAND}` (scripts/setup.sh does) or point NLTK_DATA at a copy"
+            )
         return True
 
     nltk.download = download
@@ -137,7 +143,9 @@ def guard_downloads() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build TextArena's NLTK data offline from installed PyPI packages.")
+    parser = argparse.ArgumentParser(
+        description="Build TextArena's NLTK data offline from installed PyPI packages."
+    )
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("ENVHARNESS_NLTK_DATA", DEFAULT_DIR)))
     parser.add_argument("--check", action="store_true", help="only check that the data is there")
     args = parser.parse_args(argv)

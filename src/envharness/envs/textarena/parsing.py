@@ -24,9 +24,15 @@ from envharness.harness.tool_parsing import iter_json_objects, tool_call_from_js
 from envharness.harness.types import ToolCall
 
 ALIASES = {"send", "guess", "move", "play", "answer", "submit", "step"}
-_CODE_CALL = re.compile(r"\b(send|guess|move|play|answer|submit)\s*\(\s*(?:\w+\s*=\s*)?(['\"])(.{1,200}?)\2\s*\)", re.IGNORECASE | re.DOTALL)
+_CODE_CALL = re.compile(
+    r"\b(send|guess|move|play|answer|submit)\s*\(\s*(?:\w+\s*=\s*)?(['\"])(.{1,200}?)\2\s*\)",
+    re.IGNORECASE | re.DOTALL,
+)
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,200})\]")
-_LABELLED = re.compile(r"^\s*(?:final\s+)?(?:guess|move|answer)\s*[:=]\s*\**\s*([^\n*]{1,200}?)\s*\**\s*$", re.IGNORECASE | re.MULTILINE)
+_LABELLED = re.compile(
+    r"^\s*(?:final\s+)?(?:guess|move|answer)\s*[:=]\s*\**\s*([^\n*]{1,200}?)\s*\**\s*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 MAX_FALLBACK = 200
 
 
@@ -45,7 +51,14 @@ def _from_json(text: str) -> ToolCall | None:
         if call is None or call.name.lower() not in ALIASES:
             continue
         args = call.args
-        value = next((args[k] for k in ("message", "move", "action", "guess", "word", "text") if isinstance(args.get(k), str)), None)
+        value = next(
+            (
+                args[k]
+                for k in ("message", "move", "action", "guess", "word", "text")
+                if isinstance(args.get(k), str)
+            ),
+            None,
+        )
         if value is None and len(args) == 1 and isinstance(next(iter(args.values())), (str, int)):
             value = str(next(iter(args.values())))
         if value is None or not value.strip():

@@ -23,6 +23,9 @@ def default_opening(observation: Any, task: Any, tool_names: list[str]) -> list[
 
 STYLES: dict[str, PromptStyle] = {
     "default": PromptStyle(
-        "default", "the game's prompt, then its feedback after each move (a conversation)",
-        opening=default_opening, observation_text=feedback_text),
+        "default",
+        "the game's prompt, then its feedback after each move (a conversation)",
+        opening=default_opening,
+        observation_text=feedback_text,
+    ),
 }

@@ -68,7 +68,9 @@ def reward_correct(completions: list[Any], **kwargs: Any) -> list[float]:
         return given
     env = _given("env_reward", completions, kwargs)
     texts = _episodes(completions, kwargs)
-    return [1.0 if (env is not None and env[i] >= 1.0) or _WON.search(t) else 0.0 for i, t in enumerate(texts)]
+    return [
+        1.0 if (env is not None and env[i] >= 1.0) or _WON.search(t) else 0.0 for i, t in enumerate(texts)
+    ]
 
 
 def _share(mark: str) -> RewardFunction:

@@ -54,7 +54,7 @@ def moves_and_replies(messages: list[Message]) -> list[tuple[str, str]]:
         if message.get("role") != "assistant":
             continue
         reply = []
-        for later in messages[i + 1:]:
+        for later in messages[i + 1 :]:
             if later.get("role") == "assistant":
                 break
             reply.append(_text(later))
@@ -70,13 +70,21 @@ def _wordle(messages: list[Message], text: str) -> str:
 
 def _mastermind(messages: list[Message], text: str) -> str:
     m = re.search(r"(\d+) digits long, each digit from (\d+) to (\d+)(, with no duplicates)?", text)
-    length, low, high, unique = (int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4))) if m else (4, 1, 6, True)
-    answers = [(tuple(int(d) for d in g.split()), int(b), int(w)) for g, b, w in
-               re.findall(r"Submitted \[([\d ]+)\]\. Feedback: (\d+) black peg\(s\), (\d+) white peg\(s\)", text)]
+    length, low, high, unique = (
+        (int(m.group(1)), int(m.group(2)), int(m.group(3)), bool(m.group(4))) if m else (4, 1, 6, True)
+    )
+    answers = [
+        (tuple(int(d) for d in g.split()), int(b), int(w))
+        for g, b, w in re.findall(
+            r"Submitted \[([\d ]+)\]\. Feedback: (\d+) black peg\(s\), (\d+) white peg\(s\)", text
+        )
+    ]
     digits = range(low, high + 1)
     codes = itertools.permutations(digits, length) if unique else itertools.product(digits, repeat=length)
     for code in codes:
-        if all(_pegs(guess, code) == (b, w) for guess, b, w in answers) and code not in {a[0] for a in answers}:
+        if all(_pegs(guess, code) == (b, w) for guess, b, w in answers) and code not in {
+            a[0] for a in answers
+        }:
             return "[" + " ".join(map(str, code)) + "]"
     raise NoScriptedMove("no Mastermind code fits the feedback")
 
@@ -140,4 +148,6 @@ def scripted_move(messages: list[Message]) -> str:
     for phrase, player in PLAYERS:
         if phrase in lowered:
             return player(messages, text)
-    raise NoScriptedMove("no scripted player for this game (Wordle, Mastermind, GuessTheNumber, TowerOfHanoi have one)")
+    raise NoScriptedMove(
+        "no scripted player for this game (Wordle, Mastermind, GuessTheNumber, TowerOfHanoi have one)"
+    )

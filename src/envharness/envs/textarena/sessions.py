@@ -21,13 +21,18 @@ from envharness.harness.tools import tool_spec
 from envharness.harness.types import Message, ToolResult, VerifyResult
 
 SEND_TOOL = tool_spec(
-    "send", "Send your move to the game, in the game's own format (Wordle: '[crane]').",
-    {"message": {"type": "string", "description": "the move, e.g. '[crane]'"}}, ["message"])
+    "send",
+    "Send your move to the game, in the game's own format (Wordle: '[crane]').",
+    {"message": {"type": "string", "description": "the move, e.g. '[crane]'"}},
+    ["message"],
+)
 TOOL_NAMES = ("send",)
 _GAME_ID = re.compile(r"^[A-Za-z0-9]+-v\d+[\w-]*$")
 
-REPLY_HINT = ("Reply with your move in the game's format, e.g. [crane] for Wordle; "
-              "you may think first, the last bracketed move in your reply is played.")
+REPLY_HINT = (
+    "Reply with your move in the game's format, e.g. [crane] for Wordle; "
+    "you may think first, the last bracketed move in your reply is played."
+)
 
 
 def _field(value: Any, name: str, default: Any = None) -> Any:
@@ -45,13 +50,16 @@ def feedback_messages(observation: Any) -> list[Any]:
     (all of them at reset)."""
     messages = _messages(observation)
     last = max((i for i, m in enumerate(messages) if _field(m, "category") == "PLAYER_ACTION"), default=-1)
-    return messages[last + 1:]
+    return messages[last + 1 :]
 
 
 def opening_text(observation: Any) -> str:
     """The game's prompt and anything it showed with it (a board), as the first user turn."""
-    parts = [str(_field(m, "content", "")).strip() for m in _messages(observation)
-             if _field(m, "category") != "PLAYER_ACTION"]
+    parts = [
+        str(_field(m, "content", "")).strip()
+        for m in _messages(observation)
+        if _field(m, "category") != "PLAYER_ACTION"
+    ]
     return "\n\n".join(p for p in parts if p) or str(_field(observation, "prompt", "") or "")
 
 
@@ -64,7 +72,10 @@ def feedback_text(observation: Any) -> str:
 
 def replay_view(observation: Any) -> dict[str, Any]:
     """What the same game, seed and moves must show again: the game's prompt and messages."""
-    return {"prompt": _field(observation, "prompt", ""), "messages": [to_plain(m) for m in _messages(observation)]}
+    return {
+        "prompt": _field(observation, "prompt", ""),
+        "messages": [to_plain(m) for m in _messages(observation)],
+    }
 
 
 def resolve_task(task: Any, default_task: str | None) -> str | None:
@@ -117,17 +128,27 @@ class TextArenaSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         self._prompt_builder = prompt_builder
         self._observation_text = observation_text
 
-    def session_for(self, client: Any, task: Any, seed: int | None, episode_id: str | None) -> StepEnvSessionAdapter:
+    def session_for(
+        self, client: Any, task: Any, seed: int | None, episode_id: str | None
+    ) -> StepEnvSessionAdapter:
         game = resolve_task(task, self.default_task)
         reset_kwargs = dict(self._reset_kwargs)
         if game is not None:
             reset_kwargs["task"] = game
         try:
             return StepEnvSessionAdapter(
-                client, task=game, seed=seed, episode_id=episode_id, tool_specs=[SEND_TOOL],
-                action_builder=_action, initial_messages_builder=self._initial_messages,
-                tool_result_builder=self._tool_result, verify_builder=_verify, reset_kwargs=reset_kwargs,
-                observation_view=replay_view)
+                client,
+                task=game,
+                seed=seed,
+                episode_id=episode_id,
+                tool_specs=[SEND_TOOL],
+                action_builder=_action,
+                initial_messages_builder=self._initial_messages,
+                tool_result_builder=self._tool_result,
+                verify_builder=_verify,
+                reset_kwargs=reset_kwargs,
+                observation_view=replay_view,
+            )
         except Exception:
             close = getattr(client, "close", None)
             if callable(close) and not inspect.iscoroutinefunction(close):
@@ -144,9 +165,17 @@ class TextArenaSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         text = self._observation_text(obs) if self._observation_text is not None else feedback_text(obs)
         info = dict(_field(obs, "info") or {})
         return ToolResult(
-            data=text, done=bool(result.done),
-            metadata={"move": arguments.get("message"), "reward": result.reward, "done": bool(result.done),
-                      "won": bool(info.get("won")), "info": info, "state": to_plain(state)})
+            data=text,
+            done=bool(result.done),
+            metadata={
+                "move": arguments.get("message"),
+                "reward": result.reward,
+                "done": bool(result.done),
+                "won": bool(info.get("won")),
+                "info": info,
+                "state": to_plain(state),
+            },
+        )
 
 
 def _action(name: str, arguments: dict[str, Any]) -> Any:
@@ -163,9 +192,15 @@ def _verify(transcript: list[Message], final_state: Any, last_result: Any, state
     return VerifyResult(
         env_reward=reward,
         done=False if last_result is None else bool(last_result.done),
-        metrics={"success": won, "won": won, "step_count": _field(state, "step_count") or 0,
-                 "task_name": _field(state, "env_id") or "", "seed": _field(state, "seed")},
-        artifacts={"final_state": to_plain(state), "transcript_length": len(transcript)})
+        metrics={
+            "success": won,
+            "won": won,
+            "step_count": _field(state, "step_count") or 0,
+            "task_name": _field(state, "env_id") or "",
+            "seed": _field(state, "seed"),
+        },
+        artifacts={"final_state": to_plain(state), "transcript_length": len(transcript)},
+    )
 
 
 __all__ = ["SEND_TOOL", "TextArenaSessionFactory", "feedback_text", "move_of", "opening_text", "resolve_task"]

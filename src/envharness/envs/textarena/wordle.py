@@ -16,7 +16,9 @@ from typing import Iterable
 
 from envharness.envs.textarena.nltk_data import BASIC_ENGLISH
 
-FEEDBACK = re.compile(r"You submitted \[(\w+)\]\.?\s*Feedback:\s*\n\s*([A-Za-z](?: [A-Za-z])*)\s*\n\s*([GYX](?: [GYX])*)")
+FEEDBACK = re.compile(
+    r"You submitted \[(\w+)\]\.?\s*Feedback:\s*\n\s*([A-Za-z](?: [A-Za-z])*)\s*\n\s*([GYX](?: [GYX])*)"
+)
 REFUSED = re.compile(r"'(\w+)' is not an English word|already guessed '(\w+)'")
 
 
@@ -78,8 +80,9 @@ def _opener(length: int, hardcore: bool) -> str:
     return best_guess(words) if not hardcore else best_guess(words, words[:400])
 
 
-def next_guess(history: list[tuple[str, str]], *, length: int = 5, hardcore: bool = False,
-               refused: Iterable[str] = ()) -> str:
+def next_guess(
+    history: list[tuple[str, str]], *, length: int = 5, hardcore: bool = False, refused: Iterable[str] = ()
+) -> str:
     """The next guess after `history` (pairs of guess and its G/Y/X feedback, lower case)."""
     words = [w for w in word_list(length, hardcore) if w not in set(refused)]
     if not history:

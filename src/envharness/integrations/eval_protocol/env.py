@@ -71,8 +71,15 @@ async def call_maybe_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
 class EpisodeEnv:
     """One episode's client: async, every call bounded by a timeout, transient failures retried."""
 
-    def __init__(self, client: Any, *, step_timeout_s: float, reset_timeout_s: float,
-                 retries: int = 2, backoff_s: float = 0.5):
+    def __init__(
+        self,
+        client: Any,
+        *,
+        step_timeout_s: float,
+        reset_timeout_s: float,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+    ):
         self.client = client
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
@@ -107,7 +114,9 @@ class EpisodeEnv:
                 if attempt == self.retries or not is_transient(exc):
                     raise
                 delay = self.backoff_s * 2**attempt
-                logger.warning("env.%s() failed (%s: %s); retrying in %.1f s", name, type(exc).__name__, exc, delay)
+                logger.warning(
+                    "env.%s() failed (%s: %s); retrying in %.1f s", name, type(exc).__name__, exc, delay
+                )
                 self.retried += 1
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
@@ -125,13 +134,26 @@ def _accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
 class EnvConnector:
     """Makes the client of each episode; see the module docstring for the ways."""
 
-    def __init__(self, *, env_factory: Callable[[], Any] | None, env_client_cls: type | None,
-                 env_base_url: str | None, hub_repo_id: str | None, docker_image: str | None,
-                 env_vars: dict[str, str], task_var: str | None, provider: Any, docker_port: int | None,
-                 request_timeout_s: float, default_headers: dict[str, str] | None,
-                 launch_options: dict[str, Any]):
+    def __init__(
+        self,
+        *,
+        env_factory: Callable[[], Any] | None,
+        env_client_cls: type | None,
+        env_base_url: str | None,
+        hub_repo_id: str | None,
+        docker_image: str | None,
+        env_vars: dict[str, str],
+        task_var: str | None,
+        provider: Any,
+        docker_port: int | None,
+        request_timeout_s: float,
+        default_headers: dict[str, str] | None,
+        launch_options: dict[str, Any],
+    ):
         if env_factory is None and env_client_cls is None:
-            raise ValueError("OpenEnvRolloutProcessor needs env_factory or env_client_cls to make environments")
+            raise ValueError(
+                "OpenEnvRolloutProcessor needs env_factory or env_client_cls to make environments"
+            )
         self.env_factory = env_factory
         self.env_client_cls = env_client_cls
         self.env_base_url = env_base_url
@@ -171,8 +193,13 @@ class EnvConnector:
             return await call_maybe_async(self.env_factory)
         cls = self.env_client_cls
         if mode == "base_url":
-            return cls(base_url=self.env_base_url, **_accepted(cls, {
-                "request_timeout_s": self.request_timeout_s, "default_headers": self.default_headers}))
+            return cls(
+                base_url=self.env_base_url,
+                **_accepted(
+                    cls,
+                    {"request_timeout_s": self.request_timeout_s, "default_headers": self.default_headers},
+                ),
+            )
         if mode == "local":
             server = await self._local_server()
             return cls(base_url=server.base_url)
@@ -181,13 +208,19 @@ class EnvConnector:
             env_vars[self.task_var] = task  # type: ignore[index]  # task_var checked by the processor
         launch = cls.from_hub if mode == "hub" else cls.from_docker_image
         target = self.hub_repo_id if mode == "hub" else self.docker_image
-        kwargs = _accepted(launch, {"provider": self.provider, "env_vars": env_vars or None, "port": self.docker_port})
+        kwargs = _accepted(
+            launch, {"provider": self.provider, "env_vars": env_vars or None, "port": self.docker_port}
+        )
         try:
             return await call_maybe_async(launch, target, **kwargs)
         except Exception as exc:
             from envharness.core.launchers import DockerUnavailableError
 
-            if mode != "docker" or not isinstance(exc, DockerUnavailableError) or not self._serves_image(self.docker_image):
+            if (
+                mode != "docker"
+                or not isinstance(exc, DockerUnavailableError)
+                or not self._serves_image(self.docker_image)
+            ):
                 raise
             server = await self._local_server(env_vars)
             return cls(base_url=server.base_url)
@@ -195,7 +228,9 @@ class EnvConnector:
     def _env_name(self) -> str | None:
         """The envharness environment the client names (`env_name`), if any."""
         cls = self.env_client_cls
-        return getattr(cls, "env_name", None) or getattr(getattr(cls, "async_client_class", None), "env_name", None)
+        return getattr(cls, "env_name", None) or getattr(
+            getattr(cls, "async_client_class", None), "env_name", None
+        )
 
     def _serves_image(self, image: str | None) -> bool:
         """Whether `image` is OpenEnv's image of the environment the client names
@@ -220,11 +255,19 @@ class EnvConnector:
                 if not name:
                     raise ValueError(
                         f"{self.env_client_cls.__name__} names no envharness environment to start locally; pass "
-                        "env_base_url, docker_image, hub_repo_id or env_factory")
+                        "env_base_url, docker_image, hub_repo_id or env_factory"
+                    )
                 if env_vars:
-                    logger.warning("no Docker engine: serving %s for image %s locally (envharness serve %s) with %s",
-                                   name, self.docker_image, name, ", ".join(f"{k}={v}" for k, v in key))
-                server = await asyncio.to_thread(launch_local, name, options=self.launch_options, env_vars=dict(key))
+                    logger.warning(
+                        "no Docker engine: serving %s for image %s locally (envharness serve %s) with %s",
+                        name,
+                        self.docker_image,
+                        name,
+                        ", ".join(f"{k}={v}" for k, v in key),
+                    )
+                server = await asyncio.to_thread(
+                    launch_local, name, options=self.launch_options, env_vars=dict(key)
+                )
                 self._servers[key] = server
                 logger.info("started a local %s server at %s", name, server.base_url)
         return self._servers[key]

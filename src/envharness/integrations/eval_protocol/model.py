@@ -60,7 +60,9 @@ class PolicyBackend:
     async def _one(self, request: GenerationRequest) -> Generation:
         response = await self.policy._make_llm_call(messages=request.messages, tools=[])
         choice = response["choices"][0]
-        gen = Generation(text=choice["message"].get("content") or "", finish_reason=choice.get("finish_reason") or "stop")
+        gen = Generation(
+            text=choice["message"].get("content") or "", finish_reason=choice.get("finish_reason") or "stop"
+        )
         gen.metadata["usage"] = dict(response.get("usage") or {})
         if response.get("prompt_ids") and response.get("completion_ids"):
             gen.prompt_ids = list(response["prompt_ids"])
@@ -72,7 +74,9 @@ class PolicyBackend:
         """LiteLLM keeps no per-policy resources."""
 
 
-def litellm_policy_backend(params: dict[str, Any], policy_factory: Callable[..., Any] | None) -> PolicyBackend:
+def litellm_policy_backend(
+    params: dict[str, Any], policy_factory: Callable[..., Any] | None
+) -> PolicyBackend:
     """The original processor's model path: LiteLLM (or `policy_factory`) on `params["model"]`."""
     from eval_protocol.pytest.utils import normalize_fireworks_model_for_litellm
 
@@ -80,7 +84,12 @@ def litellm_policy_backend(params: dict[str, Any], policy_factory: Callable[...,
     model = params.get("model") or "gpt-4o-mini"
     temperature = float(params.get("temperature") or 0.0)
     extra = {k: v for k, v in params.items() if k not in _PROCESSOR_KEYS}
-    common = dict(model=model, temperature=temperature, max_tokens=params.get("max_tokens", 100), base_url=params.get("base_url"))
+    common = dict(
+        model=model,
+        temperature=temperature,
+        max_tokens=params.get("max_tokens", 100),
+        base_url=params.get("base_url"),
+    )
     if policy_factory is not None:
         return PolicyBackend(policy_factory(**common, **extra), name=str(model))
     from eval_protocol.mcp.execution.policy import LiteLLMPolicy
@@ -95,10 +104,16 @@ class ModelResolver:
     """Builds each distinct model once per processor (the embedded model takes seconds to
     load: in a worker thread, so the event loop keeps running) and closes them at the end."""
 
-    def __init__(self, model: ModelBackend | str | None, policy_factory: Callable[..., Any] | None = None,
-                 env: str | None = None):
+    def __init__(
+        self,
+        model: ModelBackend | str | None,
+        policy_factory: Callable[..., Any] | None = None,
+        env: str | None = None,
+    ):
         if model is not None and not isinstance(model, (str, ModelBackend)):
-            raise TypeError(f"model must be an envharness ModelBackend or a spec string, not {type(model).__name__}")
+            raise TypeError(
+                f"model must be an envharness ModelBackend or a spec string, not {type(model).__name__}"
+            )
         self.model = model
         self.policy_factory = policy_factory
         #: The environment whose scripted policy `scripted` plays (the client's `env_name`).
@@ -127,7 +142,9 @@ class ModelResolver:
             if key not in self._backends:
                 if key[0] == "spec":
                     options = {"env": self.env} if key[1] == "scripted" else {}
-                    self._backends[key] = await asyncio.to_thread(functools.partial(load_backend, key[1], **options))
+                    self._backends[key] = await asyncio.to_thread(
+                        functools.partial(load_backend, key[1], **options)
+                    )
                 else:
                     self._backends[key] = litellm_policy_backend(params, self.policy_factory)
             return self._backends[key]

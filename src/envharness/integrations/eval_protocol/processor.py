@@ -48,7 +48,12 @@ from eval_protocol.pytest.types import RolloutProcessorConfig
 
 from envharness.harness.model_step import BatchingModelStep, EpisodeModelStep
 from envharness.harness.tokens import TokenAssembler
-from envharness.integrations.eval_protocol.env import EnvConnector, EnvTimeoutError, EpisodeEnv, call_maybe_async
+from envharness.integrations.eval_protocol.env import (
+    EnvConnector,
+    EnvTimeoutError,
+    EpisodeEnv,
+    call_maybe_async,
+)
 from envharness.integrations.eval_protocol.model import ModelResolver, sampling_from_completion_params
 from envharness.models.base import ModelBackend
 
@@ -66,7 +71,11 @@ def read_step_rewards(row: EvaluationRow) -> list[float]:
     if "step_rewards" in extra:
         return [float(r) for r in extra["step_rewards"]]
     for msg in row.messages:
-        if msg.role == "system" and isinstance(msg.content, str) and msg.content.startswith(STEP_REWARDS_SENTINEL):
+        if (
+            msg.role == "system"
+            and isinstance(msg.content, str)
+            and msg.content.startswith(STEP_REWARDS_SENTINEL)
+        ):
             return [float(r) for r in json.loads(msg.content.removeprefix(STEP_REWARDS_SENTINEL))]
     return []
 
@@ -81,7 +90,9 @@ class _Episode:
     actions: list[str] = dataclasses.field(default_factory=list)
     history: list[str] = dataclasses.field(default_factory=list)
     tokens: TokenAssembler = dataclasses.field(default_factory=TokenAssembler)
-    usage: dict[str, int] = dataclasses.field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0})
+    usage: dict[str, int] = dataclasses.field(
+        default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0}
+    )
     done: bool = False
     finish_reason: str | None = None
 
@@ -136,7 +147,9 @@ class OpenEnvRolloutProcessor(RolloutProcessor):
         if action_parser is None:
             raise ValueError("action_parser must be provided and return an Action object.")
         if tasks and (docker_image or hub_repo_id) and env_factory is None and not task_var:
-            raise ValueError("task_var must be provided when tasks are configured with docker_image or hub_repo_id.")
+            raise ValueError(
+                "task_var must be provided when tasks are configured with docker_image or hub_repo_id."
+            )
         if timeout_ms <= 0 or (episode_timeout_s is not None and episode_timeout_s <= 0):
             raise ValueError("timeout_ms and episode_timeout_s must be positive")
         self.prompt_builder = prompt_builder or (lambda obs, step, history: str(obs))
@@ -150,18 +163,27 @@ class OpenEnvRolloutProcessor(RolloutProcessor):
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.connector = EnvConnector(
-            env_factory=env_factory, env_client_cls=env_client_cls, env_base_url=env_base_url,
-            hub_repo_id=hub_repo_id, docker_image=docker_image,
-            env_vars={k: str(v) for k, v in (env_vars or {}).items()}, task_var=task_var,
-            provider=provider, docker_port=docker_port, request_timeout_s=request_timeout_s,
-            default_headers=default_headers, launch_options=dict(launch_options or {}),
+            env_factory=env_factory,
+            env_client_cls=env_client_cls,
+            env_base_url=env_base_url,
+            hub_repo_id=hub_repo_id,
+            docker_image=docker_image,
+            env_vars={k: str(v) for k, v in (env_vars or {}).items()},
+            task_var=task_var,
+            provider=provider,
+            docker_port=docker_port,
+            request_timeout_s=request_timeout_s,
+            default_headers=default_headers,
+            launch_options=dict(launch_options or {}),
         )
         self.models = ModelResolver(model, policy_factory, env=self.connector._env_name())
         self._batchers: dict[Any, BatchingModelStep] = {}
         self._episode_counter = count()
 
     # -- Eval Protocol's interface ----------------------------------------------------------
-    def __call__(self, rows: list[EvaluationRow], config: RolloutProcessorConfig) -> list[asyncio.Task[EvaluationRow]]:
+    def __call__(
+        self, rows: list[EvaluationRow], config: RolloutProcessorConfig
+    ) -> list[asyncio.Task[EvaluationRow]]:
         """One task per row; each waits for `config.semaphore`, then runs its episode."""
 
         async def run(row: EvaluationRow, task: str | None) -> EvaluationRow:
@@ -187,19 +209,28 @@ class OpenEnvRolloutProcessor(RolloutProcessor):
         row.execution_metadata.extra = {**extra, "task": task}
         return task
 
-    async def _rollout(self, row: EvaluationRow, config: RolloutProcessorConfig, task: str | None) -> EvaluationRow:
+    async def _rollout(
+        self, row: EvaluationRow, config: RolloutProcessorConfig, task: str | None
+    ) -> EvaluationRow:
         started = time.perf_counter()
         params = dict(config.completion_params or {})
         row.input_metadata.completion_params = params
         backend = await self.models.backend(params)
         batcher = self._batchers.setdefault(
-            self.models.key(params), BatchingModelStep(backend, tool_call_parser=lambda text: [], send_tools=False))
+            self.models.key(params),
+            BatchingModelStep(backend, tool_call_parser=lambda text: [], send_tools=False),
+        )
         episode = _Episode(messages=list(row.messages), task=task)
         system_prompt = params.get("system_prompt")
         if system_prompt and not any(m.role == "system" for m in episode.messages):
             episode.messages.insert(0, Message(role="system", content=system_prompt))
-        env = EpisodeEnv(await self.connector.open(task), step_timeout_s=self.step_timeout_s,
-                         reset_timeout_s=self.reset_timeout_s, retries=self.retries, backoff_s=self.retry_backoff_s)
+        env = EpisodeEnv(
+            await self.connector.open(task),
+            step_timeout_s=self.step_timeout_s,
+            reset_timeout_s=self.reset_timeout_s,
+            retries=self.retries,
+            backoff_s=self.retry_backoff_s,
+        )
         model_step = batcher.for_episode()
         error: BaseException | None = None
         try:
@@ -214,21 +245,35 @@ class OpenEnvRolloutProcessor(RolloutProcessor):
         if error is not None:
             reason = str(error) or f"episode did not finish within {self.episode_timeout_s:g} s"
             row.rollout_status = Status.rollout_error(
-                f"timeout: {reason}", {"timeout": True, "steps": len(episode.step_rewards), "task": task})
-            logger.warning("rollout of task %s timed out after %d steps: %s", task, len(episode.step_rewards), reason)
+                f"timeout: {reason}", {"timeout": True, "steps": len(episode.step_rewards), "task": task}
+            )
+            logger.warning(
+                "rollout of task %s timed out after %d steps: %s", task, len(episode.step_rewards), reason
+            )
         return row
 
-    async def _loop(self, episode: _Episode, env: EpisodeEnv, model_step: EpisodeModelStep,
-                    params: dict[str, Any], config: RolloutProcessorConfig, row: EvaluationRow) -> None:
+    async def _loop(
+        self,
+        episode: _Episode,
+        env: EpisodeEnv,
+        model_step: EpisodeModelStep,
+        params: dict[str, Any],
+        config: RolloutProcessorConfig,
+        row: EvaluationRow,
+    ) -> None:
         sampling = dataclasses.asdict(sampling_from_completion_params(params))
-        result = await env.reset(**({"task": episode.task} if episode.task and not self.connector.task_in_env_vars else {}))
+        result = await env.reset(
+            **({"task": episode.task} if episode.task and not self.connector.task_in_env_vars else {})
+        )
         observation = result.observation
         for step in range(self.max_steps or config.steps or 8):
             if result.done:
                 break
             content = self.prompt_builder(observation, step + 1, episode.history)
             episode.messages.append(Message(role="user", content=content))
-            turn = await model_step([{"role": m.role, "content": m.content} for m in episode.messages], [], sampling)
+            turn = await model_step(
+                [{"role": m.role, "content": m.content} for m in episode.messages], [], sampling
+            )
             episode.tokens.add_turn(turn)
             self._count_usage(episode, turn)
             text = turn.response.content
@@ -255,21 +300,36 @@ class OpenEnvRolloutProcessor(RolloutProcessor):
     def _record(self, row: EvaluationRow, episode: _Episode, env: EpisodeEnv, started: float) -> None:
         """Write the episode into the row where Eval Protocol and the seed's tests read it."""
         rewards = list(episode.step_rewards)
-        row.messages = [*episode.messages, Message(role="system", content=STEP_REWARDS_SENTINEL + json.dumps(rewards))]
+        row.messages = [
+            *episode.messages,
+            Message(role="system", content=STEP_REWARDS_SENTINEL + json.dumps(rewards)),
+        ]
         prompt, completion = episode.usage["prompt_tokens"], episode.usage["completion_tokens"]
         meta = row.execution_metadata
-        meta.usage = CompletionUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        meta.usage = CompletionUsage(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        )
         meta.rollout_duration_seconds = time.perf_counter() - started
         meta.finish_reason = episode.finish_reason
         extra = dict(meta.extra or {})
-        extra.update(step_rewards=rewards, total_reward=sum(rewards), actions=list(episode.actions),
-                     done=episode.done, env_retries=env.retried, token_metrics=episode.tokens.metrics())
+        extra.update(
+            step_rewards=rewards,
+            total_reward=sum(rewards),
+            actions=list(episode.actions),
+            done=episode.done,
+            env_retries=env.retried,
+            token_metrics=episode.tokens.metrics(),
+        )
         if episode.task is not None:
             extra["task"] = episode.task
         if episode.tokens.turns_assembled:
             tokens = episode.tokens
-            extra.update(prompt_ids=list(tokens.prompt_ids), completion_ids=list(tokens.completion_ids),
-                         env_mask=list(tokens.env_mask), logprobs=list(tokens.logprobs))
+            extra.update(
+                prompt_ids=list(tokens.prompt_ids),
+                completion_ids=list(tokens.completion_ids),
+                env_mask=list(tokens.env_mask),
+                logprobs=list(tokens.logprobs),
+            )
         meta.extra = extra
 
     @staticmethod

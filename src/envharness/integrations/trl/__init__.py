@@ -11,7 +11,13 @@ The names users import live here; `training` and `environment` load TRL and torc
 import them from their modules.
 """
 
-from envharness.integrations.trl.rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
+from envharness.integrations.trl.rewards import (
+    REWARD_FUNCS,
+    reward_max,
+    reward_mean,
+    reward_success,
+    reward_sum,
+)
 from envharness.integrations.trl.rollout import (
     TaskPromptSessionFactory,
     TRLVLLMGenerationBackend,
@@ -25,10 +31,20 @@ from envharness.integrations.trl.rollout import (
 )
 
 __all__ = [
-    "REWARD_FUNCS", "reward_max", "reward_mean", "reward_success", "reward_sum",
-    "TaskPromptSessionFactory", "TRLVLLMGenerationBackend", "build_env_rollout_func",
-    "build_trl_rollout_func", "parse_task_prompt", "task_dataset", "task_prompt",
-    "trainer_backend", "trainer_sampling",
+    "REWARD_FUNCS",
+    "reward_max",
+    "reward_mean",
+    "reward_success",
+    "reward_sum",
+    "TaskPromptSessionFactory",
+    "TRLVLLMGenerationBackend",
+    "build_env_rollout_func",
+    "build_trl_rollout_func",
+    "parse_task_prompt",
+    "task_dataset",
+    "task_prompt",
+    "trainer_backend",
+    "trainer_sampling",
 ]
 
 

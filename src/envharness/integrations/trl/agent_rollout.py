@@ -26,7 +26,12 @@ from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import rollout_metrics, rollout_outputs
 from envharness.harness.types import HarnessRolloutResult, VerifyResult
-from envharness.integrations.trl.rollout import RolloutFunc, parse_task_prompt, trainer_backend, trainer_sampling
+from envharness.integrations.trl.rollout import (
+    RolloutFunc,
+    parse_task_prompt,
+    trainer_backend,
+    trainer_sampling,
+)
 from envharness.policy.agents import AgentResult, run_agent
 from envharness.policy.samples import trace_sample
 from envharness.policy.server import PolicyServer
@@ -42,18 +47,34 @@ def agent_episode(result: AgentResult) -> HarnessRolloutResult:
     outcome = result.outcome
     reward = float(outcome.get("reward") or 0.0)
     success = reward > 0.0
-    metrics = {**sample.metrics, "success": success, "done": bool(outcome.get("done")),
-               "tool_calls": int(outcome.get("tool_calls") or 0), "tool_errors": int(outcome.get("tool_errors") or 0),
-               "agent_seconds": round(result.seconds, 3), "agent_timeout": result.timed_out}
+    metrics = {
+        **sample.metrics,
+        "success": success,
+        "done": bool(outcome.get("done")),
+        "tool_calls": int(outcome.get("tool_calls") or 0),
+        "tool_errors": int(outcome.get("tool_errors") or 0),
+        "agent_seconds": round(result.seconds, 3),
+        "agent_timeout": result.timed_out,
+    }
     last = result.trace.turns[-1] if result.trace.turns else None
     messages = [*last.messages, {"role": "assistant", "content": last.text}] if last is not None else []
     return HarnessRolloutResult(
-        messages=messages, done=bool(outcome.get("done")), metrics=dict(sample.metrics),
-        prompt_ids=sample.prompt_ids, completion_ids=sample.completion_ids, logprobs=sample.logprobs, env_mask=sample.env_mask,
-        images=sample.images, image_token_counts=sample.image_token_counts,
-        task=result.trace.metadata.get("task"), seed=result.trace.metadata.get("seed"), episode_id=result.trace.rollout_id,
-        env_reward=reward, verify=VerifyResult(env_reward=reward, done=bool(outcome.get("done")), metrics=metrics),
-        error=result.error, timings={"agent_s": result.seconds},
+        messages=messages,
+        done=bool(outcome.get("done")),
+        metrics=dict(sample.metrics),
+        prompt_ids=sample.prompt_ids,
+        completion_ids=sample.completion_ids,
+        logprobs=sample.logprobs,
+        env_mask=sample.env_mask,
+        images=sample.images,
+        image_token_counts=sample.image_token_counts,
+        task=result.trace.metadata.get("task"),
+        seed=result.trace.metadata.get("seed"),
+        episode_id=result.trace.rollout_id,
+        env_reward=reward,
+        verify=VerifyResult(env_reward=reward, done=bool(outcome.get("done")), metrics=metrics),
+        error=result.error,
+        timings={"agent_s": result.seconds},
     )
 
 
@@ -91,8 +112,16 @@ def build_agent_rollout_func(
         async def one(prompt: Any) -> AgentResult:
             task, seed = parse_task_prompt(prompt)
             async with limit:
-                return await run_agent(agent, policy=server, env_url=env_url, task=task, seed=seed,
-                                       timeout_s=timeout_s, env_token=env_token, extra=agent_kwargs)
+                return await run_agent(
+                    agent,
+                    policy=server,
+                    env_url=env_url,
+                    task=task,
+                    seed=seed,
+                    timeout_s=timeout_s,
+                    env_token=env_token,
+                    extra=agent_kwargs,
+                )
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))
 
@@ -109,12 +138,20 @@ def build_agent_rollout_func(
         out = rollout_outputs(episodes, trainer, train_on_failed=train_on_failed)
         out["step_rewards"] = [list(r.outcome.get("step_rewards") or []) for r in results]
         out["success"] = [bool(e.verify.metrics["success"]) for e in episodes]
-        rollout_func.last_metrics = {**rollout_metrics(episodes), "forks": sum(r.trace.forks for r in results),  # type: ignore[attr-defined]
-                                     "agent_timeouts": sum(r.timed_out for r in results)}
+        rollout_func.last_metrics = {
+            **rollout_metrics(episodes),
+            "forks": sum(r.trace.forks for r in results),  # type: ignore[attr-defined]
+            "agent_timeouts": sum(r.timed_out for r in results),
+        }
         for r in results:
             if r.error:
-                log.warning("agent rollout %s (task %s, seed %s) failed: %s", r.trace.rollout_id, r.trace.metadata.get("task"),
-                            r.trace.metadata.get("seed"), r.error)
+                log.warning(
+                    "agent rollout %s (task %s, seed %s) failed: %s",
+                    r.trace.rollout_id,
+                    r.trace.metadata.get("task"),
+                    r.trace.metadata.get("seed"),
+                    r.error,
+                )
         return out
 
     def close() -> None:

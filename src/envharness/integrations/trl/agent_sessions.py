@@ -21,7 +21,13 @@ import asyncio
 import threading
 from typing import Any, Callable
 
-from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
+from openenv.core.harness import (
+    ResourceSession,
+    ResourceSessionFactory,
+    ToolResult,
+    TrainingTrace,
+    VerifyResult,
+)
 
 from envharness.integrations.trl.rollout import parse_task_prompt
 from envharness.policy.agents import AgentResult, run_agent
@@ -36,14 +42,25 @@ class AgentSession(ResourceSession):
         self._factory = factory
         self.result: AgentResult | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(task, seed), name="envharness-agent", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(task, seed), name="envharness-agent", daemon=True
+        )
         self._thread.start()
 
     def _run(self, task: Any, seed: int | None) -> None:
         f = self._factory
         try:
-            self.result = asyncio.run(run_agent(f.agent, policy=f.policy, env_url=f.env_url, task=task, seed=seed,
-                                                timeout_s=f.timeout_s, env_token=f.env_token))
+            self.result = asyncio.run(
+                run_agent(
+                    f.agent,
+                    policy=f.policy,
+                    env_url=f.env_url,
+                    task=task,
+                    seed=seed,
+                    timeout_s=f.timeout_s,
+                    env_token=f.env_token,
+                )
+            )
         except BaseException as exc:  # re-raised where the worker waits
             self._error = exc
 
@@ -76,9 +93,15 @@ class AgentSession(ResourceSession):
         self.wait_for_completion()
         outcome = self.result.outcome
         reward = outcome.get("reward")
-        return VerifyResult(env_reward=None if reward is None else float(reward), done=bool(outcome.get("done")),
-                            metrics={"forks": self.result.trace.forks, "fork_tokens": self.result.trace.fork_tokens,
-                                     "error": self.result.error})
+        return VerifyResult(
+            env_reward=None if reward is None else float(reward),
+            done=bool(outcome.get("done")),
+            metrics={
+                "forks": self.result.trace.forks,
+                "fork_tokens": self.result.trace.fork_tokens,
+                "error": self.result.error,
+            },
+        )
 
     def close(self) -> None:
         if self.result is not None:
@@ -92,8 +115,16 @@ class AgentSessionFactory(ResourceSessionFactory):
     every call whatever the agent asks, so the sampled logprobs are the ones TRL's loss uses.
     """
 
-    def __init__(self, agent: Callable[..., Any], *, backend: Any, env_url: str, sampling: Any = None,
-                 timeout_s: float | None = None, env_token: str | None = None) -> None:
+    def __init__(
+        self,
+        agent: Callable[..., Any],
+        *,
+        backend: Any,
+        env_url: str,
+        sampling: Any = None,
+        timeout_s: float | None = None,
+        env_token: str | None = None,
+    ) -> None:
         self.agent, self.env_url, self.timeout_s, self.env_token = agent, env_url, timeout_s, env_token
         self.policy = PolicyServer(backend, sampling=_sampling_dict(sampling))
 
@@ -110,5 +141,13 @@ def _sampling_dict(sampling: Any) -> dict[str, Any]:
     if sampling is None:
         return {}
     if not isinstance(sampling, dict):
-        sampling = {k: getattr(sampling, k) for k in ("temperature", "top_p", "top_k", "max_tokens") if hasattr(sampling, k)}
-    return {k: v for k, v in sampling.items() if k in ("temperature", "top_p", "top_k", "max_tokens") and v is not None}
+        sampling = {
+            k: getattr(sampling, k)
+            for k in ("temperature", "top_p", "top_k", "max_tokens")
+            if hasattr(sampling, k)
+        }
+    return {
+        k: v
+        for k, v in sampling.items()
+        if k in ("temperature", "top_p", "top_k", "max_tokens") and v is not None
+    }

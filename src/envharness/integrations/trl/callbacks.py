@@ -12,14 +12,16 @@ from typing import Any
 from transformers import TrainerCallback
 
 
-
 def _number(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
+
 
 class ProgressCallback(TrainerCallback):
     """Prints reward and success per step and appends TRL's logs to a JSONL file."""
 
-    def __init__(self, log_path: str | Path, stream: Any = None, *, append: bool = False, label: str = "train"):
+    def __init__(
+        self, log_path: str | Path, stream: Any = None, *, append: bool = False, label: str = "train"
+    ):
         self.label = label  # the line's prefix: [train] for GRPO, [sft] for fine-tuning
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,14 +36,24 @@ class ProgressCallback(TrainerCallback):
         model = kwargs.get("model")
         if model is not None:
             self.where = run_placement(model, args)
-            print(f"[{self.label}] model on {self.where['device']}, {self.where['dtype']}"
-                  f"{' mixed precision (float32 weights)' if self.where['weights_dtype'] != self.where['dtype'] else ''}",
-                  file=self.stream, flush=True)
+            print(
+                f"[{self.label}] model on {self.where['device']}, {self.where['dtype']}"
+                f"{' mixed precision (float32 weights)' if self.where['weights_dtype'] != self.where['dtype'] else ''}",
+                file=self.stream,
+                flush=True,
+            )
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         if not logs:
             return
-        entry = {"step": state.global_step, "elapsed_s": round(time.perf_counter() - self._started, 2), **logs, **self.where}
+        entry = {
+            "step": state.global_step,
+            "elapsed_s": round(time.perf_counter() - self._started, 2),
+            **logs,
+            **self.where,
+        }
         with self.log_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(entry, default=float) + "\n")
         step = f"[{self.label}] step {state.global_step}/{state.max_steps if state.max_steps < 1_000_000 else '-'}"
@@ -49,12 +61,20 @@ class ProgressCallback(TrainerCallback):
             success = logs.get("rewards/reward_success/mean")
             extra = f"  success {success:.2f}" if success is not None else ""
             # a batch whose every episode failed has no reward (TRL logs None): say so, do not crash
-            print(f"{step}  reward {_number(logs['reward'], '.3f')}{extra}  loss {_number(logs.get('loss'), '.4f')}"
-                  f"  {entry['elapsed_s']:.0f}s", file=self.stream, flush=True)
+            print(
+                f"{step}  reward {_number(logs['reward'], '.3f')}{extra}  loss {_number(logs.get('loss'), '.4f')}"
+                f"  {entry['elapsed_s']:.0f}s",
+                file=self.stream,
+                flush=True,
+            )
         elif "loss" in logs:  # supervised steps: the loss on the model's tokens
             accuracy = logs.get("mean_token_accuracy")
             extra = f"  token accuracy {accuracy:.2f}" if accuracy is not None else ""
-            print(f"{step}  loss {logs['loss']:.4f}{extra}  {entry['elapsed_s']:.0f}s", file=self.stream, flush=True)
+            print(
+                f"{step}  loss {logs['loss']:.4f}{extra}  {entry['elapsed_s']:.0f}s",
+                file=self.stream,
+                flush=True,
+            )
 
 
 def run_placement(model: Any, args: Any) -> dict[str, str]:
@@ -63,7 +83,13 @@ def run_placement(model: Any, args: Any) -> dict[str, str]:
     from envharness.models.device import model_placement
 
     placed = model_placement(model)
-    compute = "bfloat16" if getattr(args, "bf16", False) else "float16" if getattr(args, "fp16", False) else placed.dtype_name
+    compute = (
+        "bfloat16"
+        if getattr(args, "bf16", False)
+        else "float16"
+        if getattr(args, "fp16", False)
+        else placed.dtype_name
+    )
     return {"device": str(placed.device), "dtype": compute, "weights_dtype": placed.dtype_name}
 
 
@@ -96,10 +122,16 @@ EXPLORATION_KEYS = {
 
 def reward_curve(history: list[dict[str, Any]], key: str = "reward") -> list[tuple[int, float]]:
     """(step, value) for every logged step that has `key`."""
-    return [(int(h["step"]), float(h[key])) for h in history if key in h and "step" in h and not math.isnan(float(h[key]))]
+    return [
+        (int(h["step"]), float(h[key]))
+        for h in history
+        if key in h and "step" in h and not math.isnan(float(h[key]))
+    ]
 
 
-def plot_reward_curve(history: list[dict[str, Any]], path: str | Path, *, title: str = "GRPO", window: int = 5) -> Path | None:
+def plot_reward_curve(
+    history: list[dict[str, Any]], path: str | Path, *, title: str = "GRPO", window: int = 5
+) -> Path | None:
     """Mean reward per step and its moving average as a PNG, with the exploration curves (entropy,
     zero-variance and all-failed groups) below when logged; None when nothing was logged."""
     points = reward_curve(history)
@@ -111,9 +143,14 @@ def plot_reward_curve(history: list[dict[str, Any]], path: str | Path, *, title:
     import matplotlib.pyplot as plt
 
     steps, values = zip(*points)
-    smooth = [sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
+    smooth = [
+        sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1)
+        for i in range(len(values))
+    ]
     explored = [key for key in EXPLORATION_KEYS if reward_curve(history, key)]
-    fig, axes = plt.subplots(2 if explored else 1, 1, figsize=(7, 6.5 if explored else 4), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        2 if explored else 1, 1, figsize=(7, 6.5 if explored else 4), sharex=True, squeeze=False
+    )
     ax = axes[0][0]
     ax.plot(steps, values, "o-", alpha=0.35, label="mean reward per step")
     ax.plot(steps, smooth, "-", linewidth=2, label=f"moving average ({window} steps)")
@@ -128,7 +165,12 @@ def plot_reward_curve(history: list[dict[str, Any]], path: str | Path, *, title:
     if explored:  # exploration: does the policy still vary, and do groups still carry signal?
         low = axes[1][0]
         for key in explored:
-            low.plot(*zip(*reward_curve(history, key)), EXPLORATION_KEYS[key][0], alpha=0.6, label=EXPLORATION_KEYS[key][1])
+            low.plot(
+                *zip(*reward_curve(history, key)),
+                EXPLORATION_KEYS[key][0],
+                alpha=0.6,
+                label=EXPLORATION_KEYS[key][1],
+            )
         low.set_ylabel("nats/token, share of groups")
         low.grid(alpha=0.3)
         low.legend(loc="upper right", fontsize=8)

@@ -17,8 +17,9 @@ def _warn(old: str, new: str) -> None:
     warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
 
 
-def build_browsergym_rollout_func(client_factory: Callable[[], Any], *, default_task: str | None = "click-test",
-                                  **kwargs: Any) -> Any:
+def build_browsergym_rollout_func(
+    client_factory: Callable[[], Any], *, default_task: str | None = "click-test", **kwargs: Any
+) -> Any:
     """`build_env_rollout_func("browsergym", ...)`."""
     from envharness.integrations.trl.rollout import build_env_rollout_func
 
@@ -34,7 +35,9 @@ def browser_clients(env_url: str | None = None, **kwargs: Any) -> Any:
     return env_clients(_BROWSER, env_url, **kwargs)
 
 
-def browsergym_environment_factory(client_factory: Callable[[], Any], *, task: str = "click-test", **options: Any) -> Any:
+def browsergym_environment_factory(
+    client_factory: Callable[[], Any], *, task: str = "click-test", **options: Any
+) -> Any:
     """`environment_factory("browsergym", ...)`."""
     from envharness.integrations.trl.environment import environment_factory
 

@@ -66,7 +66,9 @@ class ToolEnvironment:
             return "No episode has started: reset first."
         if self._done:
             return "The episode is over; no more actions are needed."
-        result = run_coroutine_sync(call_tool_checked(self._session, {tool_name(t): t for t in self.tools}, name, arguments))
+        result = run_coroutine_sync(
+            call_tool_checked(self._session, {tool_name(t): t for t in self.tools}, name, arguments)
+        )
         reward = result.metadata.get("reward")
         if reward is not None:
             self._reward = float(reward)
@@ -108,19 +110,31 @@ def _tool_method(tool: Tool) -> Callable[..., str]:
     annotations: dict[str, Any] = {}
     for arg in sorted(properties, key=lambda a: a not in required):  # required ones first, as Python wants
         declared = properties[arg].get("type")
-        kind = _JSON_TYPES.get(declared[0] if isinstance(declared, list) and declared else declared, str)  # ["string", "array"]: the first
+        kind = _JSON_TYPES.get(
+            declared[0] if isinstance(declared, list) and declared else declared, str
+        )  # ["string", "array"]: the first
         annotations[arg] = kind if arg in required else kind | None
         default = inspect.Parameter.empty if arg in required else None
-        parameters.append(inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotations[arg]))
+        parameters.append(
+            inspect.Parameter(
+                arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotations[arg]
+            )
+        )
     signature = inspect.Signature(parameters, return_annotation=str)
 
     def method(self: ToolEnvironment, *args: Any, **kwargs: Any) -> str:
         bound = signature.bind(self, *args, **kwargs)
         return self._call(name, {k: v for k, v in bound.arguments.items() if k != "self" and v is not None})
 
-    lines = [(tool.get("description") if isinstance(tool, dict) else getattr(tool, "description", "")) or name]
+    lines = [
+        (tool.get("description") if isinstance(tool, dict) else getattr(tool, "description", "")) or name
+    ]
     if properties:
-        lines += ["", "Args:"] + [f"    {arg}: {properties[arg].get('description') or arg}" for arg in signature.parameters if arg != "self"]
+        lines += ["", "Args:"] + [
+            f"    {arg}: {properties[arg].get('description') or arg}"
+            for arg in signature.parameters
+            if arg != "self"
+        ]
     method.__name__ = method.__qualname__ = name
     method.__doc__ = "\n".join(lines)
     method.__signature__ = signature  # type: ignore[attr-defined]
@@ -147,7 +161,9 @@ def tool_environment_class(env: str, tools: tuple[Tool, ...] | None = None) -> t
     reserved = sorted(set(methods) & {"reset", "get_reward"})
     if reserved:
         raise ValueError(f"{env}: a tool may not be named {', '.join(reserved)} (TRL's own methods)")
-    return type(_class_name(env), (ToolEnvironment,), {**methods, "tools": tuple(tools or ()), "__module__": __name__})
+    return type(
+        _class_name(env), (ToolEnvironment,), {**methods, "tools": tuple(tools or ()), "__module__": __name__}
+    )
 
 
 def _tools_of(factory: Any) -> tuple[Tool, ...]:
@@ -175,11 +191,19 @@ class _FrozenDict(dict):
 def _frozen(tool: Any) -> Tool:
     if isinstance(tool, dict):
         return _FrozenDict(tool)
-    return _FrozenDict(name=tool_name(tool), description=getattr(tool, "description", ""), inputSchema=tool_schema(tool))
+    return _FrozenDict(
+        name=tool_name(tool), description=getattr(tool, "description", ""), inputSchema=tool_schema(tool)
+    )
 
 
-def environment_factory(env: str, client_factory: Callable[[], Any], *, task: str | None = None,
-                        tools: Sequence[str] | None = None, **session_options: Any) -> Callable[[], ToolEnvironment]:
+def environment_factory(
+    env: str,
+    client_factory: Callable[[], Any],
+    *,
+    task: str | None = None,
+    tools: Sequence[str] | None = None,
+    **session_options: Any,
+) -> Callable[[], ToolEnvironment]:
     """A zero-argument factory for TRL's `environment_factory`: each instance gets its own
     sync client of `env` from `client_factory` (e.g. `functools.partial(TextArenaEnv, base_url=url)`).
     `tools` narrows the environment's default tools; `session_options` go to its session factory."""

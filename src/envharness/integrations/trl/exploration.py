@@ -47,7 +47,12 @@ def group_stats(prompts: list[Any], out: dict[str, list[Any]]) -> dict[str, Any]
             task, seed = parse_task_prompt(prompt)
             error, count = Counter(_short(errors[i]) for i in rows).most_common(1)[0]
             failed_lines.append(f"{task} {seed}: {error} ({count}/{len(rows)})")
-    model_logprobs = [lp for lps, mask in zip(out.get("logprobs") or [], out.get("env_mask") or []) for lp, m in zip(lps, mask) if m]
+    model_logprobs = [
+        lp
+        for lps, mask in zip(out.get("logprobs") or [], out.get("env_mask") or [])
+        for lp, m in zip(lps, mask)
+        if m
+    ]
     n = max(1, len(groups))
     stats: dict[str, Any] = {
         "groups/all_failed": len(failed_lines) / n,
@@ -59,7 +64,9 @@ def group_stats(prompts: list[Any], out: dict[str, list[Any]]) -> dict[str, Any]
     timed_out = [i for i, flag in enumerate(out.get("timed_out") or []) if flag]
     if timed_out:  # agents cancelled at their time limit: masked rows, named here
         stats["episodes/agent_timeouts"] = len(timed_out)
-        stats["episodes/agent_timeout_rows"] = [" ".join(map(str, parse_task_prompt(prompts[i]))) for i in timed_out]
+        stats["episodes/agent_timeout_rows"] = [
+            " ".join(map(str, parse_task_prompt(prompts[i]))) for i in timed_out
+        ]
     return stats
 
 
@@ -104,6 +111,8 @@ class _GroupStatsCallback(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.stats.prompts, self.stats.out = [], {}
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         if logs is not None and "loss" in logs and self.stats.prompts:
             logs.update(group_stats(self.stats.prompts, self.stats.out))

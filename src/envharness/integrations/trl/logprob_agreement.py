@@ -24,8 +24,18 @@ from typing import Any, Iterator
 import torch
 
 #: What the loss pass of `GRPOTrainer` accepts besides ids and masks (a VLM's pixels, ...).
-_FORWARD_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "image_sizes", "num_images", "spatial_shapes",
-                 "token_type_ids", "mm_token_type_ids", "image_position_ids", "num_tiles")
+_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_attention_mask",
+    "image_sizes",
+    "num_images",
+    "spatial_shapes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+    "num_tiles",
+)
 
 
 def measure_and_correct(trainer: Any, *, correct: bool = True) -> bool:
@@ -39,10 +49,16 @@ def measure_and_correct(trainer: Any, *, correct: bool = True) -> bool:
     def prepare_and_measure(*args: Any, **kwargs: Any) -> dict[str, Any]:
         output = prepare(*args, **kwargs)
         sampled = output.get("sampling_per_token_logps")
-        skipped = getattr(trainer, "no_signal_skipped", None) is not None and not bool(output["advantages"].abs().gt(0).any())
+        skipped = getattr(trainer, "no_signal_skipped", None) is not None and not bool(
+            output["advantages"].abs().gt(0).any()
+        )
         if sampled is None or skipped:
             return output
-        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+        mask = (
+            output["completion_mask"] * output["tool_mask"]
+            if "tool_mask" in output
+            else output["completion_mask"]
+        )
         recomputed = output.get("old_per_token_logps")
         if recomputed is None:
             recomputed = training_logprobs(trainer, output)
@@ -73,18 +89,27 @@ def training_logprobs(trainer: Any, output: dict[str, Any]) -> torch.Tensor:
     extra = {k: output[k] for k in _FORWARD_KEYS if output.get(k) is not None}
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, attention, completion_ids.size(1), batch_size=trainer.args.per_device_train_batch_size, **extra
+            trainer.model,
+            ids,
+            attention,
+            completion_ids.size(1),
+            batch_size=trainer.args.per_device_train_batch_size,
+            **extra,
         )
     return logps
 
 
-def truncated_ratio(recomputed: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor, clip_max: float) -> torch.Tensor:
+def truncated_ratio(
+    recomputed: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor, clip_max: float
+) -> torch.Tensor:
     """min(exp(recomputed - sampled), clip_max) per token; 1 where masked or where a logprob is missing."""
     diff = torch.nan_to_num((recomputed - sampled) * mask, nan=0.0)
     return torch.exp(diff).clamp(max=clip_max)
 
 
-def agreement_metrics(recomputed: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor, ratio: torch.Tensor) -> dict[str, float]:
+def agreement_metrics(
+    recomputed: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor, ratio: torch.Tensor
+) -> dict[str, float]:
     """TRL's names for the gap between the two logprobs over the tokens the loss sees."""
     keep = mask.bool() & ~torch.isnan(sampled)
     delta = (recomputed - sampled).abs()[keep]

@@ -22,7 +22,11 @@ def skip_batches_without_signal(trainer: Any) -> bool:
     import torch
 
     args = trainer.args
-    if getattr(args, "beta", 0.0) != 0.0 or getattr(args, "entropy_coef", 0.0) or getattr(args, "use_adaptive_entropy", False):
+    if (
+        getattr(args, "beta", 0.0) != 0.0
+        or getattr(args, "entropy_coef", 0.0)
+        or getattr(args, "use_adaptive_entropy", False)
+    ):
         return False
     compute_loss = trainer.compute_loss
     skipped = {"count": 0}

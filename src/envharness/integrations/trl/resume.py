@@ -22,7 +22,9 @@ from transformers import TrainerCallback
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 #: Settings a resumed run may change; every other one must match the first run's.
-RESUMABLE_CHANGES = frozenset({"max_steps", "minutes", "threads", "env_url", "output_dir", "resume", "save_steps"})
+RESUMABLE_CHANGES = frozenset(
+    {"max_steps", "minutes", "threads", "env_url", "output_dir", "resume", "save_steps"}
+)
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,9 @@ def trim_to_step(output_dir: str | Path, step: int) -> int:
     the episodes kept. Records of step k carry `metrics.train_step == k - 1`."""
     out = Path(output_dir)
     _rewrite_jsonl(out / "train_log.jsonl", lambda e: e.get("step", 0) <= step and "train_runtime" not in e)
-    return _rewrite_jsonl(out / "episodes.jsonl", lambda e: (e.get("metrics") or {}).get("train_step", step) < step)
+    return _rewrite_jsonl(
+        out / "episodes.jsonl", lambda e: (e.get("metrics") or {}).get("train_step", step) < step
+    )
 
 
 def count_step_records(output_dir: str | Path, step: int) -> int:
@@ -114,7 +118,9 @@ class StepBoundary(TrainerCallback):
 def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | None:
     """On an interrupt: checkpoint the steps finished since the last checkpoint, when the
     weights in memory are a step boundary's. Returns the newest checkpoint."""
-    for callback in trainer.callback_handler.callbacks:  # transformers' tqdm bar: close it before the last line
+    for (
+        callback
+    ) in trainer.callback_handler.callbacks:  # transformers' tqdm bar: close it before the last line
         bar = getattr(callback, "training_bar", None)
         if bar is not None:
             bar.close()
@@ -128,19 +134,24 @@ def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | No
     return latest
 
 
-def plan_resume(output_dir: str | Path, config: dict[str, Any], resume: bool,
-                config_name: str = "train_config.json") -> Checkpoint | None:
+def plan_resume(
+    output_dir: str | Path, config: dict[str, Any], resume: bool, config_name: str = "train_config.json"
+) -> Checkpoint | None:
     """The checkpoint to resume from (None: a fresh run), or ValueError saying why the
     folder cannot be used as asked (`config_name`: the run's saved settings). Nothing is changed on disk."""
     out = Path(output_dir)
     latest = latest_checkpoint(out)
     if not resume:
         if latest is not None:
-            raise ValueError(f"{out} already holds a run (checkpoint-{latest.step}): pass --resume to continue it, "
-                             "or choose another --output-dir")
+            raise ValueError(
+                f"{out} already holds a run (checkpoint-{latest.step}): pass --resume to continue it, "
+                "or choose another --output-dir"
+            )
         return None
     if latest is None:
-        raise ValueError(f"--resume: no complete checkpoint in {out} (a run saves one every --save-steps steps)")
+        raise ValueError(
+            f"--resume: no complete checkpoint in {out} (a run saves one every --save-steps steps)"
+        )
     try:
         old = json.loads((out / config_name).read_text())
     except (OSError, ValueError):

@@ -31,7 +31,9 @@ def _failed(kwargs: dict[str, Any], n: int) -> list[bool]:
     return [bool((m or {}).get("error")) for m in metrics]
 
 
-def _reduce_steps(completions: list[Any], kwargs: dict[str, Any], reduce: Callable[[Sequence[float]], float]) -> list[float | None]:
+def _reduce_steps(
+    completions: list[Any], kwargs: dict[str, Any], reduce: Callable[[Sequence[float]], float]
+) -> list[float | None]:
     steps = _per_episode(kwargs, "step_rewards", len(completions))
     failed = _failed(kwargs, len(completions))
     return [None if bad else (reduce([float(r) for r in s]) if s else 0.0) for s, bad in zip(steps, failed)]

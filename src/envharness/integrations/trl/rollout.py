@@ -31,7 +31,13 @@ from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import build_harness_rollout_func
 from envharness.harness.tool_parsing import ToolCallParser, parse_json_tool_calls
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits
-from envharness.integrations.trl.rewards import REWARD_FUNCS, reward_max, reward_mean, reward_success, reward_sum
+from envharness.integrations.trl.rewards import (
+    REWARD_FUNCS,
+    reward_max,
+    reward_mean,
+    reward_success,
+    reward_sum,
+)
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest
 
@@ -73,7 +79,9 @@ def task_dataset(tasks: Sequence[str], num_prompts: int, *, seed: int = 0) -> An
     if not tasks:
         raise ValueError("at least one task is needed")
     rng = random.Random(seed)
-    prompts = [task_prompt(tasks[i % len(tasks)], rng.randrange(1_000_000, 2_000_000)) for i in range(num_prompts)]
+    prompts = [
+        task_prompt(tasks[i % len(tasks)], rng.randrange(1_000_000, 2_000_000)) for i in range(num_prompts)
+    ]
     return Dataset.from_dict({"prompt": prompts})
 
 
@@ -83,7 +91,9 @@ class TaskPromptSessionFactory:
     def __init__(self, inner: Any):
         self.inner = inner
 
-    async def create_async(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> Any:
+    async def create_async(
+        self, task: Any = None, seed: int | None = None, episode_id: str | None = None
+    ) -> Any:
         from envharness.harness.session import create_session
 
         task, prompt_seed = parse_task_prompt(task)
@@ -206,13 +216,21 @@ def build_trl_rollout_func(
     which `integrations/trl/vision.py` hands to the loss pass.
     """
     limits = limits or HarnessRunLimits()
-    writer = EpisodeRecordWriter(records, include_tokens=include_tokens_in_records) if isinstance(records, (str, Path)) else records
+    writer = (
+        EpisodeRecordWriter(records, include_tokens=include_tokens_in_records)
+        if isinstance(records, (str, Path))
+        else records
+    )
     factory = TaskPromptSessionFactory(session_factory)
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        batcher = BatchingModelStep(backend_factory(trainer), tool_call_parser=tool_call_parser, send_tools=send_tools)
+        batcher = BatchingModelStep(
+            backend_factory(trainer), tool_call_parser=tool_call_parser, send_tools=send_tools
+        )
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        episode_limits = dataclasses.replace(limits, sampling={**trainer_sampling(trainer), **limits.sampling})
+        episode_limits = dataclasses.replace(
+            limits, sampling={**trainer_sampling(trainer), **limits.sampling}
+        )
         results: dict[int, HarnessRolloutResult] = {}
 
         def on_result(index: int, result: HarnessRolloutResult) -> None:
@@ -234,15 +252,22 @@ def build_trl_rollout_func(
         out = inner(prompts, trainer)
         rollout_func.last_metrics = inner.last_metrics  # type: ignore[attr-defined]
         if inner.last_metrics.get("infra_failures"):
-            log.warning("%d of %d episodes lost to a dead environment server (masked out, reward 0)",
-                        inner.last_metrics["infra_failures"], inner.last_metrics["episodes"])
+            log.warning(
+                "%d of %d episodes lost to a dead environment server (masked out, reward 0)",
+                inner.last_metrics["infra_failures"],
+                inner.last_metrics["episodes"],
+            )
         ordered = [results[i] for i in range(len(prompts))]
         out["step_rewards"] = [_step_rewards(r) for r in ordered]
         out["success"] = [_success(r) for r in ordered]
-        out["error"] = [r.error for r in ordered]  # why an episode failed (exploration.py reports all-failed groups)
+        out["error"] = [
+            r.error for r in ordered
+        ]  # why an episode failed (exploration.py reports all-failed groups)
         if with_images:  # a row without tokens of its own (TRL's placeholder) shows no images
             out["episode_images"] = [list(r.images) if r.completion_ids else [] for r in ordered]
-            out["image_token_counts"] = [list(r.image_token_counts) if r.completion_ids else [] for r in ordered]
+            out["image_token_counts"] = [
+                list(r.image_token_counts) if r.completion_ids else [] for r in ordered
+            ]
         return out
 
     rollout_func.records = writer  # type: ignore[attr-defined]
@@ -272,7 +297,8 @@ def build_env_rollout_func(
     if harness.reset_kwargs and "reset_kwargs" not in options:
         options["reset_kwargs"] = dict(harness.reset_kwargs)
     factory = options.pop("session_factory_builder", harness.session_factory)(
-        client_factory, default_task=default_task or harness.default_tasks[0], **options)
+        client_factory, default_task=default_task or harness.default_tasks[0], **options
+    )
     kwargs.setdefault("tool_call_parser", harness.tool_call_parser)
     kwargs.setdefault("send_tools", False)
     return build_trl_rollout_func(factory, **kwargs)

@@ -92,8 +92,15 @@ def sft_trainer_config(config: SFTRunConfig) -> Any:
     )
 
 
-def run_sft(config: SFTRunConfig, rows: list[dict[str, list[int]]], model: Any, tokenizer: Any, *,
-            checkpoint: Any = None, callbacks: list[Any] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def run_sft(
+    config: SFTRunConfig,
+    rows: list[dict[str, list[int]]],
+    model: Any,
+    tokenizer: Any,
+    *,
+    checkpoint: Any = None,
+    callbacks: list[Any] = (),
+) -> dict[str, Any]:  # type: ignore[assignment]
     """Fine-tune `model` on `rows`; returns what was done (steps, seconds, the final folder)."""
     from datasets import Dataset
     from trl import SFTTrainer
@@ -103,15 +110,23 @@ def run_sft(config: SFTRunConfig, rows: list[dict[str, list[int]]], model: Any, 
     from envharness.integrations.trl.training import _lora_config
 
     if not rows:
-        raise TrainSetupError("no demonstrations to learn from: no episode succeeded (see the demos folder's report)")
+        raise TrainSetupError(
+            "no demonstrations to learn from: no episode succeeded (see the demos folder's report)"
+        )
     out = Path(config.output_dir)
     (out / "sft_config.json").write_text(json.dumps(asdict(config), indent=2))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     trainer = SFTTrainer(
-        model=model, processing_class=tokenizer, args=sft_trainer_config(config),
-        train_dataset=Dataset.from_list(rows), peft_config=_lora_config(config) if config.lora else None,
-        callbacks=[ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"), *callbacks],
+        model=model,
+        processing_class=tokenizer,
+        args=sft_trainer_config(config),
+        train_dataset=Dataset.from_list(rows),
+        peft_config=_lora_config(config) if config.lora else None,
+        callbacks=[
+            ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"),
+            *callbacks,
+        ],
     )
     from transformers.trainer_callback import PrinterCallback
 
@@ -129,5 +144,9 @@ def run_sft(config: SFTRunConfig, rows: list[dict[str, list[int]]], model: Any, 
         trainer.model = trainer.model.merge_and_unload()
     trainer.model.save_pretrained(str(final))
     tokenizer.save_pretrained(str(final))
-    return {"steps": trainer.state.global_step, "seconds": time.perf_counter() - started, "final": final,
-            "log_history": list(trainer.state.log_history)}
+    return {
+        "steps": trainer.state.global_step,
+        "seconds": time.perf_counter() - started,
+        "final": final,
+        "log_history": list(trainer.state.log_history),
+    }

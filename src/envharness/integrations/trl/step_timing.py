@@ -60,7 +60,9 @@ class StepTimer:
 
         return _TimedBackend((inner_factory or trainer_backend)(trainer), self.totals)
 
-    def wrap(self, rollout_func: Callable[[list[Any], Any], dict[str, list[Any]]]) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
+    def wrap(
+        self, rollout_func: Callable[[list[Any], Any], dict[str, list[Any]]]
+    ) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
         def timed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
             started = time.perf_counter()
             try:
@@ -98,6 +100,8 @@ class _StepTimingCallback(TrainerCallback):
         }
         self.timer.history.append(self._last)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         if logs is not None and self._last is not None and "loss" in logs:
             logs.update(self._last)

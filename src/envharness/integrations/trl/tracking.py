@@ -36,14 +36,22 @@ def check_report_to(report_to: str) -> None:
         return
     modules, install = _NEEDS[report_to]
     if not any(importlib.util.find_spec(m) is not None for m in modules):
-        raise TrackerUnavailableError(f"--report-to {report_to} needs the {report_to} package, which is not installed: {install}")
+        raise TrackerUnavailableError(
+            f"--report-to {report_to} needs the {report_to} package, which is not installed: {install}"
+        )
 
 
-def grpo_tracking_options(report_to: str, output_dir: str | Path, project: str = "envharness") -> dict[str, Any]:
+def grpo_tracking_options(
+    report_to: str, output_dir: str | Path, project: str = "envharness"
+) -> dict[str, Any]:
     """`GRPOConfig` keyword arguments for `report_to` (a checked tracker name)."""
     if report_to == "none":
         return {"report_to": "none"}
-    options: dict[str, Any] = {"report_to": [report_to], "run_name": Path(output_dir).name or "train", "project": project}
+    options: dict[str, Any] = {
+        "report_to": [report_to],
+        "run_name": Path(output_dir).name or "train",
+        "project": project,
+    }
     if report_to == "trackio":
         options.update(trackio_space_id=None, trackio_static_space_id=False)  # local only
     return options

@@ -23,7 +23,11 @@ from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.rewards import REWARD_FUNCS
-from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to, grpo_tracking_options
+from envharness.integrations.trl.tracking import (
+    TrackerUnavailableError,
+    check_report_to,
+    grpo_tracking_options,
+)
 from envharness.prompts import get_prompt_style, opening_builder
 from envharness.prompts.text import tokenizer_counter
 from envharness.core.registry import DEFAULT_ENV, ResolvedEnv, resolve_environment, resolved
@@ -132,9 +136,14 @@ def load_model(spec: str, placement: Any = None) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:  # float32 master weights even from a bf16 checkpoint (as hub checkpoints are saved)
-            model, tokenizer = AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32), AutoTokenizer.from_pretrained(spec)
+            model, tokenizer = (
+                AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32),
+                AutoTokenizer.from_pretrained(spec),
+            )
         except (OSError, ValueError) as exc:  # the hub library's long story, cut to its first line
-            raise TrainSetupError(f"cannot load model {spec!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+            raise TrainSetupError(
+                f"cannot load model {spec!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+            ) from None
     return master_weights(model, placement), tokenizer
 
 
@@ -148,7 +157,9 @@ def prompt_options(style: str, tokenizer: Any = None, env: EnvRef = None) -> dic
     `envharness eval --prompt STYLE` also gives (page text budgets counted with `tokenizer`,
     as eval counts them with the model's)."""
     chosen = _prompt_style(style, env)
-    options: dict[str, Any] = {"prompt_builder": opening_builder(chosen, count_tokens=tokenizer_counter(tokenizer))}
+    options: dict[str, Any] = {
+        "prompt_builder": opening_builder(chosen, count_tokens=tokenizer_counter(tokenizer))
+    }
     if chosen.observation_text is not None:  # how later turns show the page (compact: its elements)
         options["observation_text"] = chosen.observation_text
     return options
@@ -196,8 +207,15 @@ def train_server_options(env: EnvRef = DEFAULT_ENV) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def env_clients(env: EnvRef = DEFAULT_ENV, env_url: str | None = None, *, env_urls: list[str] | None = None, servers: int = 0,
-                ray_address: str | None = None, env_options: dict[str, Any] | None = None) -> Iterator[Callable[[], Any]]:
+def env_clients(
+    env: EnvRef = DEFAULT_ENV,
+    env_url: str | None = None,
+    *,
+    env_urls: list[str] | None = None,
+    servers: int = 0,
+    ray_address: str | None = None,
+    env_options: dict[str, Any] | None = None,
+) -> Iterator[Callable[[], Any]]:
     """A factory of pooled clients of `env` (one lease per episode) on `env_url`, or on a server
     started on loopback for the duration of the block; with `env_urls` or `servers`, a fleet
     router spreading the episodes over many servers (`envharness.fleet`)."""
@@ -208,7 +226,9 @@ def env_clients(env: EnvRef = DEFAULT_ENV, env_url: str | None = None, *, env_ur
     if env_urls or servers:
         from envharness.fleet.start import open_fleet
 
-        with open_fleet(env.name, env_urls=env_urls or [], servers=servers, ray_address=ray_address, env_options=options) as router:
+        with open_fleet(
+            env.name, env_urls=env_urls or [], servers=servers, ray_address=ray_address, env_options=options
+        ) as router:
             yield router
         return
     with contextlib.ExitStack() as stack:
@@ -222,7 +242,9 @@ def env_clients(env: EnvRef = DEFAULT_ENV, env_url: str | None = None, *, env_ur
 
 
 @contextlib.contextmanager
-def agent_env_url(env: EnvRef, env_url: str | None, env_options: dict[str, Any] | None = None) -> Iterator[str]:
+def agent_env_url(
+    env: EnvRef, env_url: str | None, env_options: dict[str, Any] | None = None
+) -> Iterator[str]:
     """The URL of a server of `env` (with `/mcp`) for agents that play through MCP: `env_url`,
     or a server started on loopback for the duration of the block."""
     if env_url:
@@ -269,8 +291,10 @@ def check_model_spec(spec: str) -> None:
     if path.exists():
         raise TrainSetupError(f"--model {spec}: a file, not a model directory")
     if spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or "" in spec.split("/"):
-        raise TrainSetupError(f"--model {spec}: no model directory there "
-                              "(use 'embedded', 'tiny', a model directory or a hub id org/name)")
+        raise TrainSetupError(
+            f"--model {spec}: no model directory there "
+            "(use 'embedded', 'tiny', a model directory or a hub id org/name)"
+        )
 
 
 def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -> Any:
@@ -284,7 +308,9 @@ def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -
     try:
         env = env or resolve_environment(config.env, config.env_options)
         harness = env.require_harness()
-        config.tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
+        config.tasks = harness.task_list().expand(
+            config.tasks or harness.default_tasks[:1], harness.check_task
+        )
     except (ValueError, KeyError, ImportError) as exc:
         raise TrainSetupError(str(exc)) from None
     if not config.tasks:
@@ -351,15 +377,27 @@ def train(
         env.require_harness()
     except (KeyError, ImportError, AttributeError, ValueError) as exc:
         raise TrainSetupError(f"--env {config.env}: {exc}") from None
-    is_vlm = vision_grpo.is_vision_spec(config.model) if model is None else hasattr(tokenizer, "image_processor")
-    if is_vlm and config.prompt not in ("vision", "", "compact"):  # "" / compact: the browser's training default
-        raise TrainSetupError(f"a vision-language model trains on --prompt vision (screenshots in every turn), not {config.prompt!r}")
+    is_vlm = (
+        vision_grpo.is_vision_spec(config.model) if model is None else hasattr(tokenizer, "image_processor")
+    )
+    if is_vlm and config.prompt not in (
+        "vision",
+        "",
+        "compact",
+    ):  # "" / compact: the browser's training default
+        raise TrainSetupError(
+            f"a vision-language model trains on --prompt vision (screenshots in every turn), not {config.prompt!r}"
+        )
     if not is_vlm:
         config.prompt = config.prompt or _train_prompt(env)
     if not is_vlm and _prompt_style(config.prompt, env).vision:
-        raise TrainSetupError(f"--prompt vision shows screenshots: {config.model!r} is not a vision-language model")
+        raise TrainSetupError(
+            f"--prompt vision shows screenshots: {config.model!r} is not a vision-language model"
+        )
     if is_vlm:
-        config.prompt = "vision"  # recorded in train_config.json: `eval --prompt vision` plays what was trained
+        config.prompt = (
+            "vision"  # recorded in train_config.json: `eval --prompt vision` plays what was trained
+        )
     checkpoint = _check(config, env, model_given=model is not None)
     if config.threads:
         import torch
@@ -384,9 +422,18 @@ def train(
     if config.agent:  # the agent plays through the server's /mcp: it needs the server's URL
         environment = agent_env_url(env, config.env_url, config.env_options)
     else:
-        environment = contextlib.nullcontext(client_factory) if client_factory else env_clients(
-            env, config.env_url, env_urls=config.env_urls, servers=config.servers, ray_address=config.ray_address,
-            env_options=config.env_options)
+        environment = (
+            contextlib.nullcontext(client_factory)
+            if client_factory
+            else env_clients(
+                env,
+                config.env_url,
+                env_urls=config.env_urls,
+                servers=config.servers,
+                ray_address=config.ray_address,
+                env_options=config.env_options,
+            )
+        )
     with environment as make_client:
         records_path = out / "episodes.jsonl"
         timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
@@ -396,14 +443,26 @@ def train(
             from envharness.policy.agents import load_agent
 
             rollout_func = build_agent_rollout_func(
-                load_agent(config.agent), env_url=make_client, backend_factory=timer.backend_factory,
-                agent_kwargs={"max_turns": config.max_turns}, timeout_s=config.agent_timeout_s,
-                records=EpisodeRecordWriter(records_path, append=checkpoint is not None))
+                load_agent(config.agent),
+                env_url=make_client,
+                backend_factory=timer.backend_factory,
+                agent_kwargs={"max_turns": config.max_turns},
+                timeout_s=config.agent_timeout_s,
+                records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
+            )
         elif is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
-                make_client, env=env, default_task=config.tasks[0], limits=HarnessRunLimits(max_turns=config.max_turns), records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
-                backend_factory=functools.partial(timer.backend_factory, inner_factory=vision_grpo.vision_trainer_backend),
-                vision=vision_grpo.VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
+                make_client,
+                env=env,
+                default_task=config.tasks[0],
+                limits=HarnessRunLimits(max_turns=config.max_turns),
+                records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
+                backend_factory=functools.partial(
+                    timer.backend_factory, inner_factory=vision_grpo.vision_trainer_backend
+                ),
+                vision=vision_grpo.VisionPromptConfig(
+                    max_side=config.screenshot_max_side, page_text=config.vision_page_text
+                ),
             )
         else:
             rollout_func = build_env_rollout_func(
@@ -425,14 +484,22 @@ def train(
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
             rollout_func=groups.wrap(timer.wrap(rollout_func)),
             peft_config=_lora_config(config) if config.lora else None,
-            callbacks=[timer.callback(), groups.callback(), ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None), *([TimeBudgetCallback(config.minutes)] if config.minutes else []), *callbacks],
+            callbacks=[
+                timer.callback(),
+                groups.callback(),
+                ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None),
+                *([TimeBudgetCallback(config.minutes)] if config.minutes else []),
+                *callbacks,
+            ],
         )
         boundary = StepBoundary()
         trainer.add_callback(boundary)
         check_model_device(trainer.model, placement)
         if config.skip_no_signal:
             skip_batches_without_signal(trainer)
-        measure_and_correct(trainer, correct=config.logprob_correction)  # after the skip: it knows skipped batches
+        measure_and_correct(
+            trainer, correct=config.logprob_correction
+        )  # after the skip: it knows skipped batches
         started = time.perf_counter()
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
@@ -448,10 +515,18 @@ def train(
     trainer.save_model(str(final_dir))
     tokenizer.save_pretrained(str(final_dir))
     history = list(trainer.state.log_history)
-    logged = out / "train_log.jsonl"  # what callbacks added to each step's log (exploration, timing) is only here
-    plotted = [json.loads(line) for line in logged.read_text().splitlines() if line.strip()] if logged.exists() else history
+    logged = (
+        out / "train_log.jsonl"
+    )  # what callbacks added to each step's log (exploration, timing) is only here
+    plotted = (
+        [json.loads(line) for line in logged.read_text().splitlines() if line.strip()]
+        if logged.exists()
+        else history
+    )
     curve = plot_reward_curve(plotted, out / "reward_curve.png", title=f"GRPO on {', '.join(config.tasks)}")
-    return TrainResult(trainer.model, out, final_dir, records_path, curve, trainer.state.global_step, seconds, history)
+    return TrainResult(
+        trainer.model, out, final_dir, records_path, curve, trainer.state.global_step, seconds, history
+    )
 
 
 def evaluate(
@@ -473,12 +548,22 @@ def evaluate(
     env = resolve_environment(config.env, config.env_options)
     harness = env.require_harness()
     style = config.prompt or harness.train_prompt
-    factory = TaskPromptSessionFactory(harness.session_factory(client_factory, default_task=task, **prompt_options(style, tokenizer, env)))
-    batcher = BatchingModelStep(TransformersBackend(model, tokenizer), tool_call_parser=harness.tool_call_parser, send_tools=False)
+    factory = TaskPromptSessionFactory(
+        harness.session_factory(client_factory, default_task=task, **prompt_options(style, tokenizer, env))
+    )
+    batcher = BatchingModelStep(
+        TransformersBackend(model, tokenizer), tool_call_parser=harness.tool_call_parser, send_tools=False
+    )
     sampling = {"temperature": config.temperature, "max_tokens": config.max_completion_length}
     results = run_coroutine_sync(
-        run_episodes(factory, [task] * len(seeds), seeds=seeds, backend=batcher,
-                     limits=HarnessRunLimits(max_turns=config.max_turns, sampling=sampling), max_concurrency=8)
+        run_episodes(
+            factory,
+            [task] * len(seeds),
+            seeds=seeds,
+            backend=batcher,
+            limits=HarnessRunLimits(max_turns=config.max_turns, sampling=sampling),
+            max_concurrency=8,
+        )
     )
     if records is not None:
         write_records(records, results)

@@ -44,7 +44,13 @@ from trl import GRPOTrainer
 from envharness.core.registry import DEFAULT_ENV
 from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.models.vision_processors import image_inputs, image_token_id, is_vision_model_dir, load_processor, placeholder_counts
+from envharness.models.vision_processors import (
+    image_inputs,
+    image_token_id,
+    is_vision_model_dir,
+    load_processor,
+    placeholder_counts,
+)
 from envharness.models.device import model_placement
 from envharness.models.transformers_vision import on_model
 from envharness.prompts.vision import VisionPromptConfig
@@ -61,7 +67,12 @@ class VisionTrainingError(TrainSetupError):
 # -- models ----------------------------------------------------------------------------------
 def is_vision_spec(spec: str) -> bool:
     """True for `tiny-vlm[:ARCH]`, `embedded-vlm` and a model directory with a vision tower."""
-    return spec == "embedded-vlm" or spec == TINY_PREFIX or spec.startswith(TINY_PREFIX + ":") or is_vision_model_dir(Path(spec).expanduser())
+    return (
+        spec == "embedded-vlm"
+        or spec == TINY_PREFIX
+        or spec.startswith(TINY_PREFIX + ":")
+        or is_vision_model_dir(Path(spec).expanduser())
+    )
 
 
 def load_vision_model(spec: str) -> tuple[Any, Any]:
@@ -85,8 +96,12 @@ def load_vision_model(spec: str) -> tuple[Any, Any]:
 def check_processor(processor: Any) -> None:
     """Refuse processors this trainer cannot hand exact pixels to TRL's loss pass for."""
     if not hasattr(processor, "image_processor"):
-        raise VisionTrainingError(f"vision GRPO needs the model's processor (with an image processor), got {type(processor).__name__}")
-    if getattr(processor, "image_seq_len", None) is None and not hasattr(processor.image_processor, "merge_size"):
+        raise VisionTrainingError(
+            f"vision GRPO needs the model's processor (with an image processor), got {type(processor).__name__}"
+        )
+    if getattr(processor, "image_seq_len", None) is None and not hasattr(
+        processor.image_processor, "merge_size"
+    ):
         raise VisionTrainingError(
             f"{type(processor).__name__}: vision GRPO supports Qwen2/2.5/3-VL-style (image_grid_thw) and Idefics3-style "
             "(image_seq_len) processors; this one lays its pixels out otherwise, which TRL's loss pass may slice wrongly. "
@@ -98,18 +113,32 @@ def check_exact_settings(args: Any) -> None:
     """Raise `VisionTrainingError` for settings whose loss-time logprobs would not see the pixels."""
     problems = []
     if getattr(args, "beta", 0.0):
-        problems.append("beta != 0 (the reference model's logprobs are computed without the screenshots): use beta=0")
+        problems.append(
+            "beta != 0 (the reference model's logprobs are computed without the screenshots): use beta=0"
+        )
     if getattr(args, "use_vllm", False):
-        problems.append("use_vllm (vLLM samples without the episode's images here): generate with the trained model")
+        problems.append(
+            "use_vllm (vLLM samples without the episode's images here): generate with the trained model"
+        )
     if getattr(args, "num_iterations", 1) != 1:
-        problems.append("num_iterations > 1 (old logprobs are computed without the screenshots): use num_iterations=1")
-    every = (getattr(args, "steps_per_generation", None) or args.gradient_accumulation_steps) * getattr(args, "num_iterations", 1)
+        problems.append(
+            "num_iterations > 1 (old logprobs are computed without the screenshots): use num_iterations=1"
+        )
+    every = (getattr(args, "steps_per_generation", None) or args.gradient_accumulation_steps) * getattr(
+        args, "num_iterations", 1
+    )
     if args.gradient_accumulation_steps % every:
-        problems.append("generation not aligned with optimizer steps (old logprobs without the screenshots): leave steps_per_generation unset")
+        problems.append(
+            "generation not aligned with optimizer steps (old logprobs without the screenshots): leave steps_per_generation unset"
+        )
     if (getattr(args, "top_k", 0) or 0) > 0 or (getattr(args, "top_p", 1.0) or 1.0) < 1.0:
-        problems.append("top_k/top_p (sampling logprobs are then of a truncated distribution the loss does not use): leave them off")
+        problems.append(
+            "top_k/top_p (sampling logprobs are then of a truncated distribution the loss does not use): leave them off"
+        )
     if problems:
-        raise VisionTrainingError("vision GRPO cannot keep loss-time logprobs exact with: " + "; ".join(problems))
+        raise VisionTrainingError(
+            "vision GRPO cannot keep loss-time logprobs exact with: " + "; ".join(problems)
+        )
 
 
 # -- the trainer -----------------------------------------------------------------------------
@@ -142,14 +171,26 @@ class VisionGRPOTrainer(GRPOTrainer):
         images, counts = self._episode_images, self._episode_counts
         self._episode_images = self._episode_counts = None
         if out.get("old_per_token_logps") is not None or out.get("ref_per_token_logps") is not None:
-            raise VisionTrainingError("TRL computed old/reference logprobs without the screenshots; see check_exact_settings")
+            raise VisionTrainingError(
+                "TRL computed old/reference logprobs without the screenshots; see check_exact_settings"
+            )
         assert images is not None and counts is not None  # _generate ran (or raised)
-        pixels = attach_pixels(self.processing_class, out["prompt_ids"], out["completion_ids"], images, counts)
-        out.update(on_model(pixels, model_placement(self.model)))  # pixels in the model's dtype (bf16 on a GPU)
+        pixels = attach_pixels(
+            self.processing_class, out["prompt_ids"], out["completion_ids"], images, counts
+        )
+        out.update(
+            on_model(pixels, model_placement(self.model))
+        )  # pixels in the model's dtype (bf16 on a GPU)
         return out
 
 
-def attach_pixels(processor: Any, prompt_ids: torch.Tensor, completion_ids: torch.Tensor, images: list[list[Any]], counts: list[list[int]]) -> dict[str, Any]:
+def attach_pixels(
+    processor: Any,
+    prompt_ids: torch.Tensor,
+    completion_ids: torch.Tensor,
+    images: list[list[Any]],
+    counts: list[list[int]],
+) -> dict[str, Any]:
     """The multimodal inputs of a padded batch (prompt left-padded, completion right-padded)
     whose row i shows `images[i]`. Raises ValueError when a row's placeholder tokens do not
     match what the image processor makes of its images (the missing-image guard)."""
@@ -167,7 +208,9 @@ def attach_pixels(processor: Any, prompt_ids: torch.Tensor, completion_ids: torc
             )
     extra = image_inputs(processor, [list(r) for r in images], ids)
     if "pixel_values" in extra:
-        tiled = getattr(processor, "image_seq_len", None) is not None  # one block of tiles per row: see the module docstring
+        tiled = (
+            getattr(processor, "image_seq_len", None) is not None
+        )  # one block of tiles per row: see the module docstring
         extra["num_images"] = [1] * len(images) if tiled else [len(r) for r in images]
     return {k: v.to(ids.device) if isinstance(v, torch.Tensor) else v for k, v in extra.items()}
 
@@ -201,16 +244,24 @@ def build_vision_rollout_func(
 
     vision = vision or VisionPromptConfig()
     if vision.keep_screenshots is not None:
-        raise VisionTrainingError("keep_screenshots must be None for training: dropping a screenshot rewrites earlier tokens")
+        raise VisionTrainingError(
+            "keep_screenshots must be None for training: dropping a screenshot rewrites earlier tokens"
+        )
     harness = env_harness(env)
     try:
         style = get_prompt_style("vision", env)
     except ValueError:
         style = None
     if style is None or style.session_factory is None:
-        raise VisionTrainingError(f"{env} has no 'vision' prompt style (sessions that show screenshots) to train a VLM on")
-    factory = style.session_factory(client_factory, vision=vision, default_task=default_task or harness.default_tasks[0],
-                                    **(session_factory_kwargs or {}))
+        raise VisionTrainingError(
+            f"{env} has no 'vision' prompt style (sessions that show screenshots) to train a VLM on"
+        )
+    factory = style.session_factory(
+        client_factory,
+        vision=vision,
+        default_task=default_task or harness.default_tasks[0],
+        **(session_factory_kwargs or {}),
+    )
     kwargs.setdefault("tool_call_parser", harness.tool_call_parser)
     kwargs.setdefault("send_tools", False)
     kwargs.setdefault("backend_factory", vision_trainer_backend)

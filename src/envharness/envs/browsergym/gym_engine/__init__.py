@@ -51,13 +51,22 @@ def make_gym_factory(*, headless: bool = True, **options: Any) -> GymEnvironment
     options.pop("page_timeout_ms", None)  # BrowserGym's tasks set their own timeouts
     unknown = set(options) - fields
     if unknown:
-        raise ValueError(f"unknown option(s) for engine=browsergym: {', '.join(sorted(unknown))}; "
-                         f"valid: engine, headless, {', '.join(sorted(fields | set(OBSERVATION_OPTIONS)))}")
+        raise ValueError(
+            f"unknown option(s) for engine=browsergym: {', '.join(sorted(unknown))}; "
+            f"valid: engine, headless, {', '.join(sorted(fields | set(OBSERVATION_OPTIONS)))}"
+        )
     config = GymEngineConfig(headless=headless, **options)
     config.observation = dataclasses.replace(config.observation, **parts)
     check_benchmark(config.benchmark)
     return GymEnvironmentFactory(config)
 
 
-__all__ = ["BENCHMARKS", "BenchmarkUnavailable", "GymBrowserEnvironment", "GymEngineConfig", "GymEnvironmentFactory",
-           "check_benchmark", "make_gym_factory"]
+__all__ = [
+    "BENCHMARKS",
+    "BenchmarkUnavailable",
+    "GymBrowserEnvironment",
+    "GymEngineConfig",
+    "GymEnvironmentFactory",
+    "check_benchmark",
+    "make_gym_factory",
+]

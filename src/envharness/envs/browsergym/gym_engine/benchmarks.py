@@ -37,23 +37,73 @@ class Benchmark:
     needs: str = ""
 
 
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
-    Benchmark("miniwob", "browsergym.miniwob", "browsergym", default_task="click-test",
-              needs="nothing: the pages ship in PyPI's miniwob and are served on loopback"),
-    Benchmark("openended", "browsergym.core", "browsergym", default_task="openended",
-              needs="a start URL per reset (reset(start_url=..., goal=...))"),
-    Benchmark("webarena", "browsergym.webarena", "webarena",
-              ("WA_SHOPPING", "WA_SHOPPING_ADMIN", "WA_REDDIT", "WA_GITLAB", "WA_WIKIPEDIA", "WA_MAP", "WA_HOMEPAGE"),
-              default_task="webarena.0", needs="the seven WebArena sites (self-hosted)"),
-    Benchmark("visualwebarena", "browsergym.visualwebarena", "visualwebarena",
-              ("VWA_CLASSIFIEDS", "VWA_CLASSIFIEDS_RESET_TOKEN", "VWA_SHOPPING", "VWA_REDDIT", "VWA_WIKIPEDIA", "VWA_HOMEPAGE"),
-              default_task="visualwebarena.0", needs="the VisualWebArena sites (self-hosted)"),
-    Benchmark("workarena", "browsergym.workarena", "workarena",
-              alternatives=(("SNOW_INSTANCE_URL", "SNOW_INSTANCE_UNAME", "SNOW_INSTANCE_PWD"), ("HUGGING_FACE_HUB_TOKEN",)),
-              needs="a ServiceNow instance (SNOW_INSTANCE_*) or a token for WorkArena's instance pool"),
-    Benchmark("assistantbench", "browsergym.assistantbench", "assistantbench",
-              default_task="assistantbench.validation.0", needs="the open web"),
-)}
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark(
+            "miniwob",
+            "browsergym.miniwob",
+            "browsergym",
+            default_task="click-test",
+            needs="nothing: the pages ship in PyPI's miniwob and are served on loopback",
+        ),
+        Benchmark(
+            "openended",
+            "browsergym.core",
+            "browsergym",
+            default_task="openended",
+            needs="a start URL per reset (reset(start_url=..., goal=...))",
+        ),
+        Benchmark(
+            "webarena",
+            "browsergym.webarena",
+            "webarena",
+            (
+                "WA_SHOPPING",
+                "WA_SHOPPING_ADMIN",
+                "WA_REDDIT",
+                "WA_GITLAB",
+                "WA_WIKIPEDIA",
+                "WA_MAP",
+                "WA_HOMEPAGE",
+            ),
+            default_task="webarena.0",
+            needs="the seven WebArena sites (self-hosted)",
+        ),
+        Benchmark(
+            "visualwebarena",
+            "browsergym.visualwebarena",
+            "visualwebarena",
+            (
+                "VWA_CLASSIFIEDS",
+                "VWA_CLASSIFIEDS_RESET_TOKEN",
+                "VWA_SHOPPING",
+                "VWA_REDDIT",
+                "VWA_WIKIPEDIA",
+                "VWA_HOMEPAGE",
+            ),
+            default_task="visualwebarena.0",
+            needs="the VisualWebArena sites (self-hosted)",
+        ),
+        Benchmark(
+            "workarena",
+            "browsergym.workarena",
+            "workarena",
+            alternatives=(
+                ("SNOW_INSTANCE_URL", "SNOW_INSTANCE_UNAME", "SNOW_INSTANCE_PWD"),
+                ("HUGGING_FACE_HUB_TOKEN",),
+            ),
+            needs="a ServiceNow instance (SNOW_INSTANCE_*) or a token for WorkArena's instance pool",
+        ),
+        Benchmark(
+            "assistantbench",
+            "browsergym.assistantbench",
+            "assistantbench",
+            default_task="assistantbench.validation.0",
+            needs="the open web",
+        ),
+    )
+}
 
 
 def check_benchmark(name: str, environ: Mapping[str, str] | None = None) -> Benchmark:
@@ -68,9 +118,12 @@ def check_benchmark(name: str, environ: Mapping[str, str] | None = None) -> Benc
         raise BenchmarkUnavailable(f"BrowserGym benchmark {name!r} needs the {package} package: {hint}")
     missing = [v for v in benchmark.variables if not environ.get(v)]
     if missing:
-        raise BenchmarkUnavailable(f"BrowserGym benchmark {name!r} needs {', '.join(missing)} set "
-                                   f"({benchmark.needs})")
-    if benchmark.alternatives and not any(all(environ.get(v) for v in group) for group in benchmark.alternatives):
+        raise BenchmarkUnavailable(
+            f"BrowserGym benchmark {name!r} needs {', '.join(missing)} set ({benchmark.needs})"
+        )
+    if benchmark.alternatives and not any(
+        all(environ.get(v) for v in group) for group in benchmark.alternatives
+    ):
         choices = " or ".join("+".join(group) for group in benchmark.alternatives)
         raise BenchmarkUnavailable(f"BrowserGym benchmark {name!r} needs {choices} set ({benchmark.needs})")
     return benchmark
@@ -115,5 +168,7 @@ def check_task(benchmark: Benchmark, name: str) -> str:
     tasks = benchmark_tasks(benchmark)
     chosen = name.removeprefix("browsergym/") if benchmark.name == "openended" else task_name(benchmark, name)
     if chosen not in tasks:
-        raise ValueError(f"unknown {benchmark.name} task {name!r}; e.g. {', '.join(tasks[:5])} ({len(tasks)} in all)")
+        raise ValueError(
+            f"unknown {benchmark.name} task {name!r}; e.g. {', '.join(tasks[:5])} ({len(tasks)} in all)"
+        )
     return chosen

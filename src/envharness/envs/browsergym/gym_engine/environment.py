@@ -46,8 +46,11 @@ class GymEngineConfig:
     goal: str | None = None
 
     def make_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"slow_mo": self.slow_mo_ms, "pre_observation_delay": self.pre_observation_delay_ms / 1000,
-                                  "headless": self.headless}
+        kwargs: dict[str, Any] = {
+            "slow_mo": self.slow_mo_ms,
+            "pre_observation_delay": self.pre_observation_delay_ms / 1000,
+            "headless": self.headless,
+        }
         if self.viewport:
             kwargs["viewport"] = dict(self.viewport)
         return kwargs
@@ -72,17 +75,28 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._started = 0.0
         self._done = False
 
-    async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task: str | None = None,
-                          task_name: str | None = None, start_url: str | None = None, goal: str | None = None,
-                          **options: Any) -> BrowserGymObservation:
+    async def reset_async(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task: str | None = None,
+        task_name: str | None = None,
+        start_url: str | None = None,
+        goal: str | None = None,
+        **options: Any,
+    ) -> BrowserGymObservation:
         chosen = task or task_name or self._task or self.config.task or self.benchmark.default_task
         if not chosen:
             raise ValueError(f"name a {self.benchmark.name} task: reset(task=...)")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         parts, max_steps, time_limit_s = episode_options(
-            options, observation=self.config.observation, max_steps=self.config.max_steps,
-            time_limit_s=self.config.time_limit_s, also=("start_url", "goal"))
+            options,
+            observation=self.config.observation,
+            max_steps=self.config.max_steps,
+            time_limit_s=self.config.time_limit_s,
+            also=("start_url", "goal"),
+        )
         task_kwargs: dict[str, Any] = {}
         if self.benchmark.name == "openended":
             url = start_url or self.config.start_url
@@ -92,15 +106,31 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         elif start_url or goal:
             raise ValueError(f"start_url and goal are openended's reset options, not {self.benchmark.name}'s")
         seed = secrets.randbits(31) if seed is None else seed
-        answer = await self._ask({"cmd": "reset", "gym_id": benchmarks.gym_id(self.benchmark, chosen),
-                                  "make_kwargs": self.config.make_kwargs(), "seed": seed, "task_kwargs": task_kwargs,
-                                  "parts": dataclasses.asdict(parts)}, self.config.reset_timeout_s, fresh=True)
+        answer = await self._ask(
+            {
+                "cmd": "reset",
+                "gym_id": benchmarks.gym_id(self.benchmark, chosen),
+                "make_kwargs": self.config.make_kwargs(),
+                "seed": seed,
+                "task_kwargs": task_kwargs,
+                "parts": dataclasses.asdict(parts),
+            },
+            self.config.reset_timeout_s,
+            fresh=True,
+        )
         self._task, self._max_steps, self._time_limit_s = chosen, max_steps, time_limit_s
         self._done, self._started = False, time.monotonic()
         obs = answer["obs"]
-        self._state = BrowserGymState(episode_id=episode_id or str(uuid.uuid4()), step_count=0, benchmark=self.benchmark.name,
-                                      task_name=benchmarks.task_name(self.benchmark, chosen), seed=seed,
-                                      goal=obs.get("goal", ""), current_url=obs.get("url", ""), max_steps=max_steps)
+        self._state = BrowserGymState(
+            episode_id=episode_id or str(uuid.uuid4()),
+            step_count=0,
+            benchmark=self.benchmark.name,
+            task_name=benchmarks.task_name(self.benchmark, chosen),
+            seed=seed,
+            goal=obs.get("goal", ""),
+            current_url=obs.get("url", ""),
+            max_steps=max_steps,
+        )
         return self._observation(obs, reward=0.0, done=False, truncated=False, info=answer.get("info") or {})
 
     async def step_async(self, action: BrowserGymAction) -> BrowserGymObservation:
@@ -110,19 +140,30 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise ValueError("the episode is over; call reset() to start a new one")
         answer = await self._ask({"cmd": "step", "action": action.action_str}, self.config.step_timeout_s)
         self._state.step_count += 1
-        truncated = answer["truncated"] or (not answer["terminated"] and (
-            (self._max_steps is not None and self._state.step_count >= self._max_steps)
-            or (self._time_limit_s is not None and time.monotonic() - self._started >= self._time_limit_s)))
+        truncated = answer["truncated"] or (
+            not answer["terminated"]
+            and (
+                (self._max_steps is not None and self._state.step_count >= self._max_steps)
+                or (self._time_limit_s is not None and time.monotonic() - self._started >= self._time_limit_s)
+            )
+        )
         done = answer["terminated"] or truncated
         self._done = done
         self._state.cum_reward += answer["reward"]
-        return self._observation(answer["obs"], reward=answer["reward"], done=done, truncated=truncated,
-                                 info=answer.get("info") or {})
+        return self._observation(
+            answer["obs"],
+            reward=answer["reward"],
+            done=done,
+            truncated=truncated,
+            info=answer.get("info") or {},
+        )
 
     async def _ask(self, command: dict[str, Any], timeout_s: float, *, fresh: bool = False) -> dict[str, Any]:
         if self._worker is None or not self._worker.alive:
             if not fresh:
-                raise BrowserSessionLost("this session's BrowserGym worker is gone; call reset() to start again")
+                raise BrowserSessionLost(
+                    "this session's BrowserGym worker is gone; call reset() to start again"
+                )
             self._worker = await WorkerProcess.start()
         try:
             return await self._worker.request(command, timeout_s)
@@ -132,17 +173,25 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         except WorkerError as exc:
             raise ValueError(str(exc)) from None
 
-    def _observation(self, obs: dict[str, Any], *, reward: float, done: bool, truncated: bool,
-                     info: dict[str, Any]) -> BrowserGymObservation:
+    def _observation(
+        self, obs: dict[str, Any], *, reward: float, done: bool, truncated: bool, info: dict[str, Any]
+    ) -> BrowserGymObservation:
         extras = obs.pop("browsergym_obs")
         self._state.current_url = obs.get("url", "")
         self._state.elapsed = time.monotonic() - self._started
         self._state.done = done
         task_info = info.get("task_info", info)
-        return BrowserGymObservation(**obs, error=obs.get("last_action_error", ""), done=done, reward=reward,
-                                     truncated=truncated,
-                                     metadata={"browsergym_obs": extras,
-                                               "browsergym_info": {"task_info": task_info, "truncated": truncated}})
+        return BrowserGymObservation(
+            **obs,
+            error=obs.get("last_action_error", ""),
+            done=done,
+            reward=reward,
+            truncated=truncated,
+            metadata={
+                "browsergym_obs": extras,
+                "browsergym_info": {"task_info": task_info, "truncated": truncated},
+            },
+        )
 
     @property
     def state(self) -> BrowserGymState:

@@ -99,5 +99,5 @@ def with_features_disabled(args: list[str], features: list[str]) -> list[str]:
         return args
     for i in reversed(range(len(args))):
         if args[i].startswith("--disable-features="):
-            return [*args[:i], ",".join([args[i], *features]), *args[i + 1:]]
+            return [*args[:i], ",".join([args[i], *features]), *args[i + 1 :]]
     return [*args, "--disable-features=" + ",".join(features)]

@@ -13,9 +13,15 @@ import io
 from typing import Any
 
 
-def convert_observation(obs: dict[str, Any], *, axtree: bool = True, pruned_html: bool = True,
-                        extra_properties: bool = True, screenshot: bool = False,
-                        screenshot_format: str = "png") -> dict[str, Any]:
+def convert_observation(
+    obs: dict[str, Any],
+    *,
+    axtree: bool = True,
+    pruned_html: bool = True,
+    extra_properties: bool = True,
+    screenshot: bool = False,
+    screenshot_format: str = "png",
+) -> dict[str, Any]:
     """JSON-ready fields of `BrowserGymObservation` plus ``browsergym_obs`` (BrowserGym's extras)."""
     from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 
@@ -69,7 +75,9 @@ def encode_screenshot(array: Any, fmt: str = "png") -> str | None:
 
     buffer = io.BytesIO()
     image = Image.fromarray(array).convert("RGB")
-    image.save(buffer, format="JPEG" if fmt == "jpeg" else "PNG", **({"quality": 85} if fmt == "jpeg" else {}))
+    image.save(
+        buffer, format="JPEG" if fmt == "jpeg" else "PNG", **({"quality": 85} if fmt == "jpeg" else {})
+    )
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

@@ -47,9 +47,15 @@ class WorkerProcess:
     @classmethod
     async def start(cls) -> "WorkerProcess":
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "envharness.envs.browsergym.gym_engine.worker",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=worker_environ(),
-            start_new_session=True, limit=MAX_ANSWER_BYTES)
+            sys.executable,
+            "-m",
+            "envharness.envs.browsergym.gym_engine.worker",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=worker_environ(),
+            start_new_session=True,
+            limit=MAX_ANSWER_BYTES,
+        )
         return cls(proc)
 
     @property
@@ -66,14 +72,18 @@ class WorkerProcess:
                 line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
             except asyncio.TimeoutError:
                 await self.kill()
-                raise WorkerLost(f"BrowserGym's {command['cmd']} took more than {timeout_s:g} s; its browser "
-                                 "was stopped: call reset() to start a new episode") from None
+                raise WorkerLost(
+                    f"BrowserGym's {command['cmd']} took more than {timeout_s:g} s; its browser "
+                    "was stopped: call reset() to start a new episode"
+                ) from None
             except (BrokenPipeError, ConnectionResetError) as exc:
                 await self.kill()
                 raise WorkerLost(f"the BrowserGym worker is gone ({type(exc).__name__})") from None
         if not line:
             await self.kill()
-            raise WorkerLost(f"the BrowserGym worker died (code {self.proc.returncode}); call reset() to start again")
+            raise WorkerLost(
+                f"the BrowserGym worker died (code {self.proc.returncode}); call reset() to start again"
+            )
         answer = json.loads(line)
         if not answer.get("ok"):
             raise WorkerError(answer.get("error") or "the BrowserGym worker failed")

@@ -50,8 +50,11 @@ def action_mapping() -> Callable[[str], str]:
     from browsergym.core.action import functions
     from browsergym.core.action.highlevel import HighLevelActionSet
 
-    action_set = HighLevelActionSet(subsets=["chat", "infeas", "bid", "coord", "nav", "tab", "custom"],
-                                    custom_actions=[functions.check, functions.uncheck], multiaction=True)
+    action_set = HighLevelActionSet(
+        subsets=["chat", "infeas", "bid", "coord", "nav", "tab", "custom"],
+        custom_actions=[functions.check, functions.uncheck],
+        multiaction=True,
+    )
     return lambda action: action_set.to_python_code(canonical_action(action))
 
 
@@ -64,7 +67,9 @@ def serve_miniwob() -> str:
     """MiniWoB's pages on a loopback port of this worker (BrowserGym reads MINIWOB_URL)."""
     from envharness.envs.browsergym import miniwob
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(miniwob.html_root())))
+    httpd = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(miniwob.html_root()))
+    )
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{httpd.server_port}/miniwob/"
 
@@ -79,8 +84,14 @@ class Worker:
         self.parts: dict[str, Any] = {}
         self._close_browsers: Callable[[], None] | None = None
 
-    def reset(self, gym_id: str, make_kwargs: dict[str, Any], seed: int | None, task_kwargs: dict[str, Any],
-              parts: dict[str, Any]) -> dict[str, Any]:
+    def reset(
+        self,
+        gym_id: str,
+        make_kwargs: dict[str, Any],
+        seed: int | None,
+        task_kwargs: dict[str, Any],
+        parts: dict[str, Any],
+    ) -> dict[str, Any]:
         import gymnasium as gym
 
         from envharness.envs.browsergym import playwright_stacks
@@ -96,9 +107,13 @@ class Worker:
             os.environ["MINIWOB_URL"] = serve_miniwob()
         _register(gym_id)
         key = json.dumps([gym_id, make_kwargs, task_kwargs], sort_keys=True, default=str)
-        if key != self.key:  # openended's start URL and goal are task arguments: a new env each time they change
+        if (
+            key != self.key
+        ):  # openended's start URL and goal are task arguments: a new env each time they change
             self.close()
-            self.env = gym.make(gym_id, action_mapping=action_mapping(), task_kwargs=task_kwargs, **make_kwargs)
+            self.env = gym.make(
+                gym_id, action_mapping=action_mapping(), task_kwargs=task_kwargs, **make_kwargs
+            )
             self.key = key
         self.parts = parts
         obs, info = self.env.reset(seed=seed)
@@ -108,8 +123,13 @@ class Worker:
         if self.env is None:
             raise RuntimeError("call reset() before step()")
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return {"obs": _convert(obs, self.parts), "reward": float(reward), "terminated": bool(terminated),
-                "truncated": bool(truncated), "info": _plain(info)}
+        return {
+            "obs": _convert(obs, self.parts),
+            "reward": float(reward),
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "info": _plain(info),
+        }
 
     def close(self) -> None:
         env, self.env, self.key = self.env, None, None
@@ -161,7 +181,12 @@ def main() -> int:
             answer = getattr(worker, {"reset": "reset", "step": "step"}[cmd])(**request)
             reply = {"ok": True, **answer}
         except Exception as exc:  # the session hears why; the worker goes on
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:2000]}
+            reply = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[
+                    :2000
+                ],
+            }
         protocol.write(json.dumps(reply) + "\n")
     worker.shutdown()
     return 0
