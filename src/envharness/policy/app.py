@@ -18,7 +18,8 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from envharness.policy import errors
 from envharness.policy.endpoint import PolicyEndpoint
@@ -64,14 +65,19 @@ def create_policy_app(endpoint: PolicyEndpoint) -> FastAPI:
 
     def agent_rollout(request: Request, url_rollout: str | None) -> str | None:
         """The rollout an agent's call records into, once its key is checked."""
-        key, named = bearer(request.headers.get("authorization")), url_rollout or request.headers.get(ROLLOUT_HEADER)
+        key, named = (
+            bearer(request.headers.get("authorization")),
+            url_rollout or request.headers.get(ROLLOUT_HEADER),
+        )
         if limits.token is None:
             return named or key or None  # no token: the key, if any, is the rollout id
         if is_token(key, limits.token):
             return named
         owner = store.rollout_of_key(key) if key else None
         if owner is None:
-            raise errors.unauthorized("send the endpoint's token or the api_key POST /rollouts gave this rollout")
+            raise errors.unauthorized(
+                "send the endpoint's token or the api_key POST /rollouts gave this rollout"
+            )
         if named is not None and named != owner:
             raise errors.unauthorized("this api_key belongs to another rollout")
         return owner
@@ -79,6 +85,12 @@ def create_policy_app(endpoint: PolicyEndpoint) -> FastAPI:
     @app.exception_handler(errors.PolicyError)
     async def policy_error(_: Request, exc: errors.PolicyError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(_: Request, exc: ClientDisconnect) -> Response:
+        """A client that went away before its body arrived: nobody to answer, nothing wrong here
+        (not a 500 with two tracebacks in the log)."""
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
@@ -102,7 +114,10 @@ def create_policy_app(endpoint: PolicyEndpoint) -> FastAPI:
     def models(request: Request, rollout_id: str | None = None) -> dict[str, Any]:
         if limits.token is not None:
             agent_rollout(request, rollout_id)
-        return {"object": "list", "data": [{"id": endpoint.model_name, "object": "model", "owned_by": "envharness"}]}
+        return {
+            "object": "list",
+            "data": [{"id": endpoint.model_name, "object": "model", "owned_by": "envharness"}],
+        }
 
     app.get("/v1/models")(models)
     app.get("/rollouts/{rollout_id}/v1/models")(models)
@@ -122,12 +137,17 @@ def create_policy_app(endpoint: PolicyEndpoint) -> FastAPI:
         if rollout_id is not None and not isinstance(rollout_id, str):
             raise errors.invalid("rollout_id must be a string", "rollout_id")
         try:
-            trace = store.open(rollout_id, secret_key=limits.token is not None, **{str(k): v for k, v in metadata.items()})
+            trace = store.open(
+                rollout_id, secret_key=limits.token is not None, **{str(k): v for k, v in metadata.items()}
+            )
         except ValueError as exc:
             code, status = ("rollout_exists", 409) if "in use" in str(exc) else ("invalid_rollout_id", 400)
             raise errors.PolicyError(status, str(exc), code, param="rollout_id") from None
-        return {"rollout_id": trace.rollout_id, "base_url": f"{str(request.base_url).rstrip('/')}/rollouts/{trace.rollout_id}/v1",
-                "api_key": trace.api_key}
+        return {
+            "rollout_id": trace.rollout_id,
+            "base_url": f"{str(request.base_url).rstrip('/')}/rollouts/{trace.rollout_id}/v1",
+            "api_key": trace.api_key,
+        }
 
     @app.post("/rollouts/{rollout_id}/end")
     async def end_rollout(rollout_id: str) -> dict[str, Any]:
