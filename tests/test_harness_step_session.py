@@ -108,3 +108,41 @@ def test_reserved_tool_names_are_refused(echo_url):
             action_builder=lambda n, a: None,
             initial_messages_builder=lambda r, t: [],
         )
+
+
+def test_a_session_that_cannot_be_made_closes_its_client():
+    """Whatever fails while wrapping a client (an unknown task, a reset the server refused), the
+    factory closes that client: no server session is left for nobody to close."""
+    import asyncio
+
+    from envharness.harness.session import ClientSessionFactory
+
+    class Client:
+        def __init__(self, is_async: bool):
+            self.closed = 0
+            if is_async:
+
+                async def reset(**kw):  # noqa: ANN202
+                    return None
+
+                async def close():  # noqa: ANN202
+                    self.closed += 1
+
+                self.reset, self.close = reset, close
+            else:
+                self.reset = lambda **kw: None
+                self.close = lambda: setattr(self, "closed", self.closed + 1)
+
+    class Refusing(ClientSessionFactory):
+        def session_for(self, client, task, seed, episode_id):
+            raise ValueError(f"unknown task {task!r}")
+
+    for is_async in (False, True):
+        clients = []
+        factory = Refusing(lambda: clients.append(Client(is_async)) or clients[-1])
+        with pytest.raises(ValueError, match="unknown task 'nope'"):
+            if is_async:
+                asyncio.run(factory.create_async("nope"))
+            else:
+                factory.create("nope")
+        assert clients[0].closed == 1

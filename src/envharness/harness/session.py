@@ -93,7 +93,14 @@ class ClientSessionFactory(ResourceSessionFactory[SessionT]):
         raise NotImplementedError
 
     def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> SessionT:
-        return self.session_for(self._client_factory(), task, seed, episode_id)
+        client = self._client_factory()
+        try:
+            return self.session_for(client, task, seed, episode_id)
+        except Exception:  # no session holds the client: close it here (its server session too)
+            close = getattr(client, "close", None)
+            if callable(close) and not inspect.iscoroutinefunction(close):
+                close()
+            raise
 
     async def create_async(
         self, task: Any = None, seed: int | None = None, episode_id: str | None = None
@@ -101,9 +108,17 @@ class ClientSessionFactory(ResourceSessionFactory[SessionT]):
         client = await run_sync(self._client_factory)
         if inspect.isawaitable(client):
             client = await client
-        if inspect.iscoroutinefunction(getattr(client, "reset", None)):
-            return self.session_for(client, task, seed, episode_id)
-        return await run_sync(self.session_for, client, task, seed, episode_id)
+        try:
+            if inspect.iscoroutinefunction(getattr(client, "reset", None)):
+                return self.session_for(client, task, seed, episode_id)
+            return await run_sync(self.session_for, client, task, seed, episode_id)
+        except Exception:
+            close = getattr(client, "close", None)
+            if callable(close):
+                closing = close() if inspect.iscoroutinefunction(close) else await run_sync(close)
+                if inspect.isawaitable(closing):
+                    await closing
+            raise
 
 
 async def call_session(session: Any, method: str, *args: Any) -> Any:

@@ -9,7 +9,6 @@ done, and `verify` forwards the environment's reward.
 
 from __future__ import annotations
 
-import inspect
 import re
 from typing import Any, Callable, Iterable
 
@@ -118,25 +117,19 @@ class BrowserGymSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         reset_kwargs = dict(self._reset_kwargs)
         if task_name is not None:
             reset_kwargs["task"] = task_name
-        try:
-            return StepEnvSessionAdapter(
-                client,
-                task=task_name,
-                seed=seed,
-                episode_id=episode_id,
-                tool_specs=self._tool_specs,
-                action_builder=self._action,
-                initial_messages_builder=self._initial_messages,
-                tool_result_builder=self._tool_result,
-                verify_builder=_verify,
-                reset_kwargs=reset_kwargs,
-                observation_view=replay_view,
-            )
-        except Exception:
-            close = getattr(client, "close", None)
-            if callable(close) and not inspect.iscoroutinefunction(close):
-                close()
-            raise
+        return StepEnvSessionAdapter(
+            client,
+            task=task_name,
+            seed=seed,
+            episode_id=episode_id,
+            tool_specs=self._tool_specs,
+            action_builder=self._action,
+            initial_messages_builder=self._initial_messages,
+            tool_result_builder=self._tool_result,
+            verify_builder=_verify,
+            reset_kwargs=reset_kwargs,
+            observation_view=replay_view,
+        )
 
     @staticmethod
     def _action(name: str, arguments: dict[str, Any]) -> Any:

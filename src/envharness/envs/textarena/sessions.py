@@ -10,7 +10,6 @@ reason, the outcome); `verify` forwards the game's reward and reports ``won`` (r
 
 from __future__ import annotations
 
-import inspect
 import re
 from typing import Any, Callable
 
@@ -135,25 +134,19 @@ class TextArenaSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         reset_kwargs = dict(self._reset_kwargs)
         if game is not None:
             reset_kwargs["task"] = game
-        try:
-            return StepEnvSessionAdapter(
-                client,
-                task=game,
-                seed=seed,
-                episode_id=episode_id,
-                tool_specs=[SEND_TOOL],
-                action_builder=_action,
-                initial_messages_builder=self._initial_messages,
-                tool_result_builder=self._tool_result,
-                verify_builder=_verify,
-                reset_kwargs=reset_kwargs,
-                observation_view=replay_view,
-            )
-        except Exception:
-            close = getattr(client, "close", None)
-            if callable(close) and not inspect.iscoroutinefunction(close):
-                close()
-            raise
+        return StepEnvSessionAdapter(
+            client,
+            task=game,
+            seed=seed,
+            episode_id=episode_id,
+            tool_specs=[SEND_TOOL],
+            action_builder=_action,
+            initial_messages_builder=self._initial_messages,
+            tool_result_builder=self._tool_result,
+            verify_builder=_verify,
+            reset_kwargs=reset_kwargs,
+            observation_view=replay_view,
+        )
 
     def _initial_messages(self, result: Any, task: Any) -> list[Message]:
         if self._prompt_builder is not None:
