@@ -70,20 +70,23 @@ def host_resolver_rules(allowed_hosts: Iterable[str] = ()) -> str:
 
 def main_browser_pids(marker: str = ENGINE_MARKER) -> list[int]:
     """Main (not child) Chromium processes whose command line has an argument starting with
-    `marker`: one engine's own marker, or by default every envharness engine's."""
-    pids = []
+    `marker`: one engine's own marker, or by default every envharness engine's. A child forked a
+    moment ago still has its parent's command line (no `--type=` until it execs): a process whose
+    parent matches too is such a child, not a browser of its own."""
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            if any(a.startswith(marker.encode()) for a in cmdline) and not any(
+                a.startswith(b"--type=") for a in cmdline
+            ):
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if any(a.startswith(marker.encode()) for a in cmdline) and not any(
-            a.startswith(b"--type=") for a in cmdline
-        ):
-            pids.append(int(entry.name))
-    return pids
+    return [pid for pid, parent in parents.items() if parent not in parents]
 
 
 class BrowserUnavailable(RuntimeError):
