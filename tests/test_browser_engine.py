@@ -248,3 +248,34 @@ async def test_closing_a_browser_that_stopped_answering_kills_it_instead_of_hang
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def test_a_child_forked_with_its_parents_command_line_is_not_a_second_browser():
+    """Chromium forks its helpers before they exec: for a moment a child has the browser's own
+    command line. Only the process whose parent does not match is the browser."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from envharness.envs.browsergym.engine import ENGINE_MARKER, main_browser_pids
+
+    marker = f"{ENGINE_MARKER}{uuid.uuid4().hex}"
+    code = "import os, sys, time\nif os.fork() == 0:\n    time.sleep(30)\n    sys.exit(0)\ntime.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code, marker])
+    try:
+        deadline = time.monotonic() + 10
+        children: list[str] = []
+        while time.monotonic() < deadline:
+            children = subprocess.run(
+                ["pgrep", "-P", str(parent.pid)], capture_output=True, text=True
+            ).stdout.split()
+            if children:
+                break
+            time.sleep(0.05)
+        assert children, "the child was not forked"
+        assert main_browser_pids(marker) == [parent.pid]
+    finally:
+        subprocess.run(["pkill", "-P", str(parent.pid)])
+        parent.kill()
+        parent.wait()
