@@ -114,24 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_D.screenshot_max_side,
         help="vision: longer side of prompt screenshots in pixels, as `train` uses (default %(default)s; 0: as taken)",
     )
-    # fleet: episodes spread over many browser servers, with failover
-    parser.add_argument(
-        "--env-urls",
-        type=options.names,
-        default=[],
-        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)",
-    )
-    parser.add_argument(
-        "--servers",
-        type=int,
-        default=0,
-        help="run N environment servers on Ray and spread episodes over them",
-    )
-    parser.add_argument(
-        "--ray-address",
-        default=None,
-        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)",
-    )
+    options.add_fleet(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:

@@ -137,6 +137,27 @@ def add_env_url(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_fleet(parser: argparse.ArgumentParser) -> None:
+    """Episodes spread over many environment servers, with failover (`envharness.fleet`)."""
+    parser.add_argument(
+        "--env-urls",
+        type=names,
+        default=[],
+        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=0,
+        help="run N environment servers on Ray and spread episodes over them",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)",
+    )
+
+
 def add_seed(parser: argparse.ArgumentParser, default: int, help_text: str) -> None:
     parser.add_argument(
         "--seed", type=int, default=default, metavar="N", help=f"{help_text} (default %(default)s)"

@@ -98,24 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="experiment tracker (default none: nothing leaves the machine); tensorboard writes "
         "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline",
     )
-    # fleet: episodes spread over many browser servers, with failover
-    parser.add_argument(
-        "--env-urls",
-        type=options.names,
-        default=[],
-        help="comma-separated running `envharness serve ENV` servers to spread episodes over (no Ray needed)",
-    )
-    parser.add_argument(
-        "--servers",
-        type=int,
-        default=0,
-        help="run N environment servers on Ray and spread episodes over them",
-    )
-    parser.add_argument(
-        "--ray-address",
-        default=None,
-        help="the Ray cluster for --servers ('auto', HOST:6379, ray://HOST:10001; default: start Ray on this machine)",
-    )
+    options.add_fleet(parser)
     # -- vision policies: `--model <VLM directory>` or `--model tiny-vlm` trains on screenshots --
     parser.add_argument(
         "--screenshot-max-side",

@@ -92,47 +92,40 @@ async def replay_episode(session_factory: Any, record: EpisodeRecord) -> Episode
 async def _replay_calls(session: Any, record: EpisodeRecord, replay: EpisodeReplay) -> None:
     await call_session(session, "initial_messages")
     tools_by_name = {tool_name(t): t for t in await call_session(session, "list_tools")}
-    recorded_digests = record.observation_digests
-    replay.observations_compared = recorded_digests is not None
-    seen = 0  # observations fingerprinted so far (the reset's is 1)
+    recorded = record.observation_digests
+    # the session's fingerprints so far (`StepEnvSessionAdapter`): the reset's first, then one per step
+    replayed = getattr(session, "observation_digests", None)
+    replay.observations_compared = recorded is not None
+    compared = 0
+
+    def compare_observations(step: int) -> None:
+        nonlocal compared
+        if recorded is None or replayed is None:
+            return
+        for index in range(compared, len(replayed)):
+            what = "the first observation" if index == 0 else "the observation"
+            _compare(replay, step if index else 0, what, _at(recorded, index), replayed[index])
+        compared = len(replayed)
+
+    compare_observations(0)
     trace = []
     for step, call in enumerate(record.tool_calls, 1):
-        result = await call_tool_checked(
-            session, tools_by_name, str(call.get("name")), dict(call.get("arguments") or {})
-        )
-        trace.append(
-            ToolTraceEntry(
-                tool_name=str(call.get("name")), arguments=dict(call.get("arguments") or {}), result=result
-            )
-        )
-        digests = list(getattr(session, "observation_digests", None) or [])
-        if recorded_digests is not None and digests:
-            if seen == 0:
-                _compare(replay, 0, "the first observation", _at(recorded_digests, 0), digests[0])
-            for index in range(max(seen, 1), len(digests)):
-                _compare(replay, step, "the observation", _at(recorded_digests, index), digests[index])
-            seen = len(digests)
+        name, arguments = str(call.get("name")), dict(call.get("arguments") or {})
+        result = await call_tool_checked(session, tools_by_name, name, arguments)
+        trace.append(ToolTraceEntry(tool_name=name, arguments=arguments, result=result))
+        compare_observations(step)
         _compare(replay, step, "the reward", call.get("reward"), result.metadata.get("reward"), numeric=True)
         _compare(replay, step, "done", bool(call.get("done")), bool(result.done))
         _compare(replay, step, "the error", call.get("error"), result.error)
+    last = len(record.tool_calls)
+    if recorded is not None and replayed is not None and len(replayed) != len(recorded):
+        _compare(replay, last, "the number of observations", len(recorded), len(replayed))
     verdict = await call_session(session, "verify", [], None)
-    digests = list(verdict.artifacts.get("observation_digests") or [])
-    if recorded_digests is not None:
-        if seen == 0 and digests:
-            _compare(replay, 0, "the first observation", _at(recorded_digests, 0), digests[0])
-        if len(digests) != len(recorded_digests):
-            _compare(
-                replay,
-                len(record.tool_calls),
-                "the number of observations",
-                len(recorded_digests),
-                len(digests),
-            )
     try:
         reward: Any = resolve_env_reward(HarnessRolloutResult(tool_trace=trace), verdict)
     except ValueError as exc:
         reward = f"none ({exc})"
-    _compare(replay, len(record.tool_calls), "the episode's reward", record.env_reward, reward, numeric=True)
+    _compare(replay, last, "the episode's reward", record.env_reward, reward, numeric=True)
 
 
 def _at(values: list[str], index: int) -> str | None:

@@ -18,13 +18,13 @@ the harness shows a model:
 
 from __future__ import annotations
 
-import functools
 import inspect
+import json
 from typing import Any, Callable, Sequence
 
 from envharness.harness.adapter import call_tool_checked, tool_message_content
 from envharness.harness.concurrency import run_coroutine_sync
-from envharness.harness.tools import tool_name, tool_schema
+from envharness.harness.tools import as_mcp_dict, tool_name, tool_schema
 from envharness.harness.types import Tool
 from envharness.integrations.trl.rollout import parse_task_prompt
 
@@ -148,25 +148,29 @@ def _class_name(env: str) -> str:
 
     client = get_spec(env).load("client").__name__
     base = client.removeprefix("Async").removesuffix("Env").removesuffix("Client")
-    if not base or base == "":
+    if not base:
         base = "".join(part.title() for part in env.replace("-", "_").split("_"))
     return f"{base}ToolEnv"
 
 
-@functools.lru_cache(maxsize=None)
-def tool_environment_class(env: str, tools: tuple[Tool, ...] | None = None) -> type[ToolEnvironment]:
+_CLASSES: dict[tuple[str, str], type[ToolEnvironment]] = {}
+
+
+def tool_environment_class(env: str, tools: Sequence[Tool] = ()) -> type[ToolEnvironment]:
     """The `ToolEnvironment` subclass of `env` with one method per tool (one class per
-    environment: TRL tells environments apart by their exact type)."""
-    methods = {tool_name(t): _tool_method(t) for t in (tools or ())}
-    reserved = sorted(set(methods) & {"reset", "get_reward"})
-    if reserved:
-        raise ValueError(f"{env}: a tool may not be named {', '.join(reserved)} (TRL's own methods)")
-    return type(
-        _class_name(env), (ToolEnvironment,), {**methods, "tools": tuple(tools or ()), "__module__": __name__}
-    )
+    environment and tool set: TRL tells environments apart by their exact type)."""
+    key = (env, json.dumps(list(tools), sort_keys=True, default=str))
+    if key not in _CLASSES:
+        methods = {tool_name(t): _tool_method(t) for t in tools}
+        reserved = sorted(set(methods) & {"reset", "get_reward"})
+        if reserved:
+            raise ValueError(f"{env}: a tool may not be named {', '.join(reserved)} (TRL's own methods)")
+        attributes = {**methods, "tools": tuple(tools), "__module__": __name__}
+        _CLASSES[key] = type(_class_name(env), (ToolEnvironment,), attributes)
+    return _CLASSES[key]
 
 
-def _tools_of(factory: Any) -> tuple[Tool, ...]:
+def _tools_of(factory: Any) -> list[Tool]:
     """The tools a session factory's sessions offer: its `tool_specs` when it declares them,
     else those of one session opened and closed at once."""
     specs = getattr(factory, "tool_specs", None)
@@ -176,24 +180,7 @@ def _tools_of(factory: Any) -> tuple[Tool, ...]:
             specs = session.list_tools()
         finally:
             session.close()
-    return tuple(_frozen(t) for t in specs)
-
-
-class _FrozenDict(dict):
-    """A tool spec that can key the class cache."""
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        import json
-
-        return hash(json.dumps(self, sort_keys=True, default=str))
-
-
-def _frozen(tool: Any) -> Tool:
-    if isinstance(tool, dict):
-        return _FrozenDict(tool)
-    return _FrozenDict(
-        name=tool_name(tool), description=getattr(tool, "description", ""), inputSchema=tool_schema(tool)
-    )
+    return [as_mcp_dict(t) for t in specs]
 
 
 def environment_factory(
