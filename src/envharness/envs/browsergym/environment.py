@@ -37,6 +37,7 @@ from envharness.envs.browsergym.engine import BrowserEngine, BrowserUnavailable,
 from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
+from envharness.envs.browsergym.task_set import StartMode
 from envharness.envs.browsergym.tasks import TaskStatus, load_task_set
 from envharness.envs.browsergym.warm_pool import WarmPage, WarmPool, close_quietly
 
@@ -146,16 +147,12 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise ValueError(f"seed must be an integer, got {seed!r}")
         try:
             page = await self._fresh_page(chosen)
-            reload = (
-                not self.config.fast_reset
-                or self._loaded_task != chosen
-                or not self.task_set.can_restart(chosen, page.url)
-            )
+            start = self._start_mode(chosen, page.url)
             self._loaded_task = None
-            if not reload:  # observe the page afresh, as BrowserGym does after its (fresh-page) reset
+            if start != "load":  # observe the page afresh, as BrowserGym does after its (fresh-page) reset
                 await forget_marks(page)
             goal = await self.task_set.start_episode(
-                page, chosen, seed, reload=reload, episode_max_time_ms=self.config.episode_max_time_ms
+                page, chosen, seed, start=start, episode_max_time_ms=self.config.episode_max_time_ms
             )
             self._loaded_task = chosen
         except BrowserUnavailable:  # no browser to be had (none launches, none answers): said as it is
@@ -183,6 +180,14 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
                 self._pool.prepare(next_task)
             self._pool.refill()
         return observation
+
+    def _start_mode(self, task: str, url: str) -> StartMode:
+        """The cheapest way to a fresh episode of `task` in the page at `url` (see `StartMode`)."""
+        if not self.config.fast_reset:
+            return "load"
+        if self._loaded_task == task and self.task_set.can_restart(task, url):
+            return "restart"
+        return "switch" if self.task_set.can_switch(task, url) else "load"
 
     async def _fresh_page(self, task: str) -> Any:
         """The session's main page, in a live context, with any extra tabs closed. A new context
@@ -450,7 +455,7 @@ async def open_page(
         page = await context.new_page()
         if task is not None:
             await task_set.start_episode(
-                page, task, None, reload=True, episode_max_time_ms=config.episode_max_time_ms
+                page, task, None, start="load", episode_max_time_ms=config.episode_max_time_ms
             )
     except BaseException:
         await close_quietly(context)

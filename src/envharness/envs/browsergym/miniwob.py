@@ -10,23 +10,40 @@ so that the same seed gives the same task instance as BrowserGym. Rewards and do
 read from the page as BrowserGym's ``validate`` does: ``float(WOB_RAW_REWARD_GLOBAL > 0)``
 and ``WOB_DONE_GLOBAL``.
 
-When the task does not change, `start_episode` restarts the episode in the loaded page
-(re-seed + ``startEpisodeReal``, a few ms) instead of reloading it (~100 ms), after clearing
-what a fresh page would not have (focus, selection, scroll offsets, the pointer's position);
-tasks in `RELOAD_ON_RESET` are always reloaded.
+An episode starts one of three ways (`StartMode`), the cheapest that gives what a freshly
+loaded page gives:
+
+- ``restart``: the task does not change; the episode restarts in the loaded page (re-seed +
+  ``startEpisodeReal``, a few ms) after clearing what a fresh page would not have (focus,
+  selection, scroll offsets, the pointer's position). Not for the tasks in `RELOAD_ON_RESET`.
+- ``switch``: the page shows a MiniWoB document and the task changes (or is one of
+  `RELOAD_ON_RESET`), to a task whose page shows no image files (106 of 125): the document is rewritten in place (``document.open`` / ``write`` /
+  ``close``, the old task's timers and frames cancelled, the URL replaced in history) with the
+  new task's page, its local scripts inlined. No navigation: no new document in Chromium's
+  browser process, no request through Playwright's route, the shared scripts compiled once
+  per renderer. The observation is the one a page load gives (tests/test_browser_all_tasks.py).
+- ``load``: ``page.goto`` (a new page, a page that left MiniWoB, or ``fast_reset=False``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import mimetypes
+import posixpath
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
+
+#: How an episode starts: in the loaded task's page, in a MiniWoB page rewritten, or by a page load.
+StartMode = Literal["restart", "switch", "load"]
 
 MINIWOB_HOST = "miniwob.local"
 MINIWOB_ORIGIN = f"http://{MINIWOB_HOST}"
@@ -99,6 +116,25 @@ def task_url(task: str) -> str:
     return f"{MINIWOB_BASE_URL}{task}.html"
 
 
+def can_switch(url: str, task: str) -> bool:
+    """Whether a page at `url` holds a MiniWoB task document that `switch_document` can rewrite
+    into `task`'s page. Not for a page with images (19 tasks): in a rewritten document the images
+    arrive after the load event, so the first observation could see an image missing that a
+    loaded page shows."""
+    if not url.startswith(MINIWOB_BASE_URL) or not url.endswith(".html"):
+        return False
+    return url[len(MINIWOB_BASE_URL) : -len(".html")] in all_tasks() and not _shows_images(task)
+
+
+_IMAGE_FILE = re.compile(rb"\.(png|jpe?g|gif|svg)\b")
+
+
+@lru_cache(maxsize=None)
+def _shows_images(task: str) -> bool:
+    found = _read_file(f"miniwob/{task}.html")
+    return found is None or _IMAGE_FILE.search(found[0]) is not None
+
+
 def episode_seed(seed: int | None) -> int:
     """The number passed to ``Math.seedrandom``, drawn exactly as BrowserGym's task does."""
     return int(np.random.RandomState(seed).randint(0, 1000000))
@@ -124,6 +160,78 @@ async def serve_miniwob_request(route: Any) -> None:
     else:
         body, content_type = found
         await route.fulfill(status=200, body=body, content_type=content_type)
+
+
+_LOCAL_SCRIPT = re.compile(r'<script src="(\.\./[^"]+\.js)"></script>')
+
+
+def _decode_as_browser(data: bytes) -> str:
+    """Text as Chromium reads these files: UTF-8 after a byte-order mark; otherwise, as no charset
+    is declared, windows-1252 as WHATWG defines it (cp1252, the five bytes it leaves undefined
+    kept as C1 controls)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return data[3:].decode("utf-8", errors="replace")
+    return data.decode("latin-1").translate(_WINDOWS_1252)
+
+
+_WINDOWS_1252 = {
+    b: bytes([b]).decode("cp1252") for b in range(0x80, 0xA0) if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)
+}
+
+
+@lru_cache(maxsize=None)
+def inlined_page(task: str) -> str:
+    """The task's HTML with its local scripts inlined, for `switch_document`: the page parses
+    and runs them at once, with no request (so no wait in Playwright's route, no event turn)."""
+    found = _read_file(f"miniwob/{task}.html")
+    if found is None:
+        raise ValueError(f"no page for MiniWoB task {task!r}")
+
+    def inline(match: re.Match) -> str:
+        script = _read_file(posixpath.normpath(f"miniwob/{match.group(1)}"))
+        if script is None:
+            return match.group(0)
+        return "<script>" + _decode_as_browser(script[0]).replace("</script", "<\\/script") + "</script>"
+
+    return _LOCAL_SCRIPT.sub(inline, _decode_as_browser(found[0]))
+
+
+# Rewrite the document in place with another task's page: what a page load would end stops first
+# (timers, animation frames; `document.open` removes the document's and window's listeners), and
+# the URL becomes the task's before `document.open`, which gives the new document that URL.
+_SWITCH_DOCUMENT_JS = r"""async ([html, url]) => {
+  const lastTimer = setTimeout(() => {}, 0);
+  for (let id = window.__envharnessClearedTimers || 0; id <= lastTimer; id++) clearTimeout(id);
+  window.__envharnessClearedTimers = lastTimer + 1;
+  const lastFrame = requestAnimationFrame(() => {});
+  for (let id = window.__envharnessClearedFrames || 0; id <= lastFrame; id++) cancelAnimationFrame(id);
+  window.__envharnessClearedFrames = lastFrame + 1;
+  history.replaceState(null, '', url);
+  document.open();
+  document.write(html);
+  // The load event comes as a task of its own, after the images: it runs the page's `onload`
+  // (registered while the document was written), then this listener.
+  const loaded = new Promise((resolve, reject) => {
+    window.addEventListener('load', resolve, {once: true});
+    setTimeout(() => reject(new Error('no load event within 10 s')), 10000);
+  });
+  document.close();
+  document.documentElement.getBoundingClientRect();  // lay out now: the images it needs hold the load event back
+  await loaded;
+}"""
+
+
+async def switch_document(page: Any, task: str) -> bool:
+    """Make `page` (a MiniWoB document) show `task`'s page without loading it; False when the page
+    would not (its document is not what `can_switch` took it for), so the caller loads it."""
+    try:
+        await page.evaluate(_SWITCH_DOCUMENT_JS, [inlined_page(task), task_url(task)])
+        return page.url == task_url(task)
+    except Exception as e:
+        if page.is_closed():
+            raise
+        logger.debug("switching to %s in place failed (%s); loading the page", task, e)
+        return False
 
 
 # -- episode set-up (JavaScript from browsergym/miniwob/base.py and all.py) -------------
@@ -237,14 +345,23 @@ _STATUS_JS = """() => [WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REAS
 
 
 async def start_episode(
-    page: Any, task: str, seed: int | None, *, reload: bool, episode_max_time_ms: int = EPISODE_MAX_TIME_MS
+    page: Any,
+    task: str,
+    seed: int | None,
+    *,
+    start: StartMode,
+    episode_max_time_ms: int = EPISODE_MAX_TIME_MS,
 ) -> str:
     """Start an episode of `task` in `page` and return its goal text.
 
-    `reload=False` restarts in place; only valid when `page` already holds `task`.
+    ``start="restart"`` is only valid when `page` already holds `task`; ``"switch"`` when
+    `can_switch(page.url, task)` (it falls back to a page load if the rewrite fails).
     """
-    if reload:
-        await page.goto(task_url(task))
+    if start != "restart":
+        if start == "switch":  # as for a restart: no pointer over the new page, nothing hovered
+            await page.mouse.move(-1, -1)
+        if start == "load" or not await switch_document(page, task):
+            await page.goto(task_url(task))
         await page.evaluate(_REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "") + "\n'';")
     else:  # a fresh page has had no pointer over it: move it off the page, so nothing new is hovered
         await page.mouse.move(-1, -1)

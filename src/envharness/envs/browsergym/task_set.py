@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
 
-from envharness.envs.browsergym.miniwob import TaskStatus
+from envharness.envs.browsergym.miniwob import StartMode, TaskStatus
 
 #: A context-wide route handler answering requests to one host from files.
 RouteHandler = Callable[[Any], Awaitable[None]]
@@ -28,12 +28,20 @@ class TaskSet(Protocol):
     def splits(self) -> dict[str, tuple[str, ...]]: ...
     def default_tasks(self) -> tuple[str, ...]: ...
     def check_task(self, task: str) -> str: ...
-    def can_restart(self, task: str, url: str) -> bool: ...
+    def can_restart(self, task: str, url: str) -> bool:
+        """Whether the page at `url`, which shows `task`, can restart its episode in place."""
+
+    def can_switch(self, task: str, url: str) -> bool:
+        """Whether the page at `url` can be made to show `task` without a page load."""
+
     async def start_episode(
-        self, page: Any, task: str, seed: int | None, *, reload: bool, episode_max_time_ms: int
-    ) -> str: ...
+        self, page: Any, task: str, seed: int | None, *, start: StartMode, episode_max_time_ms: int
+    ) -> str:
+        """Start an episode of `task` in `page` (``start``: restart, switch or load; see
+        `StartMode`) and return its goal."""
+
     async def task_status(self, page: Any, task: str) -> TaskStatus: ...
     def solve(self, goal: str, axtree_txt: str) -> str | None: ...
 
 
-__all__ = ["RouteHandler", "TaskSet", "TaskStatus"]
+__all__ = ["RouteHandler", "StartMode", "TaskSet", "TaskStatus"]

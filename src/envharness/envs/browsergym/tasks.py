@@ -56,17 +56,20 @@ class MiniWoBTaskSet:
     def can_restart(self, task: str, url: str) -> bool:
         return task not in miniwob.RELOAD_ON_RESET and url == miniwob.task_url(task)
 
+    def can_switch(self, task: str, url: str) -> bool:
+        return miniwob.can_switch(url, task)
+
     async def start_episode(
         self,
         page: Any,
         task: str,
         seed: int | None,
         *,
-        reload: bool,
+        start: miniwob.StartMode,
         episode_max_time_ms: int = miniwob.EPISODE_MAX_TIME_MS,
     ) -> str:
         return await miniwob.start_episode(
-            page, task, seed, reload=reload, episode_max_time_ms=episode_max_time_ms
+            page, task, seed, start=start, episode_max_time_ms=episode_max_time_ms
         )
 
     async def task_status(self, page: Any, task: str) -> TaskStatus:

@@ -206,8 +206,11 @@ class WebTaskSet:
     def can_restart(self, task: str, url: str) -> bool:
         return False  # every episode loads its page afresh: the seed's params are in its URL
 
+    def can_switch(self, task: str, url: str) -> bool:
+        return False
+
     async def start_episode(
-        self, page: Any, task: str, seed: int | None, *, reload: bool = True, episode_max_time_ms: int = 0
+        self, page: Any, task: str, seed: int | None, *, start: str = "load", episode_max_time_ms: int = 0
     ) -> str:
         web_task = self.task(task)
         seed = random.randrange(2**31) if seed is None else seed
