@@ -16,6 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 #: The last commit before issue 25's work (warm pool, cheap Playwright stacks, RenderDocument off).
 BEFORE_ISSUE_25 = "688194c"
+#: The last commit before task changes in place (document rewrite) and the demand-sized warm pool.
+BEFORE_TASK_SWITCH = "9be0095"
 
 
 def before_env(rev: str = BEFORE_ISSUE_25) -> dict[str, str] | None:

@@ -15,6 +15,7 @@ import pytest_asyncio
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.factory import make_environment_factory
+from envharness.envs.browsergym.miniwob_pages import shows_images
 from envharness.envs.browsergym.models import BrowserGymAction
 
 SESSIONS = 4
@@ -29,10 +30,11 @@ COMPARED = ("goal", "url", "axtree_txt", "pruned_html", "focused_element_bid", "
 def _parts(task: str, obs) -> dict:
     parts = {name: getattr(obs, name) for name in COMPARED}
     properties = obs.metadata["browsergym_obs"]["extra_element_properties"]
-    if miniwob._shows_images(task):
-        # Set-of-marks asks which element a click at its centre would reach, and an icon whose image
-        # has not arrived yet is not there: two page loads differ on it too (email-inbox's icons).
-        properties = {bid: {**p, "set_of_marks": None} for bid, p in properties.items()}
+    if shows_images(task):  # loaded, never switched (see `shows_images`)
+        # An image that has not arrived yet has no size, is not seen and catches no click: element
+        # boxes, visibility and set-of-marks differ between two page loads too (email-inbox's
+        # icons, order-food's pictures), so only the text parts are compared.
+        properties = {}
     parts["extra_element_properties"] = properties
     return parts
 

@@ -149,8 +149,9 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             page = await self._fresh_page(chosen)
             start = self._start_mode(chosen, page.url)
             self._loaded_task = None
-            if start != "load":  # observe the page afresh, as BrowserGym does after its (fresh-page) reset
-                await forget_marks(page)
+            if start != "load":  # observe the page afresh, as BrowserGym does after its (fresh-page) reset,
+                # with no pointer over it (nothing hovered)
+                await asyncio.gather(forget_marks(page), page.mouse.move(-1, -1))
             goal = await self.task_set.start_episode(
                 page, chosen, seed, start=start, episode_max_time_ms=self.config.episode_max_time_ms
             )

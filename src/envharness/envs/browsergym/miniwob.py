@@ -1,7 +1,7 @@
 """MiniWoB++ tasks: the 125 that BrowserGym registers, served from PyPI `miniwob`'s HTML.
 
-The pages are served by the browser context itself (see `serve_miniwob_request`) under
-the fixed origin ``http://miniwob.local``; no HTTP server has to be started by hand.
+The pages are served by the browser context itself (`miniwob_pages.py`) under the fixed
+origin ``http://miniwob.local``; no HTTP server has to be started by hand.
 
 Episode set-up follows ``browsergym/miniwob/base.py`` step by step -- remove the human
 display, ``Math.seedrandom(seed)`` with the seed drawn from ``RandomState(seed)``,
@@ -27,20 +27,19 @@ loaded page gives:
 
 from __future__ import annotations
 
-import importlib.util
-import logging
-import mimetypes
-import posixpath
-import re
+import json
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from envharness.envs.browsergym.miniwob_pages import (
+    html_root as html_root,
+    serve_miniwob_request as serve_miniwob_request,
+    shows_images,
+    switch_document,
+)
 
 #: How an episode starts: in the loaded task's page, in a MiniWoB page rewritten, or by a page load.
 StartMode = Literal["restart", "switch", "load"]
@@ -79,17 +78,6 @@ NONDETERMINISTIC_TASKS = frozenset({"click-pie", "click-pie-nodelay", "terminal"
 
 
 @lru_cache(maxsize=1)
-def html_root() -> Path:
-    """The ``html`` folder of the installed `miniwob` package (found without importing it)."""
-    spec = importlib.util.find_spec("miniwob")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "the MiniWoB++ pages come from PyPI's `miniwob` package: pip install 'envharness[browser]'"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "html"
-
-
-@lru_cache(maxsize=1)
 def all_tasks() -> tuple[str, ...]:
     """The 125 task names BrowserGym registers as ``browsergym/miniwob.<name>``, sorted."""
     names = {p.stem for p in (html_root() / "miniwob").glob("*.html")}
@@ -117,121 +105,16 @@ def task_url(task: str) -> str:
 
 
 def can_switch(url: str, task: str) -> bool:
-    """Whether a page at `url` holds a MiniWoB task document that `switch_document` can rewrite
-    into `task`'s page. Not for a page with images (19 tasks): in a rewritten document the images
-    arrive after the load event, so the first observation could see an image missing that a
-    loaded page shows."""
+    """Whether a page at `url` holds a MiniWoB task document that can be rewritten in place into
+    `task`'s page (`miniwob_pages.switch_document`); not for a task whose page shows images."""
     if not url.startswith(MINIWOB_BASE_URL) or not url.endswith(".html"):
         return False
-    return url[len(MINIWOB_BASE_URL) : -len(".html")] in all_tasks() and not _shows_images(task)
-
-
-_IMAGE_FILE = re.compile(rb"\.(png|jpe?g|gif|svg)\b")
-
-
-@lru_cache(maxsize=None)
-def _shows_images(task: str) -> bool:
-    found = _read_file(f"miniwob/{task}.html")
-    return found is None or _IMAGE_FILE.search(found[0]) is not None
+    return url[len(MINIWOB_BASE_URL) : -len(".html")] in all_tasks() and not shows_images(task)
 
 
 def episode_seed(seed: int | None) -> int:
     """The number passed to ``Math.seedrandom``, drawn exactly as BrowserGym's task does."""
     return int(np.random.RandomState(seed).randint(0, 1000000))
-
-
-# -- serving the pages ------------------------------------------------------------------
-@lru_cache(maxsize=512)
-def _read_file(relative: str) -> tuple[bytes, str] | None:
-    root = html_root().resolve()
-    path = (root / relative).resolve()
-    if root not in path.parents or not path.is_file():
-        return None
-    content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return path.read_bytes(), content_type
-
-
-async def serve_miniwob_request(route: Any) -> None:
-    """Answer a request to ``http://miniwob.local/...`` from the package's files (404 if absent)."""
-    path = urlsplit(route.request.url).path.lstrip("/")
-    found = _read_file(path)
-    if found is None:
-        await route.fulfill(status=404, body=f"not found: /{path}", content_type="text/plain")
-    else:
-        body, content_type = found
-        await route.fulfill(status=200, body=body, content_type=content_type)
-
-
-_LOCAL_SCRIPT = re.compile(r'<script src="(\.\./[^"]+\.js)"></script>')
-
-
-def _decode_as_browser(data: bytes) -> str:
-    """Text as Chromium reads these files: UTF-8 after a byte-order mark; otherwise, as no charset
-    is declared, windows-1252 as WHATWG defines it (cp1252, the five bytes it leaves undefined
-    kept as C1 controls)."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8", errors="replace")
-    return data.decode("latin-1").translate(_WINDOWS_1252)
-
-
-_WINDOWS_1252 = {
-    b: bytes([b]).decode("cp1252") for b in range(0x80, 0xA0) if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)
-}
-
-
-@lru_cache(maxsize=None)
-def inlined_page(task: str) -> str:
-    """The task's HTML with its local scripts inlined, for `switch_document`: the page parses
-    and runs them at once, with no request (so no wait in Playwright's route, no event turn)."""
-    found = _read_file(f"miniwob/{task}.html")
-    if found is None:
-        raise ValueError(f"no page for MiniWoB task {task!r}")
-
-    def inline(match: re.Match) -> str:
-        script = _read_file(posixpath.normpath(f"miniwob/{match.group(1)}"))
-        if script is None:
-            return match.group(0)
-        return "<script>" + _decode_as_browser(script[0]).replace("</script", "<\\/script") + "</script>"
-
-    return _LOCAL_SCRIPT.sub(inline, _decode_as_browser(found[0]))
-
-
-# Rewrite the document in place with another task's page: what a page load would end stops first
-# (timers, animation frames; `document.open` removes the document's and window's listeners), and
-# the URL becomes the task's before `document.open`, which gives the new document that URL.
-_SWITCH_DOCUMENT_JS = r"""async ([html, url]) => {
-  const lastTimer = setTimeout(() => {}, 0);
-  for (let id = window.__envharnessClearedTimers || 0; id <= lastTimer; id++) clearTimeout(id);
-  window.__envharnessClearedTimers = lastTimer + 1;
-  const lastFrame = requestAnimationFrame(() => {});
-  for (let id = window.__envharnessClearedFrames || 0; id <= lastFrame; id++) cancelAnimationFrame(id);
-  window.__envharnessClearedFrames = lastFrame + 1;
-  history.replaceState(null, '', url);
-  document.open();
-  document.write(html);
-  // The load event comes as a task of its own, after the images: it runs the page's `onload`
-  // (registered while the document was written), then this listener.
-  const loaded = new Promise((resolve, reject) => {
-    window.addEventListener('load', resolve, {once: true});
-    setTimeout(() => reject(new Error('no load event within 10 s')), 10000);
-  });
-  document.close();
-  document.documentElement.getBoundingClientRect();  // lay out now: the images it needs hold the load event back
-  await loaded;
-}"""
-
-
-async def switch_document(page: Any, task: str) -> bool:
-    """Make `page` (a MiniWoB document) show `task`'s page without loading it; False when the page
-    would not (its document is not what `can_switch` took it for), so the caller loads it."""
-    try:
-        await page.evaluate(_SWITCH_DOCUMENT_JS, [inlined_page(task), task_url(task)])
-        return page.url == task_url(task)
-    except Exception as e:
-        if page.is_closed():
-            raise
-        logger.debug("switching to %s in place failed (%s); loading the page", task, e)
-        return False
 
 
 # -- episode set-up (JavaScript from browsergym/miniwob/base.py and all.py) -------------
@@ -355,19 +238,21 @@ async def start_episode(
     """Start an episode of `task` in `page` and return its goal text.
 
     ``start="restart"`` is only valid when `page` already holds `task`; ``"switch"`` when
-    `can_switch(page.url, task)` (it falls back to a page load if the rewrite fails).
+    `can_switch(page.url, task)` (it falls back to a page load if the rewrite fails). Both expect
+    the pointer off the page (``page.mouse.move(-1, -1)``: a fresh page has had none over it).
     """
-    if start != "restart":
-        if start == "switch":  # as for a restart: no pointer over the new page, nothing hovered
-            await page.mouse.move(-1, -1)
-        if start == "load" or not await switch_document(page, task):
-            await page.goto(task_url(task))
-        await page.evaluate(_REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "") + "\n'';")
-    else:  # a fresh page has had no pointer over it: move it off the page, so nothing new is hovered
-        await page.mouse.move(-1, -1)
-        await page.evaluate(_CLEAR_PAGE_STATE_JS)
+    if start == "load" or (start == "switch" and not await switch_document(page, task, task_url(task))):
+        await page.goto(task_url(task))
+    # What the page runs before the episode starts, and the start, in one call: BrowserGym's set-up
+    # after a load, or the clean-up before a restart in place.
+    before = (
+        f"({_CLEAR_PAGE_STATE_JS})();"
+        if start == "restart"
+        else _REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "")
+    )
+    args = json.dumps([episode_seed(seed), int(episode_max_time_ms)])
     page._bgym_scale_factor = MINIWOB_SCALE_FACTOR  # read by coordinate actions and observations
-    goal = await page.evaluate(_START_EPISODE_JS, [episode_seed(seed), episode_max_time_ms])
+    goal = await page.evaluate(f"{before}\n({_START_EPISODE_JS})({args});")
     return str(goal or "")
 
 
