@@ -3,12 +3,15 @@ its task's page loaded, and sees exactly what a session that opened its own woul
 
 import asyncio
 import os
+import re
 import signal
+from types import SimpleNamespace
 
 import pytest
 
 from envharness.envs.browsergym import BrowserGymAction
 from envharness.envs.browsergym.factory import make_environment_factory
+from envharness.envs.browsergym.warm_pool import PARALLEL_OPENS, WarmPage, WarmPool
 
 TEXT = {"axtree": True, "pruned_html": True, "extra_properties": False}
 
@@ -42,7 +45,8 @@ async def test_warm_sessions_see_what_cold_sessions_see():
     )
     try:
         assert await _first_observations(warm, plan) == await _first_observations(cold, plan)
-        assert warm.pool.ready == 2 and cold.pool.ready == 0
+        # The pool's two, and contexts the finished sessions gave back; none without a pool.
+        assert warm.pool.ready > 2 and cold.pool.ready == 0
     finally:
         await cold.aclose()
         await warm.aclose()
@@ -112,8 +116,9 @@ def test_warm_sessions_must_be_a_count(size):
 
 
 async def test_next_task_is_prepared_and_taken_by_the_task_change():
-    """`next_task` opens that task's page while the episode runs; the reset that changes to it
-    takes that page and sees what a page load gives."""
+    """`next_task` opens that task's page while the episode runs, when the page cannot be switched
+    to it in place (a task whose page shows images); the reset that changes to it takes that page
+    and sees what a page load gives. A task it can switch to is not prepared: switching costs less."""
     factory, cold = (
         make_environment_factory(warm_sessions=0, **TEXT),
         make_environment_factory(warm_sessions=0, **TEXT),
@@ -122,19 +127,22 @@ async def test_next_task_is_prepared_and_taken_by_the_task_change():
     try:
         await env.reset_async(task="click-test", seed=0, next_task="enter-text")
         await factory.pool.wait_filled()
-        assert [w.task for w in factory.pool._ready] == ["enter-text"]
+        assert factory.pool.ready == 0
+        await env.reset_async(task="click-test", seed=0, next_task="tic-tac-toe")
+        await factory.pool.wait_filled()
+        assert [w.task for w in factory.pool._ready] == ["tic-tac-toe"]
         before = env._context
-        obs = await env.reset_async(task="enter-text", seed=7)
+        obs = await env.reset_async(task="tic-tac-toe", seed=7)
         assert env._context is not before and factory.pool.ready == 0
         await reference.reset_async(task="click-test", seed=0)
-        expected = await reference.reset_async(task="enter-text", seed=7)
+        expected = await reference.reset_async(task="tic-tac-toe", seed=7)
         assert (obs.goal, obs.axtree_txt, obs.pruned_html, obs.url) == (
             expected.goal,
             expected.axtree_txt,
             expected.pruned_html,
             expected.url,
         )
-        # Without a prepared page the task change loads the page in the session's own context.
+        # Without a prepared page the task change happens in the session's own context.
         same = env._context
         await env.reset_async(task="click-button", seed=1)
         assert env._context is same and env._loaded_task == "click-button"
@@ -171,3 +179,93 @@ async def test_in_place_restarts_after_task_changes_answer():
     finally:
         await env.close_async()
         await factory.aclose()
+
+
+_PROBE_STORAGE = """() => ({cookie: document.cookie, local: localStorage.getItem('who'),
+                           session: sessionStorage.getItem('who'), history: history.length})"""
+
+
+def _observed(obs):
+    return (obs.goal, obs.url, obs.axtree_txt, obs.pruned_html, obs.focused_element_bid, obs.open_pages_urls)
+
+
+async def test_a_finished_session_gives_its_context_back_cleared():
+    """The next session reuses the context: nothing of the last session's is left in it (cookies,
+    storage, history, typed text, tabs), and its first observation is a page load's."""
+    factory = make_environment_factory(warm_sessions=1, **TEXT)
+    loading, alice, bob = factory(), factory(), factory()
+    loading.config.fast_reset = False  # every reset loads the page: the reference
+    try:
+        obs = await alice.reset_async(task="enter-text", seed=1)
+        context = alice._context
+        await alice._actx.page.evaluate(
+            "() => { document.cookie = 'who=alice; path=/'; localStorage.setItem('who', 'alice');"
+            " sessionStorage.setItem('who', 'alice'); }"
+        )
+        textbox = re.search(r"\[(\w+)\] textbox", obs.axtree_txt).group(1)
+        obs = await alice.step_async(BrowserGymAction(action_str=f"fill('{textbox}', 'alice was here')"))
+        assert not obs.last_action_error
+        await alice.reset_async(task="click-checkboxes", seed=2)  # a task change: loads nothing
+        await alice.close_async()
+
+        first = await bob.reset_async(task="click-checkboxes", seed=1)  # the page alice's context shows
+        assert bob._context is context, "the finished session's context was not reused"
+        assert await bob._actx.page.evaluate(_PROBE_STORAGE) == {
+            "cookie": "",
+            "local": None,
+            "session": None,
+            "history": 1,
+        }
+        assert _observed(first) == _observed(await loading.reset_async(task="click-checkboxes", seed=1))
+        # and a task change in it, too
+        changed = await bob.reset_async(task="enter-text", seed=1)
+        assert _observed(changed) == _observed(await loading.reset_async(task="enter-text", seed=1))
+        assert "alice was here" not in changed.pruned_html
+    finally:
+        for env in (loading, alice, bob):
+            await env.close_async()
+        await factory.aclose()
+
+
+async def test_a_session_that_left_the_task_pages_does_not_give_its_context_back():
+    factory = make_environment_factory(warm_sessions=1, **TEXT)
+    env = factory()
+    try:
+        await env.reset_async(task="click-test", seed=0)
+        await factory.pool.wait_filled()
+        context = env._context
+        obs = await env.step_async(BrowserGymAction(action_str="new_tab()"))
+        assert not obs.last_action_error
+        await env.close_async()
+        assert context not in [w.context for w in factory.pool._ready]
+        assert factory.pool.ready == 1
+    finally:
+        await factory.aclose()
+
+
+async def test_the_pool_follows_demand_up_to_its_budget():
+    """Taken faster than it refills, the pool keeps more contexts ready (as many as were taken in
+    the last second, at most `max_size`), opening `PARALLEL_OPENS` at a time."""
+    opening, most = 0, 0
+
+    async def open_context(task):
+        nonlocal opening, most
+        opening += 1
+        most = max(most, opening)
+        await asyncio.sleep(0.02)
+        opening -= 1
+        return WarmPage(SimpleNamespace(close=lambda: asyncio.sleep(0)), SimpleNamespace(), task, 1)
+
+    pool = WarmPool(open_context, alive=lambda warm: True, size=1, max_size=4)
+    pool.refill()
+    await pool.wait_filled()
+    assert pool.ready == 1 and pool.target == 1
+    for _ in range(6):  # six sessions back to back
+        pool.take("click-test")
+        pool.refill()
+    assert pool.target == 4
+    await pool.wait_filled()
+    assert pool.ready == 4 and most == PARALLEL_OPENS
+    pool.give_back(WarmPage(SimpleNamespace(close=lambda: asyncio.sleep(0)), SimpleNamespace(), "x", 1))
+    assert pool.ready == 4  # full: the context is closed, not kept
+    await pool.aclose()

@@ -39,7 +39,7 @@ from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObserv
 from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
 from envharness.envs.browsergym.task_set import StartMode
 from envharness.envs.browsergym.tasks import TaskStatus, load_task_set
-from envharness.envs.browsergym.warm_pool import WarmPage, WarmPool, close_quietly
+from envharness.envs.browsergym.warm_pool import WarmPage, WarmPool, clear_for_reuse, close_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ class BrowserGymConfig:
     fast_actions: bool = True
     # Contexts kept open and loaded, ready for new sessions (warm_pool.py); 0: each session opens its own.
     warm_sessions: int = 2
+    # What the pool may grow to while sessions are taken faster than it refills (~30 MB each);
+    # None: max(warm_sessions, 8).
+    warm_sessions_max: int | None = None
 
 
 @dataclass
@@ -119,6 +122,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._main_page: Any = None
         self._loaded_task: str | None = None  # task whose page is loaded and reusable in place
         self._page_crashed = False
+        self._left_task_pages = False  # a stateful action (navigation, tabs) was taken in this context
         self._episode: _Episode | None = None
         self._state = BrowserGymState()
 
@@ -177,7 +181,12 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         )
         observation = await self._observe(reward=0.0, done=False, last_action="", error="", info={})
         if self._pool is not None:
-            if next_task is not None and next_task != chosen:
+            # A next task the page can be switched to in place costs less than a context swap.
+            if (
+                next_task is not None
+                and next_task != chosen
+                and not self.task_set.can_switch(next_task, page.url)
+            ):
                 self._pool.prepare(next_task)
             self._pool.refill()
         return observation
@@ -224,6 +233,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             fast_actions=self.config.fast_actions,
         )
         self._loaded_task = warm.task
+        self._left_task_pages = False
 
     def _on_crash(self, _page: Any) -> None:
         self._page_crashed = True
@@ -254,6 +264,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             actions = parse_actions(action_str)
             if any(a.name in STATEFUL_ACTIONS for a in actions):
                 self._loaded_task = None  # the next reset reloads the page
+                self._left_task_pages = True  # and the context is not given to another session
             await execute(self._actx, actions)
         except ActionParseError as e:
             error = f"ValueError: invalid action: {e}"
@@ -431,8 +442,27 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             await close_quietly(context)
 
     async def close_async(self) -> None:
+        if self._reusable():
+            warm = WarmPage(self._context, self._main_page, self._loaded_task, self._generation)
+            self._context = None
+            if await clear_for_reuse(warm.context, warm.page):
+                self._pool.give_back(warm)
+            else:
+                self._pool.close_later(warm.context)
         await self._close_context()
         self._episode = None
+
+    def _reusable(self) -> bool:
+        """Whether the next session may have this context (see `WarmPool.give_back`): the session
+        never left the task set's pages (no navigation, tab or upload action), and its page holds
+        a task that can be switched in place, which the next reset rewrites or restarts."""
+        return (
+            self._pool is not None
+            and self._alive()
+            and not self._left_task_pages
+            and self._loaded_task is not None
+            and self.task_set.can_switch(self._loaded_task, self._main_page.url)
+        )
 
     def close(self) -> None:
         """Contexts are closed by `close_async` (the server calls it) or with the engine."""

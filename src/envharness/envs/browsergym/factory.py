@@ -36,6 +36,7 @@ class BrowserGymEnvironmentFactory:
             lambda task: open_page(engine, config, task_set, guard, task),
             alive=self._alive,
             size=config.warm_sessions,
+            max_size=config.warm_sessions_max,
         )
 
     def __call__(self) -> BrowserGymEnvironment:
