@@ -123,6 +123,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._loaded_task: str | None = None  # task whose page is loaded and reusable in place
         self._page_crashed = False
         self._left_task_pages = False  # a stateful action (navigation, tabs) was taken in this context
+        self._pointer_moving: asyncio.Future | None = None  # the pointer leaving the page (episode over)
         self._episode: _Episode | None = None
         self._state = BrowserGymState()
 
@@ -155,7 +156,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             self._loaded_task = None
             if start != "load":  # observe the page afresh, as BrowserGym does after its (fresh-page) reset,
                 # with no pointer over it (nothing hovered)
-                await asyncio.gather(forget_marks(page), page.mouse.move(-1, -1))
+                await asyncio.gather(forget_marks(page), self._pointer_off(page))
             goal = await self.task_set.start_episode(
                 page, chosen, seed, start=start, episode_max_time_ms=self.config.episode_max_time_ms
             )
@@ -190,6 +191,29 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
                 self._pool.prepare(next_task)
             self._pool.refill()
         return observation
+
+    async def _pointer_off(self, page: Any) -> None:
+        """Move the pointer off the page, unless it is off already: moved there when the last
+        episode ended (`_move_pointer_later`), or never on this page. A move waits for the
+        renderer's next frame (~17 ms), which a reset should not."""
+        moving, self._pointer_moving = self._pointer_moving, None
+        if moving is not None:
+            await asyncio.gather(moving, return_exceptions=True)
+        if not getattr(page, "_envharness_pointer_off", False):
+            await page.mouse.move(-1, -1)
+            page._envharness_pointer_off = True
+
+    def _move_pointer_later(self) -> None:
+        """The episode is over: move the pointer off the page now, while the client decides, so
+        that the next reset does not wait for it."""
+        page = self._main_page
+        if self._pointer_moving is None and not getattr(page, "_envharness_pointer_off", False):
+
+            async def move() -> None:
+                await page.mouse.move(-1, -1)
+                page._envharness_pointer_off = True
+
+            self._pointer_moving = asyncio.ensure_future(move())
 
     def _start_mode(self, task: str, url: str) -> StartMode:
         """The cheapest way to a fresh episode of `task` in the page at `url` (see `StartMode`)."""
@@ -265,6 +289,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             if any(a.name in STATEFUL_ACTIONS for a in actions):
                 self._loaded_task = None  # the next reset reloads the page
                 self._left_task_pages = True  # and the context is not given to another session
+            self._main_page._envharness_pointer_off = False  # an action may have moved it
             await execute(self._actx, actions)
         except ActionParseError as e:
             error = f"ValueError: invalid action: {e}"
@@ -296,6 +321,8 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         )
         done = status.done or truncated or self._actx.infeasible
         ep.done = done
+        if done:
+            self._move_pointer_later()
         self._state.cum_reward += status.reward
         return self._build(
             captured,
@@ -442,6 +469,9 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             await close_quietly(context)
 
     async def close_async(self) -> None:
+        moving, self._pointer_moving = self._pointer_moving, None
+        if moving is not None:
+            await asyncio.gather(moving, return_exceptions=True)
         if self._reusable():
             warm = WarmPage(self._context, self._main_page, self._loaded_task, self._generation)
             self._context = None
@@ -484,6 +514,7 @@ async def open_page(
     generation = engine.generation
     try:
         page = await context.new_page()
+        page._envharness_pointer_off = True  # a new page has had no pointer over it
         if task is not None:
             await task_set.start_episode(
                 page, task, None, start="load", episode_max_time_ms=config.episode_max_time_ms
