@@ -42,7 +42,7 @@ import time
 from collections import defaultdict
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
-from _before import BEFORE_ISSUE_25, before_env
+from _before import BEFORE_TASK_SWITCH, before_env
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.solutions import solve
 
@@ -368,8 +368,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, help="steps per session for steps/s (default 60, --quick 30)")
     parser.add_argument(
         "--before",
-        default=BEFORE_ISSUE_25,
-        help=f"git revision for the 'before' column (default {BEFORE_ISSUE_25}; '' leaves it out)",
+        default=BEFORE_TASK_SWITCH,
+        help=f"git revision for the 'before' column (default {BEFORE_TASK_SWITCH}; '' leaves it out)",
     )
     args = parser.parse_args()
     levels = [1, 8, 16]

@@ -201,9 +201,10 @@ class BrowserEngine:
         if self._playwright is None:
             from playwright.async_api import async_playwright
 
-            from envharness.envs.browsergym import playwright_stacks
+            from envharness.envs.browsergym import playwright_replies, playwright_stacks
 
             playwright_stacks.install()
+            playwright_replies.install()
 
             self._playwright = await async_playwright().start()
             self._playwright.selectors.set_test_id_attribute(BID_ATTRIBUTE)

@@ -78,10 +78,16 @@ def _call(name: str, *args: Any) -> str:
 
 
 async def _cdp(page: Any) -> Any:
-    """The page's CDP session, opened once and reused (opening one costs a round trip or two)."""
+    """The page's CDP session, opened once and reused (opening one costs a round trip or two).
+
+    Its ``send`` is the implementation's: Playwright's public wrapper walks every reply, item by
+    item, to turn its own objects into API objects, which CDP's plain JSON never holds; for the
+    AXTree's thousands of items that walk was a tenth of the server's CPU per step.
+    """
     session = getattr(page, "_envharness_cdp", None)
     if session is None:
-        session = await page.context.new_cdp_session(page)
+        opened = await page.context.new_cdp_session(page)
+        session = getattr(opened, "_impl_obj", opened)  # same `send(method, params)`, no walk
         page._envharness_cdp = session
     return session
 

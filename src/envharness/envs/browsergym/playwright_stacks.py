@@ -74,11 +74,17 @@ def install() -> None:
         return _caller_frames(playwright_dir)
 
     def extract_stack(f: Any = None, limit: int | None = None) -> traceback.StackSummary:
-        summary = traceback.StackSummary.extract(
-            traceback.walk_stack(f or sys._getframe(1)), limit=limit, lookup_lines=False
-        )
-        summary.reverse()
-        return summary
+        # Built frame by frame: `StackSummary.extract` stats every frame's file even when it
+        # reads no line (`linecache.checkcache`).
+        frames, frame = [], f or sys._getframe(1)
+        while frame is not None and (limit is None or len(frames) < limit):
+            code = frame.f_code
+            frames.append(
+                traceback.FrameSummary(code.co_filename, frame.f_lineno, code.co_name, lookup_line=False)
+            )
+            frame = frame.f_back
+        frames.reverse()
+        return traceback.StackSummary.from_list(frames)
 
     cheap_inspect, cheap_traceback = (
         _shim(inspect, stack=stack),

@@ -94,9 +94,10 @@ class Worker:
     ) -> dict[str, Any]:
         import gymnasium as gym
 
-        from envharness.envs.browsergym import playwright_stacks
+        from envharness.envs.browsergym import playwright_replies, playwright_stacks
 
         playwright_stacks.install()  # BrowserGym's sync calls each took two source-reading stacks
+        playwright_replies.install()
         if self._close_browsers is None:
             from envharness.envs.browsergym.engine import NO_SPARE_RENDERER
             from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers
