@@ -19,6 +19,7 @@ LAYERS = {
     "core": 0,
     "models": 1,
     "harness": 2,
+    "curriculum": 2,
     "mcp": 2,
     "prompts": 3,
     "policy": 3,

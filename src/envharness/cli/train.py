@@ -20,6 +20,7 @@ import sys
 import time
 
 from envharness.cli import options
+from envharness.curriculum import SAMPLERS
 from envharness.integrations.trl.tracking import REPORT_TO
 from envharness.integrations.trl.training import TrainConfig
 
@@ -78,6 +79,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="reward function(s): success, sum, mean, max of the environment's reward, or one the "
         "environment adds (textarena: its shaped Wordle rewards); repeatable (default success)",
+    )
+    parser.add_argument(
+        "--curriculum",
+        default=d.curriculum,
+        choices=list(SAMPLERS),
+        help="which task each group plays: uniform (the tasks in turn) or signal (weighted by p(1-p) "
+        "of the task's recent success: the tasks whose groups disagree, where GRPO learns)",
+    )
+    parser.add_argument(
+        "--curriculum-floor",
+        type=float,
+        default=d.curriculum_floor,
+        help="with --curriculum signal, the least weight of a task (so none is forgotten)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=d.eval_every,
+        metavar="N",
+        help="every N steps, greedy episodes on held-out seeds of every trained task and of "
+        "--eval-tasks, logged beside the training curves; the best model is kept in <out>/best",
+    )
+    parser.add_argument(
+        "--eval-tasks",
+        default="",
+        help="comma-separated transfer tasks (never trained) that --eval-every also plays",
+    )
+    parser.add_argument(
+        "--eval-episodes", type=int, default=d.eval_episodes, help="held-out seeds per task for --eval-every"
     )
     parser.add_argument("--save-steps", type=int, default=d.save_steps, help="checkpoint every N steps")
     parser.add_argument(
@@ -201,6 +231,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         device=args.device,
         dtype=args.dtype,
         logprob_correction=args.logprob_correction,
+        curriculum=args.curriculum,
+        curriculum_floor=args.curriculum_floor,
+        eval_every=args.eval_every,
+        eval_tasks=[t.strip() for t in args.eval_tasks.split(",") if t.strip()],
+        eval_episodes=args.eval_episodes,
         report_to=args.report_to,
         env_urls=args.env_urls,
         servers=args.servers,

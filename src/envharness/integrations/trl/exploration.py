@@ -29,6 +29,22 @@ from transformers import TrainerCallback
 RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
 
 
+def _per_task(groups: dict[str, list[int]], success: list[bool]) -> dict[str, float]:
+    """Success and zero-variance groups (all succeeded or all failed: no signal) per task."""
+    from envharness.integrations.trl.rollout import parse_task_prompt
+
+    by_task: dict[str, list[list[bool]]] = {}
+    for prompt, rows in groups.items():
+        task = str(parse_task_prompt(prompt)[0])[:80]  # a chat prompt is its own "task": cut short
+        by_task.setdefault(task, []).append([success[i] for i in rows])
+    stats: dict[str, float] = {}
+    for task, task_groups in sorted(by_task.items()):
+        episodes = [s for group in task_groups for s in group]
+        stats[f"tasks/{task}/success"] = sum(episodes) / len(episodes)
+        stats[f"tasks/{task}/zero_variance"] = sum(len(set(g)) == 1 for g in task_groups) / len(task_groups)
+    return stats
+
+
 def group_stats(prompts: list[Any], out: dict[str, list[Any]]) -> dict[str, Any]:
     """The exploration metrics of one rollout batch: episodes of the same prompt (page) form a group."""
     from envharness.integrations.trl.rollout import parse_task_prompt
@@ -59,6 +75,7 @@ def group_stats(prompts: list[Any], out: dict[str, list[Any]]) -> dict[str, Any]
         "groups/all_succeeded": all_succeeded / n,
         "groups/all_failed_errors": failed_lines,
     }
+    stats.update(_per_task(groups, success))
     if model_logprobs:
         stats["sampled_nll"] = -sum(model_logprobs) / len(model_logprobs)
     timed_out = [i for i, flag in enumerate(out.get("timed_out") or []) if flag]

@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator, Union
 
 from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
+from envharness.curriculum import make_sampler
+from envharness.integrations.trl.curriculum import CurriculumRollout
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.rewards import REWARD_FUNCS
@@ -105,6 +107,45 @@ class TrainConfig:
     #: Correct the gap between the sampled and the training forward's logprobs with truncated
     #: importance sampling (`logprob_agreement.py`); the gap is logged either way.
     logprob_correction: bool = True
+    #: Which task each group plays: "uniform" (the tasks in turn) or "signal" (weighted by p(1-p)
+    #: of its recent success, at least `curriculum_floor`; see envharness/curriculum).
+    curriculum: str = "uniform"
+    curriculum_floor: float = 0.02
+    #: Every N steps (0: never), greedy episodes on held-out seeds 0..eval_episodes-1 of every
+    #: trained task and of `eval_tasks` (transfer: never trained); the best model goes to best/.
+    eval_every: int = 0
+    eval_tasks: list[str] = field(default_factory=list)
+    eval_episodes: int = 8
+
+
+def _held_out(config: TrainConfig, tokenizer: Any, make_client: Any, out: Path, is_vlm: bool) -> list[Any]:
+    """The held-out evaluation callback (`held_out.py`) when ``eval_every`` asks for one."""
+    if not config.eval_every:
+        return []
+    if is_vlm or config.agent:
+        raise TrainSetupError(
+            "--eval-every evaluates text policies played by the harness (not --agent, not vision)"
+        )
+    from envharness.integrations.trl.held_out import HeldOutEvaluation
+
+    def evaluate_task(model: Any, task: str, seeds: list[int]) -> float:
+        return evaluate(model, tokenizer, make_client, config, seeds, task=task, temperature=0.0)
+
+    return [
+        HeldOutEvaluation(
+            evaluate_task,
+            every=config.eval_every,
+            tasks=config.tasks,
+            transfer=config.eval_tasks,
+            episodes=config.eval_episodes,
+            out=out,
+            tokenizer=tokenizer,
+        )
+    ]
+
+
+def _sampler_options(config: TrainConfig) -> dict[str, Any]:
+    return {"floor": config.curriculum_floor} if config.curriculum == "signal" else {}
 
 
 @dataclass
@@ -315,6 +356,17 @@ def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -
         raise TrainSetupError(str(exc)) from None
     if not config.tasks:
         raise TrainSetupError("no tasks given")
+    try:
+        make_sampler(config.curriculum, config.tasks, **_sampler_options(config))
+    except ValueError as exc:
+        raise TrainSetupError(f"--curriculum: {exc}") from None
+    if config.eval_every < 0 or config.eval_episodes < 1:
+        raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
+    if config.eval_tasks:
+        try:
+            config.eval_tasks = harness.task_list().expand(config.eval_tasks, harness.check_task)
+        except (ValueError, KeyError) as exc:
+            raise TrainSetupError(f"--eval-tasks: {exc}") from None
     config.prompt = config.prompt or harness.train_prompt
     if config.env_url and not config.env_url.startswith(("http://", "https://")):
         raise TrainSetupError(f"--env-url must be an http(s) URL, got {config.env_url!r}")
@@ -474,6 +526,9 @@ def train(
                 session_factory_kwargs=prompt_options(config.prompt, tokenizer, env),
                 backend_factory=timer.backend_factory,
             )
+        curriculum = CurriculumRollout(
+            make_sampler(config.curriculum, config.tasks, seed=config.seed, **_sampler_options(config))
+        )
         # one prompt per group; with a time budget, TRL cycles through this many pages
         num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)
         trainer = (vision_grpo.VisionGRPOTrainer if is_vlm else GRPOTrainer)(
@@ -482,11 +537,13 @@ def train(
             reward_funcs=[reward_functions(env)[r] for r in config.rewards],
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
-            rollout_func=groups.wrap(timer.wrap(rollout_func)),
+            rollout_func=curriculum.wrap(groups.wrap(timer.wrap(rollout_func))),
             peft_config=_lora_config(config) if config.lora else None,
             callbacks=[
                 timer.callback(),
                 groups.callback(),
+                curriculum.callback(),
+                *_held_out(config, tokenizer, make_client, out, is_vlm),
                 ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None),
                 *([TimeBudgetCallback(config.minutes)] if config.minutes else []),
                 *callbacks,
@@ -537,14 +594,17 @@ def evaluate(
     seeds: list[int],
     *,
     records: str | Path | None = None,
+    task: str | None = None,
+    temperature: float | None = None,
 ) -> float:
-    """Success rate of `model` on `config.tasks[0]` over `seeds`, played exactly as in training
-    (same prompt, turns, token budget; sampled at the training temperature)."""
+    """Success rate of `model` on `task` (default `config.tasks[0]`) over `seeds`, played exactly
+    as in training (same prompt, turns, token budget; sampled at the training temperature unless
+    `temperature` is given: 0 is greedy)."""
     from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records
     from envharness.integrations.trl.rollout import TaskPromptSessionFactory
     from envharness.models.transformers_backend import TransformersBackend
 
-    task = config.tasks[0]
+    task = task or config.tasks[0]
     env = resolve_environment(config.env, config.env_options)
     harness = env.require_harness()
     style = config.prompt or harness.train_prompt
@@ -554,7 +614,10 @@ def evaluate(
     batcher = BatchingModelStep(
         TransformersBackend(model, tokenizer), tool_call_parser=harness.tool_call_parser, send_tools=False
     )
-    sampling = {"temperature": config.temperature, "max_tokens": config.max_completion_length}
+    sampling = {
+        "temperature": config.temperature if temperature is None else temperature,
+        "max_tokens": config.max_completion_length,
+    }
     results = run_coroutine_sync(
         run_episodes(
             factory,

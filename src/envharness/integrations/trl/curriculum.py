@@ -1,0 +1,60 @@
+"""A curriculum in TRL's GRPO loop: each group of a batch plays the task a `TaskSampler` chooses.
+
+The dataset's prompts are slots (a task and a seed, `task_prompt`); `CurriculumRollout.wrap`
+keeps each slot's seed and gives its group the sampler's task, so every generation of a group
+still plays the same page. After the rollout each group's successes go back to the sampler, and
+the step's plan (each task's weight, recent success and episodes) is added to the step's log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import TrainerCallback
+
+from envharness.curriculum import TaskSampler
+from envharness.integrations.trl.rollout import RolloutFunc, parse_task_prompt, task_prompt
+
+
+class CurriculumRollout:
+    """Rewrites each batch's tasks with `sampler`'s choices; `callback()` logs its plan."""
+
+    def __init__(self, sampler: TaskSampler) -> None:
+        self.sampler = sampler
+        self.plans: list[dict[str, Any]] = []  # this step's: the plan and the tasks drawn
+
+    def wrap(self, rollout_func: RolloutFunc) -> RolloutFunc:
+        def chosen(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+            slots = list(dict.fromkeys(str(p) for p in prompts))  # one per group, in order
+            plan = self.sampler.plan()
+            tasks = self.sampler.choose(len(slots))
+            rewritten = {
+                slot: task_prompt(task, parse_task_prompt(slot)[1]) for slot, task in zip(slots, tasks)
+            }
+            out = rollout_func([rewritten[str(p)] for p in prompts], trainer)
+            success = out.get("success") or [False] * len(prompts)
+            for slot, task in zip(slots, tasks):
+                self.sampler.update(task, [bool(s) for p, s in zip(prompts, success) if str(p) == slot])
+            self.plans.append({"plan": plan, "drawn": tasks})
+            return out
+
+        chosen.records = getattr(rollout_func, "records", None)  # type: ignore[attr-defined]
+        return chosen
+
+    def callback(self) -> TrainerCallback:
+        return _PlanCallback(self)
+
+
+class _PlanCallback(TrainerCallback):
+    def __init__(self, curriculum: CurriculumRollout) -> None:
+        self.curriculum = curriculum
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.curriculum.plans = []
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        if logs is not None and "loss" in logs and self.curriculum.plans:
+            logs["curriculum/plan"] = self.curriculum.plans[0]["plan"]
+            logs["curriculum/drawn"] = [task for p in self.curriculum.plans for task in p["drawn"]]

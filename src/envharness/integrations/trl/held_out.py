@@ -1,0 +1,85 @@
+"""Evaluation during training: greedy episodes on held-out seeds every N steps, best checkpoint kept.
+
+Training pages are seeded from [1,000,000, 2,000,000) (`task_dataset`); these episodes play seeds
+0..n-1 of every trained task and of the named transfer tasks (``--eval-tasks``), greedily, with
+the training prompt, turns and token budget. Each evaluation goes into that step's log
+(``eval/<task>/success``, ``eval/trained_mean``, ``eval/transfer_mean``) and `eval_log.jsonl`, so a
+task that starts to be forgotten shows on the step it starts; the model with the best held-out
+mean over the trained tasks is saved to ``best/`` (with ``best/best.json`` saying when and why).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from transformers import TrainerCallback
+
+#: Evaluates `model` on one task's held-out seeds: success rate in [0, 1].
+EvaluateTask = Callable[[Any, str, list[int]], float]
+
+
+class HeldOutEvaluation(TrainerCallback):
+    """Every `every` steps, `evaluate` each of `tasks` (trained) and `transfer` (never trained) on
+    seeds 0..`episodes`-1; log, and save the best model to `out`/best."""
+
+    def __init__(
+        self,
+        evaluate: EvaluateTask,
+        *,
+        every: int,
+        tasks: Sequence[str],
+        transfer: Sequence[str] = (),
+        episodes: int = 8,
+        out: str | Path,
+        tokenizer: Any = None,
+    ) -> None:
+        if every < 1 or episodes < 1:
+            raise ValueError(f"eval_every and eval_episodes must be >= 1, got {every} and {episodes}")
+        self.evaluate = evaluate
+        self.every, self.episodes = every, episodes
+        self.tasks, self.transfer = list(tasks), [t for t in transfer if t not in tasks]
+        self.out, self.tokenizer = Path(out), tokenizer
+        self.best: float | None = None
+        self._pending: dict[str, Any] | None = None
+
+    def run(self, model: Any, step: int) -> dict[str, Any]:
+        """Evaluate now; returns the log entry (also appended to eval_log.jsonl)."""
+        seeds = list(range(self.episodes))
+        was_training = getattr(model, "training", False)
+        model.eval()
+        try:
+            success = {task: self.evaluate(model, task, seeds) for task in [*self.tasks, *self.transfer]}
+        finally:
+            if was_training:
+                model.train()
+        entry: dict[str, Any] = {"step": step}
+        entry.update({f"eval/{task}/success": rate for task, rate in success.items()})
+        entry["eval/trained_mean"] = sum(success[t] for t in self.tasks) / len(self.tasks)
+        if self.transfer:
+            entry["eval/transfer_mean"] = sum(success[t] for t in self.transfer) / len(self.transfer)
+        with (self.out / "eval_log.jsonl").open("a") as log:
+            log.write(json.dumps(entry) + "\n")
+        if self.best is None or entry["eval/trained_mean"] > self.best:
+            self.best = entry["eval/trained_mean"]
+            self._save_best(model, entry)
+        return entry
+
+    def _save_best(self, model: Any, entry: dict[str, Any]) -> None:
+        best = self.out / "best"
+        model.save_pretrained(str(best))
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(str(best))
+        (best / "best.json").write_text(json.dumps({**entry, "held_out_seeds": self.episodes}, indent=2))
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if model is not None and state.global_step % self.every == 0:
+            self._pending = self.run(model, state.global_step)
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        if logs is not None and "loss" in logs and self._pending is not None:
+            logs.update({k: v for k, v in self._pending.items() if k != "step"})
+            self._pending = None
