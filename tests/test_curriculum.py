@@ -17,6 +17,14 @@ from envharness.harness import read_records
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
+def train_tiny(out, *options: str) -> int:
+    """Two GRPO steps of the tiny model, 2 episodes a group, and `options`."""
+    return cli_main(
+        ["train", "--model", "tiny", "--steps", "2", "--save-steps", "5", "--output-dir", str(out)]
+        + ["--num-generations", "2", "--max-completion-length", "8", *options]
+    )
+
+
 def feed(sampler, task: str, successes: int, failures: int) -> None:
     sampler.update(task, [True] * successes + [False] * failures)
 
@@ -70,28 +78,8 @@ def test_bad_sampler_settings_are_refused():
 @pytest.mark.timeout(600)
 def test_train_with_the_signal_curriculum_logs_its_plan_and_each_task(tmp_path):
     out = tmp_path / "run"
-    rc = cli_main(
-        [
-            "train",
-            "--model",
-            "tiny",
-            "--tasks",
-            "click-test,click-button",
-            "--curriculum",
-            "signal",
-            "--steps",
-            "2",
-            "--save-steps",
-            "5",
-            "--output-dir",
-            str(out),
-            "--num-generations",
-            "2",
-            "--groups-per-step",
-            "3",
-            "--max-completion-length",
-            "8",
-        ]
+    rc = train_tiny(
+        out, "--tasks", "click-test,click-button", "--curriculum", "signal", "--groups-per-step", "3"
     )
     assert rc == 0
     steps = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
@@ -127,32 +115,18 @@ def test_an_unknown_curriculum_is_refused_in_words(capsys):
 @pytest.mark.timeout(600)
 def test_eval_every_logs_held_out_results_and_keeps_the_best_model(tmp_path):
     out = tmp_path / "run"
-    rc = cli_main(
-        [
-            "train",
-            "--model",
-            "tiny",
-            "--tasks",
-            "click-test",
-            "--eval-every",
-            "1",
-            "--eval-tasks",
-            "click-button",
-            "--eval-episodes",
-            "2",
-            "--steps",
-            "2",
-            "--save-steps",
-            "5",
-            "--output-dir",
-            str(out),
-            "--num-generations",
-            "2",
-            "--groups-per-step",
-            "1",
-            "--max-completion-length",
-            "8",
-        ]
+    rc = train_tiny(
+        out,
+        "--tasks",
+        "click-test",
+        "--eval-every",
+        "1",
+        "--eval-tasks",
+        "click-button",
+        "--eval-episodes",
+        "2",
+        "--groups-per-step",
+        "1",
     )
     assert rc == 0
     evals = [json.loads(line) for line in (out / "eval_log.jsonl").read_text().splitlines()]

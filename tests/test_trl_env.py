@@ -157,3 +157,74 @@ def test_every_browser_tool_becomes_a_method_with_a_schema():
         assert schema["name"] == spec["name"] and set(schema["parameters"].get("properties", {})) == set(
             spec["inputSchema"]["properties"]
         )
+
+
+def test_grpo_trainer_steps_on_a_mix_of_the_browser_and_wordle(server_url, tmp_path):
+    """TRL's `dict` of factories: each row's `environment` picks its environment, the row's task
+    and seed reach that environment's reset, and each environment scores its own rollouts."""
+    from trl import GRPOTrainer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from envharness.core.launchers import LocalServer
+    from envharness.envs.browsergym import BrowserGymEnv
+    from envharness.envs.textarena import TextArenaEnv
+    from envharness.integrations.trl.environment import environment_dataset
+    from envharness.integrations.trl.training import TrainConfig, grpo_config
+    from envharness.models.embedded import tiny_test_model
+
+    model, tokenizer = tiny_test_model()
+    tokenizer.chat_template = qwen2_5_chat_template
+    config = TrainConfig(
+        model="tiny", output_dir=str(tmp_path), max_steps=1, num_generations=2, groups_per_step=2
+    )
+    with LocalServer("textarena") as wordle:
+        factories = {
+            "browsergym": environment_factory(
+                "browsergym", functools.partial(BrowserGymEnv, base_url=server_url)
+            ),
+            "textarena": environment_factory(
+                "textarena", functools.partial(TextArenaEnv, base_url=wordle.base_url), task="Wordle-v0"
+            ),
+        }
+        dataset = environment_dataset({"browsergym": ["click-test"], "textarena": ["Wordle-v0"]}, 4)
+        assert dataset["environment"] == ["browsergym", "textarena", "browsergym", "textarena"]
+        assert all(1_000_000 <= s < 2_000_000 for s in dataset["seed"])
+        trainer = GRPOTrainer(
+            model=model,
+            processing_class=tokenizer,
+            environment_factory=factories,
+            train_dataset=dataset,
+            args=grpo_config(config, save_strategy="no", max_completion_length=8),
+        )
+        assert {t.__name__ for t in trainer._env_tools["textarena"]} == {"send"}
+        assert {t.__name__ for t in trainer._env_tools["browsergym"]} == TOOLS
+        assert sorted(trainer.reward_func_names) == ["BrowserGymToolEnv", "TextArenaToolEnv"]
+        trainer.train()
+        assert trainer.state.global_step == 1
+        played = sorted((type(env).__name__, env._session.task) for env in trainer.environments)
+        assert played == [("BrowserGymToolEnv", "click-test")] * 2 + [("TextArenaToolEnv", "Wordle-v0")] * 2
+        for env in trainer.environments:
+            assert env.get_reward() >= 0.0
+            env.__exit__(None, None, None)
+
+
+def test_a_vision_style_returns_screenshots_as_image_blocks(server_url):
+    """With the browser's vision style a tool returns TRL's multimodal content: the screenshot as an
+    image block (a PIL image) beside the text; without it, text only."""
+    from PIL import Image
+
+    from envharness.envs.browsergym import BrowserGymEnv
+
+    clients = functools.partial(BrowserGymEnv, base_url=server_url)
+    with environment_factory("browsergym", clients, task="click-test", style="vision")() as env:
+        env.reset(task="click-test", seed=3)
+        blocks = env.noop()
+        assert isinstance(blocks, list)
+        images = [b["image"] for b in blocks if b["type"] == "image"]
+        assert len(images) == 1 and isinstance(images[0], Image.Image) and images[0].size[0] > 100
+        assert any(b["type"] == "text" and b["text"] for b in blocks)
+    with environment_factory("browsergym", clients, task="click-test")() as env:
+        env.reset(task="click-test", seed=3)
+        assert isinstance(env.noop(), str)
+    with pytest.raises(ValueError, match="no sessions of its own"):
+        environment_factory("browsergym", clients, style="compact")

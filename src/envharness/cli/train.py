@@ -21,6 +21,7 @@ import time
 
 from envharness.cli import options
 from envharness.curriculum import SAMPLERS
+from envharness.integrations.trl.mix import parse_mix
 from envharness.integrations.trl.tracking import REPORT_TO
 from envharness.integrations.trl.training import TrainConfig
 
@@ -79,6 +80,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="reward function(s): success, sum, mean, max of the environment's reward, or one the "
         "environment adds (textarena: its shaped Wordle rewards); repeatable (default success)",
+    )
+    parser.add_argument(
+        "--mix",
+        action="append",
+        metavar="ENV:TASKS",
+        help="train on a mix of environments, repeatable: --mix browsergym:click-test,enter-text "
+        "--mix textarena:Wordle-v0 (each its own server and prompt, one batch drawn across them)",
     )
     parser.add_argument(
         "--curriculum",
@@ -231,6 +239,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         device=args.device,
         dtype=args.dtype,
         logprob_correction=args.logprob_correction,
+        mix=parse_mix(args.mix or []),
         curriculum=args.curriculum,
         curriculum_floor=args.curriculum_floor,
         eval_every=args.eval_every,

@@ -61,6 +61,11 @@ def read_run(folder: str | Path) -> RecordedRun:
             f"{path} was trained with --agent: its agents played through /mcp with tools of their "
             "own, which replay cannot call again; replay covers the harness's episodes"
         )
+    if config.get("mix"):
+        raise ReplaySetupError(
+            f"{path} was trained on a mix of environments ({', '.join(config['mix'])}); replay plays "
+            "one environment's records on its server and does not replay mixes yet"
+        )
     env = str(config.get("env") or "")
     options = dict(config.get("env_options") or {})
     try:

@@ -10,7 +10,8 @@ otherwise any, and switches it to its task in place.
 
 The pool follows demand: it keeps `size` contexts, and more while sessions are taken faster
 (as many as were taken in the last second, up to `max_size`, the memory budget: ~30 MB each),
-opening two at a time while it is short. A session that ends cleanly gives its context back
+opening two at a time while it is short; a second after the last take or give-back it
+closes what it holds beyond `size`. A session that ends cleanly gives its context back
 (`give_back`: the environment decides when that is safe and clears what the session left), so
 sessions opened back to back reuse contexts instead of waiting for new ones.
 
@@ -44,6 +45,9 @@ MAX_PREPARED = 16
 PARALLEL_OPENS = 2
 #: The demand the pool follows: contexts taken within this many seconds.
 DEMAND_WINDOW_S = 1.0
+#: After this long without a take or a give-back, contexts beyond `size` are closed (the memory
+#: a burst of sessions took comes back when it is over).
+SHRINK_AFTER_S = 1.0
 
 
 @dataclass
@@ -84,6 +88,7 @@ class WarmPool:
         self._refills: set[asyncio.Task] = set()
         self._opening = 0
         self._taken: deque[float] = deque(maxlen=64)  # when contexts were taken (demand)
+        self._shrink: asyncio.TimerHandle | None = None
         self._hot_task: str | None = None
         self._wanted: list[str] = []  # tasks to `prepare`, oldest first
         self._closing: set[asyncio.Task] = set()  # contexts being closed off the caller's path
@@ -106,7 +111,21 @@ class WarmPool:
             chosen = self._ready[0]
         if chosen is not None:
             self._ready.remove(chosen)
+        self._shrink_later()
         return chosen
+
+    def _shrink_later(self) -> None:
+        """Close the contexts beyond `size` once demand has been gone for `SHRINK_AFTER_S`."""
+        if self._shrink is not None:
+            self._shrink.cancel()
+        self._shrink = asyncio.get_running_loop().call_later(SHRINK_AFTER_S, self._shrink_now)
+
+    def _shrink_now(self) -> None:
+        self._shrink = None
+        spare = [w for w in self._ready if not w.prepared][: max(0, len(self._ready) - self.target)]
+        for warm in spare:
+            self._ready.remove(warm)
+            self.close_later(warm.context)
 
     def _discard_dead(self) -> None:
         for warm in [w for w in self._ready if not self._alive(w)]:
@@ -172,6 +191,7 @@ class WarmPool:
             self.close_later(warm.context)
         else:  # first in line: its page keeps the task files it was sent, so task changes stay cheap
             self._ready.insert(0, warm)
+            self._shrink_later()
 
     def close_later(self, context: Any) -> None:
         """Close `context` in the background (a session's old one after a swap, a dead or surplus
@@ -193,6 +213,8 @@ class WarmPool:
     async def aclose(self) -> None:
         """Close the warm contexts; no more are opened. Safe to call twice."""
         self._closed = True
+        if self._shrink is not None:
+            self._shrink.cancel()
         refills, self._refills = set(self._refills), set()
         if refills:
             # Let the contexts being opened finish (the loops close them): cancelling Playwright

@@ -8,7 +8,7 @@ the step's plan (each task's weight, recent success and episodes) is added to th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from transformers import TrainerCallback
 
@@ -19,8 +19,11 @@ from envharness.integrations.trl.rollout import RolloutFunc, parse_task_prompt, 
 class CurriculumRollout:
     """Rewrites each batch's tasks with `sampler`'s choices; `callback()` logs its plan."""
 
-    def __init__(self, sampler: TaskSampler) -> None:
+    def __init__(
+        self, sampler: TaskSampler, prompt_for: Callable[[str, int | None], str] = task_prompt
+    ) -> None:
         self.sampler = sampler
+        self.prompt_for = prompt_for  # a task and a seed -> the group's prompt (a mix's: `mix_prompt`)
         self.plans: list[dict[str, Any]] = []  # this step's: the plan and the tasks drawn
 
     def wrap(self, rollout_func: RolloutFunc) -> RolloutFunc:
@@ -29,7 +32,7 @@ class CurriculumRollout:
             plan = self.sampler.plan()
             tasks = self.sampler.choose(len(slots))
             rewritten = {
-                slot: task_prompt(task, parse_task_prompt(slot)[1]) for slot, task in zip(slots, tasks)
+                slot: self.prompt_for(task, parse_task_prompt(slot)[1]) for slot, task in zip(slots, tasks)
             }
             out = rollout_func([rewritten[str(p)] for p in prompts], trainer)
             success = out.get("success") or [False] * len(prompts)

@@ -14,13 +14,25 @@ the harness shows a model:
 
     factory = environment_factory("textarena", functools.partial(TextArenaEnv, base_url=url), task="Wordle-v0")
     trainer = GRPOTrainer(model=..., environment_factory=factory, args=GRPOConfig(max_steps=50, ...))
+
+Several environments in one run are TRL's `dict` of factories, with `environment_dataset` giving
+each row its `environment`, `task` and `seed`:
+
+    factories = {"browsergym": environment_factory("browsergym", browser_clients),
+                 "textarena": environment_factory("textarena", wordle_clients, task="Wordle-v0")}
+    dataset = environment_dataset({"browsergym": ["click-test"], "textarena": ["Wordle-v0"]}, 64)
+    trainer = GRPOTrainer(model=..., environment_factory=factories, train_dataset=dataset, ...)
+
+With ``style="vision"`` (an environment's prompt style whose tool results carry screenshots, such
+as the browser's), a tool returns content blocks, ``[{"type": "image", "image": <PIL image>},
+{"type": "text", ...}]``, which TRL passes to a vision-language model as they are.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from envharness.harness.adapter import call_tool_checked, tool_message_content
 from envharness.harness.concurrency import run_coroutine_sync
@@ -60,8 +72,9 @@ class ToolEnvironment:
         """The environment's reward for the episode so far (its last step's reward)."""
         return self._reward
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run one tool; errors go back to the model as text, as the harness shows them."""
+    def _call(self, name: str, arguments: dict[str, Any]) -> str | list[dict[str, Any]]:
+        """Run one tool; errors go back to the model as text, as the harness shows them. A result
+        with images (a vision style's) comes back as content blocks, the images kept."""
         if self._session is None:
             return "No episode has started: reset first."
         if self._done:
@@ -73,7 +86,10 @@ class ToolEnvironment:
         if reward is not None:
             self._reward = float(reward)
         self._done = bool(result.done)
-        return _text([{"content": tool_message_content(result)}])
+        content = tool_message_content(result)
+        if isinstance(content, list) and any(p.get("type") == "image" for p in content):
+            return content
+        return _text([{"content": content}])
 
     def _end_session(self) -> None:
         session, self._session = self._session, None
@@ -189,25 +205,66 @@ def environment_factory(
     *,
     task: str | None = None,
     tools: Sequence[str] | None = None,
+    style: str | None = None,
     **session_options: Any,
 ) -> Callable[[], ToolEnvironment]:
     """A zero-argument factory for TRL's `environment_factory`: each instance gets its own
     sync client of `env` from `client_factory` (e.g. `functools.partial(TextArenaEnv, base_url=url)`).
-    `tools` narrows the environment's default tools; `session_options` go to its session factory."""
+    `tools` narrows the environment's default tools; `style` names a prompt style of the
+    environment with sessions of its own (``"vision"``: screenshots in the tool results);
+    `session_options` go to the session factory."""
     from envharness.core.registry import env_harness
+    from envharness.prompts import get_prompt_style
 
     harness = env_harness(env)
     options = dict(session_options)
-    options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
     if tools is not None:
         options["tools"] = list(tools)
     task = task or harness.default_tasks[0]
+    make_sessions = harness.session_factory
+    if style is not None:
+        chosen = get_prompt_style(style, env)
+        if chosen.session_factory is None:
+            raise ValueError(f"{env}: prompt style {style!r} has no sessions of its own; leave style out")
+        make_sessions = chosen.session_factory
+    else:
+        options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
 
     def make() -> ToolEnvironment:
-        factory = harness.session_factory(client_factory, default_task=task, **options)
+        factory = make_sessions(client_factory, default_task=task, **options)
         return tool_environment_class(env, _tools_of(factory))(factory, task=task)
 
     return make
 
 
-__all__ = ["ToolEnvironment", "environment_factory", "tool_environment_class"]
+def environment_dataset(
+    tasks: Mapping[str, Sequence[str]],
+    num_prompts: int,
+    *,
+    seed: int = 0,
+    instruction: str = "Complete the task with the tools.",
+) -> Any:
+    """A `datasets.Dataset` for a `dict` of environment factories: `num_prompts` rows cycling
+    through every (environment, task) of `tasks`, each with its `environment` (the dict's key),
+    `task`, a training `seed` drawn from `seed` (as `task_dataset` draws them) and a one-message
+    chat `prompt` (`reset` appends the episode's opening to it)."""
+    import random
+
+    from datasets import Dataset
+
+    pairs = [(env, task) for env, env_tasks in tasks.items() for task in env_tasks]
+    if not pairs:
+        raise ValueError("at least one (environment, task) is needed")
+    rng = random.Random(seed)
+    rows = [pairs[i % len(pairs)] for i in range(num_prompts)]
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": instruction}] for _ in rows],
+            "environment": [env for env, _ in rows],
+            "task": [task for _, task in rows],
+            "seed": [rng.randrange(1_000_000, 2_000_000) for _ in rows],
+        }
+    )
+
+
+__all__ = ["ToolEnvironment", "environment_dataset", "environment_factory", "tool_environment_class"]

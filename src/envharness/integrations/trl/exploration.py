@@ -31,11 +31,11 @@ RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
 
 def _per_task(groups: dict[str, list[int]], success: list[bool]) -> dict[str, float]:
     """Success and zero-variance groups (all succeeded or all failed: no signal) per task."""
-    from envharness.integrations.trl.rollout import parse_task_prompt
+    from envharness.integrations.trl.mix import prompt_key
 
     by_task: dict[str, list[list[bool]]] = {}
     for prompt, rows in groups.items():
-        task = str(parse_task_prompt(prompt)[0])[:80]  # a chat prompt is its own "task": cut short
+        task = prompt_key(prompt)[:80]  # env:task in a mix; a chat prompt is its own "task": cut short
         by_task.setdefault(task, []).append([success[i] for i in rows])
     stats: dict[str, float] = {}
     for task, task_groups in sorted(by_task.items()):

@@ -69,6 +69,17 @@ def parse_task_prompt(prompt: Any) -> tuple[Any, int | None]:
     return prompt, None
 
 
+def prompt_env(prompt: Any) -> str | None:
+    """The environment a prompt names (a mix's prompt, `mix.mix_prompt`), or None."""
+    if isinstance(prompt, str) and prompt.startswith("{"):
+        try:
+            data = json.loads(prompt)
+        except json.JSONDecodeError:
+            return None
+        return data.get("env") if isinstance(data, dict) else None
+    return None
+
+
 def task_dataset(tasks: Sequence[str], num_prompts: int, *, seed: int = 0) -> Any:
     """A `datasets.Dataset` of `num_prompts` prompts cycling through `tasks`, each with its own
     episode seed drawn from `seed` (training seeds; evaluate on others)."""
@@ -235,6 +246,9 @@ def build_trl_rollout_func(
 
         def on_result(index: int, result: HarnessRolloutResult) -> None:
             result.metrics["train_step"] = step
+            env = prompt_env(result.task)
+            if env is not None:  # a mix: records name the environment too
+                result.metrics["env"] = env
             task, seed = parse_task_prompt(result.task)  # records name the task and page seed
             result.task, result.seed = task, seed if result.seed is None else result.seed
             results[index] = result
@@ -311,6 +325,7 @@ __all__ = [
     "build_env_rollout_func",
     "build_trl_rollout_func",
     "parse_task_prompt",
+    "prompt_env",
     "reward_max",
     "reward_mean",
     "reward_success",

@@ -22,7 +22,8 @@ from envharness.core.client_pool import ClientPool
 from envharness.harness.types import HarnessRunLimits
 from envharness.curriculum import make_sampler
 from envharness.integrations.trl.curriculum import CurriculumRollout
-from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset
+from envharness.integrations.trl.mix import mix_prompt
+from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset, task_prompt
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import (
@@ -116,6 +117,71 @@ class TrainConfig:
     eval_every: int = 0
     eval_tasks: list[str] = field(default_factory=list)
     eval_episodes: int = 8
+    #: A mix of environments, {env: [tasks]} (`mix.py`): one server and one rollout each, one
+    #: batch drawn across them; `env` and `tasks` then follow from it (tasks named env:task).
+    mix: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _check_mix(config: TrainConfig) -> None:
+    """A mix's environments and tasks checked; `config.tasks` becomes their env:task names."""
+    from envharness.integrations.trl.mix import mix_key
+
+    refused = {
+        "--tasks": config.tasks,
+        "--agent": config.agent,
+        "--env-url": config.env_url,
+        "--env-urls/--servers": config.env_urls or config.servers,
+        "--eval-every": config.eval_every,
+        "--prompt": config.prompt,
+        "--env-option": config.env_options,
+    }
+    given = [name for name, value in refused.items() if value]
+    if given:
+        raise TrainSetupError(
+            f"--mix trains with each environment's own server and prompt; leave out {', '.join(given)}"
+        )
+    unknown = [r for r in config.rewards if r not in REWARD_FUNCS]
+    if unknown:
+        raise TrainSetupError(
+            f"--mix: reward(s) {', '.join(unknown)} are one environment's; a mix takes {', '.join(REWARD_FUNCS)}"
+        )
+    keys = []
+    for name, tasks in config.mix.items():
+        try:
+            harness = resolve_environment(name, {}).require_harness()
+            keys += [mix_key(name, t) for t in harness.task_list().expand(tasks, harness.check_task)]
+        except (ValueError, KeyError, ImportError, AttributeError) as exc:
+            raise TrainSetupError(f"--mix {name}: {exc}") from None
+    config.tasks = keys
+
+
+@contextlib.contextmanager
+def mix_clients(mix: dict[str, list[str]]) -> Iterator[dict[str, Callable[[], Any]]]:
+    """A client factory per environment of the mix, each on a server of its own (`env_clients`)."""
+    with contextlib.ExitStack() as stack:
+        yield {name: stack.enter_context(env_clients(resolve_environment(name, {}))) for name in mix}
+
+
+def _mix_rollout(
+    config: TrainConfig, clients: dict[str, Callable[[], Any]], tokenizer: Any, records: Any, **kwargs: Any
+) -> Any:
+    """One rollout over the mix: each environment's own rollout, prompt and parser (`mix.py`)."""
+    from envharness.integrations.trl.mix import mixed_rollout
+
+    rollouts = {}
+    for name, tasks in config.mix.items():
+        env = resolve_environment(name, {})
+        rollouts[name] = build_env_rollout_func(
+            env,
+            clients[name],
+            default_task=tasks[0],
+            records=records,
+            session_factory_kwargs=prompt_options(_train_prompt(env), tokenizer, env),
+            **kwargs,
+        )
+    rollout = mixed_rollout(rollouts)
+    rollout.records = records  # type: ignore[attr-defined]
+    return rollout
 
 
 def _held_out(config: TrainConfig, tokenizer: Any, make_client: Any, out: Path, is_vlm: bool) -> list[Any]:
@@ -349,9 +415,12 @@ def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -
     try:
         env = env or resolve_environment(config.env, config.env_options)
         harness = env.require_harness()
-        config.tasks = harness.task_list().expand(
-            config.tasks or harness.default_tasks[:1], harness.check_task
-        )
+        if config.mix:
+            _check_mix(config)
+        else:
+            config.tasks = harness.task_list().expand(
+                config.tasks or harness.default_tasks[:1], harness.check_task
+            )
     except (ValueError, KeyError, ImportError) as exc:
         raise TrainSetupError(str(exc)) from None
     if not config.tasks:
@@ -424,6 +493,13 @@ def train(
 
     from envharness.integrations.trl import vision as vision_grpo
 
+    if config.mix:  # the first environment of the mix stands for the run where one is needed
+        config.env = next(iter(config.mix))
+        for name in config.mix:
+            try:
+                resolve_environment(name, {}).require_harness()
+            except (KeyError, ImportError, AttributeError, ValueError) as exc:
+                raise TrainSetupError(f"--mix {name}: {exc}") from None
     try:  # the environment, looked up once for the whole run
         env = resolve_environment(config.env, config.env_options)
         env.require_harness()
@@ -440,7 +516,7 @@ def train(
         raise TrainSetupError(
             f"a vision-language model trains on --prompt vision (screenshots in every turn), not {config.prompt!r}"
         )
-    if not is_vlm:
+    if not is_vlm and not config.mix:  # a mix plays each environment's own training prompt
         config.prompt = config.prompt or _train_prompt(env)
     if not is_vlm and _prompt_style(config.prompt, env).vision:
         raise TrainSetupError(
@@ -473,6 +549,8 @@ def train(
 
     if config.agent:  # the agent plays through the server's /mcp: it needs the server's URL
         environment = agent_env_url(env, config.env_url, config.env_options)
+    elif config.mix:
+        environment = mix_clients(config.mix)
     else:
         environment = (
             contextlib.nullcontext(client_factory)
@@ -502,6 +580,15 @@ def train(
                 timeout_s=config.agent_timeout_s,
                 records=EpisodeRecordWriter(records_path, append=checkpoint is not None),
             )
+        elif config.mix:
+            rollout_func = _mix_rollout(
+                config,
+                make_client,
+                tokenizer,
+                EpisodeRecordWriter(records_path, append=checkpoint is not None),
+                limits=HarnessRunLimits(max_turns=config.max_turns),
+                backend_factory=timer.backend_factory,
+            )
         elif is_vlm:
             rollout_func = vision_grpo.build_vision_rollout_func(
                 make_client,
@@ -527,7 +614,8 @@ def train(
                 backend_factory=timer.backend_factory,
             )
         curriculum = CurriculumRollout(
-            make_sampler(config.curriculum, config.tasks, seed=config.seed, **_sampler_options(config))
+            make_sampler(config.curriculum, config.tasks, seed=config.seed, **_sampler_options(config)),
+            prompt_for=mix_prompt if config.mix else task_prompt,
         )
         # one prompt per group; with a time budget, TRL cycles through this many pages
         num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)

@@ -1,0 +1,114 @@
+"""`envharness train --mix`: one GRPO batch drawn across environments (`integrations/trl/mix.py`),
+each environment on its own server with its own prompt, every group one task and one seed."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from envharness.cli import main as cli_main
+from envharness.harness import read_records
+from envharness.integrations.trl.mix import mix_prompt, mixed_rollout, parse_mix, prompt_key
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def test_mix_specs_are_parsed_and_bad_ones_refused():
+    assert parse_mix(
+        ["browsergym:click-test, enter-text", "textarena:Wordle-v0", "browsergym:click-test"]
+    ) == {
+        "browsergym": ["click-test", "enter-text"],
+        "textarena": ["Wordle-v0"],
+    }
+    for bad in ("browsergym", "browsergym:", ":click-test"):
+        with pytest.raises(ValueError, match="ENV:TASK"):
+            parse_mix([bad])
+
+
+def test_mixed_rollout_sends_each_group_to_its_environment_and_keeps_the_order():
+    """The merge by position (the environments' rollouts themselves run in the training test)."""
+    calls = {}
+
+    def fake(env):
+        def rollout(prompts, trainer):
+            calls[env] = list(prompts)
+            return {"success": [env == "a"] * len(prompts), "which": [env] * len(prompts)}
+
+        return rollout
+
+    prompts = [mix_prompt("a:x", 1), mix_prompt("b:y", 2), mix_prompt("a:x", 1), mix_prompt("b:y", 2)]
+    out = mixed_rollout({"a": fake("a"), "b": fake("b")})(prompts, None)
+    assert out == {"success": [True, False, True, False], "which": ["a", "b", "a", "b"]}
+    assert calls == {"a": [prompts[0], prompts[2]], "b": [prompts[1], prompts[3]]}
+    assert prompt_key(prompts[1]) == "b:y"
+    with pytest.raises(ValueError, match="names environment 'c'"):
+        mixed_rollout({"a": fake("a")})([mix_prompt("c:z")], None)
+
+
+@pytest.mark.timeout(900)
+def test_train_one_batch_across_the_browser_and_wordle(tmp_path):
+    out = tmp_path / "run"
+    rc = cli_main(
+        [
+            "train",
+            "--model",
+            "tiny",
+            "--mix",
+            "browsergym:click-test",
+            "--mix",
+            "textarena:Wordle-v0",
+            "--max-turns",
+            "2",
+            "--steps",
+            "2",
+            "--save-steps",
+            "5",
+            "--output-dir",
+            str(out),
+            "--num-generations",
+            "2",
+            "--groups-per-step",
+            "2",
+            "--max-completion-length",
+            "8",
+        ]
+    )
+    assert rc == 0
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["mix"] == {"browsergym": ["click-test"], "textarena": ["Wordle-v0"]}
+    steps = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [log for log in steps if "reward" in log]
+    assert [log["step"] for log in steps] == [1, 2]
+    for log in steps:  # uniform: both environments in every batch, each reported on its own
+        assert sorted(log["curriculum/drawn"]) == ["browsergym:click-test", "textarena:Wordle-v0"]
+        for key in log["curriculum/drawn"]:
+            assert 0 <= log[f"tasks/{key}/success"] <= 1 and 0 <= log[f"tasks/{key}/zero_variance"] <= 1
+
+    assert cli_main(["replay", str(out)]) == 2  # said in words: replay covers one environment's runs
+
+    records = read_records(out / "episodes.jsonl")
+    played = Counter((r.metrics["env"], r.task, r.metrics["train_step"]) for r in records)
+    assert played == {
+        ("browsergym", "click-test", 0): 2,
+        ("textarena", "Wordle-v0", 0): 2,
+        ("browsergym", "click-test", 1): 2,
+        ("textarena", "Wordle-v0", 1): 2,
+    }
+    for r in records:  # each environment played through its own tools and parser
+        assert r.error is None and r.tool_calls
+        if r.metrics["env"] == "textarena":
+            assert r.tool_calls[0]["name"] == "send"
+        else:
+            assert r.tool_calls[0]["action"]  # a browser action string
+
+
+def test_a_mix_refuses_what_belongs_to_one_environment(capsys):
+    rc = cli_main(["train", "--model", "tiny", "--mix", "textarena:Wordle-v0", "--reward", "greens"])
+    assert rc == 2 and "a mix takes" in capsys.readouterr().err
+    rc = cli_main(["train", "--model", "tiny", "--mix", "textarena:Wordle-v0", "--tasks", "click-test"])
+    assert rc == 2 and "leave out --tasks" in capsys.readouterr().err
+    rc = cli_main(["train", "--model", "tiny", "--mix", "nosuchenv:x"])
+    assert rc == 2 and "--mix nosuchenv" in capsys.readouterr().err
