@@ -8,8 +8,9 @@ module of `WebTask`s, see tasks.py and webtasks.py), and:
 - ``reset(task=..., seed=..., **options)`` chooses the task per episode (``task_name`` is
   accepted too, as OpenEnv's harness sends it). The same task restarts in place (a few ms),
   with focus, scroll, bids and the accessibility cache cleared, so that its observation is
-  the one a freshly loaded page gives (BrowserGym's); another task, a page an earlier episode
-  navigated away from, or a task the set cannot restart in place is loaded afresh.
+  the one a freshly loaded page gives (BrowserGym's); another task is switched to in place
+  when the task set can (MiniWoB: the document rewritten, no page load); a page an earlier
+  episode navigated away from, or a task the set cannot start in place, is loaded afresh.
   Options: the observation parts (``axtree``, ``pruned_html``, ``extra_properties``,
   ``screenshot``, ``screenshot_format``), ``max_steps`` and ``time_limit_s``.
 - ``step(BrowserGymAction(action_str=...))`` parses the string (never executes it as code),
@@ -17,7 +18,8 @@ module of `WebTask`s, see tasks.py and webtasks.py), and:
   costs a step and comes back as ``last_action_error``, never as a crash.
 
 If the browser dies, the session's next step raises `BrowserSessionLost`; its next reset
-gets a new context from the relaunched browser.
+gets a new context from the relaunched browser. A session that ends having never left the task
+set's pages gives its context, cleared, back to the warm pool for the next session.
 """
 
 from __future__ import annotations
