@@ -74,9 +74,22 @@ def test_train_one_batch_across_the_browser_and_wordle(tmp_path):
             "2",
             "--max-completion-length",
             "8",
+            "--eval-every",
+            "2",
+            "--eval-tasks",
+            "browsergym:click-button",
+            "--eval-episodes",
+            "1",
         ]
     )
     assert rc == 0
+    (held_out,) = [json.loads(line) for line in (out / "eval_log.jsonl").read_text().splitlines()]
+    assert held_out["step"] == 2 and {k for k in held_out if k.endswith("/success")} == {
+        "eval/browsergym:click-test/success",
+        "eval/textarena:Wordle-v0/success",
+        "eval/browsergym:click-button/success",  # transfer, on the browser's server
+    }
+    assert (out / "best" / "best.json").is_file()
     config = json.loads((out / "train_config.json").read_text())
     assert config["mix"] == {"browsergym": ["click-test"], "textarena": ["Wordle-v0"]}
     steps = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
@@ -112,3 +125,17 @@ def test_a_mix_refuses_what_belongs_to_one_environment(capsys):
     assert rc == 2 and "leave out --tasks" in capsys.readouterr().err
     rc = cli_main(["train", "--model", "tiny", "--mix", "nosuchenv:x"])
     assert rc == 2 and "--mix nosuchenv" in capsys.readouterr().err
+    rc = cli_main(
+        [
+            "train",
+            "--model",
+            "tiny",
+            "--mix",
+            "textarena:Wordle-v0",
+            "--eval-every",
+            "1",
+            "--eval-tasks",
+            "click-test",
+        ]
+    )
+    assert rc == 2 and "name ENV:TASK of one of textarena" in capsys.readouterr().err

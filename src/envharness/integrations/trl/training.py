@@ -11,6 +11,7 @@ every step, in the shared records format), `train_log.jsonl` (TRL's logs) and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import time
@@ -123,15 +124,15 @@ class TrainConfig:
 
 
 def _check_mix(config: TrainConfig) -> None:
-    """A mix's environments and tasks checked; `config.tasks` becomes their env:task names."""
-    from envharness.integrations.trl.mix import mix_key
+    """A mix's environments and tasks checked; `config.tasks` becomes their env:task names (and
+    `config.eval_tasks`, given as env:task, is checked against the mix's environments)."""
+    from envharness.integrations.trl.mix import mix_key, split_key
 
     refused = {
         "--tasks": config.tasks,
         "--agent": config.agent,
         "--env-url": config.env_url,
         "--env-urls/--servers": config.env_urls or config.servers,
-        "--eval-every": config.eval_every,
         "--prompt": config.prompt,
         "--env-option": config.env_options,
     }
@@ -153,6 +154,19 @@ def _check_mix(config: TrainConfig) -> None:
         except (ValueError, KeyError, ImportError, AttributeError) as exc:
             raise TrainSetupError(f"--mix {name}: {exc}") from None
     config.tasks = keys
+    transfer = []
+    for key in config.eval_tasks:  # env:task, of an environment of the mix (its server is there)
+        name, task = split_key(key)
+        if name not in config.mix or not task:
+            raise TrainSetupError(
+                f"--eval-tasks {key!r}: with --mix, name ENV:TASK of one of {', '.join(config.mix)}"
+            )
+        harness = resolve_environment(name, {}).require_harness()
+        try:
+            transfer += [mix_key(name, t) for t in harness.task_list().expand([task], harness.check_task)]
+        except (ValueError, KeyError) as exc:
+            raise TrainSetupError(f"--eval-tasks {key}: {exc}") from None
+    config.eval_tasks = transfer
 
 
 @contextlib.contextmanager
@@ -195,7 +209,13 @@ def _held_out(config: TrainConfig, tokenizer: Any, make_client: Any, out: Path, 
     from envharness.integrations.trl.held_out import HeldOutEvaluation
 
     def evaluate_task(model: Any, task: str, seeds: list[int]) -> float:
-        return evaluate(model, tokenizer, make_client, config, seeds, task=task, temperature=0.0)
+        if not config.mix:
+            return evaluate(model, tokenizer, make_client, config, seeds, task=task, temperature=0.0)
+        from envharness.integrations.trl.mix import split_key
+
+        name, env_task = split_key(task)  # a mix: its environment's server, prompt and tasks
+        one_env = dataclasses.replace(config, env=name, env_options={}, prompt="", mix={})
+        return evaluate(model, tokenizer, make_client[name], one_env, seeds, task=env_task, temperature=0.0)
 
     return [
         HeldOutEvaluation(
@@ -431,7 +451,7 @@ def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -
         raise TrainSetupError(f"--curriculum: {exc}") from None
     if config.eval_every < 0 or config.eval_episodes < 1:
         raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
-    if config.eval_tasks:
+    if config.eval_tasks and not config.mix:
         try:
             config.eval_tasks = harness.task_list().expand(config.eval_tasks, harness.check_task)
         except (ValueError, KeyError) as exc:
