@@ -104,7 +104,7 @@ def task_url(task: str) -> str:
     return f"{MINIWOB_BASE_URL}{task}.html"
 
 
-def can_switch(url: str, task: str) -> bool:
+def can_switch(task: str, url: str) -> bool:
     """Whether a page at `url` holds a MiniWoB task document that can be rewritten in place into
     `task`'s page (`miniwob_pages.switch_document`); not for a task whose page shows images."""
     if not url.startswith(MINIWOB_BASE_URL) or not url.endswith(".html"):
@@ -238,7 +238,7 @@ async def start_episode(
     """Start an episode of `task` in `page` and return its goal text.
 
     ``start="restart"`` is only valid when `page` already holds `task`; ``"switch"`` when
-    `can_switch(page.url, task)` (it falls back to a page load if the rewrite fails). Both expect
+    `can_switch(task, page.url)` (it falls back to a page load if the rewrite fails). Both expect
     the pointer off the page (``page.mouse.move(-1, -1)``: a fresh page has had none over it).
     """
     if start == "load" or (start == "switch" and not await switch_document(page, task, task_url(task))):

@@ -57,7 +57,7 @@ class MiniWoBTaskSet:
         return task not in miniwob.RELOAD_ON_RESET and url == miniwob.task_url(task)
 
     def can_switch(self, task: str, url: str) -> bool:
-        return miniwob.can_switch(url, task)
+        return miniwob.can_switch(task, url)
 
     async def start_episode(
         self,

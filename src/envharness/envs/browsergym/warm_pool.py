@@ -122,7 +122,8 @@ class WarmPool:
 
     def _shrink_now(self) -> None:
         self._shrink = None
-        spare = [w for w in self._ready if not w.prepared][: max(0, len(self._ready) - self.target)]
+        # The last in line go: the first are the contexts given back last, whose pages keep task files.
+        spare = [w for w in reversed(self._ready) if not w.prepared][: max(0, len(self._ready) - self.target)]
         for warm in spare:
             self._ready.remove(warm)
             self.close_later(warm.context)

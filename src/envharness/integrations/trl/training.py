@@ -123,7 +123,19 @@ class TrainConfig:
     mix: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _check_mix(config: TrainConfig) -> None:
+def _mix_envs(config: TrainConfig) -> dict[str, Any]:
+    """Each environment of the mix, resolved once for the run."""
+    envs = {}
+    for name in config.mix:
+        try:
+            envs[name] = resolve_environment(name, {})
+            envs[name].require_harness()
+        except (KeyError, ImportError, AttributeError, ValueError) as exc:
+            raise TrainSetupError(f"--mix {name}: {exc}") from None
+    return envs
+
+
+def _check_mix(config: TrainConfig, envs: dict[str, Any]) -> None:
     """A mix's environments and tasks checked; `config.tasks` becomes their env:task names (and
     `config.eval_tasks`, given as env:task, is checked against the mix's environments)."""
     from envharness.integrations.trl.mix import mix_key, split_key
@@ -148,10 +160,10 @@ def _check_mix(config: TrainConfig) -> None:
         )
     keys = []
     for name, tasks in config.mix.items():
+        harness = envs[name].require_harness()
         try:
-            harness = resolve_environment(name, {}).require_harness()
             keys += [mix_key(name, t) for t in harness.task_list().expand(tasks, harness.check_task)]
-        except (ValueError, KeyError, ImportError, AttributeError) as exc:
+        except (ValueError, KeyError) as exc:
             raise TrainSetupError(f"--mix {name}: {exc}") from None
     config.tasks = keys
     transfer = []
@@ -161,7 +173,7 @@ def _check_mix(config: TrainConfig) -> None:
             raise TrainSetupError(
                 f"--eval-tasks {key!r}: with --mix, name ENV:TASK of one of {', '.join(config.mix)}"
             )
-        harness = resolve_environment(name, {}).require_harness()
+        harness = envs[name].require_harness()
         try:
             transfer += [mix_key(name, t) for t in harness.task_list().expand([task], harness.check_task)]
         except (ValueError, KeyError) as exc:
@@ -170,21 +182,26 @@ def _check_mix(config: TrainConfig) -> None:
 
 
 @contextlib.contextmanager
-def mix_clients(mix: dict[str, list[str]]) -> Iterator[dict[str, Callable[[], Any]]]:
+def mix_clients(envs: dict[str, Any]) -> Iterator[dict[str, Callable[[], Any]]]:
     """A client factory per environment of the mix, each on a server of its own (`env_clients`)."""
     with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(env_clients(resolve_environment(name, {}))) for name in mix}
+        yield {name: stack.enter_context(env_clients(env)) for name, env in envs.items()}
 
 
 def _mix_rollout(
-    config: TrainConfig, clients: dict[str, Callable[[], Any]], tokenizer: Any, records: Any, **kwargs: Any
+    config: TrainConfig,
+    envs: dict[str, Any],
+    clients: dict[str, Callable[[], Any]],
+    tokenizer: Any,
+    records: Any,
+    **kwargs: Any,
 ) -> Any:
     """One rollout over the mix: each environment's own rollout, prompt and parser (`mix.py`)."""
     from envharness.integrations.trl.mix import mixed_rollout
 
     rollouts = {}
     for name, tasks in config.mix.items():
-        env = resolve_environment(name, {})
+        env = envs[name]
         rollouts[name] = build_env_rollout_func(
             env,
             clients[name],
@@ -424,7 +441,9 @@ def check_model_spec(spec: str) -> None:
         )
 
 
-def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -> Any:
+def _check(
+    config: TrainConfig, env: Any = None, *, model_given: bool = False, mix_envs: dict[str, Any] | None = None
+) -> Any:
     """Every setting checked before anything slow starts; returns the checkpoint to resume from."""
     import importlib.util
 
@@ -436,7 +455,7 @@ def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -
         env = env or resolve_environment(config.env, config.env_options)
         harness = env.require_harness()
         if config.mix:
-            _check_mix(config)
+            _check_mix(config, mix_envs or _mix_envs(config))
         else:
             config.tasks = harness.task_list().expand(
                 config.tasks or harness.default_tasks[:1], harness.check_task
@@ -513,13 +532,9 @@ def train(
 
     from envharness.integrations.trl import vision as vision_grpo
 
-    if config.mix:  # the first environment of the mix stands for the run where one is needed
-        config.env = next(iter(config.mix))
-        for name in config.mix:
-            try:
-                resolve_environment(name, {}).require_harness()
-            except (KeyError, ImportError, AttributeError, ValueError) as exc:
-                raise TrainSetupError(f"--mix {name}: {exc}") from None
+    mix_envs = _mix_envs(config)  # {} without a mix
+    if mix_envs:  # the first environment of the mix stands for the run where one is needed
+        config.env = next(iter(mix_envs))
     try:  # the environment, looked up once for the whole run
         env = resolve_environment(config.env, config.env_options)
         env.require_harness()
@@ -546,7 +561,7 @@ def train(
         config.prompt = (
             "vision"  # recorded in train_config.json: `eval --prompt vision` plays what was trained
         )
-    checkpoint = _check(config, env, model_given=model is not None)
+    checkpoint = _check(config, env, model_given=model is not None, mix_envs=mix_envs)
     if config.threads:
         import torch
 
@@ -570,7 +585,7 @@ def train(
     if config.agent:  # the agent plays through the server's /mcp: it needs the server's URL
         environment = agent_env_url(env, config.env_url, config.env_options)
     elif config.mix:
-        environment = mix_clients(config.mix)
+        environment = mix_clients(mix_envs)
     else:
         environment = (
             contextlib.nullcontext(client_factory)
@@ -603,6 +618,7 @@ def train(
         elif config.mix:
             rollout_func = _mix_rollout(
                 config,
+                mix_envs,
                 make_client,
                 tokenizer,
                 EpisodeRecordWriter(records_path, append=checkpoint is not None),
