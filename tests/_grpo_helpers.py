@@ -88,8 +88,19 @@ def one_grpo_step(rollout_func: Callable, task: str, out_dir: Path) -> GRPOStep:
 
     trainer._compute_loss, trainer._get_per_token_logps_and_entropies = capture_inputs, capture_logps
     trainer.train()
-    assert len(at_loss) == 1 and at_loss[0]["logps"].shape == at_loss[0]["completion_ids"].shape
-    return GRPOStep(handed, scored, at_loss[0], tokenizer)
+    assert at_loss and all(p["logps"].shape == p["completion_ids"].shape for p in at_loss)
+    return GRPOStep(handed, scored, merge_passes(at_loss), tokenizer)
+
+
+def merge_passes(passes: list[dict]) -> dict:
+    """The loss passes of one step (micro-batches of the same padded batch) as one batch."""
+    import torch
+
+    return {
+        k: torch.cat([p[k] for p in passes]) if passes[0][k].dim() else passes[0][k]
+        for k in passes[0]
+        if all(k in p for p in passes)
+    }
 
 
 def loss_row(loss: dict, ids: list[int], prompt: list[int], used: set[int]) -> int:

@@ -39,6 +39,7 @@ def one_step(tmp_path, reward_func, **overrides):
         max_steps=1,
         num_generations=2,
         groups_per_step=2,
+        micro_batch=4,  # the whole batch in one loss pass
         max_completion_length=4,
         learning_rate=1e-2,
     )

@@ -188,12 +188,13 @@ def test_settings_that_cannot_be_exact_are_refused(tmp_path):
     from envharness.models.tiny_vlm import build_tiny_vlm
 
     config = TrainConfig(output_dir=str(tmp_path))
-    check_exact_settings(grpo_config(config))  # the defaults are exact
+    check_exact_settings(grpo_config(config))  # the defaults are exact (loss passes included)
+    passes = grpo_config(config).gradient_accumulation_steps
     for overrides, words in [
         ({"beta": 0.04}, "beta"),
         ({"num_iterations": 2}, "num_iterations"),
         ({"top_k": 5}, "top_k"),
-        ({"steps_per_generation": 2}, "aligned"),
+        ({"steps_per_generation": 2 * passes}, "aligned"),
     ]:
         with pytest.raises(VisionTrainingError, match=words):
             check_exact_settings(grpo_config(config, **overrides))

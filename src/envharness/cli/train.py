@@ -66,6 +66,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--groups-per-step", type=int, default=d.groups_per_step, help="task pages per step")
     parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=d.micro_batch,
+        metavar="N",
+        help="episodes per loss pass (forward and backward); the step's gradient is the same, memory "
+        "follows N, not the batch; must divide the batch (default: one group, --num-generations)",
+    )
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute activations in the backward pass: about half a loss pass's memory, slower",
+    )
+    parser.add_argument(
         "--lr", "--learning-rate", dest="lr", type=float, default=d.learning_rate, help="learning rate"
     )
     parser.add_argument("--beta", type=float, default=d.beta, help="KL coefficient (0: no reference model)")
@@ -191,6 +204,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError(
             f"--model {args.model} has no weights to train: use embedded, tiny, a model directory or a hub id"
         )
+    if args.micro_batch < 0:
+        raise ValueError("--micro-batch must be at least 1 (0: one group)")
     if args.num_generations < 2:
         raise ValueError("--num-generations must be at least 2 (GRPO compares episodes within a group)")
     if args.threads is not None and args.threads < 1:
@@ -223,6 +238,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         minutes=args.minutes,
         num_generations=args.num_generations,
         groups_per_step=args.groups_per_step,
+        micro_batch=args.micro_batch,
+        gradient_checkpointing=args.gradient_checkpointing,
         max_completion_length=args.max_new_tokens,
         max_turns=args.max_turns,
         temperature=args.temperature,

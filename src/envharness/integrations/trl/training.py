@@ -26,6 +26,13 @@ from envharness.integrations.trl.curriculum import CurriculumRollout
 from envharness.integrations.trl.mix import mix_prompt
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset, task_prompt
 from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.loss_memory import (
+    ModelShape,
+    check_fits,
+    free_bytes,
+    guard_loss_memory,
+    loss_pass_bytes,
+)
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import (
     TrackerUnavailableError,
@@ -59,6 +66,12 @@ class TrainConfig:
     num_generations: int = 4
     #: Prompts (task pages) per step; the batch is groups_per_step * num_generations episodes.
     groups_per_step: int = 2
+    #: Episodes per loss pass (forward and backward; 0: one group). The step's gradient is the
+    #: same, summed over the passes; memory follows this, not the whole batch (loss_memory.py).
+    micro_batch: int = 0
+    #: Recompute each layer in the backward pass instead of keeping its activations (slower,
+    #: about half the memory of a loss pass).
+    gradient_checkpointing: bool = False
     max_completion_length: int = 16
     max_turns: int = 1
     temperature: float = 1.0
@@ -309,20 +322,53 @@ def prompt_options(style: str, tokenizer: Any = None, env: EnvRef = None) -> dic
     return options
 
 
+def loss_passes(config: TrainConfig) -> tuple[int, int]:
+    """(episodes per loss pass, passes per step) of the configured batch."""
+    batch = config.num_generations * config.groups_per_step
+    micro = min(config.micro_batch or config.num_generations, batch)
+    if micro < 1 or batch % micro:
+        raise TrainSetupError(
+            f"--micro-batch {config.micro_batch} must divide the batch of {batch} episodes "
+            f"(--num-generations {config.num_generations} x --groups-per-step {config.groups_per_step})"
+        )
+    return micro, batch // micro
+
+
+def check_loss_fits_upfront(config: TrainConfig, model: Any, device: Any, activation_bytes: int) -> None:
+    """Refuse before any episode a loss pass that cannot fit even with no prompt at all
+    (`max_turns` full completions); each real pass is checked again at its real size."""
+    micro, _ = loss_passes(config)
+    width = config.max_turns * config.max_completion_length
+    needed = loss_pass_bytes(
+        ModelShape.of(model),
+        micro,
+        width,
+        width,
+        activation_bytes=activation_bytes,
+        checkpointing=config.gradient_checkpointing,
+    )
+    check_fits(needed, free_bytes(device), rows=micro, width=width)
+
+
 def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
-    """TRL's `GRPOConfig` for a run on the configured device (fp32 on a CPU, no gradient checkpointing)."""
+    """TRL's `GRPOConfig` for a run on the configured device (fp32 on a CPU), one generation per
+    optimizer step and its loss in passes of `micro_batch` episodes."""
     from trl import GRPOConfig
 
     from envharness.integrations.trl.precision import trainer_precision
     from envharness.models.device import resolve
 
+    micro, passes = loss_passes(config)
     options: dict[str, Any] = dict(
         output_dir=str(config.output_dir),
         **trainer_precision(resolve(config.device, config.dtype)),
-        gradient_checkpointing=False,
+        gradient_checkpointing=config.gradient_checkpointing,
         max_steps=config.max_steps if config.minutes is None else 1_000_000,
-        per_device_train_batch_size=config.num_generations * config.groups_per_step,
-        gradient_accumulation_steps=1,
+        # one generation per optimizer step, its batch split into `passes` loss passes whose
+        # gradients add up to the whole batch's (TRL normalizes each over the whole batch)
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=passes,
+        steps_per_generation=passes,
         num_generations=config.num_generations,
         max_completion_length=config.max_completion_length,
         temperature=config.temperature,
@@ -468,6 +514,7 @@ def _check(
         make_sampler(config.curriculum, config.tasks, **_sampler_options(config))
     except ValueError as exc:
         raise TrainSetupError(f"--curriculum: {exc}") from None
+    loss_passes(config)
     if config.eval_every < 0 or config.eval_episodes < 1:
         raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
     if config.eval_tasks and not config.mix:
@@ -578,6 +625,8 @@ def train(
             model = master_weights(model, placement)
         else:
             model, tokenizer = load_model(config.model, placement)
+    activation_bytes = placement.dtype.itemsize if placement.dtype is not None else 4
+    check_loss_fits_upfront(config, model, placement.device, activation_bytes)
     text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor holds one
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
@@ -676,6 +725,9 @@ def train(
         boundary = StepBoundary()
         trainer.add_callback(boundary)
         check_model_device(trainer.model, placement)
+        guard_loss_memory(
+            trainer, activation_bytes=activation_bytes
+        )  # inside the skip: skipped passes cost nothing
         if config.skip_no_signal:
             skip_batches_without_signal(trainer)
         measure_and_correct(
