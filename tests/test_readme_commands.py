@@ -116,6 +116,19 @@ COVERED: dict[str, Run | Serve | Make] = {
     ),
     "envharness eval --compare runs/mine runs/trained": Run(says="click-test"),
     "envharness replay runs/mine": Run(expect=("runs/mine/replay.json",), says="episodes identical"),
+    # training on many tasks: demonstrations, then GRPO on a mix of two environments
+    "envharness sft --tasks click-button,click-checkboxes,click-dialog,focus-text,enter-text,login-user "
+    "--episodes 64 --steps 4 --prompt compact --max-turns 4 --out runs/sft": Run(
+        {"--model": "tiny", "--episodes": "1", "--steps": "1", "--max-turns": "2", "--threads": "1"},
+        expect=("runs/sft/final/config.json",),
+    ),
+    "envharness train --model runs/sft/final --mix browsergym:click-button,click-checkboxes,click-dialog,"
+    "focus-text,enter-text,login-user --mix textarena:Wordle-v0 --curriculum signal --eval-every 10 "
+    "--eval-tasks browsergym:enter-password,browsergym:login-user-popup --max-turns 4 --max-new-tokens 24 "
+    "--minutes 30 --out runs/mix": Run(
+        {**TINY_TRAIN, "--minutes": "0.01", "--eval-every": "1", "--eval-episodes": "1", "--max-turns": "1"},
+        expect=("runs/mix/final/config.json", "runs/mix/eval_log.jsonl", "runs/mix/best/best.json"),
+    ),
 }
 
 

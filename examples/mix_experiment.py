@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""GRPO on a mix of MiniWoB tasks and Wordle, from an SFT model, with and without a curriculum.
+
+    python examples/mix_experiment.py --out runs/mix            # the README's experiment (hours)
+    python examples/mix_experiment.py --model tiny --sft-steps 1 --minutes 0.2 --seeds 1 ...   # smoke
+
+Stages (each is the CLI's own command, printed before it runs; a stage whose output exists is
+skipped, so a stopped experiment continues where it was):
+
+1. `sft` from the base model for each of `--sft-steps` (scripted demonstrations of the trained
+   browser tasks, seeds 1000 up), then greedy `eval` of each on validation seeds 100..: the
+   SFT model is the one with the best validation mean (ties: fewer steps), not a fixed count;
+2. greedy `eval` of base and SFT on held-out seeds 0..31 of the trained tasks, the transfer
+   tasks (never demonstrated, never trained) and Wordle;
+3. `train --mix` from the SFT model, once per curriculum (signal, uniform) and training seed,
+   `--parallel` runs at a time, each with `--eval-every` held-out checks during training;
+4. the same greedy `eval` of every run's final model.
+
+`results.md` gets the table (successes per task and model, 95 % Wilson intervals) and
+`curves.png` the held-out success of each task during each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+BROWSER_TASKS = "click-button,click-checkboxes,click-dialog,focus-text,enter-text,login-user"
+TRANSFER = "enter-password,login-user-popup"
+GAME = "Wordle-v0"
+
+
+def envharness() -> list[str]:
+    """The `envharness` command of this Python (a stage runs as its own process)."""
+    script = Path(sys.executable).parent / "envharness"
+    return [str(script)] if script.exists() else ["envharness"]
+
+
+def start(argv: list[str], done: Path, log: Path) -> subprocess.Popen | None:
+    """Start `envharness ARGV` (output to `log`) unless `done` exists; echo it first."""
+    if done.exists():
+        print(f"# done already ({done}): envharness {shlex.join(argv)}", flush=True)
+        return None
+    print(f"$ envharness {shlex.join(argv)}", flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([*envharness(), *argv], stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def run_all(stages: list[tuple[list[str], Path, Path]], parallel: int) -> None:
+    """Run the stages, `parallel` at a time; stop at the first that fails."""
+    pending, running = list(stages), []
+    while pending or running:
+        while pending and len(running) < parallel:
+            argv, done, log = pending.pop(0)
+            proc = start(argv, done, log)
+            if proc is not None:
+                running.append((proc, argv, log))
+        if running:
+            proc, argv, log = running.pop(0)
+            if proc.wait():
+                for other, *_ in running:
+                    other.terminate()
+                raise SystemExit(
+                    f"stage failed (exit {proc.returncode}, see {log}): envharness {shlex.join(argv)}"
+                )
+
+
+def eval_stages(
+    args: argparse.Namespace, model: str, name: str, *, seed: int, episodes: int, tasks: str
+) -> list:
+    """Greedy evals of `model`: the browser tasks, and Wordle unless `tasks` is a validation set."""
+    common = ["--model", model, "--temperature", "0", "--max-turns", str(args.max_turns),
+              "--max-new-tokens", str(args.max_new_tokens), "--seed", str(seed), "--episodes", str(episodes),
+              "--no-progress", "--threads", str(args.threads)]  # fmt: skip
+    out = args.out / name
+    stages = [(["eval", "--prompt", "compact", "--tasks", tasks, *common, "--out", str(out)],
+               out / "summary.json", out.with_suffix(".log"))]  # fmt: skip
+    if name.startswith("heldout-") and args.game:
+        game = args.out / f"{name}-{GAME.lower()}"
+        stages.append((["eval", "--env", "textarena", "--tasks", GAME, *common, "--out", str(game)],
+                       game / "summary.json", game.with_suffix(".log")))  # fmt: skip
+    return stages
+
+
+def success(summary: Path) -> dict[str, dict]:
+    return {r["task"]: r for r in json.loads(summary.read_text())["tasks"]}
+
+
+def choose_sft(args: argparse.Namespace) -> str:
+    """The SFT candidate with the best validation mean over the trained tasks (ties: fewer steps)."""
+    means = {}
+    for steps in args.sft_steps:
+        rows = success(args.out / f"val-sft-{steps}" / "summary.json")
+        means[steps] = statistics.mean(r["successes"] / r["episodes"] for r in rows.values())
+    chosen = max(args.sft_steps, key=lambda s: (means[s], -s))
+    (args.out / "sft-choice.json").write_text(json.dumps({"validation_mean": means, "chosen_steps": chosen}))
+    print(f"# SFT chosen on validation seeds 100..: {chosen} steps ({means})", flush=True)
+    return str(args.out / f"sft-{chosen}" / "final")
+
+
+def table(args: argparse.Namespace, models: list[str]) -> str:
+    """Markdown: one row per task, one column per model; then the means."""
+    cols = {m: {**success(args.out / f"heldout-{m}" / "summary.json"),
+                **(success(args.out / f"heldout-{m}-{GAME.lower()}" / "summary.json") if args.game else {})}
+            for m in models}  # fmt: skip
+    trained = [*args.tasks.split(","), *([GAME] if args.game else [])]
+    transfer = [t for t in args.transfer.split(",") if t]
+    lines = ["| greedy success, held-out seeds 0-" f"{args.episodes - 1} [95% CI] | " + " | ".join(models) + " |",
+             "|---|" + "---:|" * len(models)]  # fmt: skip
+    for task in [*trained, *transfer]:
+        label = f"{task}{' (transfer)' if task in transfer else ''}"
+        lines.append(f"| {label} | " + " | ".join(
+            f"{r['successes']}/{r['episodes']} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if (r := cols[m].get(task)) else "-"
+            for m in models) + " |")  # fmt: skip
+    for name, group in (("mean, trained", trained), ("mean, transfer", transfer)):
+        lines.append(f"| **{name}** | " + " | ".join(
+            f"{100 * statistics.mean(cols[m][t]['successes'] / cols[m][t]['episodes'] for t in group):.1f} %"
+            for m in models) + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(args: argparse.Namespace, runs: list[str]) -> Path | None:
+    """Held-out success of each task during each run (eval_log.jsonl), one panel per task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logs = {}
+    for run in runs:
+        path = args.out / run / "eval_log.jsonl"
+        if path.exists():
+            logs[run] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    tasks = sorted(
+        {k.split("/")[1] for entries in logs.values() for e in entries for k in e if k.endswith("/success")}
+    )
+    if not tasks:
+        return None
+    cols = 3
+    fig, axes = plt.subplots((len(tasks) + cols - 1) // cols, cols, figsize=(12, 3 * ((len(tasks) + cols - 1) // cols)),
+                             squeeze=False, sharex=True, sharey=True)  # fmt: skip
+    for ax, task in zip(axes.flat, tasks):
+        for run, entries in logs.items():
+            style = "-" if "signal" in run else "--"
+            ax.plot(
+                [e["step"] for e in entries],
+                [e.get(f"eval/{task}/success") for e in entries],
+                style,
+                label=run,
+            )
+        ax.set_title(task, fontsize=9)
+        ax.set_ylim(-0.05, 1.05)
+    for ax in list(axes.flat)[len(tasks) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.supxlabel("GRPO step")
+    fig.supylabel(f"greedy success, {args.eval_episodes} held-out seeds")
+    fig.tight_layout()
+    path = args.out / "curves.png"
+    fig.savefig(path, dpi=90)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="embedded")
+    p.add_argument("--tasks", default=BROWSER_TASKS, help="trained (and demonstrated) browser tasks")
+    p.add_argument("--transfer", default=TRANSFER, help="evaluated only: never demonstrated or trained")
+    p.add_argument("--no-game", dest="game", action="store_false", help=f"leave {GAME} out of the mix")
+    p.add_argument("--out", type=Path, default=Path("runs/mix"))
+    p.add_argument("--sft-steps", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
+    p.add_argument("--demo-episodes", type=int, default=64)
+    p.add_argument("--curricula", default="signal,uniform")
+    p.add_argument("--seeds", default="1,2", help="training seeds, one run per curriculum and seed")
+    p.add_argument("--minutes", type=float, default=30.0, help="GRPO wall-clock minutes per run")
+    p.add_argument("--parallel", type=int, default=2, help="GRPO runs at a time")
+    p.add_argument("--num-generations", type=int, default=8)
+    p.add_argument("--micro-batch", type=int, default=2, help="two runs at once must fit in memory")
+    p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--eval-episodes", type=int, default=8)
+    p.add_argument("--episodes", type=int, default=32, help="held-out seeds per task in the final table")
+    p.add_argument("--validation-episodes", type=int, default=16, help="validation seeds 100.. per task")
+    p.add_argument("--max-turns", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    every_task = f"{args.tasks},{args.transfer}".strip(",")
+
+    sfts = []
+    for steps in args.sft_steps:
+        out = args.out / f"sft-{steps}"
+        sfts.append((["sft", "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes),
+                      "--steps", str(steps), "--batch-size", "8", "--lr", "5e-5", "--prompt", "compact",
+                      "--max-turns", str(args.max_turns), "--threads", str(args.threads), "--out", str(out)],
+                     out / "final" / "config.json", out.with_suffix(".log")))  # fmt: skip
+    run_all(sfts, 1)
+    run_all([s for steps in args.sft_steps for s in eval_stages(
+        args, str(args.out / f"sft-{steps}" / "final"), f"val-sft-{steps}", seed=100, episodes=args.validation_episodes, tasks=args.tasks)],
+        args.parallel)  # fmt: skip
+    sft = choose_sft(args)
+    run_all([*eval_stages(args, args.model, "heldout-base", seed=0, episodes=args.episodes, tasks=every_task),
+             *eval_stages(args, sft, "heldout-sft", seed=0, episodes=args.episodes, tasks=every_task)],
+            args.parallel)  # fmt: skip
+
+    runs, arms = [], []
+    for seed in args.seeds.split(","):  # each pair of runs at once: one of each curriculum
+        for curriculum in args.curricula.split(","):
+            name = f"grpo-{curriculum}-{seed}"
+            out = args.out / name
+            runs.append(name)
+            arms.append((["train", "--model", sft, "--mix", f"browsergym:{args.tasks}",
+                          *(["--mix", f"textarena:{GAME}"] if args.game else []),
+                          "--curriculum", curriculum, "--seed", seed, "--minutes", str(args.minutes),
+                          "--num-generations", str(args.num_generations), "--groups-per-step", "1",
+                          "--micro-batch", str(args.micro_batch), "--lr", str(args.lr),
+                          "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens),
+                          "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
+                          "--eval-tasks", ",".join(f"browsergym:{t}" for t in args.transfer.split(",") if t),
+                          "--threads", str(args.threads), "--out", str(out)],
+                         out / "final" / "config.json", out.with_suffix(".log")))  # fmt: skip
+    run_all(arms, args.parallel)
+    run_all([s for name in runs for s in eval_stages(
+        args, str(args.out / name / "final"), f"heldout-{name}", seed=0, episodes=args.episodes, tasks=every_task)],
+        args.parallel)  # fmt: skip
+
+    models = ["base", "sft", *runs]
+    curves = plot_curves(args, runs)
+    text = table(args, models)
+    (args.out / "results.md").write_text(
+        text + (f"\n![held-out success during training]({curves.name})\n" if curves else "")
+    )
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
