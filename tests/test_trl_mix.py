@@ -100,7 +100,11 @@ def test_train_one_batch_across_the_browser_and_wordle(tmp_path):
         for key in log["curriculum/drawn"]:
             assert 0 <= log[f"tasks/{key}/success"] <= 1 and 0 <= log[f"tasks/{key}/zero_variance"] <= 1
 
-    assert cli_main(["replay", str(out)]) == 2  # said in words: replay covers one environment's runs
+    # every episode plays again on a fresh server of its own environment, and comes out the same
+    assert cli_main(["replay", str(out)]) == 0
+    replayed = json.loads((out / "replay.json").read_text())
+    assert replayed["env"] == "browsergym+textarena" and replayed["identical"] == replayed["episodes"] == 8
+    assert cli_main(["replay", str(out), "--env-url", "http://127.0.0.1:9"]) == 2  # one URL cannot serve both
 
     records = read_records(out / "episodes.jsonl")
     played = Counter((r.metrics["env"], r.task, r.metrics["train_step"]) for r in records)

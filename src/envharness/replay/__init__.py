@@ -77,10 +77,34 @@ async def replay_run_async(
     on_episode: Callable[[EpisodeReplay], Any] | None = None,
 ) -> ReplayReport:
     """Replay every episode recorded in `folder` on a fresh local server (or `env_url`, which
-    must serve the same environment with the same options)."""
+    must serve the same environment with the same options); a mix's episodes each on a server
+    of their own environment."""
     run = read_run(folder)
     if concurrency < 1:
         raise ReplaySetupError("concurrency must be at least 1")
+    if run.parts and env_url is not None:
+        raise ReplaySetupError(
+            f"{run.folder} was trained on a mix ({run.env.replace('+', ', ')}): replay starts a server for each "
+            "environment; leave out --env-url"
+        )
+    report = ReplayReport(run)
+    caveats = []
+    for part in run.parts or [run]:
+        episodes, caveat = await _replay_part(part, env_url, concurrency, on_episode)
+        report.episodes += episodes
+        if caveat and caveat not in caveats:
+            caveats.append(caveat)
+    report.caveat = "; ".join(caveats) or None
+    return report
+
+
+async def _replay_part(
+    run: RecordedRun,
+    env_url: str | None,
+    concurrency: int,
+    on_episode: Callable[[EpisodeReplay], Any] | None,
+) -> tuple[list[EpisodeReplay], str | None]:
+    """One environment's episodes, replayed on its server; with the environment's caveat."""
     server = None
     if env_url is None:
         from envharness.core.launchers import launch_local_async
@@ -90,7 +114,6 @@ async def replay_run_async(
         )
     try:
         factory, harness = _session_factory(run, env_url or server.base_url)
-        report = ReplayReport(run, caveat=harness.replay_caveat)
         gate = asyncio.Semaphore(concurrency)
         results: list[EpisodeReplay | None] = [None] * len(run.records)
 
@@ -101,8 +124,7 @@ async def replay_run_async(
                 on_episode(results[i])
 
         await asyncio.gather(*(one(i) for i in range(len(run.records))))
-        report.episodes = [r for r in results if r is not None]
-        return report
+        return [r for r in results if r is not None], harness.replay_caveat
     finally:
         if server is not None:
             await asyncio.to_thread(server.stop)

@@ -33,6 +33,9 @@ class RecordedRun:
     #: The task a record that names none played (train's prompts fall back to the first task).
     default_task: str | None = None
     records: list[EpisodeRecord] = field(default_factory=list)
+    #: A mix's environments (`train --mix`), each with its own records and server; empty for
+    #: a run of one environment.
+    parts: list["RecordedRun"] = field(default_factory=list)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -47,8 +50,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def read_run(folder: str | Path) -> RecordedRun:
     """The run in `folder` (written by `envharness eval` or `envharness train`)."""
-    from envharness.core.registry import env_harness
-
     path = Path(folder)
     if (path / "config.json").is_file():
         config, kind = _read_json(path / "config.json"), "eval"
@@ -61,19 +62,6 @@ def read_run(folder: str | Path) -> RecordedRun:
             f"{path} was trained with --agent: its agents played through /mcp with tools of their "
             "own, which replay cannot call again; replay covers the harness's episodes"
         )
-    if config.get("mix"):
-        raise ReplaySetupError(
-            f"{path} was trained on a mix of environments ({', '.join(config['mix'])}); replay plays "
-            "one environment's records on its server and does not replay mixes yet"
-        )
-    env = str(config.get("env") or "")
-    options = dict(config.get("env_options") or {})
-    try:
-        harness = env_harness(env, options)
-    except (KeyError, ImportError, AttributeError, ValueError) as exc:
-        raise ReplaySetupError(f"{path}: environment {env!r}: {exc}") from None
-    if kind == "train":
-        options = {**harness.train_server_options, **options}
     episodes = path / "episodes.jsonl"
     if not episodes.is_file():
         raise ReplaySetupError(f"{path} has no episodes.jsonl")
@@ -81,13 +69,54 @@ def read_run(folder: str | Path) -> RecordedRun:
         records = list(iter_records(episodes))
     except ValueError as exc:
         raise ReplaySetupError(str(exc)) from None
+    if config.get("mix"):
+        return _mix_run(path, config["mix"], records)
     tasks = list(config.get("tasks") or [])
-    return RecordedRun(
-        folder=path,
-        kind=kind,
-        env=env,
-        server_options=options,
-        tools=list(config.get("actions") or []) or None,
-        default_task=tasks[0] if tasks else None,
-        records=records,
-    )
+    return _env_run(path, kind, str(config.get("env") or ""), dict(config.get("env_options") or {}),
+                    tools=list(config.get("actions") or []) or None,
+                    default_task=tasks[0] if tasks else None, records=records)  # fmt: skip
+
+
+def _env_run(
+    path: Path,
+    kind: str,
+    env: str,
+    options: dict[str, Any],
+    *,
+    tools: list[str] | None,
+    default_task: str | None,
+    records: list[EpisodeRecord],
+) -> RecordedRun:
+    """One environment's part of a run, with the options its server was started with."""
+    from envharness.core.registry import env_harness
+
+    try:
+        harness = env_harness(env, options)
+    except (KeyError, ImportError, AttributeError, ValueError) as exc:
+        raise ReplaySetupError(f"{path}: environment {env!r}: {exc}") from None
+    if kind == "train":
+        options = {**harness.train_server_options, **options}
+    return RecordedRun(path, kind, env, options, tools, default_task, records)
+
+
+def _mix_run(path: Path, mix: dict[str, list[str]], records: list[EpisodeRecord]) -> RecordedRun:
+    """A `train --mix` run: each episode goes back to the environment it names (`metrics.env`)."""
+    unnamed = [r.episode_id or f"{r.task} seed {r.seed}" for r in records if r.metrics.get("env") not in mix]
+    if unnamed:
+        raise ReplaySetupError(
+            f"{path} was trained on a mix ({', '.join(mix)}) but {len(unnamed)} episode(s) name none of its "
+            f"environments (first: {unnamed[0]})"
+        )
+    parts = [
+        _env_run(
+            path,
+            "train",
+            env,
+            {},
+            tools=None,
+            default_task=(tasks or [None])[0],
+            records=[r for r in records if r.metrics.get("env") == env],
+        )  # fmt: skip
+        for env, tasks in mix.items()
+    ]
+    return RecordedRun(path, "train", "+".join(mix), {}, None, None, records, parts)
