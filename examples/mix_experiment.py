@@ -88,7 +88,8 @@ def eval_stages(
 
 
 def success(summary: Path) -> dict[str, dict]:
-    return {r["task"]: r for r in json.loads(summary.read_text())["tasks"]}
+    """An eval's rows by task (its "all" row left out)."""
+    return {r["task"]: r for r in json.loads(summary.read_text())["tasks"] if r["task"] != "all"}
 
 
 def choose_sft(args: argparse.Namespace) -> str:
