@@ -52,6 +52,24 @@ def test_a_failure_without_an_error_says_so():
     assert "sampled_nll" not in stats  # no token logprobs: nothing to estimate from
 
 
+def test_a_mix_is_reported_per_task_and_per_environment():
+    from envharness.integrations.trl.mix import mix_prompt
+
+    a, b, c = (
+        mix_prompt("browsergym:enter-text", 1),
+        mix_prompt("browsergym:login-user", 2),
+        mix_prompt("textarena:Wordle-v0", 3),
+    )
+    stats = group_stats([a, a, b, b, c, c], {"success": [True, False, True, True, False, False]})
+    assert stats["tasks/browsergym:enter-text/success"] == 0.5
+    assert stats["tasks/browsergym:login-user/zero_variance"] == 1.0
+    assert stats["envs/browsergym/success"] == 0.75  # both its tasks' episodes
+    assert stats["envs/browsergym/zero_variance"] == 0.5  # one of its two groups agrees
+    assert stats["envs/textarena/success"] == 0.0 and stats["envs/textarena/zero_variance"] == 1.0
+    single = group_stats([task_prompt("enter-text", 1)] * 2, {"success": [True, False]})
+    assert not any(k.startswith("envs/") for k in single)  # one environment: its tasks say it all
+
+
 def test_group_stats_reach_the_step_log_once_per_step():
     prompts, out = _batch()
     stats = GroupStats()

@@ -4,6 +4,7 @@ each environment on its own server with its own prompt, every group one task and
 from __future__ import annotations
 
 import json
+import re
 import os
 from collections import Counter
 
@@ -49,7 +50,7 @@ def test_mixed_rollout_sends_each_group_to_its_environment_and_keeps_the_order()
 
 
 @pytest.mark.timeout(900)
-def test_train_one_batch_across_the_browser_and_wordle(tmp_path):
+def test_train_one_batch_across_the_browser_and_wordle(tmp_path, capsys):
     out = tmp_path / "run"
     rc = cli_main(
         [
@@ -83,6 +84,10 @@ def test_train_one_batch_across_the_browser_and_wordle(tmp_path):
         ]
     )
     assert rc == 0
+    # the progress line gives each environment's success beside the batch's
+    assert re.search(
+        r"step 1/2 .*success \d\.\d\d \(browsergym \d\.\d\d, textarena \d\.\d\d\)", capsys.readouterr().err
+    )
     (held_out,) = [json.loads(line) for line in (out / "eval_log.jsonl").read_text().splitlines()]
     assert held_out["step"] == 2 and {k for k in held_out if k.endswith("/success")} == {
         "eval/browsergym:click-test/success",
@@ -99,6 +104,12 @@ def test_train_one_batch_across_the_browser_and_wordle(tmp_path):
         assert sorted(log["curriculum/drawn"]) == ["browsergym:click-test", "textarena:Wordle-v0"]
         for key in log["curriculum/drawn"]:
             assert 0 <= log[f"tasks/{key}/success"] <= 1 and 0 <= log[f"tasks/{key}/zero_variance"] <= 1
+        for env in ("browsergym", "textarena"):  # and each environment over its tasks
+            assert (
+                log[f"envs/{env}/success"]
+                == log[f"tasks/{env}:{dict(browsergym='click-test', textarena='Wordle-v0')[env]}/success"]
+            )
+            assert 0 <= log[f"envs/{env}/zero_variance"] <= 1
 
     # every episode plays again on a fresh server of its own environment, and comes out the same
     assert cli_main(["replay", str(out)]) == 0

@@ -60,6 +60,12 @@ class ProgressCallback(TrainerCallback):
         if "reward" in logs:
             success = logs.get("rewards/reward_success/mean")
             extra = f"  success {success:.2f}" if success is not None else ""
+            envs = [  # a mix: each environment's success over its tasks
+                f"{key.split('/')[1]} {value:.2f}"
+                for key, value in logs.items()
+                if key.startswith("envs/") and key.endswith("/success")
+            ]
+            extra += f" ({', '.join(envs)})" if envs else ""
             # a batch whose every episode failed has no reward (TRL logs None): say so, do not crash
             print(
                 f"{step}  reward {_number(logs['reward'], '.3f')}{extra}  loss {_number(logs.get('loss'), '.4f')}"

@@ -30,18 +30,27 @@ RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
 
 
 def _per_task(groups: dict[str, list[int]], success: list[bool]) -> dict[str, float]:
-    """Success and zero-variance groups (all succeeded or all failed: no signal) per task."""
+    """Success and zero-variance groups (all succeeded or all failed: no signal) per task, and
+    per environment in a mix."""
     from envharness.integrations.trl.mix import prompt_key
+    from envharness.integrations.trl.rollout import prompt_env
 
     by_task: dict[str, list[list[bool]]] = {}
     for prompt, rows in groups.items():
         task = prompt_key(prompt)[:80]  # env:task in a mix; a chat prompt is its own "task": cut short
         by_task.setdefault(task, []).append([success[i] for i in rows])
+    by_env: dict[str, list[list[bool]]] = {}  # a mix's environments, each over its tasks
+    for prompt, rows in groups.items():
+        if env := prompt_env(prompt):
+            by_env.setdefault(env, []).append([success[i] for i in rows])
     stats: dict[str, float] = {}
-    for task, task_groups in sorted(by_task.items()):
-        episodes = [s for group in task_groups for s in group]
-        stats[f"tasks/{task}/success"] = sum(episodes) / len(episodes)
-        stats[f"tasks/{task}/zero_variance"] = sum(len(set(g)) == 1 for g in task_groups) / len(task_groups)
+    for kind, grouped in (("tasks", by_task), ("envs", by_env)):
+        for name, name_groups in sorted(grouped.items()):
+            episodes = [s for group in name_groups for s in group]
+            stats[f"{kind}/{name}/success"] = sum(episodes) / len(episodes)
+            stats[f"{kind}/{name}/zero_variance"] = sum(len(set(g)) == 1 for g in name_groups) / len(
+                name_groups
+            )
     return stats
 
 
