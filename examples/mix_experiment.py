@@ -28,6 +28,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 BROWSER_TASKS = "click-button,click-checkboxes,click-dialog,focus-text,enter-text,login-user"
@@ -60,9 +61,12 @@ def run_all(stages: list[tuple[list[str], Path, Path]], parallel: int) -> None:
             proc = start(argv, done, log)
             if proc is not None:
                 running.append((proc, argv, log))
-        if running:
-            proc, argv, log = running.pop(0)
-            if proc.wait():
+        finished = [r for r in running if r[0].poll() is not None]
+        if running and not finished:
+            time.sleep(1)
+        for proc, argv, log in finished:  # a free slot takes the next stage at once
+            running.remove((proc, argv, log))
+            if proc.returncode:
                 for other, *_ in running:
                     other.terminate()
                 raise SystemExit(
