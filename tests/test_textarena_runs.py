@@ -250,3 +250,19 @@ def test_web_page_describes_the_game():
         assert info["env"] == "textarena" and info["default_task"] == "Wordle-v0"
         assert "Mastermind-v0" in info["tasks"] and info["action_field"] == "message"
         assert any(a["example"] == "[crane]" for a in info["actions"])
+
+
+def test_held_out_evaluation_counts_a_partial_wordle_as_a_loss(tmp_path):
+    """`train --eval-every` counts what `eval` counts: a lost Wordle that found letters pays a
+    reward between 0 and 1 and is not a success (greedy, the embedded model, seeds 0 and 3)."""
+    from envharness.harness import read_records
+    from envharness.integrations.trl.training import TrainConfig, env_clients, evaluate, load_model
+
+    model, tokenizer = load_model("embedded")
+    config = TrainConfig(env="textarena", tasks=["Wordle-v0"], max_turns=4, max_completion_length=24)
+    records = tmp_path / "held_out.jsonl"
+    with env_clients("textarena") as make_client:
+        rate = evaluate(model, tokenizer, make_client, config, [0, 3], records=records, temperature=0.0)
+    played = read_records(records)
+    assert any(0.0 < (r.env_reward or 0.0) < 1.0 for r in played), [r.env_reward for r in played]
+    assert rate == sum(bool(r.verify_metrics.get("success")) for r in played) / 2 == 0.0

@@ -196,7 +196,10 @@ def _step_rewards(result: HarnessRolloutResult) -> list[float]:
     return [float(entry.result.metadata.get("reward") or 0.0) for entry in result.tool_trace]
 
 
-def _success(result: HarnessRolloutResult) -> bool:
+def episode_success(result: HarnessRolloutResult) -> bool:
+    """The session's own verdict when its `verify` reports ``success`` (a lost Wordle still pays
+    the share of letters found), otherwise a positive reward: what training, the curriculum and
+    the held-out evaluation count, as `eval` does (`eval/stats.is_success`)."""
     metrics = result.verify.metrics if result.verify is not None else {}
     if "success" in metrics:
         return bool(metrics["success"])
@@ -273,7 +276,7 @@ def build_trl_rollout_func(
             )
         ordered = [results[i] for i in range(len(prompts))]
         out["step_rewards"] = [_step_rewards(r) for r in ordered]
-        out["success"] = [_success(r) for r in ordered]
+        out["success"] = [episode_success(r) for r in ordered]
         out["error"] = [
             r.error for r in ordered
         ]  # why an episode failed (exploration.py reports all-failed groups)

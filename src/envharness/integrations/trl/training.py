@@ -777,7 +777,7 @@ def evaluate(
     as in training (same prompt, turns, token budget; sampled at the training temperature unless
     `temperature` is given: 0 is greedy)."""
     from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records
-    from envharness.integrations.trl.rollout import TaskPromptSessionFactory
+    from envharness.integrations.trl.rollout import TaskPromptSessionFactory, episode_success
     from envharness.models.transformers_backend import TransformersBackend
 
     task = task or config.tasks[0]
@@ -809,7 +809,7 @@ def evaluate(
     failed = [r.error for r in results if r.error]
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(results)} evaluation episodes failed, e.g. {failed[0]}")
-    return sum((r.env_reward or 0.0) > 0 for r in results) / len(results)
+    return sum(map(episode_success, results)) / len(results)
 
 
 def _lora_config(config: TrainConfig) -> Any:
