@@ -144,6 +144,7 @@ def plot_curves(args: argparse.Namespace, runs: list[str]) -> Path | None:
     tasks = sorted(
         {k.split("/")[1] for entries in logs.values() for e in entries for k in e if k.endswith("/success")}
     )
+    tasks = [t for t in tasks if t.split(":")[-1] not in args.curves_skip]
     if not tasks:
         return None
     cols = 3
@@ -194,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--curves-skip", type=lambda s: set(s.split(",")), default=set(), help="tasks left out of curves.png"
+    )
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     every_task = f"{args.tasks},{args.transfer}".strip(",")
