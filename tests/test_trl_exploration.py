@@ -86,3 +86,25 @@ def test_group_stats_reach_the_step_log_once_per_step():
     quiet = {"loss": 0.0}
     callback.on_log(None, None, None, logs=quiet)
     assert quiet == {"loss": 0.0}
+
+
+def test_the_curve_of_a_mix_draws_each_environment(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from envharness.integrations.trl.callbacks import plot_reward_curve
+
+    labels = []
+    plot = matplotlib.axes.Axes.plot
+
+    def record(self, *args, label=None, **kwargs):
+        labels.append(label)
+        return plot(self, *args, label=label, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", record)
+    history = [  # one group per step: each step logs the one environment it drew
+        {"step": 1, "reward": 1.0, "envs/browsergym/success": 1.0},
+        {"step": 2, "reward": 0.0, "envs/textarena/success": 0.0},
+        {"step": 3, "reward": 0.5, "envs/browsergym/success": 0.5},
+    ]
+    assert plot_reward_curve(history, tmp_path / "curve.png").is_file()
+    assert "browsergym success (5 of its steps)" in labels and "textarena success (5 of its steps)" in labels

@@ -163,6 +163,21 @@ def plot_reward_curve(
     success = reward_curve(history, "rewards/reward_success/mean")
     if success and [v for _, v in success] != list(values):
         ax.plot(*zip(*success), "--", alpha=0.6, label="success rate")
+    envs = sorted(
+        {
+            k.split("/")[1]
+            for entry in history
+            for k in entry
+            if k.startswith("envs/") and k.endswith("/success")
+        }
+    )
+    for env in envs:  # a mix: each environment's success over its groups, averaged like the reward
+        env_steps, env_values = zip(*reward_curve(history, f"envs/{env}/success"))
+        averaged = [
+            sum(env_values[max(0, i - window + 1) : i + 1]) / min(i + 1, window)
+            for i in range(len(env_values))
+        ]
+        ax.plot(env_steps, averaged, ":", linewidth=2, label=f"{env} success ({window} of its steps)")
     ax.set_ylabel("reward")
     ax.set_ylim(-0.05, max(1.05, max(values) + 0.05))
     ax.set_title(title)
