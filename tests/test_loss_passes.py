@@ -162,3 +162,17 @@ def test_train_stops_in_words_at_a_loss_pass_that_would_not_fit(tmp_path, monkey
         train(config)
     assert "--micro-batch 1" in str(caught.value)
     assert isinstance(caught.value, TrainSetupError)  # the command line says it and exits 2
+
+
+def test_sft_stops_in_words_at_a_pass_that_would_not_fit(tmp_path, monkeypatch, capsys):
+    """`envharness sft` checks each of its passes the same way (logits at every position)."""
+    from envharness.cli import main
+
+    monkeypatch.setattr(loss_memory, "free_bytes", lambda device: 2**20)
+    code = main(
+        ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "2", "--steps", "1", "--batch-size", "2",
+         "--max-turns", "2", "--out", str(tmp_path / "sft")]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "a loss pass over 2 episode(s)" in err and "sft: --batch-size" in err

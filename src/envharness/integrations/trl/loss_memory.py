@@ -117,7 +117,9 @@ def check_fits(
         return
     remedies = []
     if micro_batch_hint and rows > 1:
-        remedies.append(f"fewer episodes per loss pass (--micro-batch {max(1, rows // 2)})")
+        remedies.append(
+            f"fewer episodes per loss pass (--micro-batch {max(1, rows // 2)}; sft: --batch-size)"
+        )
     remedies += [
         "--gradient-checkpointing",
         "shorter episodes (--max-turns, --max-new-tokens, a shorter prompt style)",
@@ -130,13 +132,17 @@ def check_fits(
 
 
 def guard_loss_memory(trainer: Any, *, activation_bytes: int = 4) -> ModelShape:
-    """Wrap `trainer.compute_loss` so each pass is checked against free memory before it runs."""
+    """Wrap `trainer.compute_loss` (GRPO's or SFT's) so each pass is checked against free memory
+    before it runs."""
     shape = ModelShape.of(trainer.model)
     compute_loss = trainer.compute_loss
     checkpointing = bool(getattr(trainer.args, "gradient_checkpointing", False))
 
     def checked_compute_loss(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         prompt, completion = inputs.get("prompt_ids"), inputs.get("completion_ids")
+        if prompt is None and completion is None:  # SFT: logits at every position
+            completion = inputs.get("input_ids")
+            prompt = completion[:, :0] if completion is not None else None
         if prompt is not None and completion is not None and shape.layers:
             rows, completion_width = completion.shape[0], completion.shape[1]
             width = prompt.shape[1] + completion_width

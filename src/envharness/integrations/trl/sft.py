@@ -106,6 +106,7 @@ def run_sft(
     from trl import SFTTrainer
 
     from envharness.integrations.trl.callbacks import ProgressCallback
+    from envharness.integrations.trl.loss_memory import guard_loss_memory
     from envharness.integrations.trl.resume import StepBoundary, save_finished_steps
     from envharness.integrations.trl.training import _lora_config
 
@@ -133,6 +134,10 @@ def run_sft(
     trainer.remove_callback(PrinterCallback)  # ProgressCallback prints one line per step instead
     boundary = StepBoundary()
     trainer.add_callback(boundary)
+    placement = resolve(config.device, config.dtype)
+    guard_loss_memory(
+        trainer, activation_bytes=placement.dtype.itemsize if placement.dtype is not None else 4
+    )
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
