@@ -129,6 +129,21 @@ def table(args: argparse.Namespace, models: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sft_start(args: argparse.Namespace) -> dict[str, float]:
+    """The SFT model's greedy success per task on the seeds evaluated during training (0..N-1),
+    read off its held-out eval's episodes."""
+    from envharness.eval.stats import is_success
+
+    rates: dict[str, list[bool]] = {}
+    for folder in (args.out / "heldout-sft", args.out / f"heldout-sft-{GAME.lower()}"):
+        path = folder / "episodes.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            record = json.loads(line)
+            if record.get("seed") is not None and record["seed"] < args.eval_episodes:
+                rates.setdefault(record["task"], []).append(is_success(record))
+    return {task: sum(wins) / len(wins) for task, wins in rates.items()}
+
+
 def plot_curves(args: argparse.Namespace, runs: list[str]) -> Path | None:
     """Held-out success of each task during each run (eval_log.jsonl), one panel per task."""
     import matplotlib
@@ -150,7 +165,10 @@ def plot_curves(args: argparse.Namespace, runs: list[str]) -> Path | None:
     cols = 3
     fig, axes = plt.subplots((len(tasks) + cols - 1) // cols, cols, figsize=(12, 3 * ((len(tasks) + cols - 1) // cols)),
                              squeeze=False, sharex=True, sharey=True)  # fmt: skip
+    start = sft_start(args)
     for ax, task in zip(axes.flat, tasks):
+        if task.split(":")[-1] in start:  # where every run starts: the SFT model on the same seeds
+            ax.plot([0], [start[task.split(":")[-1]]], "ks", label="SFT (step 0)")
         for run, entries in logs.items():
             style = "-" if "signal" in run else "--"
             ax.plot(
