@@ -144,7 +144,7 @@ def test_train_stops_in_words_at_a_loss_pass_that_would_not_fit(tmp_path, monkey
         free["bytes"] = 2**20
         return shape
 
-    monkeypatch.setattr("envharness.integrations.trl.training.guard_loss_memory", guard_then_shrink)
+    monkeypatch.setattr(loss_memory, "guard_loss_memory", guard_then_shrink)
     config = TrainConfig(
         env="echo",
         model="tiny",

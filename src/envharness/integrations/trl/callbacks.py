@@ -135,6 +135,11 @@ def reward_curve(history: list[dict[str, Any]], key: str = "reward") -> list[tup
     ]
 
 
+def _moving_average(values: Any, window: int) -> list[float]:
+    """The mean of each value and the `window - 1` before it (fewer at the start)."""
+    return [sum(values[max(0, i - window + 1) : i + 1]) / min(i + 1, window) for i in range(len(values))]
+
+
 def plot_reward_curve(
     history: list[dict[str, Any]], path: str | Path, *, title: str = "GRPO", window: int = 5
 ) -> Path | None:
@@ -149,10 +154,7 @@ def plot_reward_curve(
     import matplotlib.pyplot as plt
 
     steps, values = zip(*points)
-    smooth = [
-        sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1)
-        for i in range(len(values))
-    ]
+    smooth = _moving_average(values, window)
     explored = [key for key in EXPLORATION_KEYS if reward_curve(history, key)]
     fig, axes = plt.subplots(
         2 if explored else 1, 1, figsize=(7, 6.5 if explored else 4), sharex=True, squeeze=False
@@ -173,11 +175,13 @@ def plot_reward_curve(
     )
     for env in envs:  # a mix: each environment's success over its groups, averaged like the reward
         env_steps, env_values = zip(*reward_curve(history, f"envs/{env}/success"))
-        averaged = [
-            sum(env_values[max(0, i - window + 1) : i + 1]) / min(i + 1, window)
-            for i in range(len(env_values))
-        ]
-        ax.plot(env_steps, averaged, ":", linewidth=2, label=f"{env} success ({window} of its steps)")
+        ax.plot(
+            env_steps,
+            _moving_average(env_values, window),
+            ":",
+            linewidth=2,
+            label=f"{env} success ({window} of its steps)",
+        )
     ax.set_ylabel("reward")
     ax.set_ylim(-0.05, max(1.05, max(values) + 0.05))
     ax.set_title(title)

@@ -36,13 +36,13 @@ def _per_task(groups: dict[str, list[int]], success: list[bool]) -> dict[str, fl
     from envharness.integrations.trl.rollout import prompt_env
 
     by_task: dict[str, list[list[bool]]] = {}
-    for prompt, rows in groups.items():
-        task = prompt_key(prompt)[:80]  # env:task in a mix; a chat prompt is its own "task": cut short
-        by_task.setdefault(task, []).append([success[i] for i in rows])
     by_env: dict[str, list[list[bool]]] = {}  # a mix's environments, each over its tasks
     for prompt, rows in groups.items():
+        outcomes = [success[i] for i in rows]
+        task = prompt_key(prompt)[:80]  # env:task in a mix; a chat prompt is its own "task": cut short
+        by_task.setdefault(task, []).append(outcomes)
         if env := prompt_env(prompt):
-            by_env.setdefault(env, []).append([success[i] for i in rows])
+            by_env.setdefault(env, []).append(outcomes)
     stats: dict[str, float] = {}
     for kind, grouped in (("tasks", by_task), ("envs", by_env)):
         for name, name_groups in sorted(grouped.items()):

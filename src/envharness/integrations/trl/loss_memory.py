@@ -131,12 +131,37 @@ def check_fits(
     )
 
 
-def guard_loss_memory(trainer: Any, *, activation_bytes: int = 4) -> ModelShape:
+def activation_bytes(args: Any) -> int:
+    """Bytes per activation value under a trainer's precision flags (bf16/fp16 autocast: 2)."""
+    return 2 if getattr(args, "bf16", False) or getattr(args, "fp16", False) else 4
+
+
+def check_pass(
+    shape: ModelShape,
+    rows: int,
+    width: int,
+    completion_width: int,
+    device: Any,
+    *,
+    activation_bytes: int = 4,
+    checkpointing: bool = False,
+) -> None:
+    """Raise `TrainMemoryError` when this pass's estimate does not fit in `device`'s free memory."""
+    needed = loss_pass_bytes(
+        shape, rows, width, completion_width, activation_bytes=activation_bytes, checkpointing=checkpointing
+    )
+    check_fits(needed, free_bytes(device), rows=rows, width=width)
+
+
+def guard_loss_memory(trainer: Any) -> ModelShape:
     """Wrap `trainer.compute_loss` (GRPO's or SFT's) so each pass is checked against free memory
     before it runs."""
     shape = ModelShape.of(trainer.model)
     compute_loss = trainer.compute_loss
-    checkpointing = bool(getattr(trainer.args, "gradient_checkpointing", False))
+    options = dict(
+        activation_bytes=activation_bytes(trainer.args),
+        checkpointing=bool(getattr(trainer.args, "gradient_checkpointing", False)),
+    )
 
     def checked_compute_loss(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         prompt, completion = inputs.get("prompt_ids"), inputs.get("completion_ids")
@@ -145,16 +170,14 @@ def guard_loss_memory(trainer: Any, *, activation_bytes: int = 4) -> ModelShape:
             prompt = completion[:, :0] if completion is not None else None
         if prompt is not None and completion is not None and shape.layers:
             rows, completion_width = completion.shape[0], completion.shape[1]
-            width = prompt.shape[1] + completion_width
-            needed = loss_pass_bytes(
+            check_pass(
                 shape,
                 rows,
-                width,
+                prompt.shape[1] + completion_width,
                 completion_width,
-                activation_bytes=activation_bytes,
-                checkpointing=checkpointing,
+                completion.device,
+                **options,
             )
-            check_fits(needed, free_bytes(completion.device), rows=rows, width=width)
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer.compute_loss = checked_compute_loss

@@ -134,10 +134,7 @@ def run_sft(
     trainer.remove_callback(PrinterCallback)  # ProgressCallback prints one line per step instead
     boundary = StepBoundary()
     trainer.add_callback(boundary)
-    placement = resolve(config.device, config.dtype)
-    guard_loss_memory(
-        trainer, activation_bytes=placement.dtype.itemsize if placement.dtype is not None else 4
-    )
+    guard_loss_memory(trainer)
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)

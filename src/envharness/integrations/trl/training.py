@@ -26,13 +26,7 @@ from envharness.integrations.trl.curriculum import CurriculumRollout
 from envharness.integrations.trl.mix import mix_prompt
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_dataset, task_prompt
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.loss_memory import (
-    ModelShape,
-    check_fits,
-    free_bytes,
-    guard_loss_memory,
-    loss_pass_bytes,
-)
+from envharness.integrations.trl import loss_memory
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.tracking import (
     TrackerUnavailableError,
@@ -334,20 +328,24 @@ def loss_passes(config: TrainConfig) -> tuple[int, int]:
     return micro, batch // micro
 
 
-def check_loss_fits_upfront(config: TrainConfig, model: Any, device: Any, activation_bytes: int) -> None:
+def check_loss_fits_upfront(config: TrainConfig, model: Any, placement: Any) -> None:
     """Refuse before any episode a loss pass that cannot fit even with no prompt at all
     (`max_turns` full completions); each real pass is checked again at its real size."""
+    from types import SimpleNamespace
+
+    from envharness.integrations.trl.precision import trainer_precision
+
     micro, _ = loss_passes(config)
     width = config.max_turns * config.max_completion_length
-    needed = loss_pass_bytes(
-        ModelShape.of(model),
+    loss_memory.check_pass(
+        loss_memory.ModelShape.of(model),
         micro,
         width,
         width,
-        activation_bytes=activation_bytes,
+        placement.device,
+        activation_bytes=loss_memory.activation_bytes(SimpleNamespace(**trainer_precision(placement))),
         checkpointing=config.gradient_checkpointing,
     )
-    check_fits(needed, free_bytes(device), rows=micro, width=width)
 
 
 def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
@@ -625,8 +623,7 @@ def train(
             model = master_weights(model, placement)
         else:
             model, tokenizer = load_model(config.model, placement)
-    activation_bytes = placement.dtype.itemsize if placement.dtype is not None else 4
-    check_loss_fits_upfront(config, model, placement.device, activation_bytes)
+    check_loss_fits_upfront(config, model, placement)
     text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor holds one
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
@@ -725,9 +722,7 @@ def train(
         boundary = StepBoundary()
         trainer.add_callback(boundary)
         check_model_device(trainer.model, placement)
-        guard_loss_memory(
-            trainer, activation_bytes=activation_bytes
-        )  # inside the skip: skipped passes cost nothing
+        loss_memory.guard_loss_memory(trainer)  # inside the skip: skipped passes cost nothing
         if config.skip_no_signal:
             skip_batches_without_signal(trainer)
         measure_and_correct(
