@@ -157,8 +157,10 @@ def test_task_list_and_check_task():
     )
     assert tasks.expand(["rl", "Hangman-v0", "wordle"], HARNESS.check_task)[:5] == [*RL_GAMES, "Hangman-v0"]
     assert "Wordle-v0-long" in tasks.splits["wordle"]
-    with pytest.raises(ValueError, match="multi-player"):
+    with pytest.raises(ValueError, match="syntax error"):
         HARNESS.check_task("Chess-v0")
+    with pytest.raises(ValueError, match="2-player game: eval and train play single-player games"):
+        HARNESS.check_task("TicTacToe-v0")
 
 
 def test_default_prompt_style_is_the_games_own_text():

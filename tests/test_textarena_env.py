@@ -149,7 +149,7 @@ def test_bad_moves_get_the_games_message_or_a_clear_error(wordle):
 @pytest.mark.parametrize(
     "env_id, reason",
     [
-        ("Chess-v0", "multi-player TextArena game"),
+        ("Chess-v0", "syntax error"),
         ("Nope-v0", "unknown TextArena game"),
         ("GuessWho-v0", "OpenRouter"),
         ("Klondike-v0", "syntax error"),
@@ -226,9 +226,9 @@ def test_openenv_variables_configure_the_factory():
     [
         ({"TEXTARENA_KW_colour": "blue"}, "does not take these arguments.*TEXTARENA_KW_colour"),
         ({"TEXTARENA_KW_word_length": '"five"'}, "could not start"),
-        ({"TEXTARENA_NUM_PLAYERS": "2"}, "single-player games only"),
+        ({"TEXTARENA_NUM_PLAYERS": "2"}, "Wordle-v0 is played by 1 player, not 2"),
         ({"TEXTARENA_MAX_TURNS": "zero"}, "expected a whole number"),
-        ({"TEXTARENA_ENV_ID": "Chess-v0"}, "multi-player"),
+        ({"TEXTARENA_ENV_ID": "Chess-v0"}, "syntax error"),
     ],
 )
 def test_bad_variables_stop_the_factory_with_the_reason(environ, message):

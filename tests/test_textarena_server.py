@@ -97,7 +97,8 @@ def test_bad_input_keeps_the_session_and_the_server(server):
         assert "'qzxwv' is not an English word" in result.observation.messages[-1].content and not result.done
         for task, error in (
             ("Nope-v0", "unknown TextArena game"),
-            ("Chess-v0", "multi-player"),
+            ("Chess-v0", "syntax error"),
+            ("ReverseTicTacToe-v0", "syntax error"),
             ("TwentyQuestions-v0", "OpenRouter"),
         ):
             with pytest.raises(EnvServerError, match=error):

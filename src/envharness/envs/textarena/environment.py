@@ -12,6 +12,13 @@ The reward is the game's reward for the player (0 until the game ends; Wordle pa
 of letters found when guesses run out); ``info["won"]`` is reward >= 1. A move after the end,
 an empty move and a move over `MAX_MESSAGE_CHARS` raise ValueError: the server answers with the
 message and the session stays usable.
+
+Multi-player games (``reset(task="KuhnPoker-v0")``, `games.PLAYER_COUNTS`): one session is one
+game and a step acts for the player to move. Each observation is what that player sees
+(``current_player_id``, its own prompt and messages: never another player's private card or
+word); an action may name its ``player_id`` and is refused when it is not that player's turn.
+The last observation is the view of the player who made the last move, with every seat's
+reward in ``info["rewards"]`` (index = player id) and ``reward`` the mover's own.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ class TextArenaConfig:
 
 
 class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
-    """A single-player textarena game; sync (the server runs it in a worker thread)."""
+    """A textarena game, one or more players; sync (the server runs resets in a worker thread)."""
 
     action_type = TextArenaAction
     observation_type = TextArenaObservation
@@ -58,7 +65,9 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         self.config = config or TextArenaConfig()
         self._game: Any = None
         self._rng = games.SessionRandom()
-        self._messages: list[TextArenaMessage] = []
+        self._logs: dict[int, list[TextArenaMessage]] = {0: []}
+        #: How much of each player's log that player has been shown (``new_messages_from``).
+        self._seen: dict[int, int] = {}
         self._state = TextArenaState(
             env_id=self.config.env_id,
             num_players=self.config.num_players,
@@ -73,34 +82,48 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         episode_id: str | None = None,
         task: str | None = None,
         env_id: str | None = None,
+        num_players: int | None = None,
         **game_kwargs: Any,
     ) -> TextArenaObservation:
-        """`task` (or `env_id`): the game of this episode; other options: its keyword arguments."""
+        """`task` (or `env_id`): the game of this episode; `num_players`: its number of players
+        (default: the server's, or the fewest the game takes); other options: its keyword arguments."""
         chosen = games.check_env_id(task or env_id or self.config.env_id)
         if chosen == self.config.env_id and not game_kwargs:
             game_kwargs = dict(self.config.game_kwargs)
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        players = self._players_for(chosen, num_players)
         seed = secrets.randbits(31) if seed is None else seed
         game = games.make_game(chosen, game_kwargs)
         try:
-            self._rng.run(seed, lambda: game.reset(num_players=self.config.num_players, seed=seed))
+            self._rng.run(seed, lambda: game.reset(num_players=players, seed=seed))
         except Exception as exc:
             raise ValueError(
                 f"{chosen} could not start with {game_kwargs or 'its defaults'}: {type(exc).__name__}: {exc}"
             ) from exc
         self._game = game
-        self._messages = []
+        self._logs = {player: [] for player in range(players)}
+        self._seen = {}
         self._state = TextArenaState(
             episode_id=episode_id or str(uuid.uuid4()),
             step_count=0,
             env_id=chosen,
-            num_players=self.config.num_players,
+            num_players=players,
             max_turns=self.config.max_turns,
             seed=seed,
             game_kwargs=dict(game_kwargs),
         )
-        return self._observe(done=False, reward=0.0, info={})
+        return self._observe(done=False, mover=None, info={})
+
+    def _players_for(self, env_id: str, asked: int | None) -> int:
+        """The number of players of this episode: asked, the server's setting, or the game's fewest."""
+        if asked is not None and (not isinstance(asked, int) or isinstance(asked, bool)):
+            raise ValueError(f"num_players must be a whole number, got {asked!r}")
+        low, _ = games.player_counts(env_id)
+        chosen = asked if asked is not None else self.config.num_players
+        if asked is None and chosen < low:
+            chosen = low  # the server's default of 1 means "as few as the game takes"
+        return games.check_players(env_id, chosen)
 
     def step(self, action: TextArenaAction) -> TextArenaObservation:
         if self._game is None:
@@ -115,6 +138,12 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             raise ValueError("empty move: send the move as text, e.g. '[crane]' for Wordle")
         if len(message) > MAX_MESSAGE_CHARS:
             raise ValueError(f"move of {len(message)} characters refused: at most {MAX_MESSAGE_CHARS}")
+        mover = self._state.current_player_id
+        if action.player_id is not None and action.player_id != mover:
+            raise ValueError(
+                f"it is player {mover}'s turn, not player {action.player_id}'s: "
+                f"the move is refused (the observation's current_player_id says who moves)"
+            )
         done, info = self._rng.run(None, lambda: self._game.step(message))
         self._state.step_count += 1
         base = games.unwrap(self._game).state
@@ -125,44 +154,69 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             done = True
             info["truncated"] = True
             info.setdefault("reason", f"TEXTARENA_MAX_TURNS={self.config.max_turns} moves reached")
-        return self._observe(done=bool(done), reward=self._reward(), info=info)
+        return self._observe(done=bool(done), mover=mover, info=info)
 
     # -- observation ------------------------------------------------------------------
-    def _reward(self) -> float:
+    def _rewards(self) -> list[float]:
+        """Every seat's reward (0 until the game pays)."""
         rewards = getattr(games.unwrap(self._game).state, "rewards", None)
-        if isinstance(rewards, dict) and rewards:
-            return float(rewards.get(0, next(iter(rewards.values()))))
-        return 0.0
+        paid = rewards if isinstance(rewards, dict) else {}
+        if self._state.num_players == 1 and paid and 0 not in paid:
+            return [float(next(iter(paid.values())))]
+        return [float(paid.get(player, 0.0)) for player in range(self._state.num_players)]
 
-    def _observe(self, *, done: bool, reward: float, info: dict[str, Any]) -> TextArenaObservation:
-        base = games.unwrap(self._game)
-        player_id, new = base.get_observation()
-        start = len(self._messages)
-        for entry in new or []:
+    def _take_messages(self, player: int, entries: Any) -> None:
+        log = self._logs.setdefault(player, [])
+        for entry in entries or []:
             sender, content, category = games.normalize_message(entry)
-            self._messages.append(TextArenaMessage(sender_id=sender, content=content, category=category))
-        if done:
-            outcome = (getattr(base.state, "game_info", {}) or {}).get(0, {})
-            reason = outcome.get("reason") or info.get("reason")
+            log.append(TextArenaMessage(sender_id=sender, content=content, category=category))
+
+    def _finish(self, base: Any, viewer: int, reward: float, info: dict[str, Any]) -> None:
+        """The end of a game: every seat's pending messages and the outcome reach its log."""
+        pending = getattr(base.state, "observations", None) or {}
+        for player in range(self._state.num_players):
+            if player != viewer:
+                self._take_messages(player, pending.get(player))
+                pending[player] = []
+        game_info = getattr(base.state, "game_info", {}) or {}
+        for player in range(self._state.num_players):
+            reason = (game_info.get(player) or {}).get("reason") or info.get("reason")
             if reason:
-                info["reason"] = reason
-                self._messages.append(
+                self._logs[player].append(
                     TextArenaMessage(sender_id=GAME_SENDER, content=str(reason), category="GAME_ADMIN")
                 )
-            if outcome.get("invalid_move"):
-                info["invalid_move"] = True
-            info["won"] = reward >= 1.0
+        outcome = game_info.get(viewer) or {}
+        if reason := outcome.get("reason") or info.get("reason"):
+            info["reason"] = reason
+        if outcome.get("invalid_move"):
+            info["invalid_move"] = True
+        info["won"] = reward >= 1.0
+        if self._state.num_players > 1:
+            info["rewards"] = self._rewards()
+
+    def _observe(self, *, done: bool, mover: int | None, info: dict[str, Any]) -> TextArenaObservation:
+        base = games.unwrap(self._game)
+        player_id, new = base.get_observation()
+        player_id = int(player_id if player_id is not None else 0)
+        viewer = mover if done and mover is not None else player_id
+        self._take_messages(player_id, new)
+        reward = self._rewards()[viewer] if mover is not None else 0.0
+        if done:
+            self._finish(base, viewer, reward, info)
         self._state.done = done
         self._state.won = done and reward >= 1.0
         self._state.last_reward = reward
         self._state.last_info = dict(info)
+        self._state.current_player_id = player_id
         self._state.raw_state = self._snapshot(base.state, done)
-        prompt = "\n".join(m.content for m in self._messages if m.category == "PROMPT").strip()
+        log = self._logs[viewer]
+        start, self._seen[viewer] = self._seen.get(viewer, 0), len(log)
+        prompt = "\n".join(m.content for m in log if m.category == "PROMPT").strip()
         role_mapping = getattr(base.state, "role_mapping", {}) or {}
         return TextArenaObservation(
             prompt=prompt or self._state.env_id,
-            messages=list(self._messages),
-            current_player_id=int(player_id if player_id is not None else 0),
+            messages=list(log),
+            current_player_id=viewer,
             legal_players=sorted(p for p in role_mapping if isinstance(p, int) and p >= 0),
             info=info,
             done=done,
@@ -172,6 +226,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
                 "turn": self._state.turn,
                 "seed": self._state.seed,
                 "new_messages_from": start,
+                "num_players": self._state.num_players,
             },
         )
 

@@ -5,7 +5,8 @@ variables, which are read from the server's environment as OpenEnv's textarena_e
 
 ==========================  ===========================================================
 ``TEXTARENA_ENV_ID``        ``env_id``, the default game (default ``Wordle-v0``)
-``TEXTARENA_NUM_PLAYERS``   ``num_players``: must be 1 (single-player games only)
+``TEXTARENA_NUM_PLAYERS``   ``num_players``: players per game (default: the fewest the game
+                            takes, 1 for the single-player games); checked against the game
 ``TEXTARENA_MAX_TURNS``     ``max_turns``: the episode ends (``info["truncated"]``) after
                             that many moves (OpenEnv stores it without enforcing it)
 ``TEXTARENA_KW_<name>``     ``game_kwargs[name]``, passed to ``ta.make``; values are JSON
@@ -77,10 +78,10 @@ class TextArenaEnvironmentFactory:
         self.config = config
 
     def task_list(self) -> Any:
-        """Every offline single-player game and the splits (the server's Task API)."""
-        from envharness.envs.textarena.harness import task_list
+        """The server's Task API: every offline game, single- and multi-player (`served_task_list`)."""
+        from envharness.envs.textarena.harness import served_task_list
 
-        return task_list()
+        return served_task_list()
 
     def __call__(self) -> TextArenaEnvironment:
         return TextArenaEnvironment(
@@ -114,16 +115,16 @@ def make_environment_factory(
         if name in options:
             merged[name] = options.pop(name)
     kwargs.update({k: _json_or_text(v) if isinstance(v, str) else v for k, v in options.items()})
-    num_players = _positive_int("num_players", merged.get("num_players", 1))
-    if num_players != 1:
-        raise TextArenaConfigError(
-            f"num_players={num_players}: this server runs single-player games only "
-            "(TEXTARENA_NUM_PLAYERS must be 1)"
-        )
+    env_id = games.check_env_id(str(merged.get("env_id") or "Wordle-v0"))
+    num_players = _positive_int("num_players", merged.get("num_players", games.player_counts(env_id)[0]))
+    try:
+        games.check_players(env_id, num_players)
+    except games.GameRefused as exc:
+        raise TextArenaConfigError(f"{exc}; TEXTARENA_NUM_PLAYERS / --option num_players") from None
     max_turns = merged.get("max_turns")
     config = TextArenaConfig(
-        env_id=games.check_env_id(str(merged.get("env_id") or "Wordle-v0")),
-        num_players=1,
+        env_id=env_id,
+        num_players=num_players,
         max_turns=None if max_turns is None else _positive_int("max_turns", max_turns),
         game_kwargs=kwargs,
     )

@@ -2,8 +2,11 @@
 
 - The catalog: every id textarena 0.7.4 registers for a single-player game (its registry
   lists them under ``[1 Player]``: 29 games, 216 ids with their ``-raw``/``-train``
-  variants). Multi-player games are refused in words; the two whose game master is an LLM
-  behind OpenRouter (GuessWho, TwentyQuestions) need ``OPENROUTER_API_KEY`` and a network.
+  variants), and the multi-player games that run offline (`PLAYER_COUNTS`: 56 games, each
+  with the numbers of players it takes). The two single-player games whose game master is an
+  LLM behind OpenRouter (GuessWho, TwentyQuestions) need ``OPENROUTER_API_KEY`` and a
+  network; the multi-player games that cannot run here are in `MULTI_PLAYER_LEFT_OUT`, each
+  with the reason.
 - Making a game: ``ta.make`` costs seconds for the word games (Wordle loads two Hunspell
   dictionaries and POS-tags its word list), so each (game id, kwargs) is made once per process
   and every session gets a deep copy that shares the big read-only tables.
@@ -63,6 +66,50 @@ SINGLE_PLAYER_GAMES = (
 )
 #: Games whose game master is an LLM reached through OpenRouter.
 NEEDS_OPENROUTER = ("GuessWho", "TwentyQuestions")
+#: The multi-player games that run offline: (fewest, most) players. The ranges are textarena's
+#: registry comments, checked by resetting each game with every count from 2 to 6.
+PLAYER_COUNTS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(
+        """Alquerque Battleship Breakthrough Chopsticks ColonelBlotto ConnectFour Crusade DontSayIt
+        GameOfPureStrategy GermanWhist HighSociety IndianPoker IteratedMatchingPennies
+        IteratedPrisonersDilemma IteratedRockPaperScissors IteratedTwoThirdsAverage
+        IteratedUltimatumGame KuhnPoker LetterAuction LinesOfAction MemoryGame NewRecruit Nim Othello
+        PigDice QuantumTicTacToe SimpleBlindAuction SimpleNegotiation SimpleTak SpellingBee
+        SpiteAndMalice Stratego Tak TicTacToe TruthAndDeception TwoDollar UltimateTicTacToe
+        WildTicTacToe WordChains""".split(),
+        (2, 2),
+    ),
+    "Briscola": (2, 4),
+    "Golf": (2, 4),
+    "Santorini": (2, 3),
+    "LiarsDice": (2, 15),
+    "MarketEntryGame": (2, 15),
+    "Poker": (2, 15),
+    "PublicGoodsGame": (2, 15),
+    "Snake": (2, 15),
+    "Surround": (2, 15),
+    "CharacterConclave": (3, 15),
+    "ThreePlayerGOPS": (3, 3),
+    "ThreePlayerIPD": (3, 3),
+    "ThreePlayerTicTacToe": (3, 3),
+    "Codenames": (4, 4),
+    "SettlersOfCatan": (4, 4),
+    "Taboo": (4, 6),
+    "SecretMafia": (6, 15),
+}
+#: The multi-player games of textarena 0.7.4 that cannot run here, and why.
+MULTI_PLAYER_LEFT_OUT = {
+    "Debate": "its judges are LLMs reached through OpenRouter (OPENROUTER_API_KEY and a network)",
+    "ScenarioPlanning": "its judge is an LLM reached through OpenRouter (OPENROUTER_API_KEY and a network)",
+    "BabyAiText": "it needs the `gym` package, which textarena does not install",
+    "ScorableGames": "its game configuration files are missing from textarena 0.7.4's wheel",
+    "UsedCarNegotiation": "its data files are missing from textarena 0.7.4's wheel",
+    "UsedCar": "its module is missing from textarena 0.7.4's wheel",
+    **{
+        name: "its module has a syntax error in textarena 0.7.4 (an f-string Python 3.11 rejects)"
+        for name in ("Checkers", "Chess", "IteratedStagHunt", "ReverseTicTacToe", "UltimateTexasHoldem")
+    },
+}
 #: Objects this large (or dictionaries) are shared between sessions instead of copied.
 _SHARE_AT = 256
 
@@ -111,22 +158,48 @@ def offline_ids() -> list[str]:
     return [env_id for env_id in single_player_ids() if game_of(env_id) not in (*NEEDS_OPENROUTER, *BROKEN)]
 
 
-def check_env_id(env_id: str) -> str:
-    """`env_id` when this server runs it; `GameRefused` saying why not otherwise."""
+def multi_player_ids() -> list[str]:
+    """Every registered id of a multi-player game that runs offline, in registry order."""
+    return [env_id for env_id in _registry() if game_of(env_id) in PLAYER_COUNTS]
+
+
+def player_counts(env_id: str) -> tuple[int, int]:
+    """(fewest, most) players of a game id; (1, 1) for a single-player game."""
+    return PLAYER_COUNTS.get(game_of(env_id) or "", (1, 1))
+
+
+def check_players(env_id: str, num_players: int) -> int:
+    """`num_players` when `env_id` takes that many players; `GameRefused` naming the range."""
+    low, high = player_counts(env_id)
+    if not low <= num_players <= high:
+        wanted = str(low) if low == high else f"{low} to {high}"
+        noun = "player" if high == 1 else "players"
+        raise GameRefused(f"{env_id} is played by {wanted} {noun}, not {num_players} (option num_players)")
+    return num_players
+
+
+def check_env_id(env_id: str, *, multi_player: bool = True) -> str:
+    """`env_id` when this server runs it; `GameRefused` saying why not otherwise.
+    `multi_player=False` refuses the multi-player games too (for callers that play one seat)."""
     env_id = (env_id or "").strip()
     game = game_of(env_id)
     if game is None:
-        close = sorted(i for i in single_player_ids() if i.lower().startswith(env_id.lower()[:4]))[:8]
+        known = single_player_ids() + multi_player_ids()
+        close = sorted(i for i in known if i.lower().startswith(env_id.lower()[:4]))[:8]
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise GameRefused(
-            f"unknown TextArena game {env_id!r}{hint} (single-player games: Wordle-v0, "
-            "Mastermind-v0, Hangman-v0, ...; `envharness` lists all in its task list)"
+            f"unknown TextArena game {env_id!r}{hint} (Wordle-v0, Mastermind-v0, KuhnPoker-v0, "
+            "TicTacToe-v0, ...; the server's task list has them all)"
         )
-    if game not in SINGLE_PLAYER_GAMES:
+    if game in MULTI_PLAYER_LEFT_OUT:
+        raise GameRefused(f"{env_id} cannot run here: {MULTI_PLAYER_LEFT_OUT[game]}")
+    if game in PLAYER_COUNTS and not multi_player:
         raise GameRefused(
-            f"{env_id} is a multi-player TextArena game; this environment serves single-player "
-            "games only (one agent per session, no built-in opponent)"
+            f"{env_id} is a {player_counts(env_id)[0]}-player game: eval and train play single-player "
+            "games; serve it (`envharness serve textarena --option task=...`) and act for every player"
         )
+    if game not in SINGLE_PLAYER_GAMES and game not in PLAYER_COUNTS:
+        raise GameRefused(f"{env_id} is not a game this server knows how to run")
     if game in BROKEN:
         raise GameRefused(f"{env_id} cannot run: {BROKEN[game]}")
     if game in NEEDS_OPENROUTER and not os.environ.get("OPENROUTER_API_KEY"):

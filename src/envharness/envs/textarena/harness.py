@@ -41,9 +41,23 @@ def task_list() -> TaskList:
     return TaskList(tasks=ids, splits=splits)
 
 
+def served_task_list() -> TaskList:
+    """The server's Task API: `task_list` plus every offline multi-player game id, in splits
+    ``multiplayer`` and ``players-N`` (the ids playable by N players, N up to 6)."""
+    single = task_list()
+    multi = tuple(games.multi_player_ids())
+    by_count: dict[str, list[str]] = {}
+    for env_id in multi:
+        low, high = games.player_counts(env_id)
+        for count in range(low, min(high, 6) + 1):
+            by_count.setdefault(f"players-{count}", []).append(env_id)
+    splits = {**single.splits, "multiplayer": multi, **{k: tuple(v) for k, v in sorted(by_count.items())}}
+    return TaskList(tasks=single.tasks + multi, splits=splits)
+
+
 def check_task(name: str) -> str:
-    """A game id this server runs, or ValueError saying why not."""
-    return games.check_env_id(name)
+    """A single-player game id (what eval and train play), or ValueError saying why not."""
+    return games.check_env_id(name, multi_player=False)
 
 
 def describe_observation(observation: Any) -> tuple[str, str]:

@@ -31,6 +31,10 @@ class TextArenaAction(Action):
     """The player's move as text, e.g. ``"[crane]"`` for Wordle."""
 
     message: str = Field(..., description="The move, in the game's own syntax (Wordle: '[crane]')")
+    player_id: int | None = Field(
+        default=None,
+        description="Multi-player games: the player this move is for; refused when it is not their turn",
+    )
 
 
 class TextArenaObservation(Observation):
@@ -61,6 +65,7 @@ class TextArenaState(State):
     game_kwargs: dict[str, Any] = Field(default_factory=dict)
     done: bool = False
     won: bool = False
+    current_player_id: int = 0
 
 
 __all__ = ["GAME_SENDER", "TextArenaAction", "TextArenaMessage", "TextArenaObservation", "TextArenaState"]

@@ -1,0 +1,183 @@
+"""TextArena's multi-player games: one session is one game, a step acts for the player to move,
+each player sees only its own view; OpenEnv's generic client plays whole games for both seats
+over the wire; the scripted players are legal and strong; bad input gets words."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from openenv.core.generic_client import GenericEnvClient
+
+from envharness.core.launchers import LocalServer
+from envharness.envs.textarena import games
+from envharness.envs.textarena.environment import TextArenaEnvironment
+from envharness.envs.textarena.factory import TextArenaConfigError, make_environment_factory
+from envharness.envs.textarena.harness import check_task, served_task_list
+from envharness.envs.textarena.models import TextArenaAction
+from envharness.envs.textarena.opponents import NoScriptedMove, random_move, scripted_move
+
+pytestmark = pytest.mark.timeout(600)
+
+CARD = re.compile(r"Your card is: '([JQK])'")
+
+
+def play(env: TextArenaEnvironment, task: str, seed: int, policies, rng: random.Random):
+    """One game in-process; `policies[player]` picks each seat's move. Returns the last observation."""
+    obs = env.reset(seed=seed, task=task)
+    for _ in range(200):
+        if obs.done:
+            return obs
+        player = obs.current_player_id
+        obs = env.step(TextArenaAction(message=policies[player](task, obs, rng), player_id=player))
+    raise AssertionError(f"{task} seed {seed} did not end in 200 moves")
+
+
+def test_every_offline_multi_player_game_starts_and_lists_its_player_counts():
+    listing = served_task_list()
+    multi = listing.splits["multiplayer"]
+    assert "KuhnPoker-v0" in multi and "TicTacToe-v0" in multi and "Wordle-v0" not in multi
+    assert set(multi) <= set(listing.tasks) and "Wordle-v0" in listing.tasks
+    assert "TicTacToe-v0" in listing.splits["players-2"] and "TicTacToe-v0" not in listing.splits["players-3"]
+    assert "ThreePlayerTicTacToe-v0" in listing.splits["players-3"]
+    families = {games.game_of(i) for i in multi}
+    assert families == set(games.PLAYER_COUNTS)
+    assert not families & set(games.MULTI_PLAYER_LEFT_OUT)
+    env = TextArenaEnvironment()
+    for family in sorted(families):
+        env_id = next(i for i in multi if games.game_of(i) == family)
+        obs = env.reset(seed=1, task=env_id)
+        low, _ = games.player_counts(env_id)
+        assert env.state.num_players == low, family
+        assert obs.current_player_id in range(low) and obs.messages and not obs.done, family
+
+
+def test_kuhn_poker_each_player_sees_only_its_own_card_and_seeds_replay():
+    env = TextArenaEnvironment()
+    obs = env.reset(seed=5, task="KuhnPoker-v0")
+    while not obs.done:
+        assert "game_state" not in env.state.raw_state  # the cards stay hidden mid-game
+        new = obs.messages[obs.metadata["new_messages_from"] :]
+        obs = env.step(TextArenaAction(message="[check]" if "[check]" in new[-1].content else "[call]"))
+    assert obs.info["rewards"] in ([1.0, -1.0], [-1.0, 1.0], [0.0, 0.0])
+    assert obs.reward == obs.info["rewards"][obs.current_player_id]
+    dealt = env.state.raw_state["game_state"]["player_cards"]  # revealed once the game is over
+    for player in (0, 1):
+        view = [m.content for m in env._logs[player]]
+        # each round's deal names one card, the player's own: the last one is what the game dealt it
+        cards = [CARD.search(t).group(1) for t in view if CARD.search(t)]
+        assert (
+            cards and cards[-1] == "JQK"[int(dealt[str(player)] if str(player) in dealt else dealt[player])]
+        )
+        assert all(t.count("Your card") <= 1 for t in view)
+    # the same seed deals the same cards and gives the first move to the same player
+    first = env.reset(seed=5, task="KuhnPoker-v0")
+    again = TextArenaEnvironment().reset(seed=5, task="KuhnPoker-v0")
+    assert [m.content for m in first.messages] == [m.content for m in again.messages]
+    assert first.current_player_id == again.current_player_id
+    other = TextArenaEnvironment().reset(seed=6, task="KuhnPoker-v0")
+    assert [m.content for m in first.messages] != [m.content for m in other.messages] or (
+        first.current_player_id != other.current_player_id
+    )
+
+
+def test_private_information_stays_private_over_the_wire_with_openenv_client():
+    """OpenEnv's own client acts for both seats in turn; the mid-game state hides the cards."""
+    with LocalServer("textarena", task="KuhnPoker-v0") as server:
+        with GenericEnvClient(base_url=server.base_url).sync() as env:
+            result = env.reset(seed=11)
+            views: dict[int, list[str]] = {0: [], 1: []}
+            moves = 0
+            while not result.done:
+                obs = result.observation
+                player = obs["current_player_id"]
+                assert obs["legal_players"] == [0, 1]
+                views[player] = [m["content"] for m in obs["messages"]]
+                assert "game_state" not in env.state()["raw_state"]  # no peeking mid-game
+                legal = "[check]" if "'[check]'" in views[player][-1] else "[call]"
+                result = env.step({"message": legal, "player_id": player})
+                moves += 1
+            assert moves >= 6 and set(result.observation["info"]["rewards"]) <= {-1.0, 0.0, 1.0}
+            for player in (0, 1):
+                mine = [CARD.search(t).group(1) for t in views[player] if CARD.search(t)]
+                assert mine, player
+                for text in views[player]:  # the other player's deal never reaches this player
+                    assert f"You are Player {1 - player}" not in text
+            with pytest.raises(RuntimeError, match="game is over"):
+                env.step({"message": "[check]"})
+            result = env.reset(seed=11)
+            player = result.observation["current_player_id"]
+            with pytest.raises(RuntimeError, match=f"player {player}'s turn, not player {1 - player}'s"):
+                env.step({"message": "[check]", "player_id": 1 - player})
+            assert env.step({"message": "[check]", "player_id": player}).observation is not None
+
+
+@pytest.mark.parametrize("task", ["TicTacToe-v0", "ConnectFour-v0", "SimpleNegotiation-v0-short"])
+def test_openenv_client_plays_whole_games_for_both_players(task):
+    with LocalServer("textarena", task=task) as server:
+        with GenericEnvClient(base_url=server.base_url).sync() as env:
+            rng = random.Random(3)
+            result = env.reset(seed=4)
+            for _ in range(120):
+                if result.done:
+                    break
+                obs = result.observation
+                if task.startswith("Simple"):
+                    move = (
+                        "[Accept]"
+                        if "[Offer" in obs["messages"][-1]["content"]
+                        else "[Offer: 1 Wood -> 1 Wood]"
+                    )
+                else:
+                    move = random_move(task, obs, rng)
+                result = env.step({"message": move, "player_id": obs["current_player_id"]})
+            assert result.done, task
+            rewards = result.observation["info"]["rewards"]
+            assert len(rewards) == 2 and result.reward == rewards[result.observation["current_player_id"]]
+
+
+def test_scripted_players_are_legal_and_beat_random_play():
+    env = TextArenaEnvironment()
+    rng = random.Random(0)
+    for task, games_played in (
+        ("TicTacToe-v0", 20),
+        ("Nim-v0", 20),
+        ("ConnectFour-v0", 10),
+        ("KuhnPoker-v0", 60),
+    ):
+        score = {"win": 0, "draw": 0, "loss": 0}
+        for seed in range(games_played):
+            seat = seed % 2  # the scripted player takes each seat half the time
+            policies = {seat: scripted_move, 1 - seat: random_move}
+            obs = play(env, task, seed, policies, rng)
+            reward = obs.info["rewards"][seat]
+            assert not obs.info.get("invalid_move") or obs.current_player_id != seat, (task, seed)
+            score["win" if reward > 0 else "loss" if reward < 0 else "draw"] += 1
+        if task == "TicTacToe-v0":
+            assert score["loss"] == 0, score  # minimax never loses
+        assert score["win"] > score["loss"], (task, score)
+
+
+def test_bad_input_gets_words():
+    env = TextArenaEnvironment()
+    with pytest.raises(ValueError, match="played by 2 players, not 3"):
+        env.reset(task="KuhnPoker-v0", num_players=3)
+    with pytest.raises(TextArenaConfigError, match="played by 2 players, not 4"):
+        make_environment_factory(environ={}, task="TicTacToe-v0", num_players=4)
+    with pytest.raises(ValueError, match="syntax error"):
+        env.reset(task="Chess-v0")
+    with pytest.raises(ValueError, match="OpenRouter"):
+        env.reset(task="Debate-v0")
+    with pytest.raises(ValueError, match="eval and train play single-player games"):
+        check_task("KuhnPoker-v0")
+    with pytest.raises(NoScriptedMove, match="no scripted player"):
+        scripted_move("Othello-v0-tiny", env.reset(seed=0, task="Othello-v0-tiny"), random.Random(0))
+    # an illegal move: the game's own rule and message, then the game's own penalty
+    obs = env.reset(seed=2, task="TicTacToe-v0")
+    mover = obs.current_player_id
+    obs = env.step(TextArenaAction(message="[42]"))
+    new = " ".join(m.content for m in obs.messages[obs.metadata["new_messages_from"] :]).lower()
+    assert obs.current_player_id == mover and "attempted an invalid move" in new
+    obs = env.step(TextArenaAction(message="[42]"))
+    assert obs.done and obs.info["invalid_move"] and obs.info["rewards"][mover] == -1.0
