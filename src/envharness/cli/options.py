@@ -41,6 +41,20 @@ class _ExtendNames(argparse.Action):
         setattr(namespace, self.dest, items + names(values))
 
 
+def help_values() -> dict[str, str]:
+    """What declared help texts (`harness/run_options.py`) say that depends on what is installed:
+    the environments and the prompt styles."""
+    from envharness.core.registry import ENVIRONMENTS
+    from envharness.prompts import prompt_styles
+
+    return {
+        "environments": ", ".join(
+            f"{n} ({s.summary})" if s.summary else n for n, s in ENVIRONMENTS.items() if s.harness
+        ),
+        "prompt_styles": "; ".join(f"{s.name}: {s.description}" for s in prompt_styles()),
+    }
+
+
 def add_env(parser: argparse.ArgumentParser) -> None:
     from envharness.core.registry import ENVIRONMENTS
 

@@ -213,7 +213,7 @@ async def run_jobs(
             prompt_builder=opening_builder(
                 style,
                 count_tokens=count_tokens,
-                axtree_token_budget=config.axtree_tokens,
+                axtree_token_budget=config.observation_tokens,
                 history_steps=config.history_steps,
             ),
             observation_text=style.observation_text,
@@ -233,7 +233,7 @@ async def run_jobs(
         prompts = PromptSettings(
             builder=style.step,
             count_tokens=count_tokens,
-            axtree_token_budget=config.axtree_tokens,
+            axtree_token_budget=config.observation_tokens,
             history_steps=config.history_steps,
             tool_names=tuple(config.actions),
             vision=vision,
