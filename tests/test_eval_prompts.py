@@ -28,7 +28,7 @@ FOCUS_TEXT = (
 
 def context(goal: str, tree: str, **kwargs) -> PromptContext:
     kwargs.setdefault("url", "http://miniwob.local/miniwob/x.html")
-    return PromptContext(goal=goal, axtree=tree, **kwargs)
+    return PromptContext(goal=goal, text=tree, **kwargs)
 
 
 def test_default_prompt_shows_goal_page_history_error_and_one_worked_example():
@@ -80,7 +80,7 @@ def test_the_page_is_cut_at_a_line_to_fit_its_token_budget():
     assert kept == tree.splitlines()[: len(kept)]
     assert cut.splitlines()[-1] == f"... ({201 - len(kept)} more lines cut to fit 100 tokens)"
     assert truncate_to_tokens(tree, 10_000, count_words) == tree
-    ctx = context("Click button 150.", tree, axtree_token_budget=100, count_tokens=count_words)
+    ctx = context("Click button 150.", tree, text_token_budget=100, count_tokens=count_words)
     assert "more lines cut" in default_prompt(ctx)[-1]["content"]
 
 

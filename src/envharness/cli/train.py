@@ -16,9 +16,11 @@ and `reward_curve.png` in `--out` (old spelling: `--output-dir`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from envharness.cli import options
+from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
 from envharness.cli.declared import add_declared, from_args
 from envharness.core.declared import check_bounds
 from envharness.integrations.trl.config import TrainConfig
@@ -49,10 +51,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"envharness train: {exc}", file=sys.stderr)
         return 2
-    import os
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
+    # torch and TRL load when a run starts, not for --help or a refused option
+    from envharness.integrations.trl.resume import count_step_records
     from envharness.integrations.trl.training import TrainSetupError, train
 
     with InterruptGuard() as guard:
@@ -62,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"envharness train: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
-            from envharness.integrations.trl.resume import count_step_records
-
             return say_checkpoints_kept(
                 "train",
                 guard,

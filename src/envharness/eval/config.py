@@ -8,13 +8,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from envharness.core.declared import check_bounds, option
+from envharness.core.registry import resolve_environment
+from envharness.eval.old_names import FILE_KEYS, OBSERVATION_TOKENS_FLAG
 from envharness.harness import run_options as shared
-
-
-#: The flag users know for `observation_tokens`, and config.json's key for it: kept from when
-#: the budget was the browser's (run folders written before still resume).
-OBSERVATION_TOKENS_FLAG = "--axtree-tokens"
-FILE_KEYS = {"observation_tokens": "axtree_tokens"}
+from envharness.prompts import get_prompt_style
 
 
 class EvalSetupError(ValueError):
@@ -124,8 +121,6 @@ class EvalConfig:
     def check(self) -> Any:
         """Raise `EvalSetupError` naming the first bad setting; task names are normalized. Returns
         the environment resolved (`core.registry.ResolvedEnv`), which the run hands down."""
-        from envharness.core.registry import resolve_environment
-
         try:
             env = resolve_environment(self.env, self.env_options)
             harness = env.require_harness()
@@ -148,8 +143,6 @@ class EvalConfig:
             harness.session_factory(lambda: None, tools=self.actions)
         except (ValueError, KeyError) as exc:
             raise EvalSetupError(f"--actions: {exc}") from None
-        from envharness.prompts import get_prompt_style
-
         try:
             style = get_prompt_style(self.prompt, env)
         except ValueError as exc:

@@ -125,8 +125,8 @@ class TrainConfig:
     #: Observation text beside the screenshot, one of the vision prompt's text views.
     vision_page_text: str = option(
         "elements",
-        "vision models: page text shown beside the screenshot",
-        choices=("elements", "axtree", "none"),
+        "vision models: the text shown beside the screenshot, one of the environment's text views "
+        "(its vision prompt style's), or none (default %(default)s)",
     )
     resume: bool = shared.resume("continue from the latest checkpoint in --out (records and curve continue)")
     overwrite: bool = option(False, "replace the run already in --out (its checkpoints, records and model)")

@@ -31,8 +31,11 @@ def prompt_options(style: str, tokenizer: Any = None, env: EnvRef = None) -> dic
     `envharness eval --prompt STYLE` also gives (observation text budgets counted with
     `tokenizer`, as eval counts them with the model's)."""
     chosen = prompt_style(style, env)
+    describe = resolved(env if env is not None else DEFAULT_ENV).require_harness().describe_observation
     options: dict[str, Any] = {
-        "prompt_builder": opening_builder(chosen, count_tokens=tokenizer_counter(tokenizer))
+        "prompt_builder": opening_builder(
+            chosen, count_tokens=tokenizer_counter(tokenizer), describe=describe
+        )
     }
     if chosen.observation_text is not None:  # how the style shows later observations
         options["observation_text"] = chosen.observation_text

@@ -41,7 +41,9 @@ class MixRun(RunKind):
             except (KeyError, ImportError, AttributeError, ValueError) as exc:
                 raise TrainSetupError(f"--mix {name}: {exc}") from None
         _refuse_single_env_options(config)
-        keys = [key for name, tasks in config.mix.items() for key in self._expand(name, tasks, f"--mix {name}")]
+        keys = [
+            key for name, tasks in config.mix.items() for key in self._expand(name, tasks, f"--mix {name}")
+        ]
         transfer = []
         for key in config.eval_tasks:  # env:task, of an environment of the mix (its server is there)
             name, task = split_key(key)

@@ -37,7 +37,9 @@ def expand_tasks(config: TrainConfig, env: ResolvedEnv, prompt: str) -> TrainCon
     except (ValueError, KeyError, ImportError) as exc:
         raise TrainSetupError(str(exc)) from None
     try:
-        transfer = harness.task_list().expand(config.eval_tasks, harness.check_task) if config.eval_tasks else []
+        transfer = (
+            harness.task_list().expand(config.eval_tasks, harness.check_task) if config.eval_tasks else []
+        )
     except (ValueError, KeyError) as exc:
         raise TrainSetupError(f"--eval-tasks: {exc}") from None
     return dataclasses.replace(config, tasks=tasks, eval_tasks=transfer, prompt=prompt)

@@ -11,6 +11,7 @@ from envharness.integrations.trl import vision as vision_grpo
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.precision import master_weights
+from envharness.integrations.trl.prompting import prompt_style
 from envharness.integrations.trl.rollout import RolloutFunc
 from envharness.integrations.trl.kinds.base import RunParts
 from envharness.integrations.trl.kinds.text import TextRun, expand_tasks, resolve_env
@@ -36,6 +37,11 @@ class VisionRun(TextRun):
             raise TrainSetupError(
                 f"a vision-language model trains on --prompt vision (screenshots in every turn), not {config.prompt!r}"
             )
+        views = prompt_style(VISION_PROMPT, env).text_views
+        if views and config.vision_page_text not in views:
+            raise TrainSetupError(
+                f"--vision-page-text {config.vision_page_text}: {env.name} shows one of {', '.join(views)}"
+            )
         return expand_tasks(config, env, VISION_PROMPT), env
 
     def load_model(self, config: TrainConfig, placement: Any) -> tuple[Any, Any]:
@@ -60,5 +66,3 @@ class VisionRun(TextRun):
 
     def trainer_class(self) -> type:
         return vision_grpo.VisionGRPOTrainer
-
-
