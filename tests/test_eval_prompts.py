@@ -125,3 +125,13 @@ async def test_the_embedded_model_answers_the_default_prompt_with_an_action():
         g.text for g in gens
     ]
     assert all(not c.metadata.get("parse_error") for c in calls)
+
+
+def test_builders_written_against_the_old_context_names_still_read_them_with_a_warning():
+    ctx = PromptContext(goal="g", text="[13] button 'OK'", text_token_budget=50)
+    with pytest.warns(DeprecationWarning, match="PromptContext.axtree is now PromptContext.text"):
+        assert ctx.axtree == "[13] button 'OK'"
+    with pytest.warns(DeprecationWarning):
+        assert ctx.axtree_token_budget == 50
+    with pytest.raises(AttributeError, match="no_such_field"):
+        ctx.no_such_field
