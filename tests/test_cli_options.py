@@ -103,7 +103,7 @@ def test_the_options_reach_each_command_config():
     # defaults are each command's own (the environment's, resolved when the run is checked), and
     # a given --tasks replaces them
     from envharness.core.registry import env_harness
-    from envharness.integrations.trl.training import _check
+    from envharness.integrations.trl.training import check_config
 
     evaluated = eval_cli.config_from_args(parse(eval_cli, ["--out", "x"]))
     evaluated.check()
@@ -113,7 +113,7 @@ def test_the_options_reach_each_command_config():
         and evaluated.env == "browsergym"
     )
     trained = train_cli.config_from_args(parse(train_cli, ["--model", "tiny"]))
-    _check(trained)
+    trained = check_config(trained).config
     assert trained.tasks == ["click-test"] and trained.prompt == "compact"
     assert parse(eval_cli, ["--task", "focus-text"]).tasks == ["focus-text"]
     # `all` and split names take the environment's listing

@@ -28,7 +28,7 @@ FOCUS_TEXT = (
 
 def context(goal: str, tree: str, **kwargs) -> PromptContext:
     kwargs.setdefault("url", "http://miniwob.local/miniwob/x.html")
-    return PromptContext(goal=goal, axtree=tree, **kwargs)
+    return PromptContext(goal=goal, text=tree, **kwargs)
 
 
 def test_default_prompt_shows_goal_page_history_error_and_one_worked_example():
@@ -80,7 +80,7 @@ def test_the_page_is_cut_at_a_line_to_fit_its_token_budget():
     assert kept == tree.splitlines()[: len(kept)]
     assert cut.splitlines()[-1] == f"... ({201 - len(kept)} more lines cut to fit 100 tokens)"
     assert truncate_to_tokens(tree, 10_000, count_words) == tree
-    ctx = context("Click button 150.", tree, axtree_token_budget=100, count_tokens=count_words)
+    ctx = context("Click button 150.", tree, text_token_budget=100, count_tokens=count_words)
     assert "more lines cut" in default_prompt(ctx)[-1]["content"]
 
 
@@ -125,3 +125,13 @@ async def test_the_embedded_model_answers_the_default_prompt_with_an_action():
         g.text for g in gens
     ]
     assert all(not c.metadata.get("parse_error") for c in calls)
+
+
+def test_builders_written_against_the_old_context_names_still_read_them_with_a_warning():
+    ctx = PromptContext(goal="g", text="[13] button 'OK'", text_token_budget=50)
+    with pytest.warns(DeprecationWarning, match="PromptContext.axtree is now PromptContext.text"):
+        assert ctx.axtree == "[13] button 'OK'"
+    with pytest.warns(DeprecationWarning):
+        assert ctx.axtree_token_budget == 50
+    with pytest.raises(AttributeError, match="no_such_field"):
+        ctx.no_such_field

@@ -9,6 +9,9 @@ are not imports; that is the point.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import envharness
@@ -217,3 +220,53 @@ def test_a_run_looks_its_environment_up_once(tmp_path, monkeypatch):
     )
     assert result.ran == 1 and result.stats[0].successes == 1
     assert calls == ["echo"]
+
+
+#: Words of one environment (the browser's) that generic modules must not speak.
+ENVIRONMENT_WORDS = re.compile(r"axtree|miniwob|browser|(?<![a-z])bids?(?![a-z])", re.IGNORECASE)
+#: Modules allowed to speak them, and why.
+VOCABULARY_ALLOWED = {
+    "core/registry.py": "where the environments register",
+    "integrations/trl/compat.py": "the old browser-named helpers, kept for old code",
+    "prompts/old_names.py": "PromptContext's old field names, kept for old prompt builders",
+    "eval/old_names.py": "the old --axtree-tokens flag and the run folder's key for it",
+    "integrations/eval_protocol/processor.py": "Eval Protocol's OpenEnv processor keeps its upstream parameters",
+    "models/tiny_vlm.py": "the tiny test VLM's tokenizer corpus: the text it must tokenize",
+    "mcp/server.py": "the MCP server's instructions to clients, an example in words",
+}
+
+
+def _docstring_lines(tree: ast.AST) -> set[int]:
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                lines.add(first.lineno)
+    return lines
+
+
+def test_generic_modules_speak_no_environments_words():
+    """Names and strings in generic modules (comments and docstrings may explain an example)
+    use the environment's words as it supplies them, never the browser's: no `axtree`,
+    `miniwob`, `bid` or `browser` in code outside envs/ and cli/."""
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] in ("envs", "cli") or relative.as_posix() in VOCABULARY_ALLOWED:
+            continue
+        text = path.read_text(encoding="utf-8")
+        docstrings = _docstring_lines(ast.parse(text))
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type not in (tokenize.NAME, tokenize.STRING) or not ENVIRONMENT_WORDS.search(
+                token.string
+            ):
+                continue
+            if token.type == tokenize.STRING and token.start[0] in docstrings:
+                continue
+            bad.append(f"{relative}:{token.start[0]} {token.string[:50]}")
+    assert bad == []

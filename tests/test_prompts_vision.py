@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from envharness.envs.browsergym.models import BrowserGymObservation
+from envharness.envs.browsergym.vision_text import BROWSER_VISION_TEXT
 from envharness.harness.adapter import tool_message_content
 from envharness.harness.types import ToolResult
 from envharness.models.images import messages_images
@@ -23,6 +24,12 @@ from envharness.prompts.vision import (
     vision_prompt,
     vision_step_parts,
 )
+
+
+def browser(**knobs) -> VisionPromptConfig:
+    """The vision prompt in the browser's words (its "vision" style supplies them)."""
+    return VisionPromptConfig(text=BROWSER_VISION_TEXT, **knobs)
+
 
 TREE = "RootWebArea 'Click Test', focused\n\t[13] button 'Click Me!'\n\tStaticText 'hello'"
 
@@ -62,13 +69,10 @@ def test_screenshot_forms_all_become_the_same_image():
 
 
 def test_first_prompt_has_goal_elements_and_the_screenshot_last():
-    messages = vision_prompt(
-        observation((200, 0, 0)), "click-test", ["click", "noop"], VisionPromptConfig(max_side=100)
-    )
+    messages = vision_prompt(observation((200, 0, 0)), "click-test", ["click", "noop"], browser(max_side=100))
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]  # a worked example first
     assert [
-        m["role"]
-        for m in vision_prompt(observation((0, 0, 0)), "t", ["click"], VisionPromptConfig(example=False))
+        m["role"] for m in vision_prompt(observation((0, 0, 0)), "t", ["click"], browser(example=False))
     ] == ["system", "user"]
     parts = messages[-1]["content"]
     assert (
@@ -81,7 +85,7 @@ def test_first_prompt_has_goal_elements_and_the_screenshot_last():
 
 
 def test_step_parts_become_a_tool_message_with_the_new_screenshot():
-    parts = vision_step_parts(observation((0, 200, 0)), 0.0, False, None)
+    parts = vision_step_parts(observation((0, 200, 0)), 0.0, False, None, browser())
     content = tool_message_content(ToolResult(data=parts, error="no element with bid 99"))
     assert content[0] == {"type": "text", "text": "Error: no element with bid 99\n"}
     assert "Reward: 0.0  Done: False" in content[1]["text"] and content[-1]["type"] == "image"
@@ -91,7 +95,11 @@ def test_step_parts_become_a_tool_message_with_the_new_screenshot():
 def test_per_step_prompt_keeps_the_latest_screenshots_only_when_asked():
     history = [("click('13')", observation((0, 0, 200))), ("noop()", observation((0, 200, 200)))]
     every = vision_messages(
-        "Click the button.", observation((200, 0, 0)), tool_names=["click", "noop"], history=history
+        "Click the button.",
+        observation((200, 0, 0)),
+        tool_names=["click", "noop"],
+        history=history,
+        config=browser(),
     )
     assert len(messages_images(every)) == 3
     assert np.asarray(messages_images(every)[-1])[0, 0].tolist() == [0, 200, 200]  # the current page is last
@@ -101,7 +109,7 @@ def test_per_step_prompt_keeps_the_latest_screenshots_only_when_asked():
         observation((200, 0, 0)),
         tool_names=["click"],
         history=history,
-        config=VisionPromptConfig(keep_screenshots=1),
+        config=browser(keep_screenshots=1),
     )
     assert len(messages_images(latest)) == 1 and np.asarray(messages_images(latest)[0])[0, 0].tolist() == [
         0,
@@ -114,7 +122,7 @@ def test_per_step_prompt_keeps_the_latest_screenshots_only_when_asked():
 
 def test_bad_knobs_are_refused():
     with pytest.raises(ValueError, match="page_text"):
-        VisionPromptConfig(page_text="html")
+        browser(page_text="html")
     with pytest.raises(ValueError, match="keep_screenshots"):
-        VisionPromptConfig(keep_screenshots=0)
+        browser(keep_screenshots=0)
     assert fit_image(Image.new("RGB", (50, 40)), 448).size == (50, 40)  # never enlarged

@@ -15,92 +15,28 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 from envharness.cli import options
+from envharness.cli.declared import add_declared, from_args
+from envharness.core.declared import check_bounds
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.sft import SFTRunConfig
 
-_D = SFTRunConfig()
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    options.add_env(parser)
-    options.add_env_options(parser)
-    options.add_model(parser, _D.model)
-    options.add_tasks(parser)
-    options.add_prompt(parser, _D.prompt)
-    options.add_out(parser, "demos/, checkpoints, final/, train_log.jsonl", "runs/sft-<time>")
-    options.add_env_url(parser)
-    options.add_seed(parser, _D.seed, "first demonstration seed (eval's seeds 0.. stay held out)")
-    options.add_max_turns(parser, _D.max_turns)
-    options.add_threads(parser)
-    options.add_device(parser, training=True)
-    parser.add_argument(
-        "--demos",
-        default=_D.demos,
-        metavar="SOURCE",
-        help="'scripted' (the environment's scripted policy) or an eval run folder recorded with "
-        "--record-tokens (its successful episodes; default %(default)s)",
-    )
-    parser.add_argument(
-        "--episodes",
-        type=int,
-        default=_D.episodes,
-        help="scripted demonstrations per task (default %(default)s)",
-    )
-    parser.add_argument(
-        "--epochs", type=float, default=_D.epochs, help="passes over the demonstrations (default %(default)s)"
-    )
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps instead of --epochs")
-    parser.add_argument(
-        "--batch-size", type=int, default=_D.batch_size, help="demonstrations per step (default %(default)s)"
-    )
-    parser.add_argument(
-        "--lr", "--learning-rate", dest="lr", type=float, default=_D.learning_rate, help="learning rate"
-    )
-    parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (merged into final/)")
-    parser.add_argument("--lora-rank", type=int, default=_D.lora_rank)
-    parser.add_argument("--save-steps", type=int, default=_D.save_steps, help="checkpoint every N steps")
-    parser.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
-    )
+    """Every option `SFTRunConfig` declares (integrations/trl/sft.py)."""
+    add_declared(parser, SFTRunConfig, options.help_values())
 
 
 def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
-    for name in ("episodes", "batch_size", "save_steps", "max_turns"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.epochs <= 0 or (args.steps is not None and args.steps < 1) or args.lr <= 0:
-        raise ValueError("--epochs, --steps and --lr must be positive")
+    """The `SFTRunConfig` the command line describes, its bounds checked (ValueError)."""
     if args.resume and not args.out:
         raise ValueError("--resume needs --out (the run folder to continue)")
-    return SFTRunConfig(
-        env=args.env,
-        env_options=options.env_options(args.env_options),
-        tasks=args.tasks,
-        model=args.model,
-        output_dir=args.out or time.strftime("runs/sft-%Y%m%d-%H%M%S"),
-        demos=args.demos,
-        episodes=args.episodes,
-        seed=args.seed,
-        max_turns=args.max_turns,
-        prompt=args.prompt,
-        epochs=args.epochs,
-        max_steps=args.steps,
-        batch_size=args.batch_size,
-        learning_rate=args.lr,
-        lora=args.lora,
-        lora_rank=args.lora_rank,
-        save_steps=args.save_steps,
-        threads=args.threads,
-        env_url=args.env_url,
-        resume=args.resume,
-        device=args.device,
-        dtype=args.dtype,
-    )
+    config = from_args(SFTRunConfig, args)
+    check_bounds(config)
+    return config
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -113,7 +49,7 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
     from envharness.core.registry import resolve_environment
     from envharness.eval.config import EvalConfig, EvalSetupError
     from envharness.integrations.trl.resume import plan_resume
-    from envharness.integrations.trl.training import check_model_spec
+    from envharness.integrations.trl.loading import check_model_spec
     from envharness.prompts import get_prompt_style
 
     check_model_spec(config.model)
@@ -167,7 +103,7 @@ def fine_tune(config: SFTRunConfig) -> dict:
     """Demonstrations, then SFT; returns `run_sft`'s summary plus the demonstrations' numbers."""
     from envharness.eval.demonstrations import DemonstrationError, from_records, read_run, scripted_records
     from envharness.integrations.trl.sft import run_sft, training_rows
-    from envharness.integrations.trl.training import load_model
+    from envharness.integrations.trl.loading import load_model
 
     checkpoint, demos = prepare(config)
     options.set_threads(config.threads)

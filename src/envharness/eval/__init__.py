@@ -1,4 +1,4 @@
-"""Evaluating models on MiniWoB++: `envharness eval` and its parts.
+"""Evaluating models on an environment's tasks: `envharness eval` and its parts.
 
 - `config.py`: `EvalConfig`, the default task set; `runner.py`: `run_eval` (episodes through
   the harness, many at once, resumable); `episode.py`: per-step prompts and the step tape

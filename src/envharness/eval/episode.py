@@ -55,7 +55,7 @@ class StepRecord:
 class _Page:
     goal: str = ""
     url: str = ""
-    axtree: str = ""
+    text: str = ""
     error: str = ""
     screenshot: str | None = None
 
@@ -101,7 +101,7 @@ class EpisodeTape:
         self.page = _Page(
             goal=goal or self.page.goal,
             url=getattr(obs, "url", "") or "",
-            axtree=text,
+            text=text,
             error=error,
             screenshot=shot,
         )
@@ -252,7 +252,7 @@ class PromptSettings:
 
     builder: PromptBuilder
     count_tokens: Callable[[str], int] = approximate_tokens
-    axtree_token_budget: int = 1024
+    text_token_budget: int = 1024
     history_steps: int = 4
     tool_names: tuple[str, ...] = ()
     #: The model's reply -> its action (`EnvHarness.tool_call_parser`).
@@ -265,13 +265,13 @@ class PromptSettings:
         """The context of the next step of a running episode."""
         history = tape.history()
         error = history[-1].error if history else tape.page.error
-        return self.make(tape.page.goal, tape.page.url, tape.page.axtree, error, history, tape.task)
+        return self.make(tape.page.goal, tape.page.url, tape.page.text, error, history, tape.task)
 
     def make(
         self,
         goal: str,
         url: str,
-        axtree: str,
+        text: str,
         error: str = "",
         history: list[StepSummary] | None = None,
         task: str | None = None,
@@ -280,14 +280,14 @@ class PromptSettings:
         return PromptContext(
             goal=goal,
             url=url,
-            axtree=axtree,
+            text=text,
             last_action_error=error,
             history=history,
             step=len(history) + 1,
             task=task,
             tool_names=self.tool_names,
             count_tokens=self.count_tokens,
-            axtree_token_budget=self.axtree_token_budget,
+            text_token_budget=self.text_token_budget,
             history_steps=self.history_steps,
         )
 
@@ -353,7 +353,7 @@ def describe_observation(observation: Any) -> tuple[str, str]:
     """(goal, page text) of any observation: the common field names, else its fields as JSON."""
     get = observation.get if isinstance(observation, dict) else (lambda k, d=None: getattr(observation, k, d))
     goal = get("goal", "") or ""
-    text = get("axtree_txt", "") or get("text", "") or get("prompt", "") or ""
+    text = get("text", "") or get("prompt", "") or ""
     if not text and hasattr(observation, "model_dump"):
         import json
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envharness.eval.old_names import FILE_KEYS
 from envharness.harness.records import EpisodeRecord
 
 EpisodeKey = tuple[str, int]
@@ -31,7 +32,7 @@ IDENTITY_FIELDS = (
     "temperature",
     "max_steps",
     "max_new_tokens",
-    "axtree_tokens",
+    FILE_KEYS["observation_tokens"],
     "actions",
 )
 

@@ -213,8 +213,9 @@ async def run_jobs(
             prompt_builder=opening_builder(
                 style,
                 count_tokens=count_tokens,
-                axtree_token_budget=config.axtree_tokens,
+                text_token_budget=config.observation_tokens,
                 history_steps=config.history_steps,
+                describe=harness.describe_observation,
             ),
             observation_text=style.observation_text,
             **session_options,
@@ -233,7 +234,7 @@ async def run_jobs(
         prompts = PromptSettings(
             builder=style.step,
             count_tokens=count_tokens,
-            axtree_token_budget=config.axtree_tokens,
+            text_token_budget=config.observation_tokens,
             history_steps=config.history_steps,
             tool_names=tuple(config.actions),
             vision=vision,

@@ -34,6 +34,9 @@ class PromptStyle:
     #: as `EnvHarness.session_factory`, plus ``vision_max_side``): a style whose tool results
     #: are more than text (the browser's "vision" style: every result carries a screenshot).
     session_factory: Callable[..., Any] | None = None
+    #: Vision styles: the names of the text views shown beside the screenshot
+    #: (`prompts/vision.py`; `train --vision-page-text`), the default first.
+    text_views: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.step is None) == (self.opening is None):

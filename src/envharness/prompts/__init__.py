@@ -105,8 +105,9 @@ def opening_builder(
     style: PromptStyle,
     *,
     count_tokens: Callable[[str], int] = approximate_tokens,
-    axtree_token_budget: int = 1024,
+    text_token_budget: int = 1024,
     history_steps: int = 4,
+    describe: Callable[[Any], tuple[str, str]] | None = None,
 ) -> OpeningBuilder:
     """The episode's opening messages for any style, as `BrowserGymSessionFactory(prompt_builder=...)`
     takes them. For a per-step style it is the style's step-1 prompt, built from the first
@@ -117,15 +118,16 @@ def opening_builder(
     assert step is not None
 
     def opening(observation: Any, task: Any, tool_names: list[str]) -> list[Message]:
+        goal, text = (describe or _describe)(observation)
         context = PromptContext(
-            goal=getattr(observation, "goal", "") or "",
+            goal=goal,
             url=getattr(observation, "url", "") or "",
-            axtree=getattr(observation, "axtree_txt", "") or getattr(observation, "text", "") or "",
+            text=text,
             last_action_error=getattr(observation, "last_action_error", "") or "",
             task=task if isinstance(task, str) else None,
             tool_names=tuple(tool_names),
             count_tokens=count_tokens,
-            axtree_token_budget=axtree_token_budget,
+            text_token_budget=text_token_budget,
             history_steps=history_steps,
         )
         return list(step(context))
@@ -145,3 +147,8 @@ __all__ = [
     "prompt_styles",
     "register_prompt_style",
 ]
+
+
+def _describe(observation: Any) -> tuple[str, str]:
+    """(goal, text) of an observation whose environment describes none of its own."""
+    return getattr(observation, "goal", "") or "", getattr(observation, "text", "") or ""

@@ -10,8 +10,11 @@ registers its own (the browser's is in its `prompts.py`), and users give theirs 
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from envharness.prompts.old_names import OLD_FIELDS
 
 Message = dict[str, Any]
 
@@ -43,7 +46,8 @@ class PromptContext:
 
     goal: str
     url: str = ""
-    axtree: str = ""
+    #: The observation's text, as the environment describes it (`EnvHarness.describe_observation`).
+    text: str = ""
     last_action_error: str = ""
     history: list[StepSummary] = field(default_factory=list)
     step: int = 1
@@ -51,10 +55,18 @@ class PromptContext:
     tool_names: tuple[str, ...] = ()
     #: Counts tokens the way the model will (its tokenizer when the backend has one).
     count_tokens: Callable[[str], int] = approximate_tokens
-    #: How many tokens the page text may take.
-    axtree_token_budget: int = 1024
+    #: How many tokens the observation text may take.
+    text_token_budget: int = 1024
     #: How many earlier steps to recall.
     history_steps: int = 4
+
+    def __getattr__(self, name: str) -> Any:
+        """The fields' older names, for prompt builders written against them."""
+        new = OLD_FIELDS.get(name)
+        if new is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"PromptContext.{name} is now PromptContext.{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
 
 
 PromptBuilder = Callable[[PromptContext], list[Message]]

@@ -1,4 +1,4 @@
-"""The vision prompt: what a vision-language policy sees of a web page, for eval and train.
+"""The vision prompt: what a vision-language policy sees of an observation, for eval and train.
 
 Each step's screenshot goes into the newest message, next to the text it belongs to (not all
 images into the first message, which is what TRL's `prepare_multimodal_messages` does).
@@ -12,10 +12,12 @@ Knobs (`VisionPromptConfig`):
   exact multi-turn training needs: dropping an image rewrites earlier tokens, so a trainer
   can no longer extend the previous turn's sequence (the token assembler then stops).
   Per-step prompts (eval builds a fresh prompt each step) can keep just the latest one.
-- `page_text`: besides the screenshot, the named elements of the page (`"elements"`, their
-  bids are what actions refer to), the whole accessibility tree (`"axtree"`) or nothing.
+- `page_text`: which of the environment's text views goes beside the screenshot (`""`: its
+  first; `"none"`: none). The environment supplies its words (`VisionText`: the system
+  message, the text views, a worked example) with its "vision" prompt style; the browser's
+  are its named elements and its accessibility tree.
 
-`vision_prompt(observation, task, tool_names)` has the signature of a BrowserGym session's
+`vision_prompt(observation, task, tool_names)` has the signature of a session's
 `prompt_builder`; `vision_step_parts` is what an environment turn shows after an action;
 `vision_messages(...)` builds a whole per-step prompt from explicit pieces (for eval).
 """
@@ -23,16 +25,50 @@ Knobs (`VisionPromptConfig`):
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
-import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from envharness.models.images import is_image_part
 
 Message = dict[str, Any]
 OMITTED = "(earlier screenshot omitted)"
-_ELEMENT = re.compile(r"^\s*\[(\w+)\]\s+(\w+)\s+'(.+)'")
+
+
+#: A text view: (the label shown before it, (observation, config) -> its text).
+TextView = tuple[str, Callable[[Any, "VisionPromptConfig"], str]]
+
+
+@dataclass(frozen=True)
+class VisionText:
+    """What an environment shows beside a screenshot, in its own words."""
+
+    #: The tool names -> the system message.
+    system: Callable[[Iterable[str]], str]
+    #: The observation's text views by name, the default first.
+    views: Mapping[str, TextView]
+    #: A worked example (earlier turns, text only), shown when `VisionPromptConfig.example`.
+    example: Sequence[Message] = ()
+
+
+def _generic_system(tool_names: Iterable[str]) -> str:
+    actions = ", ".join(f"{name}(...)" for name in tool_names)
+    return (
+        f"You see a screenshot and the observation's text. Reply with exactly one action. Actions: {actions}"
+    )
+
+
+#: For environments that supply no words of their own: the observation's `text` field.
+GENERIC_TEXT = VisionText(
+    system=_generic_system,
+    views={
+        "text": (
+            "Observation:",
+            lambda observation, config: (_field(observation, "text") or "")[: config.max_text_chars],
+        )
+    },
+)
 
 
 @dataclass
@@ -41,24 +77,38 @@ class VisionPromptConfig:
     max_side: int | None = 448
     #: How many of the latest screenshots stay in the context (None: all; needed for exact multi-turn training).
     keep_screenshots: int | None = None
-    #: Page text beside the screenshot: "elements" (named elements, bid first), "axtree" or "none".
-    page_text: str = "elements"
-    #: Bound on the page text: elements listed, or characters of the AXTree.
+    #: Which text view goes beside the screenshot: one of the environment's, "none", or "" (its first).
+    page_text: str = ""
+    #: Bounds on the text: items listed (a view that lists), characters (a view that cuts).
     max_elements: int = 40
-    max_axtree_chars: int = 4000
+    max_text_chars: int = 4000
     #: Show one worked example (text only) as an earlier turn: small models answer in the
     #: action format only when they have seen it once.
     example: bool = True
+    #: The environment's words (its "vision" prompt style supplies them; None: `GENERIC_TEXT`).
+    text: VisionText | None = None
 
     def __post_init__(self) -> None:
-        if self.page_text not in ("elements", "axtree", "none"):
-            raise ValueError(f"page_text must be 'elements', 'axtree' or 'none', got {self.page_text!r}")
+        views = self.words.views  # checked once the environment's words are known (`in_words`)
+        if self.text is not None and self.page_text not in ("", "none", *views):
+            raise ValueError(
+                f"page_text must be one of {', '.join(repr(v) for v in (*views, 'none'))}, got {self.page_text!r}"
+            )
         if self.max_side is not None and self.max_side < 28:
             raise ValueError(f"max_side must be at least 28 pixels, got {self.max_side}")
         if self.keep_screenshots is not None and self.keep_screenshots < 1:
             raise ValueError(
                 f"keep_screenshots must be at least 1 (or None for all), got {self.keep_screenshots}"
             )
+
+    @property
+    def words(self) -> VisionText:
+        return self.text or GENERIC_TEXT
+
+    def in_words(self, text: VisionText) -> "VisionPromptConfig":
+        """This configuration in an environment's words (unless it has words already); the view
+        asked for is checked against that environment's."""
+        return self if self.text is not None else dataclasses.replace(self, text=text)
 
 
 def to_image(screenshot: Any) -> Any:
@@ -94,25 +144,13 @@ def _field(observation: Any, name: str) -> Any:
     return observation.get(name) if isinstance(observation, dict) else getattr(observation, name, None)
 
 
-def page_text(observation: Any, config: VisionPromptConfig) -> str:
-    """The page text shown beside the screenshot, as `config.page_text` asks."""
-    tree = _field(observation, "axtree_txt") or _field(observation, "text") or ""
+def page_text(observation: Any, config: VisionPromptConfig) -> tuple[str, str]:
+    """(label, text) of the text view `config.page_text` asks for ("" and "" for none)."""
+    views = config.words.views
     if config.page_text == "none":
-        return ""
-    if config.page_text == "axtree":
-        return tree[: config.max_axtree_chars]
-    elements = [f"[{m[1]}] {m[2]} '{m[3]}'" for m in map(_ELEMENT.match, tree.splitlines()) if m][
-        : config.max_elements
-    ]
-    return "\n".join(elements) or "(no named elements)"
-
-
-def system_text(tool_names: Iterable[str]) -> str:
-    actions = ", ".join(f"{name}()" if name == "noop" else f"{name}(...)" for name in tool_names)
-    return (
-        "You control a web browser. You see a screenshot of the page and its elements, each with an id in "
-        f"square brackets. Reply with exactly one action, e.g. click('13'). Actions: {actions}"
-    )
+        return "", ""
+    label, view = views[config.page_text] if config.page_text else next(iter(views.values()))
+    return label, view(observation, config)
 
 
 def observation_parts(
@@ -120,13 +158,9 @@ def observation_parts(
 ) -> list[dict[str, Any]]:
     """One observation as content parts: header and page text, then the screenshot (if any)."""
     text = header
-    listing = page_text(observation, config)
+    label, listing = page_text(observation, config)
     if listing:
-        text += (
-            ("\n" if text else "")
-            + ("Elements:\n" if config.page_text == "elements" else "Page:\n")
-            + listing
-        )
+        text += ("\n" if text else "") + f"{label}\n" + listing
     parts: list[dict[str, Any]] = [
         {"type": "text", "text": text + ("\nScreenshot:" if text else "Screenshot:")}
     ]
@@ -138,15 +172,6 @@ def observation_parts(
     return parts
 
 
-EXAMPLE = [
-    {
-        "role": "user",
-        "content": "Goal: Open the \"next\" link.\nElements:\n[4] link 'next'\n[5] button 'Submit'\nScreenshot: (none)",
-    },
-    {"role": "assistant", "content": "click('4')"},
-]
-
-
 def vision_prompt(
     observation: Any, task: Any, tool_names: Sequence[str], config: VisionPromptConfig | None = None
 ) -> list[Message]:
@@ -155,8 +180,8 @@ def vision_prompt(
     config = config or VisionPromptConfig()
     goal = _field(observation, "goal") or (task if isinstance(task, str) else "")
     return [
-        {"role": "system", "content": system_text(tool_names)},
-        *(EXAMPLE if config.example else []),
+        {"role": "system", "content": config.words.system(tool_names)},
+        *(config.words.example if config.example else []),
         {"role": "user", "content": observation_parts(observation, config, header=f"Goal: {goal}")},
     ]
 

@@ -9,6 +9,8 @@ steps and the last error, and shows one worked example as an earlier turn: small
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 from envharness.envs.browsergym.action_tools import DEFAULT_TOOL_NAMES, action_list
@@ -17,6 +19,7 @@ from envharness.envs.browsergym.sessions import action_instructions, format_obse
 from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
 from envharness.prompts import PromptStyle
 from envharness.prompts.text import Message, PromptContext, format_history, truncate_to_tokens
+from envharness.envs.browsergym.vision_text import BROWSER_VISION_TEXT, browser_vision
 from envharness.prompts.vision import VisionPromptConfig, vision_prompt
 
 
@@ -53,7 +56,7 @@ def default_prompt(ctx: PromptContext) -> list[Message]:
         "square brackets, e.g. [13]. Reply with exactly one action and nothing else.\n"
         "Actions:\n" + action_list(ctx.tool_names or DEFAULT_TOOL_NAMES)
     )
-    page = truncate_to_tokens(ctx.axtree, ctx.axtree_token_budget, ctx.count_tokens)
+    page = truncate_to_tokens(ctx.text, ctx.text_token_budget, ctx.count_tokens)
     user = observation_text(
         ctx.goal, ctx.url, page, format_history(ctx.history, ctx.history_steps), ctx.last_action_error
     )
@@ -105,8 +108,9 @@ STYLES: dict[str, PromptStyle] = {
             "vision",
             "conversation for vision models: screenshot + named elements, then each action's outcome "
             "with the new screenshot (what `train --model <VLM>` trains on)",
-            opening=vision_prompt,
+            opening=functools.partial(vision_prompt, config=browser_vision()),
             vision=True,
+            text_views=(*BROWSER_VISION_TEXT.views, "none"),
             session_factory=vision_session_factory,
         ),
     )

@@ -13,6 +13,7 @@ import functools
 from typing import Any
 
 from envharness.envs.browsergym.sessions import BrowserGymSessionFactory
+from envharness.envs.browsergym.vision_text import browser_vision
 from envharness.prompts.vision import VisionPromptConfig, vision_prompt, vision_step_parts
 
 
@@ -27,7 +28,7 @@ class VisionBrowserGymSessionFactory(BrowserGymSessionFactory):
         screenshot_format: str = "png",
         **kwargs: Any,
     ):
-        self.vision = vision or VisionPromptConfig()
+        self.vision = browser_vision(vision)
         if kwargs.get("prompt_builder") is None:
             kwargs["prompt_builder"] = functools.partial(vision_prompt, config=self.vision)
         reset_kwargs = {

@@ -4,11 +4,14 @@ TRL's `environment_factory`, and the training loop behind `envharness train`.
     rollout.py      `build_env_rollout_func` / `build_trl_rollout_func` (TRL's `rollout_func`)
     rewards.py      reward functions over the episodes' step rewards
     environment.py  `environment_factory(env, ...)`: any environment for `GRPOTrainer(environment_factory=...)`
-    training.py     `TrainConfig`, `train()`: what `envharness train` runs
+    training.py     `train()`: what `envharness train` runs, the same steps for every kind of run
+    config.py       `TrainConfig`: each field one option of `envharness train`
+    checks.py       `check_config`: every setting checked, the kind of run picked
+    kinds/          the kinds of run (text, vision, mix, agent), one `RunKind` each
     callbacks.py    progress, time budget, reward curve
 
 The names users import live here; `training` and `environment` load TRL and torch, so
-import them from their modules.
+import them from their modules (`training` re-exports what moved out of it).
 """
 
 from envharness.integrations.trl.rewards import (

@@ -78,6 +78,18 @@ def agent_episode(result: AgentResult) -> HarnessRolloutResult:
     )
 
 
+def _log_failures(results: list[AgentResult]) -> None:
+    for r in results:
+        if r.error:
+            log.warning(
+                "agent rollout %s (task %s, seed %s) failed: %s",
+                r.trace.rollout_id,
+                r.trace.metadata.get("task"),
+                r.trace.metadata.get("seed"),
+                r.error,
+            )
+
+
 def build_agent_rollout_func(
     agent: Callable[..., Any],
     *,
@@ -143,15 +155,7 @@ def build_agent_rollout_func(
             "forks": sum(r.trace.forks for r in results),  # type: ignore[attr-defined]
             "agent_timeouts": sum(r.timed_out for r in results),
         }
-        for r in results:
-            if r.error:
-                log.warning(
-                    "agent rollout %s (task %s, seed %s) failed: %s",
-                    r.trace.rollout_id,
-                    r.trace.metadata.get("task"),
-                    r.trace.metadata.get("seed"),
-                    r.error,
-                )
+        _log_failures(results)
         return out
 
     def close() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,30 @@ def trim_to_step(output_dir: str | Path, step: int) -> int:
     )
 
 
+#: What a training run leaves in its folder, removed by `train --overwrite` before it starts.
+RUN_OUTPUTS = (
+    "final",
+    "best",
+    "runs",
+    "episodes.jsonl",
+    "train_log.jsonl",
+    "eval_log.jsonl",
+    "reward_curve.png",
+    "train_config.json",
+)
+
+
+def clear_run(output_dir: str | Path) -> None:
+    """Remove an earlier run's checkpoints and outputs from `output_dir` (`--overwrite`);
+    anything else in the folder stays."""
+    out = Path(output_dir)
+    for path in [*out.glob("checkpoint-*"), *(out / name for name in RUN_OUTPUTS)]:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def count_step_records(output_dir: str | Path, step: int) -> int:
     """Episode records of the first `step` steps in `episodes.jsonl`."""
     count = 0
@@ -135,17 +160,28 @@ def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | No
 
 
 def plan_resume(
-    output_dir: str | Path, config: dict[str, Any], resume: bool, config_name: str = "train_config.json"
+    output_dir: str | Path,
+    config: dict[str, Any],
+    resume: bool,
+    config_name: str = "train_config.json",
+    overwrite: bool | None = None,
 ) -> Checkpoint | None:
     """The checkpoint to resume from (None: a fresh run), or ValueError saying why the
-    folder cannot be used as asked (`config_name`: the run's saved settings). Nothing is changed on disk."""
+    folder cannot be used as asked (`config_name`: the run's saved settings; `overwrite`: the
+    command's --overwrite, None where it has none). Nothing is changed on disk."""
     out = Path(output_dir)
     latest = latest_checkpoint(out)
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other")
     if not resume:
-        if latest is not None:
+        if latest is not None and not overwrite:
+            instead = (
+                "--overwrite to replace it, or choose another --out"
+                if overwrite is not None
+                else ("or choose another --output-dir")
+            )
             raise ValueError(
-                f"{out} already holds a run (checkpoint-{latest.step}): pass --resume to continue it, "
-                "or choose another --output-dir"
+                f"{out} already holds a run (checkpoint-{latest.step}): pass --resume to continue it, {instead}"
             )
         return None
     if latest is None:

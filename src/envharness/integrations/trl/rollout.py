@@ -206,6 +206,33 @@ def episode_success(result: HarnessRolloutResult) -> bool:
     return result.error is None and (result.env_reward or 0.0) > 0.0
 
 
+def _named_episode(result: HarnessRolloutResult, step: int) -> HarnessRolloutResult:
+    """The episode's record named after its step, task, page seed (and environment in a mix)."""
+    result.metrics["train_step"] = step
+    env = prompt_env(result.task)
+    if env is not None:  # a mix: records name the environment too
+        result.metrics["env"] = env
+    task, seed = parse_task_prompt(result.task)
+    result.task, result.seed = task, seed if result.seed is None else result.seed
+    return result
+
+
+def _episode_fields(ordered: list[HarnessRolloutResult], with_images: bool) -> dict[str, list[Any]]:
+    """The rollout's fields beside the tokens: step rewards, success, the error (exploration.py
+    reports all-failed groups by it) and, for vision policies, each row's images."""
+    fields: dict[str, list[Any]] = {
+        "step_rewards": [_step_rewards(r) for r in ordered],
+        "success": [episode_success(r) for r in ordered],
+        "error": [r.error for r in ordered],
+    }
+    if with_images:  # a row without tokens of its own (TRL's placeholder) shows no images
+        fields["episode_images"] = [list(r.images) if r.completion_ids else [] for r in ordered]
+        fields["image_token_counts"] = [
+            list(r.image_token_counts) if r.completion_ids else [] for r in ordered
+        ]
+    return fields
+
+
 def build_trl_rollout_func(
     session_factory: Any,
     *,
@@ -248,13 +275,7 @@ def build_trl_rollout_func(
         results: dict[int, HarnessRolloutResult] = {}
 
         def on_result(index: int, result: HarnessRolloutResult) -> None:
-            result.metrics["train_step"] = step
-            env = prompt_env(result.task)
-            if env is not None:  # a mix: records name the environment too
-                result.metrics["env"] = env
-            task, seed = parse_task_prompt(result.task)  # records name the task and page seed
-            result.task, result.seed = task, seed if result.seed is None else result.seed
-            results[index] = result
+            results[index] = _named_episode(result, step)
             if writer is not None:
                 writer.write(result)
 
@@ -274,18 +295,7 @@ def build_trl_rollout_func(
                 inner.last_metrics["infra_failures"],
                 inner.last_metrics["episodes"],
             )
-        ordered = [results[i] for i in range(len(prompts))]
-        out["step_rewards"] = [_step_rewards(r) for r in ordered]
-        out["success"] = [episode_success(r) for r in ordered]
-        out["error"] = [
-            r.error for r in ordered
-        ]  # why an episode failed (exploration.py reports all-failed groups)
-        if with_images:  # a row without tokens of its own (TRL's placeholder) shows no images
-            out["episode_images"] = [list(r.images) if r.completion_ids else [] for r in ordered]
-            out["image_token_counts"] = [
-                list(r.image_token_counts) if r.completion_ids else [] for r in ordered
-            ]
-        return out
+        return {**out, **_episode_fields([results[i] for i in range(len(prompts))], with_images)}
 
     rollout_func.records = writer  # type: ignore[attr-defined]
     rollout_func.last_metrics = {}  # type: ignore[attr-defined]

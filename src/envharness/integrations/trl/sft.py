@@ -14,49 +14,65 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from envharness.core.declared import option
+from envharness.harness import run_options as shared
 from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.grpo_args import lora_config
 from envharness.integrations.trl.precision import trainer_precision
 from envharness.models.device import resolve
-from envharness.core.registry import DEFAULT_ENV
 
 
 @dataclass
 class SFTRunConfig:
+    """What `envharness sft` is asked to do; each field is its option (`core/declared.py`)."""
+
     #: The environment and its server options (as `eval` / `train`).
-    env: str = DEFAULT_ENV
-    env_options: dict[str, Any] = field(default_factory=dict)
+    env: str = shared.env()
+    env_options: dict[str, Any] = shared.env_options()
     #: Tasks to demonstrate (names, split names or `all`); empty: the environment's defaults.
-    tasks: list[str] = field(default_factory=list)
+    tasks: list[str] = shared.tasks()
     #: "embedded", "tiny", or a model directory / hub id (the student).
-    model: str = "embedded"
-    output_dir: str = "runs/sft"
-    #: "scripted" (the environment's scripted policy) or an eval run folder recorded with
-    #: ``--record-tokens`` (a model's own successes: rejection sampling).
-    demos: str = "scripted"
+    model: str = shared.model("embedded")
+    output_dir: str = shared.out(
+        "runs/sft",
+        "demos/, checkpoints, final/, train_log.jsonl",
+        "runs/sft-<time>",
+        "runs/sft-%Y%m%d-%H%M%S",
+    )
+    #: "scripted" or an eval run folder recorded with ``--record-tokens`` (a model's own
+    #: successes: rejection sampling).
+    demos: str = option(
+        "scripted",
+        "'scripted' (the environment's scripted policy) or an eval run folder recorded with "
+        "--record-tokens (its successful episodes; default %(default)s)",
+        metavar="SOURCE",
+    )
     #: Scripted source: episodes per task, seeds SEED..SEED+N-1 (keep eval's held-out seeds apart).
-    episodes: int = 32
-    seed: int = 1000
-    max_turns: int = 5
+    episodes: int = option(32, "scripted demonstrations per task (default %(default)s)", minimum=1)
+    seed: int = shared.seed(1000, "first demonstration seed (eval's seeds 0.. stay held out)")
+    max_turns: int = shared.max_turns(5)
     #: A conversation prompt style of the environment; empty: its training style.
-    prompt: str = ""
-    epochs: float = 3.0
+    prompt: str = shared.prompt()
+    epochs: float = option(3.0, "passes over the demonstrations (default %(default)s)", positive=True)
     #: Optimizer steps (None: `epochs` over the demonstrations).
-    max_steps: int | None = None
-    batch_size: int = 8
-    learning_rate: float = 2e-5
-    lora: bool = False
-    lora_rank: int = 16
-    save_steps: int = 50
-    threads: int | None = None
-    env_url: str | None = None
-    resume: bool = False
+    max_steps: int | None = option(
+        None, "optimizer steps instead of --epochs", flags=("--steps",), type=int, minimum=1
+    )
+    batch_size: int = option(8, "demonstrations per step (default %(default)s)", minimum=1)
+    learning_rate: float = option(2e-5, "learning rate", flags=("--lr", "--learning-rate"), positive=True)
+    lora: bool = option(False, "train a LoRA adapter (merged into final/)")
+    lora_rank: int = option(16, "the LoRA adapter's rank (default %(default)s)", minimum=1)
+    save_steps: int = option(50, "checkpoint every N steps", minimum=1)
+    threads: int | None = shared.threads()
+    env_url: str | None = shared.env_url()
+    resume: bool = shared.resume("continue the run in --out from its latest checkpoint")
     #: Where training runs (`models/device.py`); bf16/fp16 are mixed precision over float32 weights.
-    device: str = "auto"
-    dtype: str = "auto"
+    device: str = shared.device()
+    dtype: str = shared.dtype(training=True)
 
 
 def training_rows(demonstrations: list[Any]) -> list[dict[str, list[int]]]:
@@ -108,7 +124,6 @@ def run_sft(
     from envharness.integrations.trl.callbacks import ProgressCallback
     from envharness.integrations.trl.loss_memory import guard_loss_memory
     from envharness.integrations.trl.resume import StepBoundary, save_finished_steps
-    from envharness.integrations.trl.training import _lora_config
 
     if not rows:
         raise TrainSetupError(
@@ -123,7 +138,7 @@ def run_sft(
         processing_class=tokenizer,
         args=sft_trainer_config(config),
         train_dataset=Dataset.from_list(rows),
-        peft_config=_lora_config(config) if config.lora else None,
+        peft_config=lora_config(config) if config.lora else None,
         callbacks=[
             ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"),
             *callbacks,

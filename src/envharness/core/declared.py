@@ -1,0 +1,79 @@
+"""Options declared once, as dataclass fields, as TRL's `HfArgumentParser` reads them.
+
+A configuration's field says everything about its option: the default (the field's), the help
+text, the command-line flags and their older spellings, choices, and bounds:
+
+    steps: int = option(30, "optimizer steps", flags=("--steps",), minimum=1)
+
+`cli/declared.py` builds the argument parser and reads the configuration back from the
+declaration; `check_bounds` refuses a value out of bounds in the option's words, for the
+command line and for Python callers alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+#: The field metadata key that holds an option's declaration.
+KEY = "option"
+#: `Option.cli_default` when argparse's default is the field's.
+FIELD_DEFAULT: Any = type("FieldDefault", (), {"__repr__": lambda self: "FIELD_DEFAULT"})()
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """How one field appears on the command line and what values it takes."""
+
+    help: str
+    #: Flags, the first one the name in messages; empty: ``--field-name``.
+    flags: tuple[str, ...] = ()
+    #: argparse's destination (the name tests and older code read on the namespace).
+    dest: str | None = None
+    choices: tuple[Any, ...] | None = None
+    metavar: str | None = None
+    #: argparse's `type` (text -> value) or `action` ("store_true", "append", a class, ...).
+    type: Callable[[str], Any] | None = None
+    action: Any = None
+    #: argparse's default when it is not the field's (e.g. None where the command computes one).
+    cli_default: Any = FIELD_DEFAULT
+    #: The parsed value -> the field's value (e.g. "0 means none" -> None).
+    from_cli: Callable[[Any], Any] | None = None
+    #: Bounds, checked by `check_bounds` (None values are never out of bounds).
+    minimum: float | None = None
+    positive: bool = False
+    #: False: a setting for Python callers only, not on the command line.
+    cli: bool = True
+
+    def flag(self, name: str) -> str:
+        return self.flags[0] if self.flags else "--" + name.replace("_", "-")
+
+    def destination(self, name: str) -> str:
+        return self.dest or self.flag(name).lstrip("-").replace("-", "_")
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", **declared: Any) -> Any:
+    """A dataclass field declaring its option (`Option`'s fields as keywords). A list or dict
+    default is copied for each instance."""
+    metadata = {KEY: Option(help=help, **declared)}
+    if isinstance(default, (list, dict)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def declared(cls: type) -> list[tuple[dataclasses.Field, Option]]:
+    """The fields of `cls` that declare an option, in order."""
+    return [(f, f.metadata[KEY]) for f in dataclasses.fields(cls) if KEY in f.metadata]
+
+
+def check_bounds(config: Any) -> None:
+    """ValueError naming the first option of `config` whose value is out of its bounds."""
+    for field, opt in declared(type(config)):
+        value = getattr(config, field.name)
+        if value is None or isinstance(value, bool):
+            continue
+        if opt.minimum is not None and value < opt.minimum:
+            raise ValueError(f"{opt.flag(field.name)} must be at least {opt.minimum:g}")
+        if opt.positive and value <= 0:
+            raise ValueError(f"{opt.flag(field.name)} must be positive")

@@ -1,0 +1,130 @@
+"""Every setting of a training run checked before anything slow starts: `check_config` picks
+the kind of run, lets it resolve its environment and defaults, checks what all kinds share,
+and returns the frozen, resolved configuration the run uses."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from envharness.core.declared import check_bounds
+from envharness.core.registry import ResolvedEnv
+from envharness.curriculum import make_sampler
+from envharness.integrations.trl.config import TrainConfig
+from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.grpo_args import loss_passes
+from envharness.integrations.trl.loading import check_model_spec
+from envharness.integrations.trl.prompting import prompt_style, reward_functions
+from envharness.integrations.trl.resume import Checkpoint, plan_resume
+from envharness.integrations.trl.kinds import RunKind, pick_run
+from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to
+from envharness.integrations.trl.vision import is_vision_spec
+from envharness.models.device import DeviceError, resolve
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """A run ready to start: its resolved configuration, kind, environment, and the checkpoint
+    it resumes from (None: a fresh run)."""
+
+    config: TrainConfig
+    kind: RunKind
+    env: ResolvedEnv
+    checkpoint: Checkpoint | None
+
+
+def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> CheckedRun:
+    """The run `config` describes, checked (a `TrainSetupError` naming the first bad setting).
+    With `model` given, its `tokenizer` says whether it is a vision-language model (a processor)."""
+    try:
+        check_bounds(config)
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    if model is None:
+        check_model_spec(config.model)
+        vision = is_vision_spec(config.model)
+    else:
+        vision = hasattr(tokenizer, "image_processor")  # a VLM's processor, transformers' attribute
+    kind = pick_run(config, vision)
+    config, env = kind.resolve(config)
+    _check_schedule(config)
+    _check_episodes(config, env, kind)
+    _check_machine(config)
+    try:
+        checkpoint = plan_resume(
+            config.output_dir, config_json(config), config.resume, overwrite=config.overwrite
+        )
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    return CheckedRun(config, kind, env, checkpoint)
+
+
+def config_json(config: TrainConfig) -> dict[str, Any]:
+    """The settings `train_config.json` records (and `--resume` compares): all but `overwrite`,
+    which says what to do with the folder, not how to train."""
+    data = asdict(config)
+    data.pop("overwrite")
+    return data
+
+
+def sampler_options(config: TrainConfig) -> dict[str, Any]:
+    """The options of the configured curriculum sampler."""
+    return {"floor": config.curriculum_floor} if config.curriculum == "signal" else {}
+
+
+def _check_schedule(config: TrainConfig) -> None:
+    """Tasks, curriculum, batch and held-out evaluation."""
+    if not config.tasks:
+        raise TrainSetupError("no tasks given")
+    try:
+        make_sampler(config.curriculum, config.tasks, **sampler_options(config))
+    except ValueError as exc:
+        raise TrainSetupError(f"--curriculum: {exc}") from None
+    loss_passes(config)
+    if config.eval_every < 0 or config.eval_episodes < 1:
+        raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
+
+
+def _check_episodes(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> None:
+    """How episodes are played: the server, the rewards, the prompt, held-out evaluation."""
+    if sum(map(bool, (config.env_url, config.env_urls, config.servers))) > 1:
+        raise TrainSetupError("give one of --env-url, --env-urls and --servers (N >= 1)")
+    if config.ray_address and not config.servers:
+        raise TrainSetupError("--ray-address needs --servers")
+    if config.agent and (config.env_urls or config.servers):
+        raise TrainSetupError(
+            "--agent plays through one server's /mcp: give --env-url (or nothing), not --env-urls/--servers"
+        )
+    if config.env_url and not config.env_url.startswith(("http://", "https://")):
+        raise TrainSetupError(f"--env-url must be an http(s) URL, got {config.env_url!r}")
+    known = reward_functions(env)
+    unknown = [r for r in config.rewards if r not in known]
+    if unknown:
+        raise TrainSetupError(f"unknown reward(s) {unknown}; choose from {sorted(known)}")
+    if config.prompt and not prompt_style(config.prompt, env).conversation and config.max_turns > 1:
+        raise TrainSetupError(
+            f"prompt style {config.prompt!r} builds a fresh prompt every step, so turns after the first are not one "
+            "token sequence: train it with max_turns=1, or use a conversation style (compact, harness)"
+        )
+    if config.eval_every and not kind.evaluates_held_out:
+        raise TrainSetupError(
+            "--eval-every evaluates text policies played by the harness (not --agent, not vision)"
+        )
+
+
+def _check_machine(config: TrainConfig) -> None:
+    """What the machine must have: the tracker, the device, vLLM."""
+    try:
+        check_report_to(config.report_to)
+    except TrackerUnavailableError as exc:
+        raise TrainSetupError(str(exc)) from None
+    try:
+        resolve(config.device, config.dtype)
+    except DeviceError as exc:
+        raise TrainSetupError(str(exc)) from None
+    if config.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise TrainSetupError(
+            "use_vllm needs vLLM and a CUDA GPU (pip install 'trl[vllm]'; start `trl vllm-serve --model ...` "
+            "for server mode). This machine has neither: train without use_vllm."
+        )

@@ -1,0 +1,35 @@
+"""The kinds of training run, each one implementation of `RunKind` (`base.py`).
+
+    base.py    `RunKind` (the interface) and `RunParts` (what a rollout is built from)
+    text.py    `TextRun`: a causal LM through the harness's loop (one server, or a fleet)
+    vision.py  `VisionRun`: a vision-language model on screenshots, `VisionGRPOTrainer`
+    mix.py     `MixRun`: several environments, one server and rollout each, one batch
+    agent.py   `AgentRun`: an agent that owns its loop, through the policy endpoint
+
+A new kind (many processes, players with opponents) is one more class here, listed in
+`RUN_KINDS` before the kinds it narrows; `train()` does not change.
+"""
+
+from __future__ import annotations
+
+from envharness.integrations.trl.config import TrainConfig
+from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.kinds.agent import AgentRun
+from envharness.integrations.trl.kinds.base import RunKind, RunParts
+from envharness.integrations.trl.kinds.mix import MixRun
+from envharness.integrations.trl.kinds.text import TextRun
+from envharness.integrations.trl.kinds.vision import VisionRun
+
+#: Asked in order; the first that applies runs. The text run applies to any text model.
+RUN_KINDS: list[type[RunKind]] = [MixRun, AgentRun, VisionRun, TextRun]
+
+
+def pick_run(config: TrainConfig, vision: bool) -> RunKind:
+    """The kind of run `config` asks for (`vision`: the model is a vision-language model)."""
+    kind = next(k for k in RUN_KINDS if k.applies(config, vision))()
+    if vision and not kind.trains_vision:
+        raise TrainSetupError(f"a vision-language model cannot train as a {kind.name} run (--{kind.name})")
+    return kind
+
+
+__all__ = ["RUN_KINDS", "AgentRun", "MixRun", "RunKind", "RunParts", "TextRun", "VisionRun", "pick_run"]

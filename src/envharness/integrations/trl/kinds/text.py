@@ -1,0 +1,94 @@
+"""The text run: a causal LM plays the environment's tasks through the harness's own loop, on
+one server started on loopback, a running one, or a fleet."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, ContextManager
+
+from envharness.core.registry import ResolvedEnv, resolve_environment
+from envharness.integrations.trl.config import TrainConfig
+from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.evaluate import evaluate
+from envharness.integrations.trl.held_out import EvaluateTask
+from envharness.integrations.trl.prompting import prompt_options, prompt_style
+from envharness.integrations.trl.rollout import RolloutFunc, build_env_rollout_func
+from envharness.integrations.trl.kinds.base import RunKind, RunParts
+from envharness.integrations.trl.servers import env_clients
+
+
+def resolve_env(config: TrainConfig) -> ResolvedEnv:
+    """The run's environment, looked up once (a `TrainSetupError` in words if it cannot be)."""
+    try:
+        env = resolve_environment(config.env, config.env_options)
+        env.require_harness()
+    except (KeyError, ImportError, AttributeError, ValueError) as exc:
+        raise TrainSetupError(f"--env {config.env}: {exc}") from None
+    return env
+
+
+def expand_tasks(config: TrainConfig, env: ResolvedEnv, prompt: str) -> TrainConfig:
+    """The configuration with its tasks (and `eval_tasks`) expanded from the environment's
+    listing and its prompt style chosen."""
+    harness = env.require_harness()
+    try:
+        tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
+    except (ValueError, KeyError, ImportError) as exc:
+        raise TrainSetupError(str(exc)) from None
+    try:
+        transfer = (
+            harness.task_list().expand(config.eval_tasks, harness.check_task) if config.eval_tasks else []
+        )
+    except (ValueError, KeyError) as exc:
+        raise TrainSetupError(f"--eval-tasks: {exc}") from None
+    return dataclasses.replace(config, tasks=tasks, eval_tasks=transfer, prompt=prompt)
+
+
+class TextRun(RunKind):
+    name = "text"
+    evaluates_held_out = True
+
+    @classmethod
+    def applies(cls, config: TrainConfig, vision: bool) -> bool:
+        return not vision
+
+    def resolve(self, config: TrainConfig) -> tuple[TrainConfig, ResolvedEnv]:
+        env = resolve_env(config)
+        prompt = config.prompt or env.require_harness().train_prompt
+        if prompt_style(prompt, env).vision:
+            raise TrainSetupError(
+                f"--prompt {prompt} shows screenshots: {config.model!r} is not a vision-language model"
+            )
+        return expand_tasks(config, env, prompt), env
+
+    def open(
+        self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
+    ) -> ContextManager[Any]:
+        if client_factory is not None:
+            return contextlib.nullcontext(client_factory)
+        return env_clients(
+            env,
+            config.env_url,
+            env_urls=config.env_urls,
+            servers=config.servers,
+            ray_address=config.ray_address,
+            env_options=config.env_options,
+        )
+
+    def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
+        return build_env_rollout_func(
+            parts.env,
+            clients,
+            default_task=parts.config.tasks[0],
+            limits=parts.limits,
+            records=parts.records,
+            session_factory_kwargs=prompt_options(parts.config.prompt, parts.tokenizer, parts.env),
+            backend_factory=parts.backend_factory,
+        )
+
+    def evaluate_task(self, config: TrainConfig, tokenizer: Any, clients: Any) -> EvaluateTask | None:
+        def evaluate_task(model: Any, task: str, seeds: list[int]) -> float:
+            return evaluate(model, tokenizer, clients, config, seeds, task=task, temperature=0.0)
+
+        return evaluate_task

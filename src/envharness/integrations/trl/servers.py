@@ -1,0 +1,81 @@
+"""Where a training run's episodes are played: clients of a server of the environment, started
+on loopback for the run or already running, a fleet of them, or one server's URL for agents
+that play through its `/mcp`.
+
+The fleet and the local server are imported when a run asks for them (Ray and the server's
+dependencies are optional; the command line starts faster without them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterator
+
+from envharness.core.client import sync_client_class
+from envharness.core.client_pool import ClientPool
+from envharness.core.registry import DEFAULT_ENV, resolved
+from envharness.integrations.trl.prompting import EnvRef
+
+
+def train_server_options(env: EnvRef = DEFAULT_ENV) -> dict[str, Any]:
+    """The options `train` starts its own server of `env` with (`EnvHarness.train_server_options`)."""
+    return dict(resolved(env).require_harness().train_server_options)
+
+
+@contextlib.contextmanager
+def env_clients(
+    env: EnvRef = DEFAULT_ENV,
+    env_url: str | None = None,
+    *,
+    env_urls: list[str] | None = None,
+    servers: int = 0,
+    ray_address: str | None = None,
+    env_options: dict[str, Any] | None = None,
+) -> Iterator[Callable[[], Any]]:
+    """A factory of pooled clients of `env` (one lease per episode) on `env_url`, or on a server
+    started on loopback for the duration of the block; with `env_urls` or `servers`, a fleet
+    router spreading the episodes over many servers (`envharness.fleet`)."""
+    env = resolved(env, env_options)
+    options = {**train_server_options(env), **(env_options or {})}
+    if env_urls or servers:
+        from envharness.fleet.start import open_fleet  # Ray, only when asked for
+
+        with open_fleet(
+            env.name, env_urls=env_urls or [], servers=servers, ray_address=ray_address, env_options=options
+        ) as router:
+            yield router
+        return
+    with contextlib.ExitStack() as stack:
+        if not env_url:
+            env_url = stack.enter_context(_local_server(env.name, options)).base_url
+        pool = ClientPool(functools.partial(sync_client_class(env.client_class), base_url=env_url))
+        stack.callback(pool.close)
+        yield pool
+
+
+@contextlib.contextmanager
+def agent_env_url(
+    env: EnvRef, env_url: str | None, env_options: dict[str, Any] | None = None
+) -> Iterator[str]:
+    """The URL of a server of `env` (with `/mcp`) for agents that play through MCP: `env_url`,
+    or a server started on loopback for the duration of the block."""
+    if env_url:
+        yield env_url
+        return
+    env = resolved(env, env_options)
+    with _local_server(env.name, {**train_server_options(env), **(env_options or {})}) as server:
+        yield server.base_url
+
+
+@contextlib.contextmanager
+def mix_clients(envs: dict[str, Any]) -> Iterator[dict[str, Callable[[], Any]]]:
+    """A client factory per environment of a mix, each on a server of its own (`env_clients`)."""
+    with contextlib.ExitStack() as stack:
+        yield {name: stack.enter_context(env_clients(env)) for name, env in envs.items()}
+
+
+def _local_server(name: str, options: dict[str, Any]) -> Any:
+    from envharness.core.launchers import LocalServer  # the server's stack (uvicorn), only when started here
+
+    return LocalServer(name, **options)

@@ -1,0 +1,90 @@
+"""Each option of `eval`, `train` and `sft` is declared once, as a field of its configuration:
+the parser, `--help`, the configuration and its bounds come from that declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from envharness.cli import main as cli_main
+from envharness.cli.declared import cli_fields
+from envharness.core.declared import KEY, check_bounds
+from envharness.eval.config import EvalConfig, EvalSetupError
+from envharness.integrations.trl.config import TrainConfig
+from envharness.integrations.trl.sft import SFTRunConfig
+
+CONFIGS = {"eval": EvalConfig, "train": TrainConfig, "sft": SFTRunConfig}
+
+
+@pytest.mark.parametrize("command", list(CONFIGS))
+def test_every_field_declares_its_option_with_help_and_help_lists_it(command, capsys):
+    cls = CONFIGS[command]
+    for field in dataclasses.fields(cls):
+        declared = field.metadata.get(KEY)
+        assert declared is not None and declared.help.strip(), f"{cls.__name__}.{field.name} has no help"
+    with pytest.raises(SystemExit) as stop:
+        cli_main([command, "--help"])
+    assert stop.value.code == 0
+    shown = capsys.readouterr().out
+    listed = cli_fields(cls)
+    assert len(listed) >= len(dataclasses.fields(cls)) - 1  # train's skip_no_signal is Python's only
+    for name, flag in listed:
+        assert f"  {flag}" in shown or f", {flag}" in shown, f"{command} --help does not list {flag} ({name})"
+
+
+SHARED = ("env", "env_options", "tasks", "model", "prompt", "env_url", "threads", "device")
+
+
+def test_an_option_eval_and_train_share_is_one_declaration():
+    fields = {
+        cls: {f.name: f.metadata[KEY] for f in dataclasses.fields(cls)} for cls in (EvalConfig, TrainConfig)
+    }
+    for name in SHARED:
+        assert fields[EvalConfig][name] == fields[TrainConfig][name], name
+    # the same option under each command's older field name: one flag, one help text
+    turns = fields[EvalConfig]["max_steps"], fields[TrainConfig]["max_turns"]
+    tokens = fields[EvalConfig]["max_new_tokens"], fields[TrainConfig]["max_completion_length"]
+    for a, b in (turns, tokens):
+        assert (a.flags, a.help, a.minimum) == (b.flags, b.help, b.minimum)
+
+
+def test_bounds_are_refused_in_the_options_words_for_python_callers_too():
+    with pytest.raises(ValueError, match="--steps must be at least 1"):
+        check_bounds(TrainConfig(max_steps=0))
+    with pytest.raises(ValueError, match="--num-generations must be at least 2"):
+        check_bounds(TrainConfig(num_generations=1))
+    with pytest.raises(EvalSetupError, match="--max-turns must be at least 1"):
+        EvalConfig(out="x", max_steps=0).check()
+    check_bounds(TrainConfig(minutes=None, threads=None))  # None is "not set", never out of bounds
+
+
+def test_the_old_flag_of_the_observation_budget_still_works_and_run_folders_keep_its_key():
+    from envharness.cli import eval as eval_cli
+
+    parser = __import__("argparse").ArgumentParser()
+    eval_cli.add_arguments(parser)
+    config = eval_cli.config_from_args(parser.parse_args(["--axtree-tokens", "77", "--out", "x"]))
+    assert config.observation_tokens == 77 and config.to_json()["axtree_tokens"] == 77
+    assert "observation_tokens" not in config.to_json()
+
+
+def test_train_overwrite_replaces_the_run_in_the_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    (out / "checkpoint-3").mkdir(parents=True)
+    (out / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    (out / "episodes.jsonl").write_text('{"old": true}\n')
+    (out / "notes.txt").write_text("mine")
+    base = ["train", "--env", "echo", "--model", "tiny", "--out", str(out), "--steps", "1"]
+    small = ["--num-generations", "2", "--groups-per-step", "1", "--max-new-tokens", "4", "--threads", "1"]
+    assert cli_main([*base, *small, "--resume", "--overwrite"]) == 2
+    assert "--resume and --overwrite contradict each other" in capsys.readouterr().err
+    assert cli_main([*base, *small]) == 2
+    assert "pass --resume to continue it, --overwrite to replace it" in capsys.readouterr().err
+    assert cli_main([*base, *small, "--overwrite"]) == 0
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all("old" not in r for r in records)
+    assert not (out / "checkpoint-3").exists() and (out / "checkpoint-1").is_dir()
+    assert (out / "notes.txt").read_text() == "mine"  # only the run's own files are replaced
+    assert "overwrite" not in json.loads((out / "train_config.json").read_text())
