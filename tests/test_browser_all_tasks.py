@@ -86,7 +86,7 @@ async def _check_task(pair, task: str) -> list[str]:
 async def _compare_documents(task: str, how: str, loading, in_place) -> list[str]:
     """The documents' markup, text nodes included (which no observation text shows, but every DOM
     snapshot carries: a switch once left the inlined scripts' text in the page, ~850 kB per step)."""
-    if task in CHANGING_BY_ITSELF:
+    if task in CHANGING_BY_ITSELF or shows_images(task):  # images: loaded, boxes differ (`_parts`)
         return []
     markup = "() => document.documentElement.outerHTML"
     loaded, other = [await env._main_page.evaluate(markup) for env in (loading, in_place)]
