@@ -234,9 +234,9 @@ async def raw_observation(cdp, parts: dict) -> None:
         await cdp.send("Page.captureScreenshot", {"format": "png", "clip": clip})
 
 
-async def bench_floor(n: int, parts: dict = TEXT_PARTS) -> dict:
+async def bench_floor(n: int, parts: dict = TEXT_PARTS, fresh: bool = True) -> dict:
     """What the operations cost in raw Playwright and CDP: no server, no parsing, no checks; the
-    observation is what `parts` needs (`raw_observation`)."""
+    observation is what `parts` needs (`raw_observation`); `fresh`: fresh contexts too."""
     from playwright.async_api import async_playwright
 
     from envharness.envs.browsergym.engine import BrowserEngine
@@ -291,7 +291,7 @@ async def bench_floor(n: int, parts: dict = TEXT_PARTS) -> dict:
             await raw_observation(cdp, parts)
             out["step"].append(time.perf_counter() - t)
         await context.close()
-        for seed in range(n):
+        for seed in range(n if fresh else 0):
             t = time.perf_counter()
             context, page, cdp = await open_page()
             await load(page, cdp, TASK, seed)
@@ -449,6 +449,24 @@ def print_table(header: tuple, rows: list[tuple]) -> None:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 
 
+def bench_own_floors(n: int, rounds: int) -> tuple[dict, dict]:
+    """Each mode of `MODES`, envharness and its floor by turns (`rounds` times, the order flipped
+    each round, `n` of each operation per turn): a busy machine weighs on both alike."""
+    ours: dict = {mode: {} for mode in MODES}
+    floors: dict = {mode: {} for mode in MODES}
+    for r in range(rounds):
+        for mode, parts in MODES.items():
+            turns = [
+                (ours, lambda: bench_envharness(parts, n, [], 0)),
+                (floors, lambda: bench_floor(n, parts, False)),
+            ]
+            for into, run in turns if r % 2 == 0 else reversed(turns):
+                for key, values in asyncio.run(run()).items():
+                    into[mode].setdefault(key, []).extend(values)
+            progress(f"own floors: round {r + 1}, {mode} done")
+    return ours, floors
+
+
 def own_floor_rows(results: dict, floors: dict) -> list[tuple]:
     """Per observation mode: step, same-task reset and task change against that mode's floor."""
     rows = []
@@ -482,8 +500,12 @@ def main() -> int:
         default=None,
         help="session counts for the scale table (default 8,64,256; --quick: none); 'none' leaves it out",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="turns of each mode and its floor (default 3, --quick 2)"
+    )
     args = parser.parse_args()
     n = 15 if args.quick else 40
+    args.rounds = args.rounds or (2 if args.quick else 3)
     levels = [1, 4, 8, 16]
     bg_levels = [1, 4] if args.quick else [1, 4, 8]
     steps_per_session = 10 if args.quick else 25
@@ -498,10 +520,9 @@ def main() -> int:
         else {}
     )
     text = asyncio.run(bench_envharness(TEXT_PARTS, n, levels, steps_per_session))
-    full = asyncio.run(bench_envharness(DEFAULT_PARTS, n, [], steps_per_session))
-    shot = asyncio.run(bench_envharness(SCREENSHOT_PARTS, n, [], steps_per_session))
-    floors = {name: asyncio.run(bench_floor(n, parts)) for name, parts in MODES.items()}
-    floor = floors["AXTree text"]
+    floor = asyncio.run(bench_floor(n))
+    own, floors = bench_own_floors(n, args.rounds)
+    full = own["serve default (AXTree + pruned HTML + element properties)"]
     bg = {} if args.no_browsergym else bench_browsergym(max(6, n // 3), bg_levels, steps_per_session)
     scale = asyncio.run(bench_scale(scale_levels, 3)) if scale_levels else {}
 
@@ -622,10 +643,13 @@ def main() -> int:
         ),
         rows,
     )
-    print("\nEach observation against its own floor (raw Playwright + CDP, the requests it needs; p50):\n")
+    print(
+        f"\nEach observation against its own floor (raw Playwright + CDP, the requests it needs; p50 of "
+        f"{args.rounds} turns each, taken by turns):\n"
+    )
     print_table(
         ("observation", "operation", "envharness", "floor", "envharness / floor", "goal"),
-        own_floor_rows(dict(zip(MODES, (text, full, shot))), floors),
+        own_floor_rows(own, floors),
     )
     if scale:
         print(
