@@ -21,7 +21,7 @@ from test_browser_fidelity import browsergym_make, browsergym_step, normalize  #
 
 from envharness.envs.browsergym import BrowserGymAction, BrowserGymEnv
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # ~2-3 min on a busy 2-core machine
 
 #: Tasks whose pages show no image files (so the session switches into them in place) and do not
 #: change by themselves between two observations (no timers, animations or random draws of their
