@@ -15,9 +15,12 @@ Prints one table, measured in one run on this machine:
   0.3 s between sessions (a model thinking) and back to back (an Eval Protocol sweep), and fresh
   sessions per second back to back (open + reset + step + close, one after another);
 - the floor: the same operations in raw async Playwright on the same Chromium with the same
-  flags, no server (click: `page.mouse.click` + CDP `Accessibility.getFullAXTree`; reset in place:
-  MiniWoB's own restart + AXTree; task change: `page.goto` + restart + AXTree, and in place: the
-  document rewrite + restart + AXTree);
+  flags, no server (click: `page.mouse.click` + the observation's CDP requests; reset in place:
+  MiniWoB's own restart + observation; task change: `page.goto` + restart + observation, and in
+  place: the document rewrite + restart + observation); the observation is what each mode needs
+  (`raw_observation`): the AXTree for the text; BrowserGym's marking, AXTree, visibilities, DOM
+  snapshot and unmarking for the serve default (AXTree + pruned HTML + element properties); plus
+  the PNG screenshot. A second table puts each mode against its own floor;
 - scale (``--scale``, in the full run): 8, 64 and 256 concurrent sessions on one server: step
   p50, steps/s, errors and memory per session.
 
@@ -60,6 +63,13 @@ TASK = "click-checkboxes"
 OTHER_TASK = "click-test"
 TEXT_PARTS = {"axtree": True, "pruned_html": False, "extra_properties": False}
 DEFAULT_PARTS = {"axtree": True, "pruned_html": True, "extra_properties": True}
+SCREENSHOT_PARTS = {**DEFAULT_PARTS, "screenshot": True}
+#: The observation modes measured against their own floor (the second table).
+MODES = {
+    "AXTree text": TEXT_PARTS,
+    "serve default (AXTree + pruned HTML + element properties)": DEFAULT_PARTS,
+    "serve default + screenshot (PNG)": SCREENSHOT_PARTS,
+}
 
 
 def ms(seconds: list[float]) -> str:
@@ -191,8 +201,42 @@ async def bench_envharness(
 _START_JS = "([seed]) => { Math.seedrandom(seed); core.startEpisodeReal(); return core.getUtterance(); }"
 
 
-async def bench_floor(n: int) -> dict:
-    """What the operations cost in raw Playwright and CDP: no server, no parsing, no checks."""
+async def raw_observation(cdp, parts: dict) -> None:
+    """The CDP requests an observation of `parts` needs, sent as envharness sends them (one
+    session, pipelined), with nothing parsed or flattened. AXTree text: the AXTree alone. With
+    pruned HTML or element properties: BrowserGym's marking script, the AXTree and the element
+    visibilities (the marking's IntersectionObserver reports on the next frame), then the DOM
+    snapshot and the unmarking. Screenshot: the viewport at MiniWoB's scale, as PNG."""
+    from envharness.envs.browsergym.observation import _call
+    from envharness.envs.browsergym.observation_text import BID_ATTR
+
+    def evaluate(expression: str, await_promise: bool = False):
+        params = {"expression": expression, "returnByValue": True, "awaitPromise": await_promise}
+        return cdp.send("Runtime.evaluate", params)
+
+    if not (parts["pruned_html"] or parts["extra_properties"]):
+        await cdp.send("Accessibility.getFullAXTree")
+    else:
+        first = [
+            evaluate(_call("frame_mark_elements", "", BID_ATTR, "standard_html", False)),
+            cdp.send("Accessibility.getFullAXTree"),
+        ]
+        if parts["extra_properties"]:
+            first.append(evaluate("window.browsergym_visibility_ready", True))
+        await asyncio.gather(*first)
+        snapshot = {"computedStyles": [], "includeDOMRects": True, "includePaintOrder": True}
+        await asyncio.gather(
+            cdp.send("DOMSnapshot.captureSnapshot", snapshot),
+            evaluate(_call("frame_unmark_elements", BID_ATTR)),
+        )
+    if parts.get("screenshot"):
+        clip = {**miniwob.MINIWOB_VIEWPORT, "x": 0, "y": 0, "scale": miniwob.MINIWOB_SCALE_FACTOR}
+        await cdp.send("Page.captureScreenshot", {"format": "png", "clip": clip})
+
+
+async def bench_floor(n: int, parts: dict = TEXT_PARTS, fresh: bool = True) -> dict:
+    """What the operations cost in raw Playwright and CDP: no server, no parsing, no checks; the
+    observation is what `parts` needs (`raw_observation`); `fresh`: fresh contexts too."""
     from playwright.async_api import async_playwright
 
     from envharness.envs.browsergym.engine import BrowserEngine
@@ -218,14 +262,14 @@ async def bench_floor(n: int) -> dict:
         async def load(page, cdp, task, seed):
             await page.goto(miniwob.task_url(task))
             await page.evaluate(_START_JS, [seed])
-            return await cdp.send("Accessibility.getFullAXTree")
+            await raw_observation(cdp, parts)
 
         context, page, cdp = await open_page()
         await load(page, cdp, TASK, 0)
         for seed in range(n):
             t = time.perf_counter()
             await page.evaluate(_START_JS, [seed])
-            await cdp.send("Accessibility.getFullAXTree")
+            await raw_observation(cdp, parts)
             out["reset_same"].append(time.perf_counter() - t)
         for seed in range(max(2, n // 3)):
             for task in (OTHER_TASK, TASK):
@@ -238,16 +282,16 @@ async def bench_floor(n: int) -> dict:
                 t = time.perf_counter()
                 await switch_document(page, task, miniwob.task_url(task))
                 await page.evaluate(_START_JS, [seed])
-                await cdp.send("Accessibility.getFullAXTree")
+                await raw_observation(cdp, parts)
                 out["reset_switch"].append(time.perf_counter() - t)
         box = await page.locator("input[type=checkbox]").first.bounding_box()
         for _ in range(n):
             t = time.perf_counter()
             await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-            await cdp.send("Accessibility.getFullAXTree")
+            await raw_observation(cdp, parts)
             out["step"].append(time.perf_counter() - t)
         await context.close()
-        for seed in range(n):
+        for seed in range(n if fresh else 0):
             t = time.perf_counter()
             context, page, cdp = await open_page()
             await load(page, cdp, TASK, seed)
@@ -405,6 +449,41 @@ def print_table(header: tuple, rows: list[tuple]) -> None:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 
 
+def bench_own_floors(n: int, rounds: int) -> tuple[dict, dict]:
+    """Each mode of `MODES`, envharness and its floor by turns (`rounds` times, the order flipped
+    each round, `n` of each operation per turn): a busy machine weighs on both alike."""
+    ours: dict = {mode: {} for mode in MODES}
+    floors: dict = {mode: {} for mode in MODES}
+    for r in range(rounds):
+        for mode, parts in MODES.items():
+            turns = [
+                (ours, lambda: bench_envharness(parts, n, [], 0)),
+                (floors, lambda: bench_floor(n, parts, False)),
+            ]
+            for into, run in turns if r % 2 == 0 else reversed(turns):
+                for key, values in asyncio.run(run()).items():
+                    into[mode].setdefault(key, []).extend(values)
+            progress(f"own floors: round {r + 1}, {mode} done")
+    return ours, floors
+
+
+def own_floor_rows(results: dict, floors: dict) -> list[tuple]:
+    """Per observation mode: step, same-task reset and task change against that mode's floor."""
+    rows = []
+    operations = (
+        ("step (click + observation)", "step", "step"),
+        ("reset, same task (in place)", "reset_same", "reset_same"),
+        ("reset, task change (in place)", "reset_change", "reset_switch"),
+    )
+    for mode, result in results.items():
+        for label, key, floor_key in operations:
+            ours, raw = statistics.median(result[key]), statistics.median(floors[mode][floor_key])
+            rows.append(
+                (mode, label, ms(result[key]), ms(floors[mode][floor_key]), f"{ours / raw:.2f}x", "<= 1.3x")
+            )
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -421,8 +500,12 @@ def main() -> int:
         default=None,
         help="session counts for the scale table (default 8,64,256; --quick: none); 'none' leaves it out",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="turns of each mode and its floor (default 3, --quick 2)"
+    )
     args = parser.parse_args()
     n = 15 if args.quick else 40
+    args.rounds = args.rounds or (2 if args.quick else 3)
     levels = [1, 4, 8, 16]
     bg_levels = [1, 4] if args.quick else [1, 4, 8]
     steps_per_session = 10 if args.quick else 25
@@ -437,8 +520,9 @@ def main() -> int:
         else {}
     )
     text = asyncio.run(bench_envharness(TEXT_PARTS, n, levels, steps_per_session))
-    full = asyncio.run(bench_envharness(DEFAULT_PARTS, n, [], steps_per_session))
     floor = asyncio.run(bench_floor(n))
+    own, floors = bench_own_floors(n, args.rounds)
+    full = own["serve default (AXTree + pruned HTML + element properties)"]
     bg = {} if args.no_browsergym else bench_browsergym(max(6, n // 3), bg_levels, steps_per_session)
     scale = asyncio.run(bench_scale(scale_levels, 3)) if scale_levels else {}
 
@@ -558,6 +642,14 @@ def main() -> int:
             "goal",
         ),
         rows,
+    )
+    print(
+        f"\nEach observation against its own floor (raw Playwright + CDP, the requests it needs; p50 of "
+        f"{args.rounds} turns each, taken by turns):\n"
+    )
+    print_table(
+        ("observation", "operation", "envharness", "floor", "envharness / floor", "goal"),
+        own_floor_rows(own, floors),
     )
     if scale:
         print(

@@ -42,6 +42,7 @@ HEAVIEST_FIRST = [
     "test_browser_gym_engine.py",
     "test_fleet_ray.py",
     "test_browser_all_tasks.py",
+    "test_browser_switch_differential.py",
     "test_sft.py",
     "test_models_embedded.py",
     "test_lifecycle.py",

@@ -72,6 +72,7 @@ async def _check_task(pair, task: str) -> list[str]:
     previous = in_place._loaded_task
     switched = await in_place.reset_async(task=task, seed=7)  # a page load for the tasks with images
     problems += _compare(task, f"switching in place from {previous}", loaded, switched)
+    problems += await _compare_documents(task, f"switching in place from {previous}", loading, in_place)
     obs = await in_place.step_async(BrowserGymAction(action_str="mouse_click(120, 150)"))
     if obs.last_action_error:
         problems.append(f"{task}: step failed: {obs.last_action_error}")
@@ -80,6 +81,18 @@ async def _check_task(pair, task: str) -> list[str]:
     again = await in_place.reset_async(task=task, seed=7)  # restarts (or switches) in place
     problems += _compare(task, "restarting in place", loaded, again)
     return problems
+
+
+async def _compare_documents(task: str, how: str, loading, in_place) -> list[str]:
+    """The documents' markup, text nodes included (which no observation text shows, but every DOM
+    snapshot carries: a switch once left the inlined scripts' text in the page, ~850 kB per step)."""
+    if task in CHANGING_BY_ITSELF or shows_images(task):  # images: loaded, boxes differ (`_parts`)
+        return []
+    markup = "() => document.documentElement.outerHTML"
+    loaded, other = [await env._main_page.evaluate(markup) for env in (loading, in_place)]
+    if loaded == other:
+        return []
+    return [f"{task}: {how} gave another document than a page load:\n" + "\n".join(_diff(loaded, other, how))]
 
 
 def _diff(before: str, after: str, how: str) -> list[str]:

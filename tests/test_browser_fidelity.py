@@ -133,7 +133,9 @@ def browsergym_make():
     import browsergym.miniwob  # noqa: F401  (registers the tasks)
 
     close_browsers = keep_browsers()
-    yield lambda task: gym.make(f"browsergym/miniwob.{task}", slow_mo=0, pre_observation_delay=0.0)
+    yield lambda task, **kwargs: gym.make(
+        f"browsergym/miniwob.{task}", slow_mo=0, pre_observation_delay=0.0, **kwargs
+    )
     close_browsers()
     _stop_browsergym_playwright()
     httpd.shutdown()

@@ -36,7 +36,7 @@ from envharness.core.environment import Environment
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.actions import ActionParseError, parse_actions
 from envharness.envs.browsergym.engine import BrowserEngine, BrowserUnavailable, HostGuard
-from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute
+from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute, release_held
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
 from envharness.envs.browsergym.task_set import StartMode
@@ -154,6 +154,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             raise ValueError(f"seed must be an integer, got {seed!r}")
         try:
             page = await self._fresh_page(chosen)
+            await release_held(self._actx)
             start = self._start_mode(chosen, page.url)
             self._loaded_task = None
             if start != "load":  # observe the page afresh, as BrowserGym does after its (fresh-page) reset,

@@ -59,6 +59,17 @@ class ActionContext:
     element_timeout_ms: float = 3000.0
     infeasible: bool = False
     fast_actions: bool = True  # False: Playwright's locator actions (polling checks) only
+    held_keys: list[str] = field(default_factory=list)  # pressed by keyboard_down, not released
+    held_buttons: list[str] = field(default_factory=list)  # pressed by mouse_down, not released
+
+
+async def release_held(ctx: ActionContext) -> None:
+    """Release what the last episode's actions left pressed: Playwright keeps a page's pressed keys
+    and buttons (a held Shift turns the next episode's Tab into Shift+Tab), a fresh page has none."""
+    while ctx.held_keys:
+        await ctx.page.keyboard.up(ctx.held_keys.pop())
+    while ctx.held_buttons:
+        await ctx.page.mouse.up(button=ctx.held_buttons.pop())
 
 
 #: Every action the browser runs, declared below by the function that runs it.
@@ -253,6 +264,8 @@ async def mouse_up(ctx: ActionContext, x: float, y: float, button: Button = "lef
     """Release a mouse button at page coordinates."""
     await ctx.page.mouse.move(*_page_xy(ctx, x, y))
     await ctx.page.mouse.up(button=button)
+    if button in ctx.held_buttons:
+        ctx.held_buttons.remove(button)
 
 
 @action(tool=False, stateful=True)
@@ -260,6 +273,7 @@ async def mouse_down(ctx: ActionContext, x: float, y: float, button: Button = "l
     """Press a mouse button at page coordinates (and hold it)."""
     await ctx.page.mouse.move(*_page_xy(ctx, x, y))
     await ctx.page.mouse.down(button=button)
+    ctx.held_buttons.append(button)
 
 
 @action
@@ -295,12 +309,15 @@ async def keyboard_press(ctx: ActionContext, key: Key) -> None:
 async def keyboard_down(ctx: ActionContext, key: Key) -> None:
     """Press a key and hold it."""
     await ctx.page.keyboard.down(key)
+    ctx.held_keys.append(key)
 
 
 @action(tool=False)
 async def keyboard_up(ctx: ActionContext, key: Key) -> None:
     """Release a held key."""
     await ctx.page.keyboard.up(key)
+    if key in ctx.held_keys:
+        ctx.held_keys.remove(key)
 
 
 @action

@@ -23,6 +23,11 @@ loaded page gives:
   browser process, no request through Playwright's route, the shared scripts compiled once
   per renderer. The observation is the one a page load gives (tests/test_browser_all_tasks.py).
 - ``load``: ``page.goto`` (a new page, a page that left MiniWoB, or ``fast_reset=False``).
+
+In a page that had an episode, every start also gives the page the focus back and leaves no
+starting point for Tab (`_CLEAR_PAGE_STATE_JS`), and the environment first releases the keys and
+buttons the last episode's actions held (`executor.release_held`): a fresh page has none of them.
+tests/test_browser_switch_differential.py compares such starts with BrowserGym's after random actions.
 """
 
 from __future__ import annotations
@@ -210,10 +215,23 @@ _START_EPISODE_JS = r"""async ([seed, maxTime]) => {
   return (goal !== null && typeof goal === 'object') ? goal.utterance : goal;
 }"""
 
-# Before an in-place restart: leave no focus, selection or scroll offset behind that a freshly
-# loaded page would not have (BrowserGym's every reset is a fresh page).
+# Before every episode: leave nothing behind that a freshly loaded page would not have (BrowserGym's
+# every reset is a fresh page): the page has the focus (a Tab past the last element, or Shift+Tab
+# past the first, takes it to the browser, and neither a rewrite nor a page load gives it back); no
+# element is focused and Tab goes to the first element (a focused or clicked element, even one a
+# rewrite removed, would be the point it goes on from: the body, focused a moment and blurred,
+# becomes that point); no selection, no scroll offsets.
 _CLEAR_PAGE_STATE_JS = r"""() => {
+  window.focus();
+  const body = document.body;
+  if (body) {
+    const tabIndex = body.getAttribute('tabindex');
+    body.tabIndex = -1;
+    body.focus({preventScroll: true});
+    if (tabIndex === null) body.removeAttribute('tabindex'); else body.setAttribute('tabindex', tabIndex);
+  }
   if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
+  if (document.activeElement === body && body) body.blur();
   const selection = window.getSelection();
   if (selection) selection.removeAllRanges();
   for (const el of document.querySelectorAll('*')) {
@@ -245,10 +263,8 @@ async def start_episode(
         await page.goto(task_url(task))
     # What the page runs before the episode starts, and the start, in one call: BrowserGym's set-up
     # after a load, or the clean-up before a restart in place.
-    before = (
-        f"({_CLEAR_PAGE_STATE_JS})();"
-        if start == "restart"
-        else _REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "")
+    before = f"({_CLEAR_PAGE_STATE_JS})();" + (
+        "" if start == "restart" else _REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "")
     )
     args = json.dumps([episode_seed(seed), int(episode_max_time_ms)])
     page._bgym_scale_factor = MINIWOB_SCALE_FACTOR  # read by coordinate actions and observations

@@ -104,7 +104,10 @@ def page_parts(task: str) -> dict[str, str]:
 # back, and is sent on a second call), stops what a page load would end (timers, animation frames;
 # `document.open` removes the document's and window's listeners), gives the document the task's
 # URL (replaced in history before `document.open`, which takes it), writes it, and waits for the
-# load event: a task of its own, after the images, that runs the page's `onload` first.
+# load event: a task of its own, after the images, that runs the page's `onload` first. Then each
+# inlined script becomes what a loaded page holds, an empty element with its `src` (a script that
+# has run never runs or loads again): its text would stay in the DOM, and every DOM snapshot (pruned
+# HTML, element properties) would carry all the scripts' text, ~850 kB, at every step.
 SWITCH_DOCUMENT_JS = r"""async ([task, url, sent]) => {
   const kept = window.__envharnessPageParts || (window.__envharnessPageParts = Object.create(null));
   Object.assign(kept, sent);
@@ -113,7 +116,7 @@ SWITCH_DOCUMENT_JS = r"""async ([task, url, sent]) => {
   const missing = [];
   const html = page.replace(/<script src="(\.\.\/[^"]+\.js)"><\/script>/g, (tag, src) => {
     if (kept[src] === undefined) { missing.push(src); return tag; }
-    return '<script>' + kept[src] + '</script>';
+    return '<script data-envharness-src="' + src + '">' + kept[src] + '</script>';
   });
   if (missing.length) return missing;
   const lastTimer = setTimeout(() => {}, 0);
@@ -133,6 +136,12 @@ SWITCH_DOCUMENT_JS = r"""async ([task, url, sent]) => {
   document.close();
   document.documentElement.getBoundingClientRect();  // lay out now: the images it needs hold the load event back
   try { await loaded; } finally { clearTimeout(guard); }
+  for (const script of document.querySelectorAll('script[data-envharness-src]')) {
+    const src = script.getAttribute('data-envharness-src');
+    script.removeAttribute('data-envharness-src');
+    script.textContent = '';
+    script.setAttribute('src', src);
+  }
   return [];
 }"""
 
