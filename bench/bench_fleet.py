@@ -103,7 +103,7 @@ def scale(args: argparse.Namespace) -> None:
             )
             for k in (1, 2, 3)
         ]
-        for label, make in rows:
+        for _label, make in rows:
             pool = make()
             pools.append(pool)
             if isinstance(pool, FleetRouter):

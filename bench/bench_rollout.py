@@ -201,22 +201,34 @@ def main() -> None:
             (f"latency {args.model_latency:g} s/call", args.model_latency),
         ):
             rows = [
-                ("seed-style (OpenEnv 0.10.0)", 1, lambda c: seed_rollout_func(factory, latency, limits, c)),
-                ("envharness", 1, lambda c: envharness_rollout_func(factory, latency, limits, 1, c)),
+                (
+                    "seed-style (OpenEnv 0.10.0)",
+                    1,
+                    lambda c, latency=latency: seed_rollout_func(factory, latency, limits, c),
+                ),
+                (
+                    "envharness",
+                    1,
+                    lambda c, latency=latency: envharness_rollout_func(factory, latency, limits, 1, c),
+                ),
                 (
                     "envharness",
                     args.concurrency,
-                    lambda c: envharness_rollout_func(factory, latency, limits, args.concurrency, c),
+                    lambda c, latency=latency: envharness_rollout_func(
+                        factory, latency, limits, args.concurrency, c
+                    ),
                 ),
                 (
                     "envharness, pooled sessions",
                     1,
-                    lambda c: envharness_rollout_func(pooled, latency, limits, 1, c),
+                    lambda c, latency=latency: envharness_rollout_func(pooled, latency, limits, 1, c),
                 ),
                 (
                     "envharness, pooled sessions",
                     args.concurrency,
-                    lambda c: envharness_rollout_func(pooled, latency, limits, args.concurrency, c),
+                    lambda c, latency=latency: envharness_rollout_func(
+                        pooled, latency, limits, args.concurrency, c
+                    ),
                 ),
             ]
             base = None

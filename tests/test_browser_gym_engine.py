@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import threading
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -213,7 +214,7 @@ def test_resets_keep_the_workers_browsers(servers):
         browsers = _browsers(worker)
         assert len(browsers) == 1, browsers
         # the --disable-features Chromium reads (the last): BrowserGym's own, plus no spare renderer
-        (cmdline,) = [open(f"/proc/{pid}/cmdline", "rb").read() for pid in browsers]
+        (cmdline,) = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in browsers]
         last = re.findall(rb"--disable-features=([\w,]*)", cmdline)[-1].split(b",")
         assert {b"OverlayScrollbars", b"ExtendedOverlayScrollbars", b"SpareRendererForSitePerProcess"} <= set(
             last
@@ -243,7 +244,7 @@ def _browsers(worker: int) -> set[int]:
     found = set()
     for pid in descendants(worker):
         try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()  # Chromium rewrites its own: one string
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()  # Chromium rewrites its own: one string
         except OSError:
             continue
         if cmdline.startswith(DEFAULT_CHROMIUM.encode()) and b"--type=" not in cmdline:
@@ -256,7 +257,7 @@ def _workers() -> list[int]:
     found = []
     for pid in descendants(me):
         try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
         if b"gym_engine.worker" in cmdline:

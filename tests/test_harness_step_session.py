@@ -139,7 +139,9 @@ def test_a_session_that_cannot_be_made_closes_its_client():
 
     for is_async in (False, True):
         clients = []
-        factory = Refusing(lambda: clients.append(Client(is_async)) or clients[-1])
+        factory = Refusing(
+            lambda clients=clients, is_async=is_async: clients.append(Client(is_async)) or clients[-1]
+        )
         with pytest.raises(ValueError, match="unknown task 'nope'"):
             if is_async:
                 asyncio.run(factory.create_async("nope"))

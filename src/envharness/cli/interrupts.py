@@ -69,7 +69,7 @@ def resume_command(
     args = list(sys.argv[1:] if argv is None else argv)
     kept: list[str] = []
     skip = False
-    for i, arg in enumerate(args):
+    for arg in args:
         if skip:
             skip = False
             continue

@@ -34,7 +34,9 @@ class ModelStep(Protocol):
 
 
 def _is_async_callable(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        type(fn).__call__ if callable(fn) else None
+    )
 
 
 async def call_model_step(

@@ -33,10 +33,7 @@ def add_screenshot(messages: list[Message], image: Any, *, max_side: int | None 
     if last is None:
         raise ValueError("the prompt has no user message to put the screenshot in")
     content = messages[last].get("content")
-    if isinstance(content, list):
-        parts = list(content)
-    else:
-        parts = [{"type": "text", "text": content or ""}]
+    parts = list(content) if isinstance(content, list) else [{"type": "text", "text": content or ""}]
     out = list(messages)
     out[last] = {
         **messages[last],

@@ -160,7 +160,7 @@ _FORGET_JS = """() => {
   }
   delete window.browsergym_elem_counter;
   delete window.browsergym_frame_id_generator;
-}""" % (BID_ATTR, VIS_ATTR, SOM_ATTR)
+}""" % (BID_ATTR, VIS_ATTR, SOM_ATTR)  # noqa: UP031 - the JavaScript's braces make % the readable format
 
 
 async def forget_marks(page: Any) -> None:

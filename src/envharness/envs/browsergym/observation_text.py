@@ -66,11 +66,11 @@ def take_bids_from_aria(nodes: list[dict[str, Any]]) -> None:
             node["browsergym_id"] = bid
 
 
-def flatten_axtree_to_str(nodes: list[dict[str, Any]]) -> str:
+def flatten_axtree_to_str(nodes: list[dict[str, Any]]) -> str:  # noqa: C901 - BrowserGym's, kept as it is
     """BrowserGym's ``flatten_axtree_to_str`` with its default arguments."""
     index = {node["nodeId"]: i for i, node in enumerate(nodes)}
 
-    def dfs(node_idx: int, depth: int, parent_name: str) -> str:
+    def dfs(node_idx: int, depth: int, parent_name: str) -> str:  # noqa: C901 - BrowserGym's, kept as it is
         node = nodes[node_idx]
         role = node["role"]["value"]
         name = ""
@@ -206,7 +206,7 @@ def extra_element_properties(
     return out
 
 
-def flatten_dom_to_str(snapshot: dict[str, Any]) -> str:
+def flatten_dom_to_str(snapshot: dict[str, Any]) -> str:  # noqa: C901 - BrowserGym's, kept as it is
     """BrowserGym's ``flatten_dom_to_str`` with its default arguments (HTML with ``bid`` first)."""
     from bs4 import BeautifulSoup
 
