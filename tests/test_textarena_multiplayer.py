@@ -4,6 +4,7 @@ over the wire; the scripted players are legal and strong; bad input gets words."
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -169,8 +170,7 @@ def test_bad_input_gets_words():
         env.reset(task="Chess-v0")
     with pytest.raises(ValueError, match="OpenRouter"):
         env.reset(task="Debate-v0")
-    with pytest.raises(ValueError, match="eval and train play single-player games"):
-        check_task("KuhnPoker-v0")
+    assert check_task("KuhnPoker-v0") == "KuhnPoker-v0"
     with pytest.raises(NoScriptedMove, match="no scripted player"):
         scripted_move("Othello-v0-tiny", env.reset(seed=0, task="Othello-v0-tiny"), random.Random(0))
     # an illegal move: the game's own rule and message, then the game's own penalty
@@ -181,3 +181,58 @@ def test_bad_input_gets_words():
     assert obs.current_player_id == mover and "attempted an invalid move" in new
     obs = env.step(TextArenaAction(message="[42]"))
     assert obs.done and obs.info["invalid_move"] and obs.info["rewards"][mover] == -1.0
+
+
+def test_opponent_seats_make_a_single_agent_session_that_replays():
+    """With an opponent the environment plays the other seats: the client sees only its seat."""
+    env = TextArenaEnvironment()
+    first = env.reset(seed=7, task="KuhnPoker-v0", opponent="scripted")
+    seat = env.state.seat
+    assert seat == 7 % 2 and first.current_player_id == seat and first.seat == seat
+    moves, obs = [], first
+    while not obs.done:
+        assert obs.current_player_id == seat  # the client's turn every time it is asked
+        move = "[check]" if "'[check]'" in obs.messages[-1].content else "[fold]"
+        moves.append(move)
+        obs = env.step(TextArenaAction(message=move))
+    assert obs.reward == obs.info["rewards"][seat]
+    transcript = [m.content for m in obs.messages]
+    again = TextArenaEnvironment()
+    obs2 = again.reset(seed=7, task="KuhnPoker-v0", opponent="scripted")
+    for move in moves:
+        obs2 = again.step(TextArenaAction(message=move))
+    assert [m.content for m in obs2.messages] == transcript  # opponent moves replay with the seed
+    seats_played = {
+        TextArenaEnvironment().reset(seed=s, task="TicTacToe-v0", opponent="random").seat for s in range(4)
+    }
+    assert seats_played == {0, 1}
+    with pytest.raises(ValueError, match="single-player game, there is no other seat"):
+        env.reset(task="Wordle-v0", opponent="random")
+    with pytest.raises(ValueError, match="unknown opponent 'gpt'"):
+        env.reset(task="KuhnPoker-v0", opponent="gpt")
+    with pytest.raises(ValueError, match="seat=5: a player number from 0 to 1"):
+        env.reset(task="KuhnPoker-v0", opponent="random", seat=5)
+    with pytest.raises(ValueError, match="has no scripted player"):
+        env.reset(task="Othello-v0-tiny", opponent="scripted")
+
+
+def test_eval_plays_a_two_player_game_against_the_servers_opponent(tmp_path, capsys):
+    from envharness.cli import main as cli_main
+
+    def run(out, *extra):
+        return cli_main(
+            ["eval", "--env", "textarena", "--model", "tiny", "--tasks", "TicTacToe-v0", "--episodes", "2",
+             "--max-turns", "6", "--max-new-tokens", "8", "--out", str(out), "--no-progress", *extra]
+        )  # fmt: skip
+
+    assert run(tmp_path / "vs", "--env-option", "opponent=random") == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in (tmp_path / "vs" / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["error"] is None for r in records)
+    openings = [r["messages"][0]["content"] for r in records]
+    assert "You are Player 0" in openings[0] and "You are Player 1" in openings[1]  # seeds 0, 1: each seat
+    assert "Player 0 placed their symbol" in openings[1]  # the opponent moved first, the agent saw it
+    assert [r["verify_metrics"]["step_count"] for r in records] == [0, 0]  # no move from the tiny model
+    capsys.readouterr()
+    run(tmp_path / "alone")
+    records = [json.loads(line) for line in (tmp_path / "alone" / "episodes.jsonl").read_text().splitlines()]
+    assert records and all("2-player game and an agent plays one seat" in (r["error"] or "") for r in records)

@@ -30,7 +30,7 @@ from typing import Any
 
 from envharness.core.environment import Environment
 from envharness.core.types import EnvironmentMetadata
-from envharness.envs.textarena import games
+from envharness.envs.textarena import games, seats
 from envharness.envs.textarena.models import (
     GAME_SENDER,
     TextArenaAction,
@@ -41,6 +41,8 @@ from envharness.envs.textarena.models import (
 
 #: Longer moves are refused before they reach the game (no textarena move is near this).
 MAX_MESSAGE_CHARS = 4096
+#: A bound on scripted seats moving in a row (a game that never hands the turn back).
+MAX_OPPONENT_MOVES = 10_000
 
 
 @dataclass
@@ -51,6 +53,10 @@ class TextArenaConfig:
     num_players: int = 1
     max_turns: int | None = None
     game_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Multi-player games: who plays the seats the client does not (`seats.py`); None: the
+    #: client plays every seat.
+    opponent: str | None = None
+    seat: int | str | None = None
 
 
 class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
@@ -68,6 +74,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         self._logs: dict[int, list[TextArenaMessage]] = {0: []}
         #: How much of each player's log that player has been shown (``new_messages_from``).
         self._seen: dict[int, int] = {}
+        self._table: seats.Table | None = None
         self._state = TextArenaState(
             env_id=self.config.env_id,
             num_players=self.config.num_players,
@@ -83,10 +90,13 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         task: str | None = None,
         env_id: str | None = None,
         num_players: int | None = None,
+        opponent: str | None = None,
+        seat: int | str | None = None,
         **game_kwargs: Any,
     ) -> TextArenaObservation:
         """`task` (or `env_id`): the game of this episode; `num_players`: its number of players
-        (default: the server's, or the fewest the game takes); other options: its keyword arguments."""
+        (default: the server's, or the fewest the game takes); `opponent` and `seat`: who plays
+        the other seats (`seats.py`); other options: the game's keyword arguments."""
         chosen = games.check_env_id(task or env_id or self.config.env_id)
         if chosen == self.config.env_id and not game_kwargs:
             game_kwargs = dict(self.config.game_kwargs)
@@ -94,6 +104,10 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         players = self._players_for(chosen, num_players)
         seed = secrets.randbits(31) if seed is None else seed
+        if players > 1:  # the server's seating applies to its multi-player games only
+            opponent = self.config.opponent if opponent is None else opponent
+            seat = self.config.seat if seat is None else seat
+        table = seats.seat_table(chosen, players, seed, opponent, seat)
         game = games.make_game(chosen, game_kwargs)
         try:
             self._rng.run(seed, lambda: game.reset(num_players=players, seed=seed))
@@ -102,6 +116,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
                 f"{chosen} could not start with {game_kwargs or 'its defaults'}: {type(exc).__name__}: {exc}"
             ) from exc
         self._game = game
+        self._table = table
         self._logs = {player: [] for player in range(players)}
         self._seen = {}
         self._state = TextArenaState(
@@ -112,8 +127,13 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             max_turns=self.config.max_turns,
             seed=seed,
             game_kwargs=dict(game_kwargs),
+            seat=table.seat if table else None,
+            opponent=table.opponent if table else None,
         )
-        return self._observe(done=False, mover=None, info={})
+        done, info = self._play_opponents(False, {})
+        return self._observe(
+            done=done, viewer=table.seat if table else self._current(), scored=done, info=info
+        )
 
     def _players_for(self, env_id: str, asked: int | None) -> int:
         """The number of players of this episode: asked, the server's setting, or the game's fewest."""
@@ -138,14 +158,21 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             raise ValueError("empty move: send the move as text, e.g. '[crane]' for Wordle")
         if len(message) > MAX_MESSAGE_CHARS:
             raise ValueError(f"move of {len(message)} characters refused: at most {MAX_MESSAGE_CHARS}")
-        mover = self._state.current_player_id
+        mover = self._current()
         if action.player_id is not None and action.player_id != mover:
             raise ValueError(
                 f"it is player {mover}'s turn, not player {action.player_id}'s: "
                 f"the move is refused (the observation's current_player_id says who moves)"
             )
+        self._state.step_count += 1  # the client's moves; the opponents' are not steps of this session
+        done, info = self._play(message)
+        done, info = self._play_opponents(done, info)
+        viewer = self._table.seat if self._table else (mover if done else self._current())
+        return self._observe(done=done, viewer=viewer, scored=True, info=info)
+
+    def _play(self, message: str) -> tuple[bool, dict[str, Any]]:
+        """One move for the player to move: (done, the game's step info)."""
         done, info = self._rng.run(None, lambda: self._game.step(message))
-        self._state.step_count += 1
         base = games.unwrap(self._game).state
         games.repair_swapped_invalid_move(base)
         self._state.turn = int(getattr(base, "turn", self._state.turn + 1))
@@ -154,7 +181,36 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             done = True
             info["truncated"] = True
             info.setdefault("reason", f"TEXTARENA_MAX_TURNS={self.config.max_turns} moves reached")
-        return self._observe(done=bool(done), mover=mover, info=info)
+        return bool(done), info
+
+    def _play_opponents(self, done: bool, info: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """The scripted seats move until it is the client's seat's turn or the game ends."""
+        for _ in range(MAX_OPPONENT_MOVES):
+            if self._table is None or done or self._current() == self._table.seat:
+                return done, info
+            player = self._current()
+            self._drain(player)
+            move = self._table.move(self._state.env_id, {"messages": self._logs[player]})
+            done, info = self._play(move)
+        raise RuntimeError(
+            f"the opponents made {MAX_OPPONENT_MOVES} moves in a row without ending their turn"
+        )
+
+    def _current(self) -> int:
+        return int(getattr(games.unwrap(self._game).state, "current_player_id", 0) or 0)
+
+    def _drain(self, player: int) -> None:
+        """Move what the game queued for `player` into that player's log (the player to move
+        through the game's own `get_observation`, which some games extend)."""
+        base = games.unwrap(self._game)
+        if player == self._current():
+            current, new = base.get_observation()
+            self._take_messages(int(current if current is not None else player), new)
+            return
+        pending = getattr(base.state, "observations", None)
+        if isinstance(pending, dict):
+            self._take_messages(player, pending.get(player))
+            pending[player] = []
 
     # -- observation ------------------------------------------------------------------
     def _rewards(self) -> list[float]:
@@ -173,11 +229,9 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
 
     def _finish(self, base: Any, viewer: int, reward: float, info: dict[str, Any]) -> None:
         """The end of a game: every seat's pending messages and the outcome reach its log."""
-        pending = getattr(base.state, "observations", None) or {}
         for player in range(self._state.num_players):
             if player != viewer:
-                self._take_messages(player, pending.get(player))
-                pending[player] = []
+                self._drain(player)
         game_info = getattr(base.state, "game_info", {}) or {}
         for player in range(self._state.num_players):
             reason = (game_info.get(player) or {}).get("reason") or info.get("reason")
@@ -194,20 +248,20 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         if self._state.num_players > 1:
             info["rewards"] = self._rewards()
 
-    def _observe(self, *, done: bool, mover: int | None, info: dict[str, Any]) -> TextArenaObservation:
+    def _observe(
+        self, *, done: bool, viewer: int, scored: bool, info: dict[str, Any]
+    ) -> TextArenaObservation:
+        """What `viewer` sees now; `scored`: the reward is read (after a move), else 0."""
         base = games.unwrap(self._game)
-        player_id, new = base.get_observation()
-        player_id = int(player_id if player_id is not None else 0)
-        viewer = mover if done and mover is not None else player_id
-        self._take_messages(player_id, new)
-        reward = self._rewards()[viewer] if mover is not None else 0.0
+        self._drain(viewer)
+        reward = self._rewards()[viewer] if scored else 0.0
         if done:
             self._finish(base, viewer, reward, info)
         self._state.done = done
         self._state.won = done and reward >= 1.0
         self._state.last_reward = reward
         self._state.last_info = dict(info)
-        self._state.current_player_id = player_id
+        self._state.current_player_id = self._current()
         self._state.raw_state = self._snapshot(base.state, done)
         log = self._logs[viewer]
         start, self._seen[viewer] = self._seen.get(viewer, 0), len(log)
@@ -219,6 +273,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
             current_player_id=viewer,
             legal_players=sorted(p for p in role_mapping if isinstance(p, int) and p >= 0),
             info=info,
+            seat=self._state.seat,
             done=done,
             reward=reward,
             metadata={

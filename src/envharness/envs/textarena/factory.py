@@ -9,6 +9,8 @@ variables, which are read from the server's environment as OpenEnv's textarena_e
                             takes, 1 for the single-player games); checked against the game
 ``TEXTARENA_MAX_TURNS``     ``max_turns``: the episode ends (``info["truncated"]``) after
                             that many moves (OpenEnv stores it without enforcing it)
+``opponent``, ``seat``       options only: who plays the seats of a multi-player game that the
+                            client does not (``random``, ``scripted``; `seats.py`)
 ``TEXTARENA_KW_<name>``     ``game_kwargs[name]``, passed to ``ta.make``; values are JSON
                             when they parse (``5``, ``true``, ``[1, 2]``), text otherwise
 ==========================  ===========================================================
@@ -24,7 +26,7 @@ import json
 import os
 from typing import Any, Mapping
 
-from envharness.envs.textarena import games
+from envharness.envs.textarena import games, seats
 from envharness.envs.textarena.environment import TextArenaConfig, TextArenaEnvironment
 
 KW_PREFIX = "TEXTARENA_KW_"
@@ -90,6 +92,8 @@ class TextArenaEnvironmentFactory:
                 num_players=self.config.num_players,
                 max_turns=self.config.max_turns,
                 game_kwargs=dict(self.config.game_kwargs),
+                opponent=self.config.opponent,
+                seat=self.config.seat,
             )
         )
 
@@ -114,6 +118,7 @@ def make_environment_factory(
     for name in ("env_id", "num_players", "max_turns"):
         if name in options:
             merged[name] = options.pop(name)
+    seating = {name: options.pop(name) for name in ("opponent", "seat") if name in options}
     kwargs.update({k: _json_or_text(v) if isinstance(v, str) else v for k, v in options.items()})
     env_id = games.check_env_id(str(merged.get("env_id") or "Wordle-v0"))
     num_players = _positive_int("num_players", merged.get("num_players", games.player_counts(env_id)[0]))
@@ -127,7 +132,13 @@ def make_environment_factory(
         num_players=num_players,
         max_turns=None if max_turns is None else _positive_int("max_turns", max_turns),
         game_kwargs=kwargs,
+        **seating,
     )
+    if config.opponent is not None:  # checked here whatever the default game is
+        try:
+            seats.seat_table("KuhnPoker-v0", 2, 0, config.opponent, config.seat)
+        except ValueError as exc:
+            raise TextArenaConfigError(f"{exc} (--option opponent / seat)") from None
     try:
         TextArenaEnvironment(config).reset(seed=0)  # the game is made once here; bad kwargs fail now
     except ValueError as exc:

@@ -178,9 +178,8 @@ def check_players(env_id: str, num_players: int) -> int:
     return num_players
 
 
-def check_env_id(env_id: str, *, multi_player: bool = True) -> str:
-    """`env_id` when this server runs it; `GameRefused` saying why not otherwise.
-    `multi_player=False` refuses the multi-player games too (for callers that play one seat)."""
+def check_env_id(env_id: str) -> str:
+    """`env_id` when this server runs it; `GameRefused` saying why not otherwise."""
     env_id = (env_id or "").strip()
     game = game_of(env_id)
     if game is None:
@@ -193,11 +192,6 @@ def check_env_id(env_id: str, *, multi_player: bool = True) -> str:
         )
     if game in MULTI_PLAYER_LEFT_OUT:
         raise GameRefused(f"{env_id} cannot run here: {MULTI_PLAYER_LEFT_OUT[game]}")
-    if game in PLAYER_COUNTS and not multi_player:
-        raise GameRefused(
-            f"{env_id} is a {player_counts(env_id)[0]}-player game: eval and train play single-player "
-            "games; serve it (`envharness serve textarena --option task=...`) and act for every player"
-        )
     if game not in SINGLE_PLAYER_GAMES and game not in PLAYER_COUNTS:
         raise GameRefused(f"{env_id} is not a game this server knows how to run")
     if game in BROKEN:

@@ -56,8 +56,9 @@ def served_task_list() -> TaskList:
 
 
 def check_task(name: str) -> str:
-    """A single-player game id (what eval and train play), or ValueError saying why not."""
-    return games.check_env_id(name, multi_player=False)
+    """A game id this server runs, or ValueError saying why not. A multi-player game needs the
+    server's ``opponent`` option for the seats the agent does not play (the session says so)."""
+    return games.check_env_id(name)
 
 
 def describe_observation(observation: Any) -> tuple[str, str]:

@@ -49,6 +49,9 @@ class TextArenaObservation(Observation):
     info: dict[str, Any] = Field(
         default_factory=dict, description="The game's step info; at the end its outcome"
     )
+    seat: int | None = Field(
+        default=None, description="With an opponent playing the other seats: the client's own seat"
+    )
 
 
 class TextArenaState(State):
@@ -66,6 +69,9 @@ class TextArenaState(State):
     done: bool = False
     won: bool = False
     current_player_id: int = 0
+    #: With an opponent: the client's seat and who plays the others (None: every seat is the client's).
+    seat: int | None = None
+    opponent: str | None = None
 
 
 __all__ = ["GAME_SENDER", "TextArenaAction", "TextArenaMessage", "TextArenaObservation", "TextArenaState"]

@@ -149,6 +149,13 @@ class TextArenaSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         )
 
     def _initial_messages(self, result: Any, task: Any) -> list[Message]:
+        players = _field(result.observation, "legal_players") or []
+        if len(players) > 1 and _field(result.observation, "seat") is None:
+            raise ValueError(
+                f"{task or 'this game'} is a {len(players)}-player game and an agent plays one seat: "
+                "give the others an opponent (--env-option opponent=random|scripted, "
+                "or the server's --option opponent=...)"
+            )
         if self._prompt_builder is not None:
             return list(self._prompt_builder(result.observation, task, list(self.tool_names)))
         return [{"role": "user", "content": opening_text(result.observation) + "\n\n" + REPLY_HINT}]

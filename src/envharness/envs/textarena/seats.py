@@ -1,0 +1,76 @@
+"""Who plays which seat of a multi-player game when the client plays only one.
+
+``reset(task="KuhnPoker-v0", opponent="scripted", seat=1)`` (or the server options
+``opponent`` and ``seat``) makes a session single-agent: the environment plays every other
+seat with a scripted player (`opponents.POLICIES`) and hands the client only its own seat's
+view and reward. Any client then plays two-player games as it plays Wordle: ``eval`` and
+``train`` through ``--env-option opponent=scripted``, MCP, ``/web``, TRL's environment_factory.
+
+The seat defaults to ``alternate`` (seed modulo the number of players), so a run over
+consecutive seeds plays each seat equally and the first mover's edge cancels; ``random``
+draws it from the seed. Both depend on the seed alone, and the opponents' own randomness is
+seeded from it too: the same seed replays the same game, opponent moves included.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from envharness.envs.textarena import games, opponents
+
+SEAT_CHOICES = ("alternate", "random")
+
+
+@dataclass
+class Table:
+    """One game's seating: the client's seat and the policy playing every other seat."""
+
+    seat: int
+    opponent: str
+    rng: random.Random
+
+    def move(self, env_id: str, view: Any) -> str:
+        return opponents.POLICIES[self.opponent](env_id, view, self.rng)
+
+
+def seat_table(env_id: str, num_players: int, seed: int, opponent: Any, seat: Any) -> Table | None:
+    """The seating of one game, or None when the client plays every seat (no opponent).
+    Bad values are refused in words (ValueError)."""
+    if opponent in (None, "", "none"):
+        if seat not in (None, "", "alternate"):
+            raise ValueError("seat needs an opponent for the other seats (opponent=random or scripted)")
+        return None
+    if opponent not in opponents.POLICIES:
+        raise ValueError(f"unknown opponent {opponent!r}: one of {', '.join(opponents.POLICIES)}")
+    if num_players < 2:
+        raise ValueError(f"opponent={opponent}: {env_id} is a single-player game, there is no other seat")
+    family = games.game_of(env_id) or env_id
+    if opponent == "scripted" and family not in opponents.SCRIPTED_GAMES:
+        raise ValueError(
+            f"{env_id} has no scripted player (scripted games: {', '.join(opponents.SCRIPTED_GAMES)}); "
+            "opponent=random plays a legal random move where the game lists its moves"
+        )
+    return Table(
+        seat=_seat(seat, num_players, seed), opponent=opponent, rng=random.Random(f"opponent-{seed}")
+    )
+
+
+def _seat(seat: Any, num_players: int, seed: int) -> int:
+    if seat in (None, "", "alternate"):
+        return seed % num_players
+    if seat == "random":
+        return random.Random(f"seat-{seed}").randrange(num_players)
+    try:
+        number = int(seat)
+    except (TypeError, ValueError):
+        number = -1
+    if isinstance(seat, bool) or not 0 <= number < num_players:
+        raise ValueError(
+            f"seat={seat!r}: a player number from 0 to {num_players - 1}, or {' or '.join(SEAT_CHOICES)}"
+        )
+    return number
+
+
+__all__ = ["SEAT_CHOICES", "Table", "seat_table"]
