@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 
-from envharness.check import check_environment
 from envharness.cli import main as cli_main
 from envharness.core.client import EnvServerError
 from envharness.core.launchers import LocalServer

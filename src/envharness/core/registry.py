@@ -81,7 +81,11 @@ def load_target(target: str) -> Any:
 
 def _no_attribute(owner: Any, name: str) -> str:
     """Python's words for a missing attribute, and the close name when there is one."""
-    what = f"module {owner.__name__!r}" if isinstance(owner, types.ModuleType) else f"{type(owner).__name__!r} object"
+    what = (
+        f"module {owner.__name__!r}"
+        if isinstance(owner, types.ModuleType)
+        else f"{type(owner).__name__!r} object"
+    )
     close = difflib.get_close_matches(name, [n for n in dir(owner) if not n.startswith("__")], n=1)
     return f"{what} has no attribute {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
