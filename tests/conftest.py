@@ -44,6 +44,7 @@ HEAVIEST_FIRST = [
     "test_browser_all_tasks.py",
     "test_browser_switch_differential.py",
     "test_sft.py",
+    "test_device.py",  # the GPU check's own steps, on the CPU
     "test_models_embedded.py",
     "test_lifecycle.py",
     "test_policy_training.py",
@@ -93,6 +94,19 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, interval_s
     value = predicate()
     while not value and time.monotonic() < deadline:
         time.sleep(interval_s)
+        value = predicate()
+    assert value, f"condition not met within {timeout_s}s"
+    return value
+
+
+async def wait_until_async(
+    predicate: Callable[[], Any], timeout_s: float = 60.0, interval_s: float = 0.02
+) -> Any:
+    """`wait_until` inside an event loop: the loop runs (timers fire) while it polls."""
+    deadline = time.monotonic() + timeout_s
+    value = predicate()
+    while not value and time.monotonic() < deadline:
+        await asyncio.sleep(interval_s)
         value = predicate()
     assert value, f"condition not met within {timeout_s}s"
     return value

@@ -12,6 +12,7 @@ import pytest
 from envharness.envs.browsergym import BrowserGymAction
 from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.warm_pool import PARALLEL_OPENS, WarmPage, WarmPool
+from conftest import wait_until_async
 
 TEXT = {"axtree": True, "pruned_html": True, "extra_properties": False}
 
@@ -183,7 +184,8 @@ async def test_in_place_restarts_after_task_changes_answer():
 
 
 _PROBE_STORAGE = """() => ({cookie: document.cookie, local: localStorage.getItem('who'),
-                           session: sessionStorage.getItem('who'), history: history.length})"""
+                           session: sessionStorage.getItem('who'), history: history.length,
+                           typed: [...document.querySelectorAll('input, textarea')].filter(e => ['text', 'textarea'].includes(e.type)).map(e => e.value)})"""
 
 
 def _observed(obs):
@@ -192,7 +194,8 @@ def _observed(obs):
 
 async def test_a_finished_session_gives_its_context_back_cleared():
     """The next session reuses the context: nothing of the last session's is left in it (cookies,
-    storage, history, typed text, tabs), and its first observation is a page load's."""
+    storage, history, typed text, tabs), and its first observation is a page load's. The same
+    probe first sees alice's traces in her session, so each of its checks can fail."""
     factory = make_environment_factory(warm_sessions=1, **TEXT)
     loading, alice, bob = factory(), factory(), factory()
     loading.config.fast_reset = False  # every reset loads the page: the reference
@@ -201,27 +204,36 @@ async def test_a_finished_session_gives_its_context_back_cleared():
         context = alice._context
         await alice._actx.page.evaluate(
             "() => { document.cookie = 'who=alice; path=/'; localStorage.setItem('who', 'alice');"
-            " sessionStorage.setItem('who', 'alice'); }"
+            " sessionStorage.setItem('who', 'alice'); history.pushState(null, '', location.href);"
+            " history.pushState(null, '', location.href); }"  # two history entries, the same URL
         )
         textbox = re.search(r"\[(\w+)\] textbox", obs.axtree_txt).group(1)
         obs = await alice.step_async(BrowserGymAction(action_str=f"fill('{textbox}', 'alice was here')"))
         assert not obs.last_action_error
-        await alice.reset_async(task="click-checkboxes", seed=2)  # a task change: loads nothing
-        await alice.close_async()
+        traces = await alice._actx.page.evaluate(_PROBE_STORAGE)
+        assert traces.pop("history") >= 3  # her two entries on top of the page's own
+        assert traces == {
+            "cookie": "who=alice",
+            "local": "alice",
+            "session": "alice",
+            "typed": ["alice was here"],
+        }
+        await alice.close_async()  # on the page she typed into
 
-        first = await bob.reset_async(task="click-checkboxes", seed=1)  # the page alice's context shows
+        first = await bob.reset_async(task="enter-text", seed=1)  # the same task and seed: a fast reset
         assert bob._context is context, "the finished session's context was not reused"
         assert await bob._actx.page.evaluate(_PROBE_STORAGE) == {
             "cookie": "",
             "local": None,
             "session": None,
-            "history": 1,
+            "history": 1,  # Page.resetNavigationHistory: the switch alone keeps alice's entries
+            "typed": [""],
         }
-        assert _observed(first) == _observed(await loading.reset_async(task="click-checkboxes", seed=1))
+        assert "alice was here" not in first.pruned_html + first.axtree_txt
+        assert _observed(first) == _observed(await loading.reset_async(task="enter-text", seed=1))
         # and a task change in it, too
-        changed = await bob.reset_async(task="enter-text", seed=1)
-        assert _observed(changed) == _observed(await loading.reset_async(task="enter-text", seed=1))
-        assert "alice was here" not in changed.pruned_html
+        changed = await bob.reset_async(task="click-checkboxes", seed=1)
+        assert _observed(changed) == _observed(await loading.reset_async(task="click-checkboxes", seed=1))
     finally:
         for env in (loading, alice, bob):
             await env.close_async()
@@ -274,6 +286,6 @@ async def test_the_pool_follows_demand_up_to_its_budget(monkeypatch):
     assert pool.ready == 4 and most == PARALLEL_OPENS
     pool.give_back(WarmPage(SimpleNamespace(close=lambda: asyncio.sleep(0)), SimpleNamespace(), "x", 1))
     assert pool.ready == 4  # full: the context is closed, not kept
-    await asyncio.sleep(1.0)  # no take since: demand gone, the spare contexts closed
-    assert pool.ready == 1 and pool.target == 1
+    # no take since: once the demand window and the shrink delay pass, the spare contexts close
+    await wait_until_async(lambda: pool.ready == 1 and pool.target == 1)
     await pool.aclose()

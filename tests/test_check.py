@@ -153,7 +153,7 @@ def test_textarena_passes_every_check():
 def test_the_custom_example_passes(capsys):
     assert cli_main(["check", "number_guess:SPEC", "--tasks", "all", "--episodes", "1"]) == 0
     out = capsys.readouterr().out
-    assert "8 passed, 0 failed, 0 skipped" in out and "task_list: 3 task(s) listed" in out
+    assert "9 passed, 0 failed, 0 skipped" in out and "task_list: 3 task(s) listed" in out
 
 
 def test_a_web_task_module_passes(monkeypatch):
@@ -172,7 +172,7 @@ def test_a_web_task_module_passes(monkeypatch):
 def test_the_short_form_of_the_example_passes(capsys):
     """`examples/custom_env/guess.py`: the game in `define_environment`'s short form."""
     assert cli_main(["check", "guess:SPEC", "--tasks", "all", "--episodes", "1"]) == 0
-    assert "8 passed, 0 failed, 0 skipped" in capsys.readouterr().out
+    assert "9 passed, 0 failed, 0 skipped" in capsys.readouterr().out
 
 
 # -- and fails, saying why, on broken environments --------------------------------------------

@@ -1,12 +1,15 @@
 """--device / --dtype: one choice for every command, refused in words when the machine cannot give it.
 
-This machine has no GPU: `auto` must mean the CPU in float32, and `cuda` must be refused. The
-GPU rules (bf16 only where the card has it, `cuda:N` within the cards there are) are checked
-against a GPU described to torch's query functions, since none can exist here; the real GPU
-path is `scripts/gpu_check.py`."""
+The tests hold on a machine with CUDA and on one without: each asks torch what is there and
+asserts what that machine must give (`auto`: the GPU in bf16 where the card has it, else the
+CPU in float32; a GPU asked for where there is none, or an index past the last card, refused
+in words). The GPU rules on a card this machine may not have (no bf16) are checked against a GPU
+described to torch's query functions; `scripts/gpu_check.py --cpu` runs the GPU check's own
+steps on the CPU, and on a GPU machine the check itself runs once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -17,15 +20,35 @@ from envharness.models import load_backend
 from envharness.models.device import DeviceError, resolve, resolve_device, resolve_dtype
 
 
-def test_auto_is_the_cpu_in_float32_without_a_gpu():
+CUDA = torch.cuda.is_available()
+
+
+def test_auto_is_the_gpu_when_there_is_one_else_the_cpu_in_float32():
     placement = resolve("auto", "auto")
-    assert placement.device == torch.device("cpu") and placement.dtype == torch.float32
-    assert placement.describe() == {"device": "cpu", "dtype": "float32"}
+    if not CUDA:
+        assert placement.device == torch.device("cpu") and placement.dtype == torch.float32
+        assert placement.describe() == {"device": "cpu", "dtype": "float32"}
+        return
+    bf16 = torch.cuda.get_device_capability(placement.device)[0] >= 8
+    assert placement.device == torch.device("cuda", torch.cuda.current_device())
+    assert placement.dtype == (torch.bfloat16 if bf16 else torch.float32)
+    assert placement.describe()["device_name"] == torch.cuda.get_device_name(placement.device)
 
 
 @pytest.mark.parametrize("spec", ["cuda", "cuda:0", "CUDA:1"])
-def test_cuda_without_a_gpu_is_refused_in_words(spec):
-    with pytest.raises(DeviceError, match="use --device cpu or auto"):
+def test_cuda_is_given_where_there_is_a_card_and_refused_in_words_elsewhere(spec):
+    written = spec.partition(":")[2]
+    index = int(written) if written else (torch.cuda.current_device() if CUDA else 0)
+    if CUDA and index < torch.cuda.device_count():
+        assert resolve_device(spec) == torch.device("cuda", index)
+        return
+    with pytest.raises(DeviceError, match="use --device cpu or auto" if not CUDA else "this machine has"):
+        resolve_device(spec)
+
+
+def test_an_index_past_the_last_card_is_refused_in_words():
+    spec = f"cuda:{torch.cuda.device_count() if CUDA else 7}"
+    with pytest.raises(DeviceError, match="this machine has" if CUDA else "use --device cpu or auto"):
         resolve_device(spec)
 
 
@@ -83,10 +106,21 @@ def test_remote_models_refuse_a_device_choice():
         load_backend("openai:gpt@http://127.0.0.1:9", device="cuda")
 
 
+#: A device this machine cannot give, and the words of its refusal.
+UNAVAILABLE = (
+    (["--device", f"cuda:{torch.cuda.device_count()}"], "this machine has")
+    if CUDA
+    else (
+        ["--device", "cuda"],
+        "torch was built without CUDA" if torch.version.cuda is None else "torch sees no GPU",
+    )
+)
+
+
 @pytest.mark.parametrize("command", ["eval", "train", "sft", "policy"])
 def test_every_command_refuses_what_the_machine_cannot_give(command):
     for flags, words in (
-        (["--device", "cuda"], "torch was built without CUDA"),
+        UNAVAILABLE,
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--dtype", "float64"], "unknown dtype 'float64'"),
     ):
@@ -100,7 +134,7 @@ def test_every_command_refuses_what_the_machine_cannot_give(command):
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=600,  # a hang guard: `train` imports TRL, slow on a busy machine
         )
         assert done.returncode == 2 and words in done.stderr, (command, flags, done.stderr[-500:])
 
@@ -122,14 +156,53 @@ def test_seeded_rows_draw_what_multinomial_draws_in_any_batch():
     assert [t for t, s in zip(together, seeds) if s is not None] == [alone[s] for s in seeds if s is not None]
 
 
-def test_the_gpu_check_says_there_is_no_gpu_and_exits_0(tmp_path):
+def test_the_gpu_check_without_a_gpu_says_so_and_on_one_samples_there(tmp_path):
+    """Without CUDA the check has nothing to do and says so; with it, its seeded-sampling step
+    runs on the GPU (the whole check is `python scripts/gpu_check.py`, minutes long)."""
+    only = ["--only", "seeded_sampling"] if CUDA else []
     done = subprocess.run(
-        [sys.executable, "scripts/gpu_check.py", "--out", str(tmp_path)],
+        [sys.executable, "scripts/gpu_check.py", "--out", str(tmp_path), *only],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
-    assert done.returncode == 0 and "no CUDA GPU here" in done.stdout
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    if not CUDA:
+        assert "no CUDA GPU here" in done.stdout and not (tmp_path / "gpu_check.json").exists()
+        return
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["device"] == "cuda" and report["seeded_sampling"]["ok"], report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_gpu_check_checks_itself_on_the_cpu_with_a_tiny_model(tmp_path):
+    """`--cpu`: every step of the GPU check (logprobs, sampling, generation, eval, policy, sft,
+    train) on the CPU with a tiny model, each one ok; on any machine."""
+    done = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--cpu", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    failed = {k: v.get("error") for k, v in report.items() if isinstance(v, dict) and v.get("ok") is False}
+    assert done.returncode == 0 and not failed, failed or done.stderr[-2000:]
+    steps = [k for k, v in report.items() if isinstance(v, dict) and "ok" in v]
+    assert steps == [
+        "logprobs",
+        "seeded_sampling",
+        "generation",
+        "eval",
+        "policy",
+        "sft",
+        "train_no_signal",
+        "train_signal",
+    ]
+    assert report["device"] == "cpu"
+    for arm in report["logprobs"].values():
+        if isinstance(arm, dict) and "abs_diff_mean" in arm:
+            assert arm["model_device"] == "cpu" and arm["tokens"] > 0
 
 
 def test_train_in_bf16_mixed_precision_on_the_cpu_logs_where_it_ran(tmp_path):

@@ -47,9 +47,12 @@ class EchoFleetSessions(ResourceSessionFactory):
     def __init__(self, router: FleetRouter):
         self.router = router
         self.server_of: dict[str, str] = {}
-        self.started_at: dict[str, float] = {}
+        self.server_of_task: dict[str, str] = {}
+        #: The servers the router counted healthy when each episode asked for one.
+        self.healthy_then: dict[str, list[str]] = {}
 
     def create(self, task, seed=None, episode_id=None):
+        self.healthy_then[episode_id] = list(self.router.healthy_urls())
         lease = self.router()
         session = StepEnvSessionAdapter(
             lease,
@@ -61,8 +64,31 @@ class EchoFleetSessions(ResourceSessionFactory):
             initial_messages_builder=lambda result, task: [{"role": "user", "content": f"Say: {task}"}],
         )
         self.server_of[episode_id] = lease.url
-        self.started_at[episode_id] = time.monotonic()
+        self.server_of_task[task] = lease.url
         return session
+
+
+class KillMidEpisode:
+    """A model step that holds the victim's episodes two steps in until the victim is killed, so
+    the kill lands mid-episode however fast or slow the machine is."""
+
+    def __init__(self, factory: EchoFleetSessions, victim) -> None:
+        self.factory, self.victim = factory, victim
+        self.holding, self.killed = threading.Event(), threading.Event()
+
+    def __call__(self, messages, tools, sampling):
+        word = messages[0]["content"].removeprefix("Say: ")
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        if turn >= 2 and self.factory.server_of_task.get(word) == self.victim.base_url:
+            self.holding.set()
+            assert self.killed.wait(120), "the victim was never killed"
+        return slow_say(messages, tools, sampling)
+
+    def kill_when_held(self) -> None:
+        if self.holding.wait(120):
+            os.kill(self.victim.process.pid, signal.SIGKILL)
+            self.victim.process.wait(60)
+        self.killed.set()  # (also when nothing was held: the test then fails on its assertions)
 
 
 def slow_say(messages, tools, sampling):
@@ -109,12 +135,16 @@ def three_servers(server_pool):
     yield server_pool
 
 
-def run_batch(factory: EchoFleetSessions, n: int, concurrency: int):
+#: One-letter task words (reward 0.1 a step), one per episode, so a model step knows its episode.
+WORDS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def run_batch(factory: EchoFleetSessions, n: int, concurrency: int, model_step=slow_say):
     return run_coroutine_sync(
         run_episodes(
             factory,
-            ["x"] * n,
-            model_step=slow_say,
+            list(WORDS[:n]),
+            model_step=model_step,
             limits=HarnessRunLimits(max_turns=TURNS),
             max_concurrency=concurrency,
             episode_ids=[f"e{i}" for i in range(n)],
@@ -155,21 +185,12 @@ def test_a_server_killed_mid_batch_fails_only_its_episodes_as_infrastructure(thr
     with FleetRouter(urls, client_class=AsyncEchoEnv, poll_interval_s=0.2) as router:
         router.wait_ready(timeout_s=30)
         factory = EchoFleetSessions(router)
-        killed_at: list[float] = []
-
-        def kill_when_busy():
-            wait_until(
-                lambda: sum(1 for u in factory.server_of.values() if u == victim.base_url) >= 2, timeout_s=60
-            )
-            time.sleep(0.3)  # its episodes are a few steps in
-            os.kill(victim.process.pid, signal.SIGKILL)
-            killed_at.append(time.monotonic())
-
-        killer = threading.Thread(target=kill_when_busy)
+        step = KillMidEpisode(factory, victim)
+        killer = threading.Thread(target=step.kill_when_held)
         killer.start()
-        results = run_batch(factory, n=18, concurrency=6)
-        killer.join(timeout=60)
-        assert killed_at, "the victim server never got episodes"
+        results = run_batch(factory, n=18, concurrency=6, model_step=step)
+        killer.join(timeout=180)
+        assert step.holding.is_set(), "the victim server never got episodes"
 
         failed = [r for r in results if r.error is not None]
         assert failed, "the killed server's in-flight episodes must fail"
@@ -180,7 +201,7 @@ def test_a_server_killed_mid_batch_fails_only_its_episodes_as_infrastructure(thr
         for r in results:
             if r.error is None:  # the others finish with their real reward (0.1 per step)
                 assert r.env_reward == pytest.approx(0.1) and len(r.tool_trace) == TURNS
-                if factory.started_at[r.episode_id] > killed_at[0] + 1.0:  # new sessions avoid the dead one
+                if victim.base_url not in factory.healthy_then[r.episode_id]:  # known dead: avoided
                     assert factory.server_of[r.episode_id] != victim.base_url
         assert rollout_metrics(results)["infra_failures"] == len(failed)
         assert victim.base_url not in router.healthy_urls()
@@ -201,22 +222,17 @@ def test_rollout_func_masks_and_counts_infrastructure_failures(three_servers):
         router.wait_ready(timeout_s=30)
         factory = EchoFleetSessions(router)
         victim = three_servers[0]
-
-        def kill_when_busy():  # once the victim holds an episode a few steps in (not at a fixed time a fast or slow machine misses)
-            wait_until(lambda: victim.base_url in factory.server_of.values(), timeout_s=60)
-            time.sleep(0.3)
-            os.kill(victim.process.pid, signal.SIGKILL)
-
-        killer = threading.Thread(target=kill_when_busy)
+        step = KillMidEpisode(factory, victim)  # the kill lands once a victim's episode is two steps in
+        killer = threading.Thread(target=step.kill_when_held)
         killer.start()
         rollout_func = build_harness_rollout_func(
             session_factory=factory,
-            model_step_builder=lambda trainer, session: slow_say,
+            model_step_builder=lambda trainer, session: step,
             limits=HarnessRunLimits(max_turns=TURNS),
             max_concurrency=6,
         )
-        out = rollout_func(["x"] * 6, None)
-        killer.join(timeout=60)
+        out = rollout_func(list(WORDS[:6]), None)
+        killer.join(timeout=180)
         infra = [bool(m.get("infra_failure")) for m in out["verify_metrics"]]
         assert any(infra) and not all(infra)
         for flagged, mask, reward in zip(infra, out["env_mask"], out["env_reward"]):

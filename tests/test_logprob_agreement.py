@@ -30,8 +30,9 @@ def exact_logprobs(model) -> list[list[float]]:
     return out
 
 
-def one_step(tmp_path, reward, shift=(0.0, 0.0), correct=True):
-    """One GRPO step on fixed completions whose reported logprobs are the exact ones plus `shift`."""
+def one_step(tmp_path, reward, shift=(0.0, 0.0), correct=True, on_loss=None):
+    """One GRPO step on fixed completions whose reported logprobs are the exact ones plus `shift`;
+    `on_loss(inner, model, inputs)` sees each loss computation (TRL's own, as the step runs it)."""
     from trl import GRPOTrainer
 
     from envharness.models.embedded import tiny_test_model
@@ -69,7 +70,8 @@ def one_step(tmp_path, reward, shift=(0.0, 0.0), correct=True):
     seen = []
     inner = trainer._compute_loss
     trainer._compute_loss = lambda m, inputs: (
-        seen.append((inputs.get("importance_sampling_ratio"), trainer.use_vllm)) or inner(m, inputs)
+        seen.append((inputs.get("importance_sampling_ratio"), trainer.use_vllm))
+        or (on_loss or (lambda f, *a: f(*a)))(inner, m, inputs)
     )
     trainer.train()
     return trainer, seen, next(h for h in trainer.state.log_history if "loss" in h)
@@ -101,6 +103,37 @@ def test_a_gap_is_measured_and_truncated(tmp_path):
     assert ratio[:, 0].tolist() == pytest.approx([3.0] * ratio.shape[0]) and ratio[
         :, 1
     ].tolist() == pytest.approx([1.0] * ratio.shape[0], abs=1e-4)
+
+
+def gradients_by_ratio(found: dict):
+    """An `on_loss` that takes TRL's loss on the step's batch twice, with the step's ratio and with
+    every ratio 1, and keeps both gradients (then the step goes on as it would)."""
+
+    def on_loss(inner, model, inputs):
+        ratio = inputs["importance_sampling_ratio"]
+        params = [p for p in model.parameters() if p.requires_grad]
+        for name, weights in (("step", ratio), ("ones", torch.ones_like(ratio))):
+            loss = inner(model, {**inputs, "importance_sampling_ratio": weights})
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            found[name] = torch.cat([g.flatten() for g in grads if g is not None])
+        found["ratio"] = ratio
+        return inner(model, inputs)
+
+    return on_loss
+
+
+@pytest.mark.parametrize("shift, changes", [((0.0, -2.0), True), ((0.0, 0.0), False)])
+def test_the_correction_changes_the_gradient(tmp_path, shift, changes):
+    """Ratio 3 on the token that decides the reward against ratio 1 on the same batch: TRL's loss
+    really weighs by it (another gradient); with the sampler exact (ratio 1) nothing changes."""
+    found: dict = {}
+    one_step(tmp_path, second_token_wins, shift=shift, on_loss=gradients_by_ratio(found))
+    assert found["ratio"][:, 1].tolist() == pytest.approx(
+        [3.0 if changes else 1.0] * found["ratio"].shape[0], abs=1e-4
+    )
+    gap = float((found["step"] - found["ones"]).norm() / found["ones"].norm())
+    assert found["ones"].norm() > 0
+    assert (gap > 0.1) if changes else (gap < 1e-3), gap
 
 
 def test_correction_off_still_measures(tmp_path):

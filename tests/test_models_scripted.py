@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from envharness.envs.browsergym.sessions import action_instructions, format_observation
 from envharness.models import load_backend
@@ -84,9 +83,6 @@ async def test_answers_with_the_solution_or_a_noop_and_a_reason():
 
 
 async def test_solves_click_test_with_the_real_solutions():
-    pytest.importorskip(
-        "envharness.envs.browsergym.solutions", reason="solutions.py (issue 3) not written yet"
-    )
     backend = load_backend("scripted")
     msgs = [
         {

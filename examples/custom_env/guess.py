@@ -12,9 +12,7 @@ import re
 
 from pydantic import Field
 
-from envharness.core.environment import Environment
-from envharness.core.types import Action, Observation, State
-from envharness.harness import define_environment
+from envharness import Action, Environment, Observation, State, define_environment
 
 RANGES = {"guess-10": 10, "guess-100": 100, "guess-1000": 1000}
 

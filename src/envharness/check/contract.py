@@ -48,6 +48,10 @@ from envharness.check.report import FAIL, PASS, SKIP, CheckReport
 from envharness.harness.adapter import tool_message_content
 from envharness.harness.types import LLMResponse, Message
 
+BUG = (
+    "by the contract an exception other than InvalidAction (or ValueError) is the environment's bug "
+    "and ends the episode: reject a bad action with `raise InvalidAction(message)`"
+)
 NO_HARNESS = "registers no harness (EnvSpec.harness): no tools, tasks or scripted policy to check"
 
 
@@ -141,6 +145,8 @@ async def check_bad_wire_actions(pg: Playground, wire: Wire) -> tuple[str, str]:
             except EnvServerError as exc:
                 if not exc.message.strip():
                     return FAIL, f"{label}: the server's error has no message (code {exc.code})"
+                if exc.code == "EXECUTION_ERROR" and not isinstance(exc, ValueError):
+                    return FAIL, f"{label}: step raised {exc.message}; {BUG}"
                 refused += 1
             except (ConnectionError, TimeoutError) as exc:
                 return FAIL, f"{label} ended the session: {exc}"
@@ -264,7 +270,8 @@ async def check_bad_tool_calls(
             if len(result.tool_trace) < len(labels)
             else (labels[-1] if labels else "the start")
         )
-        return FAIL, f"{task} seed {seed}: the episode died at {last}: {result.error}"
+        bug = f"; {BUG}" if result.metrics.get("env_error") else ""
+        return FAIL, f"{task} seed {seed}: the episode died at {last}: {result.error}{bug}"
     for label, entry in zip(labels, result.tool_trace):
         if label != "the valid action" and not str(tool_message_content(entry.result)).strip():
             return FAIL, f"{task} seed {seed}: {label} ({entry.tool_name}) got no message back"
@@ -281,6 +288,20 @@ async def check_bad_tool_calls(
         PASS,
         f"{task}: bad calls answered in words; the episode ended (done) at {ended}, as the game's rules may say",
     )
+
+
+def check_reward_range(pg: Playground, plays: list[Play]) -> tuple[str, str]:
+    """Every reward the episodes saw lies in the declared `reward_range`."""
+    low, high = pg.harness.reward_range
+    seen = [(p, k, f.reward) for p in plays for k, f in enumerate(p.tape) if f.reward is not None]
+    outside = [(p, k, r) for p, k, r in seen if not low <= r <= high]
+    if outside:
+        p, k, r = outside[0]
+        return FAIL, (
+            f"{p.task} seed {p.seed}, {'reset' if k == 0 else f'step {k}'}: reward {r:g} outside the declared "
+            f"range [{low:g}, {high:g}] ({len(outside)} of {len(seen)}); declare it: define_environment(reward_range=...)"
+        )
+    return PASS, f"{len(seen)} reward(s) within [{low:g}, {high:g}]; the full score is {high:g}"
 
 
 def check_scripted(pg: Playground, plays: list[Play]) -> tuple[str, str]:
@@ -410,7 +431,8 @@ async def check_environment_async(
     if pg.harness is None and tasks:
         raise CheckSetupError(f"environment {env!r} {NO_HARNESS}: drop --tasks")
     chosen = pg.tasks(tasks) if pg.harness is not None else []
-    report = CheckReport(env=env, tasks=chosen)
+    listed = len(pg.harness.task_list().tasks) if pg.harness is not None and not tasks else 0
+    report = CheckReport(env=env, tasks=chosen, listed=listed)
     await pg.start(env_url=env_url, max_sessions=max(64, 4 * concurrency))
     try:
         plays: list[Play] = []
@@ -445,10 +467,11 @@ async def check_environment_async(
         await _guarded(report, "reset_after_done", lambda: check_reset_after_done(pg, wire, plays, max_steps))
         if pg.harness is not None:
             await _guarded(report, "scripted_policy_wins", lambda: _now(check_scripted(pg, plays)))
+            await _guarded(report, "reward_range", lambda: _now(check_reward_range(pg, plays + again)))
             await _guarded(report, "task_list", lambda: check_task_list(pg, plays))
             await _guarded(report, "unknown_task", lambda: check_unknown_task(pg, plays))
         else:
-            for name in ("scripted_policy_wins", "task_list", "unknown_task"):
+            for name in ("scripted_policy_wins", "reward_range", "task_list", "unknown_task"):
                 report.add(name, SKIP, f"{env} {NO_HARNESS}")
     finally:
         await pg.close()

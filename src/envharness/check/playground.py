@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from urllib.parse import quote
 
 from envharness.harness.rollout import run_episode
+from envharness.harness.success import episode_success as verdict_of
 from envharness.harness.tool_parsing import normalize_parsed
 from envharness.harness.types import (
     HarnessRolloutResult,
@@ -195,12 +196,10 @@ class ScriptedPolicy:
 
 
 def episode_success(result: HarnessRolloutResult) -> bool:
-    """Eval's verdict (`eval/stats.py:is_success`): the session's `success` metric when it
-    reports one, else a positive reward; a crashed episode never succeeds."""
-    if result.error is not None:
-        return False
-    verdict = (result.verify.metrics if result.verify is not None else {}).get("success")
-    return bool(verdict) if verdict is not None else (result.env_reward or 0.0) > 0
+    """Eval's verdict (`harness/success.py`): the environment's declared success, never partial
+    credit; a crashed episode never succeeds."""
+    metrics = result.verify.metrics if result.verify is not None else {}
+    return verdict_of(metrics, result.env_reward, result.error)
 
 
 #: Observation keys that hold clocks, not state: left out when episodes are compared.

@@ -12,6 +12,20 @@ from typing import Any
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
+#: The item of the author's checklist (docs/new_environment.md) each contract check verifies:
+#: a failed check names it.
+CHECKLIST = {
+    "server_api": "step_count",
+    "same_seed_same_episode": "seeded reset",
+    "bad_wire_actions": "errors",
+    "bad_tool_calls": "errors",
+    "reset_after_done": "reset after done",
+    "scripted_policy_wins": "success",
+    "reward_range": "reward range",
+    "task_list": "task names",
+    "unknown_task": "task names",
+}
+
 
 @dataclass
 class CheckResult:
@@ -22,7 +36,12 @@ class CheckResult:
     reason: str = ""
 
     def line(self) -> str:
-        return f"{self.status}  {self.name}" + (f": {self.reason}" if self.reason else "")
+        item = CHECKLIST.get(self.name) if self.status == FAIL else None
+        return (
+            f"{self.status}  {self.name}"
+            + (f": {self.reason}" if self.reason else "")
+            + (f" [checklist: {item}, docs/new_environment.md]" if item else "")
+        )
 
 
 @dataclass
@@ -33,6 +52,8 @@ class CheckReport:
     results: list[CheckResult] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: How many tasks the environment lists (more than `tasks`: only some were checked).
+    listed: int = 0
 
     def add(self, name: str, status: str, reason: str = "") -> CheckResult:
         result = CheckResult(name, status, reason)
@@ -64,6 +85,8 @@ class CheckReport:
             if self.tasks
             else ""
         )
+        if self.listed > len(self.tasks):
+            head += f"\n  {len(self.tasks)} of {self.listed} listed tasks checked (the default ones); --tasks all checks every one"
         tail = f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped in {self.seconds:.1f}s"
         return "\n".join([head, *(r.line() for r in self.results), tail])
 

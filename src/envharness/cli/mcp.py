@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
     try:
         factory = make_factory(args.name, **collect_options(args.option, dict(os.environ)))
-    except (KeyError, ValueError, TypeError, ImportError) as exc:
+    except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
         print(f"envharness mcp: {exc}", file=sys.stderr)
         return 2
     try:

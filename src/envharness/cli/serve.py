@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = collect_options(args.option, dict(os.environ))
         factory = make_factory(args.name, **options)
-    except (KeyError, ValueError, TypeError, ImportError) as exc:
+    except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
         print(f"envharness serve: {exc}", file=sys.stderr)
         return 2
     token = args.token or os.environ.get("ENVHARNESS_TOKEN") or None

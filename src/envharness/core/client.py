@@ -20,6 +20,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from envharness.core import launchers
+from envharness.core.errors import InvalidAction
 from envharness.core.types import Observation, State, StepResult
 
 ActT = TypeVar("ActT")
@@ -55,6 +56,14 @@ class EnvServerError(RuntimeError):
         #: The environment's machinery failed (e.g. its browser died), not the episode.
         self.infrastructure: bool = bool(data.get("infrastructure", False))
         super().__init__(f"Server error: {self.message} (code: {self.code})")  # OpenEnv's wording
+
+
+class ActionRefused(EnvServerError, InvalidAction):
+    """The environment refused the action (`InvalidAction` on the server): the agent's
+    mistake, which the harness shows as the tool's error; the session goes on."""
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def websocket_url(base_url: str) -> str:
@@ -181,7 +190,8 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
                     f"The server closed the connection ({exc}); the session is gone"
                 ) from None
         if reply.get("type") == "error":
-            error = EnvServerError(reply.get("data") or {})
+            data = reply.get("data") or {}
+            error = ActionRefused(data) if data.get("invalid_action") else EnvServerError(data)
             if error.code in _SESSION_ENDING:
                 self._drop(ws)
             raise error

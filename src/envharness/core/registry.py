@@ -23,11 +23,13 @@ target, or an `EnvSpec` of the user's own.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib
 import inspect
 import os
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +73,21 @@ def load_target(target: str) -> Any:
         raise KeyError(f"{target!r} is not module.path:attribute")
     value: Any = _import_here_too(module_name)
     for name in attribute.split("."):
+        if not hasattr(value, name):
+            raise AttributeError(_no_attribute(value, name))
         value = getattr(value, name)
     return value
+
+
+def _no_attribute(owner: Any, name: str) -> str:
+    """Python's words for a missing attribute, and the close name when there is one."""
+    what = (
+        f"module {owner.__name__!r}"
+        if isinstance(owner, types.ModuleType)
+        else f"{type(owner).__name__!r} object"
+    )
+    close = difflib.get_close_matches(name, [n for n in dir(owner) if not n.startswith("__")], n=1)
+    return f"{what} has no attribute {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
 def _import_here_too(module_name: str) -> Any:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from envharness.core.environment import Environment
+from envharness.core.errors import is_invalid_action
 from pydantic import ValidationError
 
 from envharness.core.protocol import ErrorCode, ProtocolError, validation_error
@@ -270,7 +271,13 @@ async def run_step(session: Session, action_data: dict[str, Any]) -> Observation
         action = action_type.model_validate(action_data)
     except ValidationError as exc:
         raise validation_error(f"Invalid action for {action_type.__name__}", exc) from None
-    observation = await session.env.step_async(action)
+    try:
+        observation = await session.env.step_async(action)
+    except Exception as exc:
+        if not is_invalid_action(exc):
+            raise  # the environment's bug: an EXECUTION_ERROR that ends the episode
+        session.step_count += 1  # the agent's mistake: it counts, and the session goes on
+        raise ProtocolError(ErrorCode.EXECUTION_ERROR, str(exc), invalid_action=True) from None
     session.step_count += 1
     return checked(observation, Observation, "step")
 

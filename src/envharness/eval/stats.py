@@ -3,8 +3,9 @@ tokens, time. Computed from the run's episode records (plain dicts, as read from
 
 An episode succeeded when its session's `verify` says so (``metrics["success"]``: MiniWoB's raw
 reward reaching the task's full score; TextArena's reward reaching 1), or else when the
-environment's reward is positive. Episodes that earned part of a score are counted apart
-(`partial_credit`; BrowserGym counts them as successes).
+environment's reward reaches the task's full score (`harness/success.py`). Episodes that earned
+part of a score are counted apart (`partial_credit`; BrowserGym counts them as successes).
+Episodes the environment's own bug ended (`metrics.env_error`) are counted apart too (`env bugs`).
 Episodes that crashed (`error` set: a model that raised, a timeout) count as failures,
 and are also counted apart so a broken run is not mistaken for a weak model. Episodes lost
 to the infrastructure (their server died or was taken out: `metrics.infra_failure`) are not
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any, Iterable
 
-from envharness.harness.failures import is_infra_failure
+from envharness.harness.failures import is_env_error, is_infra_failure
+from envharness.harness.success import episode_success, partial_credit
 
 Z95 = 1.959963984540054
 
@@ -37,12 +39,14 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
 
 
 def is_success(record: dict[str, Any]) -> bool:
-    """The session's own verdict when its `verify` reports ``success`` (TextArena: reward >= 1,
-    since a lost Wordle still pays the share of letters found); otherwise a positive reward."""
-    verdict = (record.get("verify_metrics") or {}).get("success")
-    if verdict is not None:
-        return bool(verdict)
-    return (record.get("env_reward") or 0.0) > 0
+    """The one verdict (`harness/success.py`): the session's own when its `verify` reports
+    ``success`` (TextArena: a won game), else the task's full score."""
+    return episode_success(record.get("verify_metrics"), record.get("env_reward"), record.get("error"))
+
+
+def is_partial_credit(record: dict[str, Any]) -> bool:
+    """Part of the task's score without a success (counted apart, never as a success)."""
+    return partial_credit(record.get("verify_metrics"), record.get("env_reward"), record.get("error"))
 
 
 def episode_tokens(record: dict[str, Any]) -> int:
@@ -73,6 +77,9 @@ class TaskStats:
     errors: int
     #: Episodes lost to a dead or removed server: not scored, not in `episodes`.
     infra_failures: int = 0
+    #: Episodes ended by the environment's own bug (its `step` raised something other than
+    #: `InvalidAction`): not the agent's failures, not in `episodes`.
+    env_errors: int = 0
     #: Episodes that earned part of the task's score (MiniWoB: 0 < raw reward < 1): failures
     #: here, successes by BrowserGym's count (reward = raw reward > 0).
     partial_credit: int = 0
@@ -84,7 +91,8 @@ class TaskStats:
 
 def task_stats(task: str, records: list[dict[str, Any]]) -> TaskStats:
     lost = sum(1 for r in records if is_infra_failure(r))
-    records = [r for r in records if not is_infra_failure(r)]
+    bugs = sum(1 for r in records if is_env_error(r) and not is_infra_failure(r))
+    records = [r for r in records if not is_infra_failure(r) and not is_env_error(r)]
     n = len(records)
     wins = sum(map(is_success, records))
     low, high = wilson_interval(wins, n)
@@ -101,7 +109,8 @@ def task_stats(task: str, records: list[dict[str, Any]]) -> TaskStats:
         mean_seconds=avg([episode_seconds(r) for r in records]),
         errors=sum(1 for r in records if r.get("error")),
         infra_failures=lost,
-        partial_credit=sum(1 for r in records if (r.get("verify_metrics") or {}).get("partial_credit")),
+        env_errors=bugs,
+        partial_credit=sum(map(is_partial_credit, records)),
     )
 
 
@@ -121,10 +130,12 @@ def format_table(rows: list[TaskStats]) -> str:
     """A fixed-width table for the terminal."""
     infra = any(r.infra_failures for r in rows)  # the column appears only when a server was lost
     partial = any(r.partial_credit for r in rows)  # and this one when an episode earned part of a score
+    bugs = any(r.env_errors for r in rows)  # and this one when the environment's step crashed
     header = (
         ("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors")
         + (("partial",) if partial else ())
         + (("infra",) if infra else ())
+        + (("env bugs",) if bugs else ())
     )
     lines = [header]
     for r in rows:
@@ -142,6 +153,7 @@ def format_table(rows: list[TaskStats]) -> str:
             )
             + ((str(r.partial_credit),) if partial else ())
             + ((str(r.infra_failures),) if infra else ())
+            + ((str(r.env_errors),) if bugs else ())
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = []

@@ -27,6 +27,7 @@ from envharness.harness.env_harness import EnvHarness, ScriptedPolicy, TaskList
 from envharness.harness.prompt_style import Message, PromptStyle
 from envharness.harness.session import ClientSessionFactory
 from envharness.harness.step_session import StepEnvSessionAdapter, default_verify
+from envharness.harness.success import FULL_SCORE, SuccessRule, judge
 from envharness.harness.tool_parsing import parse_json_tool_calls
 from envharness.harness.tools import tool_spec
 from envharness.harness.types import Tool, ToolCall, ToolResult
@@ -114,6 +115,8 @@ class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         reset_kwargs: dict[str, Any] | None = None,
         prompt_builder: Callable[[Any, Any, list[str]], list[Message]] | None = None,
         observation_text: Callable[[Any], str] | None = None,
+        full_score: float = FULL_SCORE,
+        success: SuccessRule | None = None,
         **_ignored: Any,
     ) -> None:
         super().__init__(client_factory)
@@ -128,6 +131,7 @@ class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         self.reset_kwargs = dict(reset_kwargs or {})
         self.prompt_builder = prompt_builder or default_opening
         self.observation_text = observation_text or observation_as_text
+        self.verify = functools.partial(_verify, full_score=full_score, rule=success)
 
     def session_for(
         self, client: Any, task: Any, seed: int | None, episode_id: str | None
@@ -149,17 +153,28 @@ class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
                 done=bool(result.done),
                 metadata={"reward": result.reward, "done": bool(result.done)},
             ),
-            verify_builder=_verify,
+            verify_builder=self.verify,
             reset_kwargs={**self.reset_kwargs, **({"task": task} if self.tasks and task is not None else {})},
         )
 
 
-def _verify(transcript: list[Message], final_state: Any, last_result: Any, state: Any) -> Any:
-    """OpenEnv's default verify, where a first observation's missing reward is 0: an episode
-    whose actions never reached the environment scored nothing, it did not fail."""
+def _verify(
+    transcript: list[Message],
+    final_state: Any,
+    last_result: Any,
+    state: Any,
+    *,
+    full_score: float = FULL_SCORE,
+    rule: SuccessRule | None = None,
+) -> Any:
+    """OpenEnv's default verify, where a first observation's missing reward is 0 (an episode
+    whose actions never reached the environment scored nothing, it did not fail), plus the
+    declared verdict: success, or partial credit below it."""
     verdict = default_verify(transcript, final_state, last_result, state)
     if verdict.env_reward is None:
         verdict.env_reward = 0.0
+    observation = getattr(last_result, "observation", None)
+    verdict.metrics.update(judge(verdict.env_reward, observation, full_score=full_score, rule=rule).metrics())
     return verdict
 
 
@@ -191,11 +206,21 @@ def define_environment(
     observation_text: Callable[[Any], str] | None = None,
     tool_call_parser: Callable[[str], Any] | None = None,
     summary: str = "",
+    reward_range: tuple[float, float] = (0.0, FULL_SCORE),
+    success: SuccessRule | None = None,
 ) -> EnvSpec:
     """The `EnvSpec` of an `Environment` subclass (its `action_type` and `observation_type`
     set). `tasks`: the names its `reset(task=...)` takes (None: it takes no task, and plays
     one named after it). `opening` / `observation_text`: how the first observation and each
-    later one read (default: the observation's text). Serve it as ``module:ATTRIBUTE``."""
+    later one read (default: the observation's text). `reward_range`: every reward lies in it
+    (`check` verifies), its top is the task's full score. `success(reward, final_observation)`:
+    what a success is (default: the full score); a positive reward short of it is partial
+    credit. Serve it as ``module:ATTRIBUTE``."""
+    low, high = reward_range
+    if not low < high:
+        raise ValueError(
+            f"reward_range must be (lowest, full score) with lowest < full score, not {reward_range}"
+        )
     action_type, observation_type = environment.action_type, environment.observation_type
     task_names = tuple(tasks) if tasks is not None else ()
     playable = task_names or (_snake(environment.__name__.removesuffix("Environment")) or "episode",)
@@ -223,6 +248,8 @@ def define_environment(
             default_task=defaults[0] if task_names else None,
             prompt_builder=opening,
             observation_text=observation_text,
+            full_score=float(high),
+            success=success,
         ),
         tool_call_parser=tool_call_parser or reply_parser(tool),
         task_list=lambda: TaskList(
@@ -232,6 +259,7 @@ def define_environment(
         default_tasks=defaults,
         prompt_styles=styles,
         scripted_policy=scripted_policy,
+        reward_range=(float(low), float(high)),
     )
     return EnvSpec(
         name="",

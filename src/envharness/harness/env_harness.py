@@ -104,6 +104,9 @@ class EnvHarness:
     #: Why the same task, seed and actions may not give the same episode (live websites);
     #: `envharness replay` says so before it compares. None: they must.
     replay_caveat: str | None = None
+    #: (lowest, full score): every reward lies in it (`check` verifies); a session's verdict
+    #: without its own ``success`` metric is the full score (`harness/success.py`).
+    reward_range: tuple[float, float] = (0.0, 1.0)
 
     def for_options(self, options: Mapping[str, Any] | None) -> "EnvHarness":
         """This harness as it plays a server started with `options` (eval's and train's

@@ -34,10 +34,23 @@ def is_infrastructure_error(exc: BaseException) -> bool:
     return str(getattr(exc, "code", "")) in INFRA_ERROR_CODES
 
 
+#: The metrics key that flags an episode ended by the environment's own bug: its `step` raised
+#: something other than `InvalidAction` (`core/errors.py`). Not the agent's failure either.
+ENV_ERROR_KEY = "env_error"
+
+
 def note_failure(metrics: dict[str, Any], exc: BaseException) -> None:
-    """Flag `metrics` when `exc` is an infrastructure failure."""
+    """Flag `metrics` when `exc` is an infrastructure failure or the environment's bug."""
     if is_infrastructure_error(exc):
         metrics[INFRA_FAILURE_KEY] = True
+    elif str(getattr(exc, "code", "")) == "EXECUTION_ERROR" and not isinstance(exc, ValueError):
+        metrics[ENV_ERROR_KEY] = True
+
+
+def is_env_error(record: Any) -> bool:
+    """Whether an episode (a `HarnessRolloutResult` or a record dict) ended on the environment's bug."""
+    metrics = record.get("metrics") if isinstance(record, dict) else getattr(record, "metrics", None)
+    return bool((metrics or {}).get(ENV_ERROR_KEY))
 
 
 def is_infra_failure(record: Any) -> bool:

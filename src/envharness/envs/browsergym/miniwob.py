@@ -21,7 +21,9 @@ loaded page gives:
   ``close``, the old task's timers and frames cancelled, the URL replaced in history) with the
   new task's page, its local scripts inlined. No navigation: no new document in Chromium's
   browser process, no request through Playwright's route, the shared scripts compiled once
-  per renderer. The observation is the one a page load gives (tests/test_browser_all_tasks.py).
+  per renderer. The observation is the one envharness's own page load gives, part by part, for
+  103 of the 106 (the 3 pages that change by themselves are compared by their goal only; the 19
+  with images are loaded, not switched): tests/test_browser_all_tasks.py.
 - ``load``: ``page.goto`` (a new page, a page that left MiniWoB, or ``fast_reset=False``).
 
 In a page that had an episode, every start also gives the page the focus back and leaves no

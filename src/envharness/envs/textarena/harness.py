@@ -106,6 +106,7 @@ HARNESS = EnvHarness(
     scripted_policy=scripted_move,
     reward_functions="envharness.envs.textarena.rewards:REWARD_FUNCTIONS",
     describe_observation=describe_observation,
+    reward_range=(-1.0, 1.0),  # a lost game pays -1; success is the game's win verdict
 )
 
 

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import rollout_metrics, rollout_outputs
+from envharness.harness.success import judge
 from envharness.harness.types import HarnessRolloutResult, VerifyResult
 from envharness.integrations.trl.rollout import (
     RolloutFunc,
@@ -46,10 +47,9 @@ def agent_episode(result: AgentResult) -> HarnessRolloutResult:
     sample = trace_sample(result.trace)
     outcome = result.outcome
     reward = float(outcome.get("reward") or 0.0)
-    success = reward > 0.0
     metrics = {
         **sample.metrics,
-        "success": success,
+        **judge(reward).metrics(),  # the full score, as everywhere (`harness/success.py`)
         "done": bool(outcome.get("done")),
         "tool_calls": int(outcome.get("tool_calls") or 0),
         "tool_errors": int(outcome.get("tool_errors") or 0),

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import build_harness_rollout_func
+from envharness.harness.success import episode_success as verdict_of
 from envharness.harness.tool_parsing import ToolCallParser, parse_json_tool_calls
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits
 from envharness.integrations.trl.rewards import (
@@ -197,13 +198,10 @@ def _step_rewards(result: HarnessRolloutResult) -> list[float]:
 
 
 def episode_success(result: HarnessRolloutResult) -> bool:
-    """The session's own verdict when its `verify` reports ``success`` (a lost Wordle still pays
-    the share of letters found), otherwise a positive reward: what training, the curriculum and
-    the held-out evaluation count, as `eval` does (`eval/stats.is_success`)."""
+    """The one verdict (`harness/success.py`) that training, the curriculum and the held-out
+    evaluation count, as `eval` does: the environment's declared success, never partial credit."""
     metrics = result.verify.metrics if result.verify is not None else {}
-    if "success" in metrics:
-        return bool(metrics["success"])
-    return result.error is None and (result.env_reward or 0.0) > 0.0
+    return verdict_of(metrics, result.env_reward, result.error)
 
 
 def _named_episode(result: HarnessRolloutResult, step: int) -> HarnessRolloutResult:
