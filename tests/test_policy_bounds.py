@@ -94,7 +94,7 @@ def test_sigterm_ends_the_server_while_it_generates_without_tracebacks(tmp_path)
     log = tmp_path / "policy.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [*CLI, "policy", "--model", "tiny", "--port", "0", "--max-tokens-limit", "4000"],
+            [*CLI, "policy", "--model", "tiny", "--port", "0"],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
