@@ -297,6 +297,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
                 self._left_task_pages = True  # and the context is not given to another session
             self._main_page._envharness_pointer_off = False  # an action may have moved it
             await execute(self._actx, actions)
+            self._actx.guard.take_blocked(self._actx.page)  # a link or a redirect the browser was refused
         except ActionParseError as e:
             error = f"ValueError: invalid action: {e}"
         except Exception as e:  # the action failed in the page: report it, as BrowserGym does
