@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence, Union
 from urllib.parse import urlencode, urlsplit
 
 from envharness.core.environment import InvalidOptions
+from envharness.core.registry import cwd_import_allowed
 from envharness.envs.browsergym.solutions import Node, parse_axtree
 from envharness.envs.browsergym.task_set import RouteHandler, TaskStatus
 
@@ -388,7 +389,12 @@ def _import_here_too(module_name: str) -> ModuleType:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         here = str(Path.cwd())
-        if e.name != module_name.split(".")[0] or here in sys.path or "" in sys.path:
+        if (
+            e.name != module_name.split(".")[0]
+            or here in sys.path
+            or "" in sys.path
+            or not cwd_import_allowed()
+        ):
             raise
     sys.path.append(here)
     try:
