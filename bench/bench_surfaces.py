@@ -57,7 +57,12 @@ def call(target: str, max_tokens: int, timeout: float) -> str:
         reply = httpx.post(target, json={"messages": HELLO, "max_tokens": max_tokens}, timeout=timeout)
     except httpx.TimeoutException:
         return f"no answer in {timeout:.0f} s"
-    body = reply.json()
+    except httpx.HTTPError as exc:  # the server went away mid-call (SIGTERM)
+        return type(exc).__name__
+    try:
+        body = reply.json()
+    except ValueError:
+        return f"{reply.status_code} (no JSON body)"
     what = body.get("error", {}).get("code") or f"{body['usage']['completion_tokens']} tokens"
     return f"{reply.status_code} {what} in {time.monotonic() - began:.1f} s"
 
