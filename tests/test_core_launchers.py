@@ -47,7 +47,7 @@ async def test_async_from_local_with_a_token():
     try:
         await env.reset()
         assert (await env.step(EchoAction(message="hey"))).reward == pytest.approx(0.3)
-        assert httpx.get(f"{env.base_url}/health").status_code == 401  # the token reached the server
+        assert httpx.get(f"{env.base_url}/metadata").status_code == 401  # the token reached the server
     finally:
         await env.close()
 

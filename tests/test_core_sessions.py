@@ -130,7 +130,6 @@ def test_token_protects_every_endpoint():
     with LocalServer("echo", token=token) as server:
         url = server.base_url
         for method, path in [
-            ("GET", "/health"),
             ("GET", "/schema"),
             ("GET", "/metadata"),
             ("GET", "/state"),
@@ -144,7 +143,11 @@ def test_token_protects_every_endpoint():
                 assert reply.status_code in (401, 404), (path, headers, reply.status_code)
                 if reply.status_code == 401:
                     assert reply.json()["detail"]["code"] == "UNAUTHORIZED"
-        assert httpx.get(url + "/health", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        full = httpx.get(url + "/health", headers={"Authorization": f"Bearer {token}"})
+        assert full.status_code == 200 and full.json()["max_sessions"] == 64
+        for headers in ({}, {"Authorization": "Bearer wrong"}):  # open to probes, and it tells them nothing
+            assert httpx.get(url + "/health", headers=headers).json() == {"status": "healthy"}
+            assert httpx.get(url + "/ready", headers=headers).json() == {"status": "ready"}
 
         with EchoEnv(url) as anonymous, pytest.raises(EnvServerError) as info:
             anonymous.reset()

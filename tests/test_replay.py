@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,37 @@ def test_a_folder_that_is_not_a_run_is_refused(tmp_path, capsys):
     (tmp_path / "train_config.json").write_text(json.dumps({"env": "browsergym", "agent": "agents.py:play"}))
     assert cli_main(["replay", str(tmp_path)]) == 2
     assert "--agent" in capsys.readouterr().err
+
+
+def _folder(path: Path, config: dict, records: str = '{"version": 1, "task": "t"}\n') -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "episodes.jsonl").write_text(records)
+    return path
+
+
+def test_a_broken_or_empty_run_is_refused_in_words(tmp_path, capsys):
+    wrong = {"env_options": "notadict", "tasks": 5, "actions": 7, "mix": "x", "env": 3}
+    for field, value in wrong.items():
+        folder = _folder(tmp_path / field, {"env": "echo", field: value})
+        assert cli_main(["replay", str(folder)]) == 2, field
+        err = capsys.readouterr().err
+        assert f"config.json is not a run's config: {field}" in err and "Traceback" not in err, err
+    assert cli_main(["replay", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere does not exist" in capsys.readouterr().err
+    assert cli_main(["replay", str(_folder(tmp_path / "empty", {"env": "echo"}, records=""))]) == 2
+    assert "holds no episodes: nothing to replay" in capsys.readouterr().err
+
+
+def test_replay_never_runs_code_from_the_run_folder(tmp_path, capsys, monkeypatch):
+    folder = _folder(tmp_path / "run", {"env": "planted:SPEC"})
+    marker = tmp_path / "ran"
+    (folder / "planted.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\nSPEC = None\n")
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("ENVHARNESS_NO_CWD_IMPORT", raising=False)
+    assert cli_main(["replay", "."]) == 2
+    err = capsys.readouterr().err
+    assert "never imports code from the run's folder" in err and "--env" in err, err
+    assert not marker.exists()  # the planted module was never imported
+    assert "planted" not in sys.modules
+    assert os.environ.get("ENVHARNESS_NO_CWD_IMPORT") is None  # put back after the command

@@ -17,7 +17,7 @@ import os
 import sys
 
 from envharness.cli import options
-from envharness.policy.limits import DEFAULT_MAX_REQUEST_BYTES, PolicyLimits
+from envharness.policy.limits import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TOKENS_LIMIT, PolicyLimits
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +62,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest request body accepted (default %(default)s: room for screenshots)",
     )
     parser.add_argument(
+        "--max-tokens-limit",
+        type=int,
+        default=DEFAULT_MAX_TOKENS_LIMIT,
+        metavar="N",
+        help="the most tokens one reply may ask for (max_tokens); more: context_length_exceeded (default %(default)s)",
+    )
+    parser.add_argument(
+        "--allowed-hosts",
+        default="",
+        metavar="H1,H2",
+        help="Host names served besides loopback and the bound address ('*': any)",
+    )
+    parser.add_argument(
+        "--allowed-origins",
+        default="",
+        metavar="O1,O2",
+        help="web page origins allowed to call the endpoint besides its own ('*': any)",
+    )
+    parser.add_argument(
         "--max-calls-per-rollout",
         type=int,
         default=PolicyLimits.max_calls_per_rollout,
@@ -83,6 +102,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(
             "--max-request-bytes must be at least 1024; --max-calls-per-rollout and --rollout-idle-timeout not negative"
         )
+    if args.max_tokens_limit < 1:
+        parser.error("--max-tokens-limit must be at least 1")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_bytes,
         max_calls_per_rollout=args.max_calls_per_rollout or None,
         rollout_idle_s=args.rollout_idle_timeout or None,
+        max_tokens_limit=args.max_tokens_limit,
     )
     endpoint = PolicyEndpoint(
         backend,
@@ -113,7 +135,14 @@ def run(args: argparse.Namespace) -> int:
     )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    server = uvicorn_server(create_policy_app(endpoint))
+    from envharness.cli.serve import split_list
+
+    app = create_policy_app(
+        endpoint,
+        allowed_hosts=split_list(args.allowed_hosts),
+        allowed_origins=split_list(args.allowed_origins),
+    )
+    server = uvicorn_server(app)
     where = getattr(backend, "placement", None)
     print(
         f"envharness policy: {endpoint.model_name}{f' on {where.device} in {where.dtype_name}' if where else ''}"

@@ -36,6 +36,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-message-bytes", type=int, default=4 * 1024 * 1024, help="largest accepted message"
     )
+    # who may call it beyond loopback (core/guards.py, docs/security.md)
+    parser.add_argument(
+        "--allowed-hosts",
+        default="",
+        metavar="H1,H2",
+        help="Host names served besides loopback and the bound address ('*': any; behind a proxy or a cluster DNS name)",
+    )
+    parser.add_argument(
+        "--allowed-origins",
+        default="",
+        metavar="O1,O2",
+        help="web page origins (https://site) allowed to call the server besides its own ('*': any)",
+    )
     parser.add_argument(
         "--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds"
     )
@@ -60,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def split_list(value: str) -> list[str]:
+    """`a, b,c` -> ["a", "b", "c"]."""
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
 def run(args: argparse.Namespace) -> int:
     from envharness.core.registry import make_factory
     from envharness.core.server import bind_socket, create_app, serve_until_stopped, uvicorn_server
@@ -79,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout or None,
         max_message_bytes=args.max_message_bytes,
         web=getattr(args, "web", False),
+        allowed_hosts=split_list(args.allowed_hosts),
+        allowed_origins=split_list(args.allowed_origins),
     )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host

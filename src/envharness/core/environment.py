@@ -13,6 +13,12 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from envharness.core.types import Action, EnvironmentMetadata, Observation, State
 
+
+class InvalidOptions(ValueError):
+    """Reset options the client got wrong (an unknown task or option, a value of the wrong
+    type): the server answers VALIDATION_ERROR (4xx) in words and logs no traceback."""
+
+
 ActT = TypeVar("ActT", bound=Action)
 ObsT = TypeVar("ObsT", bound=Observation)
 

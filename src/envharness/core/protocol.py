@@ -18,7 +18,7 @@ import json
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from envharness.core.types import Observation
 
@@ -38,6 +38,7 @@ class ErrorCode(str, Enum):
     MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
     NOT_RESET = "NOT_RESET"
     UNAUTHORIZED = "UNAUTHORIZED"
+    FORBIDDEN = "FORBIDDEN"
     IDLE_TIMEOUT = "IDLE_TIMEOUT"
     SHUTTING_DOWN = "SHUTTING_DOWN"
 
@@ -54,6 +55,7 @@ HTTP_STATUS = {
     ErrorCode.MESSAGE_TOO_LARGE: 413,
     ErrorCode.NOT_RESET: 409,
     ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
     ErrorCode.IDLE_TIMEOUT: 408,
     ErrorCode.SHUTTING_DOWN: 503,
 }
@@ -158,13 +160,32 @@ def serialize_observation(observation: Observation) -> dict[str, Any]:
 
 
 # -- HTTP bodies ----------------------------------------------------------------------
+#: The largest seed a reset takes (a signed 64-bit integer: what every RNG downstream holds).
+MAX_SEED = 2**63 - 1
+
+
 class ResetRequest(BaseModel):
-    """POST /reset body; extra fields are env options."""
+    """POST /reset body; extra fields are env options. A task, when named, is a name (not ''),
+    and `task_name` (OpenEnv's BrowserGym spelling) beside `task` must say the same."""
 
     model_config = ConfigDict(extra="allow")
 
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, strict=True)
     episode_id: str | None = Field(default=None, max_length=255)
+
+    @model_validator(mode="after")
+    def _task_named_once(self) -> "ResetRequest":
+        named = {
+            k: v for k, v in (self.model_extra or {}).items() if k in ("task", "task_name") and v is not None
+        }
+        for key, value in named.items():
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{key} must be a task's name, got {value!r}")
+        if len(set(named.values())) > 1:
+            raise ValueError(
+                f"task {named['task']!r} and task_name {named['task_name']!r} differ: name one task"
+            )
+        return self
 
 
 class StepRequest(BaseModel):

@@ -90,6 +90,15 @@ def _no_attribute(owner: Any, name: str) -> str:
     return f"{what} has no attribute {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
+#: Set (to anything) where code from the current folder must never be imported: `replay` of a
+#: folder someone else wrote sets it for itself and the servers it starts (docs/security.md).
+NO_CWD_IMPORT_ENV = "ENVHARNESS_NO_CWD_IMPORT"
+
+
+def cwd_import_allowed() -> bool:
+    return not os.environ.get(NO_CWD_IMPORT_ENV)
+
+
 def _import_here_too(module_name: str) -> Any:
     """Import a module, also from the current folder: `envharness serve guess:SPEC` run where
     guess.py is finds it, as `python -m` would (a console script's path leaves the folder out)."""
@@ -97,7 +106,12 @@ def _import_here_too(module_name: str) -> Any:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         here = os.getcwd()
-        if exc.name != module_name.partition(".")[0] or here in sys.path or "" in sys.path:
+        if (
+            exc.name != module_name.partition(".")[0]
+            or here in sys.path
+            or "" in sys.path
+            or not cwd_import_allowed()
+        ):
             raise
         sys.path.append(here)
         return importlib.import_module(module_name)

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
+import inspect
 import json
 import logging
 import signal
 import socket
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import uvicorn
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
-from starlette.requests import HTTPConnection
+from starlette.middleware import Middleware
 
 from envharness.core.protocol import (
     HTTP_STATUS,
@@ -42,6 +42,7 @@ from envharness.core.protocol import (
     validation_error,
 )
 from envharness.core.environment import Environment
+from envharness.core.guards import Access, BodyLimit, HostOriginGuard, Refusal, Refusals, TokenGuard
 from envharness.core.sessions import EnvFactory, Session, SessionManager, checked, run_reset, run_step
 from envharness.core.task_api import mount_task_api
 from envharness.core.types import State
@@ -65,11 +66,16 @@ def create_app(
     mcp: bool = True,
     web: bool = False,
     mounts: Sequence[AppMount] = (),
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
 ) -> FastAPI:
     """A FastAPI app serving `env_factory()` environments over OpenEnv's wire.
 
-    `token`: when set, every HTTP request and WebSocket needs `Authorization: Bearer
-    <token>` (WebSockets may pass `?token=` instead). `idle_timeout_s=None` disables the
+    `token`: when set, every route but /health needs `Authorization: Bearer <token>` (the
+    WebSocket and the /web page may pass `?token=` instead: browsers cannot send headers there).
+    Only loopback names and the server's own address are served, and only pages of its own
+    origin; `allowed_hosts` / `allowed_origins` widen that (`core/guards.py`,
+    docs/security.md). `idle_timeout_s=None` disables the
     idle timeout. Messages over `max_message_bytes` get MESSAGE_TOO_LARGE. `mcp`: serve the
     environment's tools at `/mcp` (when the `mcp` SDK is installed); `web`: the page at `/web`.
     `mounts`: more features to add (`core/mounts.py`); the core knows none of them by import.
@@ -89,8 +95,19 @@ def create_app(
             await manager.shutdown()
 
     docs = {} if token is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
-    app = FastAPI(title=f"envharness: {env_name}", lifespan=lifespan, **docs)
+    refusals = Refusals(lambda r: error_response(refusal_error(r)), lambda r: error_message(refusal_error(r)))
+    middleware = [
+        Middleware(
+            HostOriginGuard, refusals=refusals, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+        ),  # fmt: skip
+        Middleware(
+            TokenGuard, token=token, routes=lambda: app.routes, access=ROUTE_ACCESS, refusals=refusals
+        ),
+        Middleware(BodyLimit, limit=lambda: max_message_bytes, refusals=refusals),
+    ]
+    app = FastAPI(title=f"envharness: {env_name}", lifespan=lifespan, middleware=middleware, **docs)
     app.state.sessions = manager
+    app.state.before_shutdown = manager.close_sessions
     app.state.max_message_bytes = max_message_bytes
     app.state.env_name = env_name
     app.state.mcp = None
@@ -100,30 +117,12 @@ def create_app(
         if running is not None:
             contexts.append(running)
 
-    def authorized(conn: HTTPConnection) -> bool:
-        if token is None:
-            return True
-        header = conn.headers.get("authorization", "")
-        given = header[7:] if header.lower().startswith("bearer ") else conn.query_params.get("token", "")
-        return hmac.compare_digest(given.encode(), token.encode())
-
-    @app.middleware("http")
-    async def require_token(request: Request, call_next):
-        if not authorized(request):
-            return error_response(ProtocolError(ErrorCode.UNAUTHORIZED, "Missing or wrong bearer token"))
-        return await call_next(request)
-
     @app.exception_handler(ProtocolError)
     async def protocol_error(request: Request, exc: ProtocolError) -> JSONResponse:
         return error_response(exc)
 
     async def read_body(request: Request, model: type[BaseModel]) -> Any:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_message_bytes:
-            raise too_large(int(declared), max_message_bytes)
-        raw = await request.body()
-        if len(raw) > max_message_bytes:
-            raise too_large(len(raw), max_message_bytes)
+        raw = await request.body()  # at most max_message_bytes: BodyLimit cut off anything larger
         try:
             payload = json.loads(raw) if raw.strip() else {}
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -155,16 +154,27 @@ def create_app(
         return checked(state, State, "state").model_dump(mode="json")
 
     @app.get("/health")
-    async def health() -> HealthResponse:
+    async def health(request: Request) -> dict[str, Any]:
+        """Open to probes: without the token it says only `status`."""
+        status = "shutting_down" if manager.shutting_down else "healthy"
+        if not request.scope.get("state", {}).get("authorized", True):
+            return {"status": status}
         return HealthResponse(
-            status="shutting_down" if manager.shutting_down else "healthy",
+            status=status,
             env=env_name,
             active_sessions=len(manager.sessions),
             max_sessions=manager.capacity,
             live_environments=manager.live_environments,
             sessions_opened=manager.sessions_opened,
             sessions_closed=manager.sessions_closed,
-        )
+        ).model_dump()
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        """A readiness probe: 503 while the server stops or every session is taken."""
+        full = len(manager.sessions) >= manager.capacity
+        status = "shutting_down" if manager.shutting_down else "full" if full else "ready"
+        return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
 
     @app.get("/metadata")
     async def metadata() -> dict[str, Any]:
@@ -182,13 +192,6 @@ def create_app(
     @app.websocket("/ws")
     async def websocket_session(websocket: WebSocket) -> None:
         await websocket.accept()
-        if not authorized(websocket):
-            await refuse(
-                websocket,
-                ProtocolError(ErrorCode.UNAUTHORIZED, "Missing or wrong bearer token"),
-                WS_POLICY_VIOLATION,
-            )
-            return
         # OpenEnv's MCPToolClient joins its MCP session's environment with `?session_id=`
         shared = (
             app.state.mcp.shared_handle(websocket.query_params.get("session_id")) if app.state.mcp else None
@@ -306,6 +309,25 @@ def client_gone(next_message: asyncio.Future) -> bool:
     )
 
 
+#: Who may call which route when the server has a token (`core/guards.py`); any other route
+#: and any unknown path need `Authorization: Bearer`.
+ROUTE_ACCESS = {
+    "/health": Access.OPEN,  # probes; without the token it says only "healthy" or "shutting_down"
+    "/ready": Access.OPEN,
+    "/ws": Access.TOKEN_OR_QUERY,
+    "/web": Access.TOKEN_OR_QUERY,
+    "/web/info": Access.TOKEN_OR_QUERY,
+}
+
+
+def refusal_error(refusal: Refusal) -> ProtocolError:
+    """A guard's refusal as the wire's error."""
+    if refusal.kind == "too_large":
+        return ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, refusal.message, max_message_bytes=refusal.limit)
+    code = ErrorCode.UNAUTHORIZED if refusal.kind == "unauthorized" else ErrorCode.FORBIDDEN
+    return ProtocolError(code, refusal.message)
+
+
 def too_large(size: int, limit: int) -> ProtocolError:
     return ProtocolError(
         ErrorCode.MESSAGE_TOO_LARGE,
@@ -361,22 +383,26 @@ def uvicorn_server(
         timeout_graceful_shutdown=10,
         lifespan="on",
     )
-    sessions = getattr(app.state, "sessions", None)
-    return SessionsFirstServer(config, sessions) if sessions is not None else uvicorn.Server(config)
+    return StopFirstServer(config, getattr(app.state, "before_shutdown", None))
 
 
-class SessionsFirstServer(uvicorn.Server):
+class StopFirstServer(uvicorn.Server):
     """uvicorn waits up to `timeout_graceful_shutdown` (10 s) for every connection's handler to
     finish before the app hears of the shutdown, so one session with a step in flight (a hung
-    page) held every stop for 10 s. Here the sessions are closed first, each client told
-    SHUTTING_DOWN, and uvicorn's own shutdown then finds nothing left to wait for."""
+    page), or one long generation, held every stop for 10 s and then ended in tracebacks. Here
+    the app's `state.before_shutdown` runs first (the environment server closes its sessions,
+    each client told SHUTTING_DOWN; the policy endpoint stops its generations), and uvicorn's
+    own shutdown then finds nothing left to wait for."""
 
-    def __init__(self, config: uvicorn.Config, sessions: SessionManager) -> None:
+    def __init__(self, config: uvicorn.Config, before_shutdown: Callable[[], Any] | None) -> None:
         super().__init__(config)
-        self.sessions = sessions
+        self.before_shutdown = before_shutdown
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await self.sessions.close_sessions()
+        if self.before_shutdown is not None:
+            done = self.before_shutdown()
+            if inspect.isawaitable(done):
+                await done
         await super().shutdown(sockets)
 
 

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from envharness.core.environment import Environment
+from envharness.core.environment import Environment, InvalidOptions
 from envharness.core.errors import is_invalid_action
 from pydantic import ValidationError
 
@@ -257,8 +257,14 @@ class SessionManager:
 
 # -- one call on one session, shared by /ws, HTTP and /mcp ---------------------------------
 async def run_reset(session: Session, options: dict[str, Any]) -> Observation:
-    options = resolve_task_reference(options, session.task_listing)  # OpenEnv's split/index -> task
-    observation = await session.env.reset_async(**options)
+    try:
+        options = resolve_task_reference(options, session.task_listing)  # OpenEnv's split/index -> task
+    except ValueError as exc:
+        raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"Invalid reset options: {exc}") from None
+    try:
+        observation = await session.env.reset_async(**options)
+    except InvalidOptions as exc:  # the client's mistake: said in words, not logged as a failure
+        raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"Invalid reset options: {exc}") from None
     session.has_reset, session.step_count = True, 0
     return checked(observation, Observation, "reset")
 

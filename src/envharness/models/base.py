@@ -9,6 +9,7 @@ temperature, so that RL trainers never have to re-tokenize anything.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +26,9 @@ class SamplingParams:
     max_tokens: int = 64
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    #: Set (by another thread) when nobody waits for this reply any more: a backend that
+    #: decodes token by token ends the row at its next token, finish_reason "cancelled".
+    cancelled: threading.Event | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> "SamplingParams":

@@ -47,6 +47,8 @@ def decode_batch_step(
     chosen = torch.zeros(len(rows), dtype=torch.float32, device=device)
     groups: dict[tuple[float, int, float], list[int]] = {}
     for i, row in enumerate(rows):
+        if not row.finish_reason and row.params.cancelled is not None and row.params.cancelled.is_set():
+            row.finish_reason = "cancelled"
         if not row.finish_reason:
             p = row.params
             groups.setdefault((p.temperature, p.top_k, p.top_p), []).append(i)

@@ -13,6 +13,7 @@ logprobs at the trainer's temperature, so the tokens must be sampled at it too.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -63,18 +64,42 @@ class PolicyEndpoint:
         self.sampling = dict(sampling or {})
         self.default_max_tokens = default_max_tokens
         self.tool_call_parser = tool_call_parser
+        #: Set once the server stops: calls in flight end at their next token, new ones are refused.
+        self.stopping = False
+        self._in_flight: set[threading.Event] = set()
         self.set_backend(backend)
+
+    @property
+    def generating(self) -> int:
+        """Calls whose reply is being generated now."""
+        return len(self._in_flight)
+
+    def stop_generating(self) -> None:
+        """Stop every generation in flight (at its next token) and refuse new calls: a server
+        that is asked to stop does not wait for a long reply nobody will read."""
+        self.stopping = True
+        for cancel in list(self._in_flight):
+            cancel.set()
 
     def set_backend(self, backend: ModelBackend) -> None:
         """Serve another backend from now on (a trainer's model after its weights moved)."""
         self.backend = backend
         self.batcher = BatchingModelStep(backend, max_wait_s=0.0)
 
-    def _sampling(self, request: ChatRequest) -> SamplingParams:
+    def _max_tokens(self, request: ChatRequest) -> tuple[int, bool]:
+        """The reply's token budget, and whether the request asked for it (a default is cut to
+        fit the context; an asked-for length that does not fit is refused, as OpenAI does)."""
+        asked = request.max_completion_tokens or request.max_tokens
+        limit = self.limits.max_tokens_limit
+        if asked is not None and asked > limit:
+            raise errors.reply_too_long(asked, limit)
+        max_tokens = min(asked or self.default_max_tokens, limit)
+        if self.sampling.get("max_tokens"):
+            max_tokens = min(max_tokens, int(self.sampling["max_tokens"]))
+        return max_tokens, asked is not None
+
+    def _sampling(self, request: ChatRequest, max_tokens: int, cancel: threading.Event) -> SamplingParams:
         forced = self.sampling
-        max_tokens = request.max_completion_tokens or request.max_tokens or self.default_max_tokens
-        if forced.get("max_tokens"):
-            max_tokens = min(max_tokens, int(forced["max_tokens"]))
         return SamplingParams(
             temperature=float(
                 forced.get("temperature", 1.0 if request.temperature is None else request.temperature)
@@ -84,6 +109,7 @@ class PolicyEndpoint:
             max_tokens=max_tokens,
             stop=request.stops(),
             seed=request.seed,
+            cancelled=cancel,
         )
 
     def _check_context(
@@ -92,33 +118,44 @@ class PolicyEndpoint:
         tools: list[dict[str, Any]] | None,
         prefix: list[int] | None,
         start: int,
-    ) -> None:
-        """Refuse a prompt past the context window; cheap unless the prompt is near it."""
+        budget: tuple[int, bool],
+    ) -> int:
+        """Refuse a prompt that, with its reply, does not fit the context window; cheap unless
+        the prompt is near it. Returns the reply's budget (a default one cut to what is left)."""
+        max_tokens, asked = budget
         limit = self.context_length
         if limit is None:
-            return
+            return max_tokens
         new = messages[start:]
         bound = len(prefix or []) + sum(
             len(message_text(m).encode()) + _TEMPLATE_SLACK_PER_MESSAGE for m in new
         )
         if tools and not prefix:
             bound += len(str(tools).encode())
-        if bound < limit:
-            return
+        if bound + max_tokens <= limit:
+            return max_tokens
         tokenizer = getattr(self.backend, "tokenizer", None)
         if tokenizer is None or getattr(tokenizer, "accepts_images", False):
-            return  # checked on the tokens the backend returns
+            return max_tokens  # checked on the tokens the backend returns
         try:
             count = len(chat.prompt_ids(tokenizer, messages, tools, prefix))
         except (ValueError, TypeError) as exc:
             raise errors.invalid(str(exc), "messages") from None
         if count >= limit:
             raise errors.context_exceeded(count, limit)
+        if count + max_tokens > limit:
+            if asked:
+                raise errors.context_exceeded(count, limit, max_tokens)
+            return limit - count
+        return max_tokens
 
     async def complete(self, rollout_id: str | None, body: Any) -> dict[str, Any]:
-        """One chat completion for `rollout_id`; raises `PolicyError` with the OpenAI-style reason."""
+        """One chat completion for `rollout_id`; raises `PolicyError` with the OpenAI-style reason.
+        Cancelling the call stops its generation at the next token and records nothing."""
         if not rollout_id:
             raise errors.missing_rollout()
+        if self.stopping:
+            raise errors.shutting_down()
         request = ChatRequest.parse(body)
         trace = self.store.live(rollout_id)
         trace.last_active = time.monotonic()
@@ -127,14 +164,21 @@ class PolicyEndpoint:
         cont = continuation(trace, request.messages)
         start = len(cont.parent.messages) + 1 if cont.parent is not None else 0
         messages = backend_messages(cont.messages, trace.image_cache)
-        self._check_context(messages, tools, cont.prefix_ids, start)
-        sampling = self._sampling(request)
+        max_tokens = self._check_context(messages, tools, cont.prefix_ids, start, self._max_tokens(request))
+        cancel = threading.Event()
+        sampling = self._sampling(request, max_tokens, cancel)
+        self._in_flight.add(cancel)
         try:
             gen = await self.batcher.generate(GenerationRequest(messages, tools, sampling, cont.prefix_ids))
         except (ValueError, TypeError) as exc:
             raise errors.invalid(f"the model cannot take this request: {exc}", "messages") from None
         except Exception as exc:
             raise errors.backend_failed(exc) from None
+        finally:
+            cancel.set()  # a cancelled call's rows stop at their next token; a finished one: no-op
+            self._in_flight.discard(cancel)
+        if gen.finish_reason == "cancelled":
+            raise errors.shutting_down()
         if self.context_length is not None and len(gen.prompt_ids) >= self.context_length:
             raise errors.context_exceeded(len(gen.prompt_ids), self.context_length)
         turn = self._record(trace, request, tools, cont.parent, gen, sampling)

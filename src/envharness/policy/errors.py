@@ -77,13 +77,37 @@ def missing_rollout() -> PolicyError:
     )
 
 
-def context_exceeded(prompt_tokens: int, context: int) -> PolicyError:
+def context_exceeded(prompt_tokens: int, context: int, completion_tokens: int | None = None) -> PolicyError:
+    if completion_tokens is None:
+        message = (
+            f"this model's maximum context length is {context} tokens, but the prompt has {prompt_tokens}"
+        )
+    else:
+        message = (
+            f"this model's maximum context length is {context} tokens, but you requested "
+            f"{prompt_tokens + completion_tokens} tokens ({prompt_tokens} in the messages, {completion_tokens} "
+            "in the completion); reduce the length of the messages or the completion"
+        )
     return PolicyError(
         400,
-        f"this model's maximum context length is {context} tokens, but the prompt has {prompt_tokens}",
+        message,
         "context_length_exceeded",
-        param="messages",
+        param="messages" if completion_tokens is None else "max_tokens",
     )
+
+
+def reply_too_long(requested: int, limit: int) -> PolicyError:
+    return PolicyError(
+        400,
+        f"max_tokens is {requested}, but this endpoint generates at most {limit} tokens per reply "
+        "(its --max-tokens-limit)",
+        "context_length_exceeded",
+        param="max_tokens",
+    )
+
+
+def shutting_down() -> PolicyError:
+    return PolicyError(503, "the policy endpoint is shutting down", "shutting_down", type="server_error")
 
 
 def invalid(message: str, param: str | None = None, code: str = "invalid_request") -> PolicyError:

@@ -5,7 +5,11 @@
   the token or its rollout's own key: `POST /rollouts` answers with an `api_key` that is a secret
   of that rollout alone, so an agent can neither read traces nor call into another rollout.
   Without a token the key is the rollout id, as before. `/health` stays open (readiness probes).
-- **Request size.** A body over `max_request_bytes` is refused before it is parsed (413).
+  Which routes need what is the app's route table (`app.py`), checked by `core/guards.py`.
+- **Request size.** A body over `max_request_bytes` is refused before it is parsed, a chunked
+  one as soon as it passes the limit (413).
+- **Reply length.** `max_tokens` may ask for at most `max_tokens_limit` tokens, and prompt plus
+  reply must fit the context; more is OpenAI's `context_length_exceeded` (400).
 - **Calls per rollout.** An agent that loops forever stops at `max_calls_per_rollout` (400).
 - **Idle rollouts.** A rollout that no call reached for `rollout_idle_s` is ended (its agent went
   away): its trace is kept for the driver, later calls get `rollout_ended` with the reason.
@@ -15,13 +19,16 @@ Every refusal is an OpenAI-style error body (`errors.py`).
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass
 
+from envharness.core.guards import bearer as _bearer
+from envharness.core.guards import same_secret
 from envharness.policy import errors
 
 #: Screenshots travel inside requests (base64 image_url parts): room for a few of them.
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
+#: The most tokens one reply may ask for: agents' turns are short; a runaway one holds the model.
+DEFAULT_MAX_TOKENS_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -32,30 +39,12 @@ class PolicyLimits:
     max_calls_per_rollout: int | None = 1000
     #: Seconds without a call after which an open rollout is ended (None: never).
     rollout_idle_s: float | None = 600.0
-
-    def check_driver(self, authorization: str | None) -> None:
-        """The driver's routes: the token, when there is one."""
-        if self.token is not None and not _equal(_bearer(authorization), self.token):
-            raise errors.unauthorized()
-
-    def check_size(self, content_length: str | None, size: int | None = None) -> None:
-        declared = int(content_length) if content_length and content_length.isdigit() else None
-        for value in (declared, size):
-            if value is not None and value > self.max_request_bytes:
-                raise errors.too_large(value, self.max_request_bytes)
+    #: The most tokens one reply may ask for (`max_tokens`), whatever the context leaves.
+    max_tokens_limit: int = DEFAULT_MAX_TOKENS_LIMIT
 
     def check_calls(self, made: int, rollout_id: str) -> None:
         if self.max_calls_per_rollout is not None and made >= self.max_calls_per_rollout:
             raise errors.call_limit(rollout_id, self.max_calls_per_rollout)
-
-
-def _bearer(authorization: str | None) -> str:
-    header = authorization or ""
-    return header[7:].strip() if header.lower().startswith("bearer ") else ""
-
-
-def _equal(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def bearer(authorization: str | None) -> str:
@@ -64,4 +53,4 @@ def bearer(authorization: str | None) -> str:
 
 
 def is_token(key: str, token: str | None) -> bool:
-    return token is not None and _equal(key, token)
+    return token is not None and same_secret(key, token)

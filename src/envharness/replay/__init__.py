@@ -75,11 +75,12 @@ async def replay_run_async(
     env_url: str | None = None,
     concurrency: int = 4,
     on_episode: Callable[[EpisodeReplay], Any] | None = None,
+    env: str | None = None,
 ) -> ReplayReport:
     """Replay every episode recorded in `folder` on a fresh local server (or `env_url`, which
     must serve the same environment with the same options); a mix's episodes each on a server
-    of their own environment."""
-    run = read_run(folder)
+    of their own environment. `env`: the environment instead of the one the run names."""
+    run = read_run(folder, env=env)
     if concurrency < 1:
         raise ReplaySetupError("concurrency must be at least 1")
     if run.parts and env_url is not None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from envharness.harness.records import EpisodeRecord, iter_records
 
 
@@ -38,6 +40,28 @@ class RecordedRun:
     parts: list["RecordedRun"] = field(default_factory=list)
 
 
+class RunConfig(BaseModel):
+    """What replay reads of `config.json` / `train_config.json` (the rest is ignored). Checked
+    before anything is imported or started: a folder may come from anyone."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    env: str = ""
+    env_options: dict[str, Any] = {}
+    tasks: list[str] | None = None
+    actions: list[str] | None = None
+    mix: dict[str, list[str]] | None = None
+    agent: str | None = None
+
+
+def _config(path: Path, data: dict[str, Any]) -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        words = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ReplaySetupError(f"{path} is not a run's config: {words}") from None
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -48,16 +72,20 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def read_run(folder: str | Path) -> RecordedRun:
-    """The run in `folder` (written by `envharness eval` or `envharness train`)."""
+def read_run(folder: str | Path, *, env: str | None = None) -> RecordedRun:
+    """The run in `folder` (written by `envharness eval` or `envharness train`); `env` names
+    the environment instead of the run's config (its options are still the run's)."""
     path = Path(folder)
+    if not path.is_dir():
+        raise ReplaySetupError(f"{path} does not exist" if not path.exists() else f"{path} is not a folder")
     if (path / "config.json").is_file():
-        config, kind = _read_json(path / "config.json"), "eval"
+        name, kind = "config.json", "eval"
     elif (path / "train_config.json").is_file():
-        config, kind = _read_json(path / "train_config.json"), "train"
+        name, kind = "train_config.json", "train"
     else:
         raise ReplaySetupError(f"{path} holds neither config.json (eval) nor train_config.json (train)")
-    if config.get("agent"):
+    config = _config(path / name, _read_json(path / name))
+    if config.agent:
         raise ReplaySetupError(
             f"{path} was trained with --agent: its agents played through /mcp with tools of their "
             "own, which replay cannot call again; replay covers the harness's episodes"
@@ -69,11 +97,13 @@ def read_run(folder: str | Path) -> RecordedRun:
         records = list(iter_records(episodes))
     except ValueError as exc:
         raise ReplaySetupError(str(exc)) from None
-    if config.get("mix"):
-        return _mix_run(path, config["mix"], records)
-    tasks = list(config.get("tasks") or [])
-    return _env_run(path, kind, str(config.get("env") or ""), dict(config.get("env_options") or {}),
-                    tools=list(config.get("actions") or []) or None,
+    if not records:
+        raise ReplaySetupError(f"{episodes} holds no episodes: nothing to replay")
+    if config.mix and env is None:
+        return _mix_run(path, config.mix, records)
+    tasks = config.tasks or []
+    return _env_run(path, kind, env or config.env, dict(config.env_options),
+                    tools=config.actions or None,
                     default_task=tasks[0] if tasks else None, records=records)  # fmt: skip
 
 
@@ -92,7 +122,13 @@ def _env_run(
 
     try:
         harness = env_harness(env, options)
-    except (KeyError, ImportError, AttributeError, ValueError) as exc:
+    except ImportError as exc:
+        raise ReplaySetupError(
+            f"{path}: environment {env!r}: {exc}. replay never imports code from the run's folder (a folder "
+            "may come from anyone): make the module importable (pip install it, or set PYTHONPATH to its "
+            "folder) or name the environment with --env"
+        ) from None
+    except (KeyError, AttributeError, ValueError) as exc:
         raise ReplaySetupError(f"{path}: environment {env!r}: {exc}") from None
     if kind == "train":
         options = {**harness.train_server_options, **options}

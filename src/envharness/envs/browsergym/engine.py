@@ -13,15 +13,17 @@ working context again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import uuid
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import urljoin
 
 from envharness.envs.browsergym.miniwob import MINIWOB_HOST, serve_miniwob_request
+from envharness.envs.browsergym.urls import InvalidURL, parse_host, parse_url
 
 logger = logging.getLogger(__name__)
 
@@ -99,49 +101,100 @@ class NavigationBlocked(ValueError):
     """A URL outside the environment's own pages and the allowed hosts."""
 
 
+#: Where a page keeps the URL of its last navigation the guard blocked (see `HostGuard.route`).
+BLOCKED_NAVIGATION = "_envharness_blocked_navigation"
+
+
 class HostGuard:
     """Which hosts a session may reach: the hosts its task set serves itself (`served`: host ->
-    route handler; default MiniWoB's own origin) plus `allowed_hosts`."""
+    route handler; default MiniWoB's own origin) plus `allowed_hosts`. URLs are read as Chromium
+    reads them (`urls.py`, the WHATWG URL Standard), so this check and the browser agree."""
 
     def __init__(
         self,
         allowed_hosts: Iterable[str] = (),
         served: Mapping[str, Callable[[Any], Awaitable[None]]] | None = None,
     ) -> None:
-        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.allowed_hosts = frozenset(_normal_host(h) for h in allowed_hosts)
         self.served = dict(served) if served is not None else {MINIWOB_HOST: serve_miniwob_request}
 
+    def _host(self, url: str) -> str | None:
+        """The host of an http(s) URL as the browser reads it; None for any other URL."""
+        try:
+            parsed = parse_url(url)
+        except InvalidURL:
+            return None
+        return parsed.hostname if parsed.scheme in ("http", "https") else None
+
     def allows(self, url: str) -> bool:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        return parts.scheme in ("http", "https") and (host in self.served or host in self.allowed_hosts)
+        host = self._host(url)
+        return host is not None and (host in self.served or host in self.allowed_hosts)
 
     def check(self, url: str) -> None:
         """Raise `NavigationBlocked` with the reason when `url` may not be opened."""
         if url == "about:blank" or self.allows(url):
             return
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
+        host = self._host(url)
+        if host is None:
             raise NavigationBlocked(
                 f"navigation to {url[:100]!r} is blocked: only http(s) URLs may be opened"
             )
         allowed = ", ".join(sorted({*self.served, *self.allowed_hosts}))
         raise NavigationBlocked(
-            f"navigation to host {parts.hostname!r} is blocked: this environment opens only {allowed} "
+            f"navigation to host {host!r} is blocked: this environment opens only {allowed} "
             "(set allowed_hosts when starting the server to allow more)"
         )
 
     async def route(self, route: Any) -> None:
-        """Context-wide request handler: serve the task set's files, pass allowed hosts, block the rest."""
+        """Context-wide request handler: serve the task set's files, pass allowed hosts, block the
+        rest. A blocked navigation is answered 204 No Content, which leaves the page where it was
+        (an aborted one would show Chromium's error page), and noted on the page for the action."""
         url = route.request.url
-        host = (urlsplit(url).hostname or "").lower()
-        handler = self.served.get(host)
+        handler = self.served.get(self._host(url) or "")
         if handler is not None:
             await handler(route)
         elif self.allows(url):
-            await route.continue_()
+            await self._pass(route)
+        else:
+            await self._block(route, url)
+
+    async def _pass(self, route: Any) -> None:
+        """An allowed host's answer, its redirects checked here: Chromium follows a redirect
+        without asking the route again, so one to a blocked host would otherwise go through."""
+        response = await route.fetch(max_redirects=0)
+        location = response.headers.get("location")
+        if 300 <= response.status < 400 and location:
+            target = urljoin(route.request.url, location)
+            if not self.allows(target):
+                await self._block(route, target)
+                return
+        await route.fulfill(response=response)
+
+    async def _block(self, route: Any, url: str) -> None:
+        if route.request.is_navigation_request():
+            with contextlib.suppress(Exception):  # a page closing: nothing to note
+                setattr(route.request.frame.page, BLOCKED_NAVIGATION, url)
+            await route.fulfill(status=204, body="")
         else:
             await route.abort("blockedbyclient")
+
+    def take_blocked(self, page: Any) -> None:
+        """Raise `NavigationBlocked` for a navigation of `page` this guard blocked since the last call."""
+        url = getattr(page, BLOCKED_NAVIGATION, None)
+        if url is not None:
+            setattr(page, BLOCKED_NAVIGATION, None)
+            self.check(url)
+
+
+def _normal_host(host: str) -> str:
+    """An allowed host as `parse_url` reports hosts (lower case, IPv4 canonical, IPv6 bare)."""
+    text = host.strip()
+    if ":" in text and not text.startswith("["):
+        text = f"[{text}]"
+    try:
+        return parse_host(text).strip("[]")
+    except InvalidURL:
+        return host.strip().lower()
 
 
 class BrowserEngine:

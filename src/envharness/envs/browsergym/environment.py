@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+import typing
+from typing import Annotated, Any, Literal
 
-from envharness.core.environment import Environment
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from envharness.core.environment import Environment, InvalidOptions
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.actions import ActionParseError, parse_actions
 from envharness.envs.browsergym.engine import BrowserEngine, BrowserUnavailable, HostGuard
@@ -151,7 +155,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             time_limit_s=self.config.time_limit_s,
         )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+            raise InvalidOptions(f"seed must be an integer, got {seed!r}")
         try:
             page = await self._fresh_page(chosen)
             await release_held(self._actx)
@@ -294,6 +298,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
                 self._left_task_pages = True  # and the context is not given to another session
             self._main_page._envharness_pointer_off = False  # an action may have moved it
             await execute(self._actx, actions)
+            self._actx.guard.take_blocked(self._actx.page)  # a link or a redirect the browser was refused
         except ActionParseError as e:
             error = f"ValueError: invalid action: {e}"
         except Exception as e:  # the action failed in the page: report it, as BrowserGym does
@@ -528,6 +533,20 @@ async def open_page(
     return WarmPage(context, page, task, generation)
 
 
+@functools.lru_cache(maxsize=8)
+def _options_schema(also: tuple[str, ...]) -> type[BaseModel]:
+    """The reset options as pydantic checks them: the observation parts' own types (strict: a
+    string is not a bool), finite positive limits, and the caller's other options as strings."""
+    hints = typing.get_type_hints(ObservationParts)
+    fields: dict[str, Any] = {name: (hints[name] | None, None) for name in OBSERVATION_OPTIONS}
+    fields["screenshot_format"] = (Literal["png", "jpeg"] | None, None)
+    fields["max_steps"] = (Annotated[int, Field(ge=1)] | None, None)
+    fields["time_limit_s"] = (Annotated[float, Field(gt=0, allow_inf_nan=False)] | None, None)
+    fields.update({name: (str | None, None) for name in ("next_task", *also)})
+    config = ConfigDict(extra="forbid", strict=True)
+    return create_model("ResetOptions", __config__=config, **fields)
+
+
 def episode_options(
     options: dict[str, Any],
     *,
@@ -541,23 +560,22 @@ def episode_options(
     # next_task: a hint, the task the session's next reset will ask for (the warm pool prepares its
     # page); an engine with nothing to prepare ignores it.
     known = {*OBSERVATION_OPTIONS, "max_steps", "time_limit_s", "next_task"}
-    unknown = set(options) - known
+    unknown = set(options) - known - set(also)
     if unknown:
-        raise ValueError(
+        raise InvalidOptions(
             f"unknown reset option(s) {', '.join(sorted(unknown))}; valid: task, seed, "
             f"episode_id, {', '.join(sorted(known | set(also)))}"
         )
-    parts = dataclasses.replace(observation, **{k: options[k] for k in OBSERVATION_OPTIONS if k in options})
-    if parts.screenshot_format not in ("png", "jpeg"):
-        raise ValueError(f"screenshot_format must be 'png' or 'jpeg', got {parts.screenshot_format!r}")
+    try:
+        _options_schema(also).model_validate(options)
+    except ValidationError as exc:
+        words = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InvalidOptions(words) from None
+    parts = dataclasses.replace(
+        observation, **{k: options[k] for k in OBSERVATION_OPTIONS if options.get(k) is not None}
+    )
     max_steps = options.get("max_steps", max_steps)
     time_limit_s = options.get("time_limit_s", time_limit_s)
-    if max_steps is not None and (
-        not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1
-    ):
-        raise ValueError(f"max_steps must be a positive integer or None, got {max_steps!r}")
-    if time_limit_s is not None and (not isinstance(time_limit_s, (int, float)) or time_limit_s <= 0):
-        raise ValueError(f"time_limit_s must be a positive number or None, got {time_limit_s!r}")
     return parts, max_steps, time_limit_s
 
 

@@ -337,7 +337,12 @@ async def keyboard_insert_text(ctx: ActionContext, text: str) -> None:
 async def goto(ctx: ActionContext, url: str) -> None:
     """Open a URL."""
     ctx.guard.check(url)
-    await ctx.page.goto(url)
+    try:
+        await ctx.page.goto(url)
+    except Exception:
+        ctx.guard.take_blocked(ctx.page)  # the browser's own check: the guard's reason, not net::ERR_ABORTED
+        raise
+    ctx.guard.take_blocked(ctx.page)
 
 
 @action(stateful=True)

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from envharness.core.environment import InvalidOptions
 from envharness.envs.browsergym.miniwob_pages import (
     html_root as html_root,
     serve_miniwob_request as serve_miniwob_request,
@@ -94,7 +95,7 @@ def all_tasks() -> tuple[str, ...]:
 def check_task(task: str) -> str:
     """Return `task` (a name with or without BrowserGym's ``miniwob.`` prefix) or raise ValueError."""
     if not isinstance(task, str):
-        raise ValueError(f"task must be a string, got {type(task).__name__}")
+        raise InvalidOptions(f"task must be a string, got {type(task).__name__}")
     name = task.removeprefix("browsergym/").removeprefix("miniwob.")
     if name not in all_tasks():
         close = [t for t in all_tasks() if name[:5] and t.startswith(name[:5])][:5]
@@ -103,7 +104,7 @@ def check_task(task: str) -> str:
             if close
             else "; see envharness.envs.browsergym.miniwob.all_tasks()"
         )
-        raise ValueError(f"unknown MiniWoB task {task[:80]!r}{hint}")
+        raise InvalidOptions(f"unknown MiniWoB task {task[:80]!r}{hint}")
     return name
 
 

@@ -37,6 +37,8 @@ from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence, Union
 from urllib.parse import urlencode, urlsplit
 
+from envharness.core.environment import InvalidOptions
+from envharness.core.registry import cwd_import_allowed
 from envharness.envs.browsergym.solutions import Node, parse_axtree
 from envharness.envs.browsergym.task_set import RouteHandler, TaskStatus
 
@@ -157,9 +159,9 @@ class WebTaskSet:
 
     def check_task(self, task: str) -> str:
         if not isinstance(task, str):
-            raise ValueError(f"task must be a string, got {type(task).__name__}")
+            raise InvalidOptions(f"task must be a string, got {type(task).__name__}")
         if task not in self._tasks:
-            raise ValueError(
+            raise InvalidOptions(
                 f"unknown task {task[:80]!r} in web tasks {self.name}; choose from {', '.join(self._tasks)}"
             )
         return task
@@ -387,7 +389,12 @@ def _import_here_too(module_name: str) -> ModuleType:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         here = str(Path.cwd())
-        if e.name != module_name.split(".")[0] or here in sys.path or "" in sys.path:
+        if (
+            e.name != module_name.split(".")[0]
+            or here in sys.path
+            or "" in sys.path
+            or not cwd_import_allowed()
+        ):
             raise
     sys.path.append(here)
     try:

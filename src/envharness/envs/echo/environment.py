@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from envharness.core.environment import Environment
+from envharness.core.environment import Environment, InvalidOptions
 from envharness.core.types import EnvironmentMetadata, State
 from envharness.envs.echo.models import EchoAction, EchoObservation
 
@@ -33,7 +33,7 @@ class EchoEnvironment(Environment[EchoAction, EchoObservation]):
         self, seed: int | None = None, episode_id: str | None = None, **options: Any
     ) -> EchoObservation:
         if options:
-            raise ValueError(f"echo takes no reset options, got: {', '.join(sorted(options))}")
+            raise InvalidOptions(f"echo takes no reset options, got: {', '.join(sorted(options))}")
         self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
         return EchoObservation(
             echoed_message="Echo environment ready!", message_length=0, done=False, reward=0.0

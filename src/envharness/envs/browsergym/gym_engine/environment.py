@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envharness.core.environment import Environment
+from envharness.core.environment import InvalidOptions
 from envharness.envs.browsergym.environment import BrowserSessionLost, episode_options
 from envharness.envs.browsergym.gym_engine import benchmarks
 from envharness.envs.browsergym.gym_engine.process import WorkerError, WorkerLost, WorkerProcess
@@ -87,9 +88,9 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
     ) -> BrowserGymObservation:
         chosen = task or task_name or self._task or self.config.task or self.benchmark.default_task
         if not chosen:
-            raise ValueError(f"name a {self.benchmark.name} task: reset(task=...)")
+            raise InvalidOptions(f"name a {self.benchmark.name} task: reset(task=...)")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+            raise InvalidOptions(f"seed must be an integer, got {seed!r}")
         parts, max_steps, time_limit_s = episode_options(
             options,
             observation=self.config.observation,
