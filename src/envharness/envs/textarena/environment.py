@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from envharness.core.environment import Environment
+from envharness.core.environment import Environment, InvalidOptions
 from envharness.core.types import EnvironmentMetadata
 from envharness.envs.textarena import games, seats
 from envharness.envs.textarena.models import (
@@ -101,7 +101,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         if chosen == self.config.env_id and not game_kwargs:
             game_kwargs = dict(self.config.game_kwargs)
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+            raise InvalidOptions(f"seed must be a non-negative integer, got {seed!r}")
         players = self._players_for(chosen, num_players)
         seed = secrets.randbits(31) if seed is None else seed
         if players > 1:  # the server's seating applies to its multi-player games only
@@ -112,7 +112,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         try:
             self._rng.run(seed, lambda: game.reset(num_players=players, seed=seed))
         except Exception as exc:
-            raise ValueError(
+            raise InvalidOptions(
                 f"{chosen} could not start with {game_kwargs or 'its defaults'}: {type(exc).__name__}: {exc}"
             ) from exc
         self._game = game
@@ -138,7 +138,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
     def _players_for(self, env_id: str, asked: int | None) -> int:
         """The number of players of this episode: asked, the server's setting, or the game's fewest."""
         if asked is not None and (not isinstance(asked, int) or isinstance(asked, bool)):
-            raise ValueError(f"num_players must be a whole number, got {asked!r}")
+            raise InvalidOptions(f"num_players must be a whole number, got {asked!r}")
         low, _ = games.player_counts(env_id)
         chosen = asked if asked is not None else self.config.num_players
         if asked is None and chosen < low:

@@ -28,6 +28,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
+from envharness.core.environment import InvalidOptions
 from envharness.envs.textarena.nltk_data import guard_downloads
 
 T = TypeVar("T")
@@ -114,7 +115,7 @@ MULTI_PLAYER_LEFT_OUT = {
 _SHARE_AT = 256
 
 
-class GameRefused(ValueError):
+class GameRefused(InvalidOptions):
     """A game id this server will not run (unknown, multi-player, or needing a network)."""
 
 
@@ -252,7 +253,7 @@ def make_game(env_id: str, kwargs: Mapping[str, Any]) -> Any:
                 try:
                     proto = cls(**merged)
                 except TypeError as exc:
-                    raise ValueError(f"{env_id} does not take these arguments: {exc}") from None
+                    raise InvalidOptions(f"{env_id} does not take these arguments: {exc}") from None
                 _route_randomness()
                 _route_captured(unwrap(proto))
                 _PROTOTYPES[key] = proto

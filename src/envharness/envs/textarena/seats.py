@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from envharness.core.environment import InvalidOptions
 from envharness.envs.textarena import games, opponents
 
 SEAT_CHOICES = ("alternate", "random")
@@ -37,18 +38,18 @@ class Table:
 
 def seat_table(env_id: str, num_players: int, seed: int, opponent: Any, seat: Any) -> Table | None:
     """The seating of one game, or None when the client plays every seat (no opponent).
-    Bad values are refused in words (ValueError)."""
+    Bad values are refused in words (InvalidOptions)."""
     if opponent in (None, "", "none"):
         if seat not in (None, "", "alternate"):
-            raise ValueError("seat needs an opponent for the other seats (opponent=random or scripted)")
+            raise InvalidOptions("seat needs an opponent for the other seats (opponent=random or scripted)")
         return None
     if opponent not in opponents.POLICIES:
-        raise ValueError(f"unknown opponent {opponent!r}: one of {', '.join(opponents.POLICIES)}")
+        raise InvalidOptions(f"unknown opponent {opponent!r}: one of {', '.join(opponents.POLICIES)}")
     if num_players < 2:
-        raise ValueError(f"opponent={opponent}: {env_id} is a single-player game, there is no other seat")
+        raise InvalidOptions(f"opponent={opponent}: {env_id} is a single-player game, there is no other seat")
     family = games.game_of(env_id) or env_id
     if opponent == "scripted" and family not in opponents.SCRIPTED_GAMES:
-        raise ValueError(
+        raise InvalidOptions(
             f"{env_id} has no scripted player (scripted games: {', '.join(opponents.SCRIPTED_GAMES)}); "
             "opponent=random plays a legal random move where the game lists its moves"
         )
@@ -67,7 +68,7 @@ def _seat(seat: Any, num_players: int, seed: int) -> int:
     except (TypeError, ValueError):
         number = -1
     if isinstance(seat, bool) or not 0 <= number < num_players:
-        raise ValueError(
+        raise InvalidOptions(
             f"seat={seat!r}: a player number from 0 to {num_players - 1}, or {' or '.join(SEAT_CHOICES)}"
         )
     return number
