@@ -7,9 +7,9 @@ before the editable install). Same machine, same Chromium, same moment: only the
 
 from __future__ import annotations
 
+import io
 import subprocess
 import tarfile
-import io
 import tempfile
 from pathlib import Path
 

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from _before import BEFORE_TASK_SWITCH, before_env
+
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.miniwob_pages import switch_document
 
@@ -369,9 +370,8 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 def _browsergym_worker(miniwob_url: str, resets: int, steps: int, barrier, queue) -> None:
     os.environ["MINIWOB_URL"] = miniwob_url
-    import gymnasium as gym
-
     import browsergym.miniwob  # noqa: F401
+    import gymnasium as gym
 
     env = gym.make(f"browsergym/miniwob.{TASK}", slow_mo=0, pre_observation_delay=0.0)
     from browsergym.utils.obs import flatten_axtree_to_str
@@ -457,8 +457,8 @@ def bench_own_floors(n: int, rounds: int) -> tuple[dict, dict]:
     for r in range(rounds):
         for mode, parts in MODES.items():
             turns = [
-                (ours, lambda: bench_envharness(parts, n, [], 0)),
-                (floors, lambda: bench_floor(n, parts, False)),
+                (ours, lambda parts=parts: bench_envharness(parts, n, [], 0)),
+                (floors, lambda parts=parts: bench_floor(n, parts, False)),
             ]
             for into, run in turns if r % 2 == 0 else reversed(turns):
                 for key, values in asyncio.run(run()).items():

@@ -51,7 +51,7 @@ class Mcp:
     def __init__(self, name: str, transport) -> None:
         self.name, self._transport, self._stack = name, transport, contextlib.AsyncExitStack()
 
-    async def open(self) -> "Mcp":
+    async def open(self) -> Mcp:
         streams = await self._stack.enter_async_context(self._transport)
         self.session = await self._stack.enter_async_context(ClientSession(streams[0], streams[1]))
         await self.session.initialize()

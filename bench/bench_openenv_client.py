@@ -92,7 +92,7 @@ def main() -> int:
     servers["now"] = launch_local("browsergym")
     results: dict[str, list[tuple[list[float], list[float], int]]] = {name: [] for name in servers}
     try:
-        for name, server in servers.items():  # warm-up: Chromium started, scripts compiled
+        for server in servers.values():  # warm-up: Chromium started, scripts compiled
             play_round(server.base_url, 50)
         for r in range(args.rounds):
             order = list(servers) if r % 2 == 0 else list(reversed(servers))

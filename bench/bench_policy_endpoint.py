@@ -39,7 +39,6 @@ from envharness.harness.model_step import BatchingModelStep  # noqa: E402
 from envharness.models.base import Generation, GenerationRequest, SamplingParams  # noqa: E402
 from envharness.policy import PolicyServer  # noqa: E402
 
-
 FLOOR: list[float] = []
 
 

@@ -43,6 +43,7 @@ from collections import defaultdict
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 from _before import BEFORE_TASK_SWITCH, before_env
+
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.solutions import solve
 
@@ -230,9 +231,8 @@ def _browsergym_worker(
     miniwob_url: str, session: int, steps: int, probes: int, group: bool, barrier, queue
 ) -> None:
     os.environ["MINIWOB_URL"] = miniwob_url
-    import gymnasium as gym
-
     import browsergym.miniwob  # noqa: F401
+    import gymnasium as gym
     from browsergym.utils.obs import flatten_axtree_to_str
 
     def make(task: str):

@@ -30,7 +30,8 @@ import signal
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.core import ClientPool
 from envharness.envs.browsergym import BrowserGymEnv

@@ -49,10 +49,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -229,7 +230,7 @@ class RawSession:
         self.ws = ws
 
     @classmethod
-    async def open(cls, base_url: str) -> "RawSession":
+    async def open(cls, base_url: str) -> RawSession:
         from websockets.asyncio.client import connect
 
         from envharness.core.client import websocket_url

@@ -23,11 +23,12 @@ import re
 import statistics
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from envharness.core.launchers import LocalServer
 import envharness.envs.browsergym.actionability as actionability
 import envharness.envs.browsergym.environment as environment
+from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
 
 PARTS = ("parse", "checks", "input", "settle", "read", "reward", "observation", "titles", "wire")

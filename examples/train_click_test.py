@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import os
+import shutil
 import sys
 import time
 from pathlib import Path

@@ -37,8 +37,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 T0 = time.monotonic()
 PROFILE_DIR = Path("runs/gpu-check")  # main() sets it to --out

@@ -3,9 +3,10 @@ real GRPOTrainer step that keeps what the rollout function handed over and what 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def reply_length(completions, **kwargs):

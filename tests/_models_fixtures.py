@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request

@@ -107,7 +107,7 @@ class PrewarmedProcess:
     """A started command: `pid`, `poll()`, `wait(timeout)`, `send_signal(sig)`, `kill()`, `returncode`,
     as `subprocess.Popen` has them; its output is in the file `out`."""
 
-    def __init__(self, server: "Prewarmed", pid: int, out: Path) -> None:
+    def __init__(self, server: Prewarmed, pid: int, out: Path) -> None:
         self._server, self.pid, self.out = server, pid, out
         self.returncode: int | None = None
 
@@ -201,7 +201,7 @@ class Prewarmed:
             self._sock.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
             try:
                 chunk = self._sock.recv(65536)
-            except (socket.timeout, BlockingIOError):  # (0 s: what has arrived, without waiting)
+            except (TimeoutError, BlockingIOError):  # (0 s: what has arrived, without waiting)
                 return None
             if not chunk:
                 raise RuntimeError("the prewarmed interpreter ended")

@@ -8,7 +8,7 @@ Qwen's special tokens and a ChatML template that writes one placeholder per imag
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from envharness.models.tiny_vlm import (
@@ -22,7 +22,7 @@ _CORPUS = [
 ] * 4
 
 
-@lru_cache(maxsize=None)
+@cache
 def tiny_qwen2vl_processor() -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2VLProcessor

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
-
 from _prewarmed import Prewarmed, prewarmed_env
+
 from envharness.core.launchers import LocalServer
 
 ROOT = Path(__file__).resolve().parents[1]

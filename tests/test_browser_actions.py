@@ -12,6 +12,7 @@ from envharness.envs.browsergym.action_text import build_browsergym_action_tool_
 from envharness.envs.browsergym.action_tools import (
     ACTION_TOOLS,
     DEFAULT_TOOL_NAMES,
+    action_list,
     build_browsergym_action_str,
 )
 from envharness.envs.browsergym.actions import (
@@ -24,7 +25,6 @@ from envharness.envs.browsergym.actions import (
     parse_actions,
 )
 from envharness.envs.browsergym.executor import ACTIONS, PRIMITIVES, STATEFUL_ACTIONS, ActionContext, execute
-from envharness.envs.browsergym.action_tools import action_list
 
 
 def one(text: str) -> ParsedAction:
@@ -289,8 +289,8 @@ def tap_twice():
 
 def test_an_action_declared_once_shows_up_everywhere(tap_twice):
     from envharness.envs.browsergym.harness import browser_actions
-    from envharness.envs.browsergym.sessions import BrowserGymSessionFactory, action_instructions
     from envharness.envs.browsergym.mcp_tools import BrowserGymToolset
+    from envharness.envs.browsergym.sessions import BrowserGymSessionFactory, action_instructions
 
     # the grammar and the executor
     [parsed] = parse_actions("tap_twice('4', button='right')")

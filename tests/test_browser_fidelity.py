@@ -40,8 +40,11 @@ os.environ.setdefault(
     "PLAYWRIGHT_BROWSERS_PATH", os.path.join(os.path.dirname(__file__), "..", ".venv", "ms-playwright")
 )
 
-from envharness.envs.browsergym import BrowserGymAction, BrowserGymEnv  # noqa: E402
-from envharness.envs.browsergym import miniwob  # noqa: E402
+from envharness.envs.browsergym import (  # noqa: E402
+    BrowserGymAction,
+    BrowserGymEnv,
+    miniwob,  # noqa: E402
+)
 from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers  # noqa: E402
 from envharness.envs.browsergym.solutions import next_action  # noqa: E402
 
@@ -128,9 +131,8 @@ def browsergym_make():
     thread.start()
     old = os.environ.get("MINIWOB_URL")
     os.environ["MINIWOB_URL"] = f"http://127.0.0.1:{httpd.server_port}/miniwob/"
-    import gymnasium as gym
-
     import browsergym.miniwob  # noqa: F401  (registers the tasks)
+    import gymnasium as gym
 
     close_browsers = keep_browsers()
     yield lambda task, **kwargs: gym.make(

@@ -9,9 +9,9 @@ import pytest
 
 from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import AsyncBrowserGymEnv
+from envharness.envs.browsergym.browser_node import start_browser_node
 from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.models import BrowserGymAction
-from envharness.envs.browsergym.browser_node import start_browser_node
 from envharness.envs.browsergym.solutions import next_action
 
 #: Scripted tasks the many-sessions test rotates through (each session starts at another one).

@@ -8,11 +8,11 @@ import signal
 from types import SimpleNamespace
 
 import pytest
+from conftest import wait_until_async
 
 from envharness.envs.browsergym import BrowserGymAction
 from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.warm_pool import PARALLEL_OPENS, WarmPage, WarmPool
-from conftest import wait_until_async
 
 TEXT = {"axtree": True, "pruned_html": True, "extra_properties": False}
 

@@ -6,10 +6,7 @@ import argparse
 
 import pytest
 
-from envharness.cli import eval as eval_cli
-from envharness.cli import main as cli_main
-from envharness.cli import serve as serve_cli
-from envharness.cli import train as train_cli
+from envharness.cli import eval as eval_cli, main as cli_main, serve as serve_cli, train as train_cli
 from envharness.cli.options import collect_options
 
 SHARED = [

@@ -10,7 +10,6 @@ import sys
 
 import httpx
 import pytest
-
 from conftest import wait_until
 
 from envharness.core.client import EnvServerError

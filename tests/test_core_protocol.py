@@ -10,9 +10,9 @@ import time
 
 import httpx
 import pytest
+from conftest import health, wait_until
 from websockets.sync.client import connect
 
-from conftest import health, wait_until
 from envharness.core.client import AsyncEnvClient, EnvClient, EnvServerError
 from envharness.core.launchers import LocalServer
 from envharness.core.server import create_app

@@ -19,7 +19,6 @@ import torch
 from envharness.models import load_backend
 from envharness.models.device import DeviceError, resolve, resolve_device, resolve_dtype
 
-
 CUDA = torch.cuda.is_available()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from envharness.core.registry import make_factory

@@ -7,13 +7,13 @@ import pytest
 
 from envharness.envs.browsergym.action_text import build_browsergym_action_tool_call
 from envharness.envs.browsergym.prompts import default_prompt
+from envharness.envs.browsergym.scripted import find_goal_and_tree
 from envharness.prompts.text import (
     PromptContext,
     StepSummary,
     load_prompt_builder,
     truncate_to_tokens,
 )
-from envharness.envs.browsergym.scripted import find_goal_and_tree
 
 # Real AXTree texts of MiniWoB pages (seed 1), as the browser env returns them.
 CLICK_TEST = (
@@ -134,4 +134,4 @@ def test_builders_written_against_the_old_context_names_still_read_them_with_a_w
     with pytest.warns(DeprecationWarning):
         assert ctx.axtree_token_budget == 50
     with pytest.raises(AttributeError, match="no_such_field"):
-        ctx.no_such_field
+        _ = ctx.no_such_field

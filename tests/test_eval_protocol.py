@@ -21,10 +21,10 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from eval_protocol.models import EvaluationRow, Message
 from eval_protocol.pytest.evaluation_test_utils import rollout_processor_with_retry
 from eval_protocol.pytest.types import RolloutProcessorConfig
+
 from envharness.core.launchers import launch_local
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction, BrowserGymEnv
 from envharness.integrations.eval_protocol import OpenEnvRolloutProcessor, read_step_rewards

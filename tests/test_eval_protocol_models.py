@@ -16,10 +16,10 @@ import threading
 
 import pytest
 import torch
-
 from _models_fixtures import Flaky, chat_completions_app, serve
 from eval_protocol.models import EvaluationRow, Message
 from eval_protocol.pytest.types import RolloutProcessorConfig
+
 from envharness.envs.echo.client import AsyncEchoEnv
 from envharness.envs.echo.models import EchoAction
 from envharness.integrations.eval_protocol import OpenEnvRolloutProcessor, read_step_rewards

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from envharness.cli import main
-from envharness.prompts.text import PromptContext
 from envharness.eval.runfolder import read_episodes
+from envharness.prompts.text import PromptContext
 
 TASKS = ["click-test", "click-button", "focus-text", "enter-text"]
 EPISODES = 2

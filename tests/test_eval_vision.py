@@ -11,10 +11,10 @@ import re
 
 import numpy as np
 import pytest
+from _models_fixtures import serve
 from fastapi import FastAPI, Request
 from PIL import Image
 
-from _models_fixtures import serve
 from envharness.cli import main
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.prompts.screenshot import add_screenshot, resize_screenshot

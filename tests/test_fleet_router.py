@@ -15,8 +15,8 @@ import time
 from urllib.parse import urlparse
 
 import pytest
-
 from conftest import wait_until
+
 from envharness.core.launchers import launch_local
 from envharness.envs.echo.client import AsyncEchoEnv
 from envharness.envs.echo.models import EchoAction

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from conftest import wait_until
+
 from envharness.envs.browsergym.client import BrowserGymEnv
 from envharness.fleet.server_process import WatchedServer, kill_tagged, tagged_pids
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from test_harness_step_session import EchoSessionFactory
+from test_harness_tokens import CountingTransformersBackend, assert_exact_turns, echo_text
 
 from envharness.envs.echo.client import AsyncEchoEnv
-from envharness.models.base import GenerationRequest, SamplingParams
 from envharness.harness import (
     BatchingModelStep,
     HarnessRunLimits,
@@ -20,8 +21,7 @@ from envharness.harness import (
     build_harness_rollout_func,
     run_episodes,
 )
-from test_harness_step_session import EchoSessionFactory
-from test_harness_tokens import CountingTransformersBackend, assert_exact_turns, echo_text
+from envharness.models.base import GenerationRequest, SamplingParams
 
 TURNS = 3
 LIMITS = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0})

@@ -6,11 +6,10 @@ import dataclasses
 
 import openenv.core.harness as oe
 from openenv.core.env_server.mcp_types import Tool
-from openenv.core.llm_client import LLMResponse as OELLMResponse
-from openenv.core.llm_client import ToolCall as OEToolCall
+from openenv.core.llm_client import LLMResponse as OELLMResponse, ToolCall as OEToolCall
+from test_harness_runtime import CounterFactory, ScriptedTokenStep, call, script_for
 
 from envharness import harness as eh
-from test_harness_runtime import CounterFactory, ScriptedTokenStep, call, script_for
 
 
 class OpenEnvCounter(oe.ResourceSession):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from test_harness_step_session import EchoSessionFactory
 
+from envharness.envs.echo.client import AsyncEchoEnv
 from envharness.harness import (
     BatchingModelStep,
     HarnessRunLimits,
@@ -13,8 +15,6 @@ from envharness.harness import (
     ToolCall,
     run_episodes,
 )
-from envharness.envs.echo.client import AsyncEchoEnv
-from test_harness_step_session import EchoSessionFactory
 
 
 def step(prompt: list[int], completion: list[int], logprobs: list[float] | None = None) -> ModelStepResult:

@@ -10,8 +10,8 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from _jobs import Job, held_at_step
+
 from envharness.cli import main as cli_main
 from envharness.cli.interrupts import resume_command
 from envharness.integrations.trl.resume import latest_checkpoint, trim_to_step

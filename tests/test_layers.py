@@ -194,7 +194,7 @@ def test_old_browser_names_still_import_and_say_what_replaces_them():
     import pytest
 
     with pytest.raises(AttributeError):
-        trl.no_such_name
+        _ = trl.no_such_name
 
 
 def test_a_run_looks_its_environment_up_once(tmp_path, monkeypatch):

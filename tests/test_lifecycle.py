@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from _jobs import Job, tagged_processes
 from conftest import wait_until
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import health, wait_until
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -22,8 +23,6 @@ from envharness.envs.browsergym.solutions import next_action
 from envharness.harness import BatchingModelStep, HarnessRunLimits, MCPHarnessAdapter, run_episodes
 from envharness.harness.mcp_session import MCPSessionFactory
 from envharness.models.scripted import ScriptedBackend
-
-from conftest import health, wait_until
 
 SEED = 7
 CLI = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())"]
@@ -86,12 +85,14 @@ def test_sdk_client_plays_click_test_over_streamable_http(browser_server):
     before = health(browser_server)
 
     async def main() -> None:
-        async with streamable_http_client(f"{browser_server.base_url}/mcp") as (read, write, _):
-            async with ClientSession(read, write) as session:
-                info = await session.initialize()
-                assert info.serverInfo.name == "envharness-browsergym"
-                await play_click_test(session)
-                assert health(browser_server)["active_sessions"] == before["active_sessions"] + 1
+        async with (
+            streamable_http_client(f"{browser_server.base_url}/mcp") as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            info = await session.initialize()
+            assert info.serverInfo.name == "envharness-browsergym"
+            await play_click_test(session)
+            assert health(browser_server)["active_sessions"] == before["active_sessions"] + 1
 
     asyncio.run(main())
     # the MCP session ended: its environment session is closed
@@ -106,15 +107,17 @@ def test_sdk_client_plays_click_test_over_streamable_http(browser_server):
 
 def test_tool_errors_before_reset_and_unknown_tools(browser_server):
     async def main() -> None:
-        async with streamable_http_client(f"{browser_server.base_url}/mcp") as (read, write, _):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                early = await session.call_tool("click", {"bid": "13"})
-                assert early.isError and "reset" in early.content[0].text
-                unknown = await session.call_tool("exec", {"code": "1"})
-                assert unknown.isError and "Unknown tool 'exec'" in unknown.content[0].text
-                bad_task = await session.call_tool("reset", {"task": "no-such-task"})
-                assert bad_task.isError and "unknown MiniWoB task" in bad_task.content[0].text
+        async with (
+            streamable_http_client(f"{browser_server.base_url}/mcp") as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            early = await session.call_tool("click", {"bid": "13"})
+            assert early.isError and "reset" in early.content[0].text
+            unknown = await session.call_tool("exec", {"code": "1"})
+            assert unknown.isError and "Unknown tool 'exec'" in unknown.content[0].text
+            bad_task = await session.call_tool("reset", {"task": "no-such-task"})
+            assert bad_task.isError and "unknown MiniWoB task" in bad_task.content[0].text
 
     asyncio.run(main())
 
@@ -132,41 +135,41 @@ def test_mcp_needs_the_bearer_token_and_shares_the_session_limit():
         assert refused.status_code == 401
 
         async def main() -> None:
-            async with httpx.AsyncClient(headers=auth) as c1:
-                async with streamable_http_client(f"{server.base_url}/mcp", http_client=c1) as (r1, w1, _):
-                    async with ClientSession(r1, w1) as first:
-                        await first.initialize()
-                        assert [t.name for t in (await first.list_tools()).tools] == [
-                            "reset",
-                            "step",
-                            "state",
-                        ]
-                        ws = AsyncEchoEnv(base_url=server.base_url, token="s3cret")
-                        await ws.reset()  # the /ws client holds the one slot
-                        full = await first.call_tool("reset", {})
-                        assert full.isError and "CAPACITY_REACHED" in full.content[0].text.upper()
-                        await ws.close()
-                        wait_until(
-                            lambda: health(server, authorization="Bearer s3cret")["active_sessions"] == 0
-                        )
-                        assert not (await first.call_tool("reset", {})).isError
-                        echoed = await first.call_tool("step", {"message": "hi"})
-                        assert echoed.structuredContent["observation"]["echoed_message"] == "hi"
-                        second = await c1.post(
-                            f"{server.base_url}/mcp",
-                            headers={"Accept": "application/json, text/event-stream"},
-                            json={
-                                "jsonrpc": "2.0",
-                                "id": 1,
-                                "method": "initialize",
-                                "params": {
-                                    "protocolVersion": "2025-06-18",
-                                    "capabilities": {},
-                                    "clientInfo": {"name": "t", "version": "0"},
-                                },
-                            },
-                        )
-                        assert second.status_code == 503
+            async with (
+                httpx.AsyncClient(headers=auth) as c1,
+                streamable_http_client(f"{server.base_url}/mcp", http_client=c1) as (r1, w1, _),
+                ClientSession(r1, w1) as first,
+            ):
+                await first.initialize()
+                assert [t.name for t in (await first.list_tools()).tools] == [
+                    "reset",
+                    "step",
+                    "state",
+                ]
+                ws = AsyncEchoEnv(base_url=server.base_url, token="s3cret")
+                await ws.reset()  # the /ws client holds the one slot
+                full = await first.call_tool("reset", {})
+                assert full.isError and "CAPACITY_REACHED" in full.content[0].text.upper()
+                await ws.close()
+                wait_until(lambda: health(server, authorization="Bearer s3cret")["active_sessions"] == 0)
+                assert not (await first.call_tool("reset", {})).isError
+                echoed = await first.call_tool("step", {"message": "hi"})
+                assert echoed.structuredContent["observation"]["echoed_message"] == "hi"
+                second = await c1.post(
+                    f"{server.base_url}/mcp",
+                    headers={"Accept": "application/json, text/event-stream"},
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "initialize",
+                        "params": {
+                            "protocolVersion": "2025-06-18",
+                            "capabilities": {},
+                            "clientInfo": {"name": "t", "version": "0"},
+                        },
+                    },
+                )
+                assert second.status_code == 503
 
         asyncio.run(main())
         wait_until(lambda: health(server, authorization="Bearer s3cret")["active_sessions"] == 0)
@@ -213,11 +216,10 @@ def test_sdk_client_plays_click_test_over_stdio():
     params = StdioServerParameters(command=CLI[0], args=[*CLI[1:], "mcp", "browsergym"], env=env)
 
     async def main() -> None:
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as session:
-                assert (await session.initialize()).serverInfo.name == "envharness-browsergym"
-                await play_click_test(session)
-                assert _processes_tagged(tag)  # the server and its browser are up
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            assert (await session.initialize()).serverInfo.name == "envharness-browsergym"
+            await play_click_test(session)
+            assert _processes_tagged(tag)  # the server and its browser are up
 
     asyncio.run(main())
     wait_until(lambda: not _processes_tagged(tag), timeout_s=30)
@@ -296,15 +298,17 @@ def test_a_vanished_mcp_client_loses_its_session_and_environment_after_the_idle_
         session_ids = []
 
         async def main() -> None:
-            async with streamable_http_client(f"{server.base_url}/mcp", terminate_on_close=False) as (
-                read,
-                write,
-                get_id,
+            async with (
+                streamable_http_client(f"{server.base_url}/mcp", terminate_on_close=False) as (
+                    read,
+                    write,
+                    get_id,
+                ),
+                ClientSession(read, write) as session,
             ):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    assert not (await session.call_tool("reset", {})).isError
-                    session_ids.append(get_id())
+                await session.initialize()
+                assert not (await session.call_tool("reset", {})).isError
+                session_ids.append(get_id())
 
         asyncio.run(main())
         wait_until(lambda: not server.app.state.mcp._http._server_instances, timeout_s=30)
@@ -319,17 +323,19 @@ def test_a_vanished_mcp_client_loses_its_session_and_environment_after_the_idle_
 
 def test_generic_tools_check_reset_options_as_the_websocket_does(echo_server):
     async def main() -> None:
-        async with streamable_http_client(f"{echo_server.base_url}/mcp") as (read, write, _):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                long_id = await session.call_tool("reset", {"episode_id": "x" * 300})
-                assert long_id.isError and "episode_id" in long_id.content[0].text
-                ok = await session.call_tool("reset", {"seed": 3, "episode_id": "mine"})
-                assert not ok.isError and ok.structuredContent["done"] is False
-                state = await session.call_tool("state", {})
-                assert state.structuredContent["episode_id"] == "mine"
-                missing = await session.call_tool("step", {})
-                assert missing.isError and "'message' is a required property" in missing.content[0].text
+        async with (
+            streamable_http_client(f"{echo_server.base_url}/mcp") as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            long_id = await session.call_tool("reset", {"episode_id": "x" * 300})
+            assert long_id.isError and "episode_id" in long_id.content[0].text
+            ok = await session.call_tool("reset", {"seed": 3, "episode_id": "mine"})
+            assert not ok.isError and ok.structuredContent["done"] is False
+            state = await session.call_tool("state", {})
+            assert state.structuredContent["episode_id"] == "mine"
+            missing = await session.call_tool("step", {})
+            assert missing.isError and "'message' is a required property" in missing.content[0].text
 
     asyncio.run(main())
 

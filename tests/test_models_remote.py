@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from _models_fixtures import Flaky, chat_completions_app, serve, trl_server_app
+
 from envharness.models import load_backend
 from envharness.models.base import GenerationRequest, SamplingParams
 from envharness.models.embedded import tiny_test_model

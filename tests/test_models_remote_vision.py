@@ -15,12 +15,12 @@ import io
 
 import numpy as np
 import pytest
+from _models_fixtures import serve
+from _vision_fixtures import placeholder_count, screenshot, tiny_qwen2vl_processor
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from PIL import Image
 
-from _models_fixtures import serve
-from _vision_fixtures import placeholder_count, screenshot, tiny_qwen2vl_processor
 from envharness.models.base import GenerationRequest, SamplingParams
 from envharness.models.http import BackendError, RetryPolicy
 from envharness.models.images import ImagesNotSupportedError

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-
+from envharness.envs.browsergym.scripted import find_goal_and_tree, scripted_action
 from envharness.envs.browsergym.sessions import action_instructions, format_observation
 from envharness.models import load_backend
 from envharness.models.base import GenerationRequest
-from envharness.envs.browsergym.scripted import find_goal_and_tree, scripted_action
 from envharness.models.scripted import ScriptedBackend
 
 CLICK_TEST_TREE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"

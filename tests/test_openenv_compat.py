@@ -121,14 +121,14 @@ async def test_openenv_typed_client_async_episodes(echo_server):
 
 
 def test_openenv_client_sees_capacity_errors():
-    with LocalServer("echo", max_sessions=1) as server:
-        with (
-            GenericEnvClient(base_url=server.base_url).sync() as first,
-            GenericEnvClient(base_url=server.base_url).sync() as second,
-        ):
-            first.reset()
-            with pytest.raises(RuntimeError, match=r"\(code: CAPACITY_REACHED\)"):
-                second.reset()
+    with (
+        LocalServer("echo", max_sessions=1) as server,
+        GenericEnvClient(base_url=server.base_url).sync() as first,
+        GenericEnvClient(base_url=server.base_url).sync() as second,
+    ):
+        first.reset()
+        with pytest.raises(RuntimeError, match=r"\(code: CAPACITY_REACHED\)"):
+            second.reset()
 
 
 def test_openenv_http_models_accept_our_bodies(echo_server):

@@ -7,8 +7,8 @@ import traceback
 
 import pytest
 
-from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
 from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym.engine import BrowserEngine, HostGuard
 
 
 def record_zones(monkeypatch) -> list:

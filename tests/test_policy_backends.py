@@ -4,14 +4,14 @@ The recorded tokens are checked against a forward pass, the images against the p
 
 from __future__ import annotations
 
-import io
 import base64
+import io
 
 import openai
 import pytest
 import torch
-
 from _models_fixtures import serve, trl_server_app
+
 from envharness.models import load_backend
 from envharness.models.embedded import tiny_test_model
 from envharness.models.sampling import processed_logprobs

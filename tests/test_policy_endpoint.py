@@ -115,9 +115,9 @@ def test_a_rewritten_history_is_a_fork_and_never_mixed_into_the_sample(policy):
     )
     assert sum(sample.env_mask) == len(trace.turns[0].completion_ids) + len(trace.turns[1].completion_ids)
     # TRL's async GRPO worker reads the same capture as two rows: the history before and after the fork
+    from openenv.core.harness import TrainingTrace
     from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
     from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
-    from openenv.core.harness import TrainingTrace
 
     captured = TrainingTrace.from_entries(training_trace_entries(trace))
     rows, tally = _chain_to_sequences(_turns_from_training_trace(captured), trace.rollout_id, 0)

@@ -12,7 +12,6 @@ import time
 import httpx
 import openai
 import pytest
-
 from conftest import wait_until
 
 from envharness.models import load_backend

@@ -18,11 +18,11 @@ import os
 from pathlib import Path
 
 import pytest
+from _grpo_helpers import loss_row, one_grpo_step, runs
+from _jobs import Job
 
 from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
 from envharness.policy.agents import load_agent
-from _jobs import Job
-from _grpo_helpers import loss_row, one_grpo_step, runs
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

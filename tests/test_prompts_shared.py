@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from envharness import prompts
 from envharness.cli import main as cli_main
 from envharness.core.client_pool import ClientPool
 from envharness.envs.browsergym import BrowserGymEnv
@@ -21,7 +22,6 @@ from envharness.eval.runner import run_eval
 from envharness.harness import HarnessRunLimits, read_records
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_prompt
 from envharness.integrations.trl.training import TrainConfig, TrainSetupError, _check, prompt_options
-from envharness import prompts
 from envharness.prompts import PromptStyle, get_prompt_style, prompt_names, register_prompt_style
 
 pytestmark = pytest.mark.timeout(600)

@@ -38,7 +38,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from _prewarmed import Prewarmed, kill_session, prewarmed_env
 
 ROOT = Path(__file__).resolve().parents[1]

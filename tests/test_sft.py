@@ -176,6 +176,7 @@ def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path, 
     import signal
 
     from _jobs import Job, held_at_step
+
     from envharness.integrations.trl.resume import latest_checkpoint
 
     out = tmp_path / "run"

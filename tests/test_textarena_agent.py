@@ -7,8 +7,8 @@ import pytest
 
 from envharness.core.registry import env_harness, get_spec, load_target
 from envharness.envs.textarena import rewards, wordle
-from envharness.envs.textarena.harness import HARNESS, RL_GAMES, task_list, web_info
 from envharness.envs.textarena.environment import TextArenaConfig, TextArenaEnvironment
+from envharness.envs.textarena.harness import HARNESS, RL_GAMES, task_list, web_info
 from envharness.envs.textarena.models import TextArenaAction
 from envharness.envs.textarena.parsing import parse_move
 from envharness.envs.textarena.prompts import STYLES

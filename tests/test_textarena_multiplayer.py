@@ -85,57 +85,59 @@ def test_kuhn_poker_each_player_sees_only_its_own_card_and_seeds_replay():
 
 def test_private_information_stays_private_over_the_wire_with_openenv_client():
     """OpenEnv's own client acts for both seats in turn; the mid-game state hides the cards."""
-    with LocalServer("textarena", task="KuhnPoker-v0") as server:
-        with GenericEnvClient(base_url=server.base_url).sync() as env:
-            result = env.reset(seed=11)
-            views: dict[int, list[str]] = {0: [], 1: []}
-            moves = 0
-            while not result.done:
-                obs = result.observation
-                player = obs["current_player_id"]
-                assert obs["legal_players"] == [0, 1]
-                views[player] = [m["content"] for m in obs["messages"]]
-                assert "game_state" not in env.state()["raw_state"]  # no peeking mid-game
-                legal = "[check]" if "'[check]'" in views[player][-1] else "[call]"
-                result = env.step({"message": legal, "player_id": player})
-                moves += 1
-            assert moves >= 6 and set(result.observation["info"]["rewards"]) <= {-1.0, 0.0, 1.0}
-            for player in (0, 1):
-                mine = [CARD.search(t).group(1) for t in views[player] if CARD.search(t)]
-                assert mine, player
-                for text in views[player]:  # the other player's deal never reaches this player
-                    assert f"You are Player {1 - player}" not in text
-            with pytest.raises(RuntimeError, match="game is over"):
-                env.step({"message": "[check]"})
-            result = env.reset(seed=11)
-            player = result.observation["current_player_id"]
-            with pytest.raises(RuntimeError, match=f"player {player}'s turn, not player {1 - player}'s"):
-                env.step({"message": "[check]", "player_id": 1 - player})
-            assert env.step({"message": "[check]", "player_id": player}).observation is not None
+    with (
+        LocalServer("textarena", task="KuhnPoker-v0") as server,
+        GenericEnvClient(base_url=server.base_url).sync() as env,
+    ):
+        result = env.reset(seed=11)
+        views: dict[int, list[str]] = {0: [], 1: []}
+        moves = 0
+        while not result.done:
+            obs = result.observation
+            player = obs["current_player_id"]
+            assert obs["legal_players"] == [0, 1]
+            views[player] = [m["content"] for m in obs["messages"]]
+            assert "game_state" not in env.state()["raw_state"]  # no peeking mid-game
+            legal = "[check]" if "'[check]'" in views[player][-1] else "[call]"
+            result = env.step({"message": legal, "player_id": player})
+            moves += 1
+        assert moves >= 6 and set(result.observation["info"]["rewards"]) <= {-1.0, 0.0, 1.0}
+        for player in (0, 1):
+            mine = [CARD.search(t).group(1) for t in views[player] if CARD.search(t)]
+            assert mine, player
+            for text in views[player]:  # the other player's deal never reaches this player
+                assert f"You are Player {1 - player}" not in text
+        with pytest.raises(RuntimeError, match="game is over"):
+            env.step({"message": "[check]"})
+        result = env.reset(seed=11)
+        player = result.observation["current_player_id"]
+        with pytest.raises(RuntimeError, match=f"player {player}'s turn, not player {1 - player}'s"):
+            env.step({"message": "[check]", "player_id": 1 - player})
+        assert env.step({"message": "[check]", "player_id": player}).observation is not None
 
 
 @pytest.mark.parametrize("task", ["TicTacToe-v0", "ConnectFour-v0", "SimpleNegotiation-v0-short"])
 def test_openenv_client_plays_whole_games_for_both_players(task):
-    with LocalServer("textarena", task=task) as server:
-        with GenericEnvClient(base_url=server.base_url).sync() as env:
-            rng = random.Random(3)
-            result = env.reset(seed=4)
-            for _ in range(120):
-                if result.done:
-                    break
-                obs = result.observation
-                if task.startswith("Simple"):
-                    move = (
-                        "[Accept]"
-                        if "[Offer" in obs["messages"][-1]["content"]
-                        else "[Offer: 1 Wood -> 1 Wood]"
-                    )
-                else:
-                    move = random_move(task, obs, rng)
-                result = env.step({"message": move, "player_id": obs["current_player_id"]})
-            assert result.done, task
-            rewards = result.observation["info"]["rewards"]
-            assert len(rewards) == 2 and result.reward == rewards[result.observation["current_player_id"]]
+    with (
+        LocalServer("textarena", task=task) as server,
+        GenericEnvClient(base_url=server.base_url).sync() as env,
+    ):
+        rng = random.Random(3)
+        result = env.reset(seed=4)
+        for _ in range(120):
+            if result.done:
+                break
+            obs = result.observation
+            if task.startswith("Simple"):
+                move = (
+                    "[Accept]" if "[Offer" in obs["messages"][-1]["content"] else "[Offer: 1 Wood -> 1 Wood]"
+                )
+            else:
+                move = random_move(task, obs, rng)
+            result = env.step({"message": move, "player_id": obs["current_player_id"]})
+        assert result.done, task
+        rewards = result.observation["info"]["rewards"]
+        assert len(rewards) == 2 and result.reward == rewards[result.observation["current_player_id"]]
 
 
 def test_scripted_players_are_legal_and_beat_random_play():

@@ -14,8 +14,8 @@ from openenv.core.generic_client import GenericEnvClient
 
 from envharness.core.client import EnvServerError
 from envharness.core.launchers import LocalServer
-from envharness.envs.textarena.harness import HARNESS
 from envharness.envs.textarena.client import AsyncTextArenaEnv, TextArenaAction, TextArenaEnv
+from envharness.envs.textarena.harness import HARNESS
 from envharness.envs.textarena.scripted import scripted_move
 from envharness.harness import BatchingModelStep, HarnessRunLimits, run_episodes
 from envharness.models.scripted import ScriptedBackend
@@ -155,29 +155,31 @@ async def test_harness_plays_the_rl_games_with_the_scripted_policy(server):
 
 
 async def test_mcp_tools_play_a_game(server):
-    async with streamable_http_client(f"{server.base_url}/mcp") as (read, write, _):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            tools = {t.name: t for t in (await session.list_tools()).tools}
-            assert set(tools) == {"reset", "send", "observation"}
-            before = await session.call_tool("send", {"message": "[1]"})
-            assert before.isError and "call reset first" in before.content[0].text
-            first = await session.call_tool("reset", {"task": "GuessTheNumber-v0", "seed": 4})
-            assert not first.isError and first.structuredContent["env_id"] == "GuessTheNumber-v0"
-            assert first.structuredContent["seed"] == 4 and "Guess The Number" in first.content[0].text
-            conv = [{"role": "user", "content": first.content[0].text}]
-            for _ in range(10):
-                move = scripted_move(conv)
-                result = await session.call_tool("send", {"message": move})
-                assert not result.isError
-                conv += [
-                    {"role": "assistant", "content": move},
-                    {"role": "user", "content": result.content[0].text},
-                ]
-                if result.structuredContent["done"]:
-                    break
-            assert result.structuredContent["won"] is True and result.structuredContent["reward"] == 1.0
-            empty = await session.call_tool("send", {"message": ""})
-            assert empty.isError
-            whole = await session.call_tool("observation", {})
-            assert "The target number is" in whole.content[0].text and whole.structuredContent["done"] is True
+    async with (
+        streamable_http_client(f"{server.base_url}/mcp") as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == {"reset", "send", "observation"}
+        before = await session.call_tool("send", {"message": "[1]"})
+        assert before.isError and "call reset first" in before.content[0].text
+        first = await session.call_tool("reset", {"task": "GuessTheNumber-v0", "seed": 4})
+        assert not first.isError and first.structuredContent["env_id"] == "GuessTheNumber-v0"
+        assert first.structuredContent["seed"] == 4 and "Guess The Number" in first.content[0].text
+        conv = [{"role": "user", "content": first.content[0].text}]
+        for _ in range(10):
+            move = scripted_move(conv)
+            result = await session.call_tool("send", {"message": move})
+            assert not result.isError
+            conv += [
+                {"role": "assistant", "content": move},
+                {"role": "user", "content": result.content[0].text},
+            ]
+            if result.structuredContent["done"]:
+                break
+        assert result.structuredContent["won"] is True and result.structuredContent["reward"] == 1.0
+        empty = await session.call_tool("send", {"message": ""})
+        assert empty.isError
+        whole = await session.call_tool("observation", {})
+        assert "The target number is" in whole.content[0].text and whole.structuredContent["done"] is True

@@ -4,8 +4,8 @@ each environment on its own server with its own prompt, every group one task and
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 from collections import Counter
 
 import pytest

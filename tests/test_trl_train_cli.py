@@ -80,9 +80,9 @@ def test_bad_arguments_are_refused_in_words(capsys):
 
 
 def test_client_pool_reuses_sessions_and_replaces_a_dead_one(training_browser_server):
+    from envharness.core import ClientPool
     from envharness.envs.browsergym import BrowserGymEnv
     from envharness.envs.browsergym.models import BrowserGymAction
-    from envharness.core import ClientPool
 
     pool = ClientPool(functools.partial(BrowserGymEnv, base_url=training_browser_server.base_url))
     try:

@@ -155,11 +155,12 @@ def test_stock_trl_trainer_does_not_see_the_screenshots(server_url, tmp_path):
 
 
 def test_missing_image_guard():
+    from PIL import Image
+
     from envharness.integrations.trl.vision import attach_pixels
+    from envharness.models.base import GenerationRequest, SamplingParams
     from envharness.models.tiny_vlm import build_tiny_vlm
     from envharness.models.transformers_vision import TransformersVisionBackend
-    from envharness.models.base import GenerationRequest, SamplingParams
-    from PIL import Image
 
     _, processor = build_tiny_vlm("qwen2-vl")
     model, _ = build_tiny_vlm("qwen2-vl")

@@ -7,6 +7,8 @@ in it, and tokenizes with the real SmolLM2 tokenizer. The environment is the rea
 a browsergym server on loopback driving Debian's Chromium.
 """
 
+# The tutorial's import lines are kept as it writes them.
+# isort: skip_file
 from __future__ import annotations
 
 import pytest

@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from typing import Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -29,23 +28,23 @@ ACTION_PREFIX_RE = re.compile(r"^(action|next action)\s*[:\-]\s*", re.IGNORECASE
 ACTION_PATTERN = re.compile(r"[A-Za-z_]+\s*\(.*\)", re.DOTALL)
 
 
-def build_history_lines(history: List[str]) -> str:
+def build_history_lines(history: list[str]) -> str:
     if not history:
         return "None"
     return "\n".join(history[-4:])
 
 
-def extract_screenshot_image(observation) -> Optional[Image.Image]:
+def extract_screenshot_image(observation) -> Image.Image | None:
     screenshot = getattr(observation, "screenshot", None)
     array = np.array(screenshot, dtype=np.uint8)
     return Image.fromarray(array)
 
 
-def extract_clickable_elements(observation) -> List[Dict[str, str]]:
+def extract_clickable_elements(observation) -> list[dict[str, str]]:
     metadata = getattr(observation, "metadata", {}) or {}
     obs_dict = metadata.get("browsergym_obs", {}) or {}
     extra_props = obs_dict.get("extra_element_properties", {}) or {}
-    clickables: List[Dict[str, str]] = []
+    clickables: list[dict[str, str]] = []
     for bid, props in extra_props.items():
         if not props.get("clickable"):
             continue
@@ -56,7 +55,7 @@ def extract_clickable_elements(observation) -> List[Dict[str, str]]:
     return clickables
 
 
-def build_user_prompt(step: int, observation, history: List[str]) -> str:
+def build_user_prompt(step: int, observation, history: list[str]) -> str:
     goal = observation.goal or "(not provided)"
     url = observation.url or "(unknown)"
     error_note = "Yes" if observation.last_action_error else "No"
@@ -125,8 +124,8 @@ def test_seed_helpers_earn_the_scripted_reward_with_screenshots(monkeypatch):
         with BrowserGymEnv(base_url=server.base_url) as env:  # as the seed's alternative to from_hub
             result = env.reset()  # task, screenshots and viewport all come from the variables
             observation = result.observation
-            history: List[str] = []
-            rewards: List[float] = []
+            history: list[str] = []
+            rewards: list[float] = []
             for step in range(1, 4):
                 array = np.array(observation.screenshot, dtype=np.uint8)
                 assert array.shape == (450, 600, 3)  # the 400x300 viewport at MiniWoB's 1.5 scale

@@ -9,6 +9,7 @@ import os
 import shutil
 
 import httpx
+from conftest import health, wait_until
 from playwright.async_api import async_playwright
 
 from envharness.core.launchers import LocalServer, launch_local
@@ -17,8 +18,6 @@ from envharness.core.server import create_app
 from envharness.envs.browsergym.action_text import ACTION_TOOLS
 from envharness.envs.browsergym.engine import CHROMIUM_ARGS, DEFAULT_CHROMIUM
 from envharness.envs.browsergym.miniwob import all_tasks
-
-from conftest import health, wait_until
 
 SEED = 7
 

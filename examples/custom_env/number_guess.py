@@ -16,7 +16,8 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field
 

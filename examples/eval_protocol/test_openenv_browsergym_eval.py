@@ -1,15 +1,16 @@
-from typing import Any, Dict, List
 import re
+from typing import Any
 
 import pytest
-from eval_protocol.models import EvaluationRow, Message, EvaluateResult
+from eval_protocol.models import EvaluateResult, EvaluationRow, Message
 from eval_protocol.pytest import evaluation_test
+
 from envharness.integrations.eval_protocol import OpenEnvRolloutProcessor
 
 
-def browsergym_dataset_to_rows(data: List[Dict[str, Any]]) -> List[EvaluationRow]:
+def browsergym_dataset_to_rows(data: list[dict[str, Any]]) -> list[EvaluationRow]:
     """Adapt simple dict rows into EvaluationRow objects."""
-    rows: List[EvaluationRow] = []
+    rows: list[EvaluationRow] = []
     for row in data:
         prompt = str(row.get("prompt", "start"))
         rows.append(EvaluationRow(messages=[Message(role="user", content=prompt)]))
@@ -19,7 +20,7 @@ def browsergym_dataset_to_rows(data: List[Dict[str, Any]]) -> List[EvaluationRow
 ACTION_PATTERN = re.compile(r"[A-Za-z_]+\s*\(.*\)", re.DOTALL)
 
 
-def prompt_builder(observation: Any, step: int, history: List[str]) -> str:
+def prompt_builder(observation: Any, step: int, history: list[str]) -> str:
     """Turn a BrowserGym observation into a text prompt."""
     goal = getattr(observation, "goal", "") or ""
     url = getattr(observation, "url", "") or "(unknown)"
@@ -70,7 +71,7 @@ except Exception:
     _HAS_BROWSERGYM = False
 
 
-BROWSERGYM_INLINE_DATA: List[Dict[str, Any]] = [
+BROWSERGYM_INLINE_DATA: list[dict[str, Any]] = [
     {"id": "click-test", "prompt": "start"},
 ]
 
@@ -112,7 +113,7 @@ def test_openenv_browsergym_eval(row: EvaluationRow) -> EvaluationRow:
 
     # The rollout processor appends per-step rewards in a sentinel system message:
     # "__ep_step_rewards__:[r0, r1, ...]".
-    step_rewards: List[float] = []
+    step_rewards: list[float] = []
     try:
         for msg in row.messages or []:
             if (

@@ -15,7 +15,7 @@ move is sent as the game asks.
 
 import os
 import re
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 from eval_protocol.models import EvaluateResult, EvaluationRow, Message
@@ -31,7 +31,7 @@ except Exception:
     _HAS_TEXTARENA = False
 
 
-def textarena_dataset_to_rows(data: List[Dict[str, Any]]) -> List[EvaluationRow]:
+def textarena_dataset_to_rows(data: list[dict[str, Any]]) -> list[EvaluationRow]:
     """One EvaluationRow per {"id", "prompt"} entry."""
     return [
         EvaluationRow(messages=[Message(role="user", content=str(row.get("prompt", "Let's play")))])
@@ -39,7 +39,7 @@ def textarena_dataset_to_rows(data: List[Dict[str, Any]]) -> List[EvaluationRow]
     ]
 
 
-def textarena_prompt_builder(observation: Any, step: int, history: List[str]) -> str:
+def textarena_prompt_builder(observation: Any, step: int, history: list[str]) -> str:
     """The game's prompt and its latest messages."""
     lines = []
     for msg in (getattr(observation, "messages", None) or [])[-5:]:
@@ -69,7 +69,7 @@ def textarena_action_parser(response_text: str):
     return TextArenaAction(message=(match.group(0) if match else text) or "pass")
 
 
-TEXTARENA_INLINE_DATA: List[Dict[str, Any]] = [
+TEXTARENA_INLINE_DATA: list[dict[str, Any]] = [
     {"id": "wordle-1", "prompt": "Play Wordle"},
     {"id": "wordle-2", "prompt": "Play Wordle"},
     {"id": "wordle-3", "prompt": "Play Wordle"},

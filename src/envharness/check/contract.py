@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from envharness.check.floor import (
     FloorPolicy,
@@ -38,9 +39,9 @@ from envharness.check.playground import (
     compare_tapes,
     episode_success,
     first_difference,
+    plain,
     play,
     playground,
-    plain,
     short,
     stable,
 )

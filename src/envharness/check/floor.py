@@ -17,8 +17,9 @@ import random
 import re
 import string
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from envharness.check.playground import CheckSetupError, PolicyStep, episode_success, playground
 from envharness.check.report import FloorEpisode, FloorReport
@@ -27,7 +28,6 @@ from envharness.harness.session import create_session
 from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed
 from envharness.harness.tools import tool_name, tool_schema
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits, LLMResponse, Message, ToolCall
-
 
 # -- arguments from a JSON schema -------------------------------------------------------
 _BRACKET_ID = re.compile(r"\[(\w{1,40})\]")
@@ -59,7 +59,7 @@ class Tokens:
     numbers: list[int] = field(default_factory=list)
 
     @classmethod
-    def of(cls, text: str) -> "Tokens":
+    def of(cls, text: str) -> Tokens:
         unique = lambda items: list(dict.fromkeys(items))  # noqa: E731
         return cls(
             unique(_BRACKET_ID.findall(text)),

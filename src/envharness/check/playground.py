@@ -10,8 +10,9 @@ played twice can be compared frame by frame (`compare_tapes`) and replayed on a 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import quote
 
 from envharness.harness.rollout import run_episode
@@ -49,7 +50,7 @@ class Playground:
         env_url: str | None = None,
         server_options: dict[str, Any] | None = None,
         max_sessions: int = 64,
-    ) -> "Playground":
+    ) -> Playground:
         """Start `envharness serve ENV` on loopback with the options (`server_options` first,
         the user's over them), or use the running server at `env_url`."""
         if env_url:

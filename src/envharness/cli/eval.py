@@ -55,10 +55,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
         return 0
 
+    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
     from envharness.eval.runner import run_eval
     from envharness.eval.stats import format_table
-
-    from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
 
     config = config_from_args(args)
     with InterruptGuard() as guard:

@@ -13,8 +13,9 @@ import shlex
 import signal
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 class InterruptGuard:
@@ -35,7 +36,7 @@ class InterruptGuard:
         else:
             raise KeyboardInterrupt
 
-    def __enter__(self) -> "InterruptGuard":
+    def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._installed = True

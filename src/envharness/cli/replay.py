@@ -13,8 +13,8 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from envharness.core.registry import NO_CWD_IMPORT_ENV
 

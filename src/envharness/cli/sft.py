@@ -48,8 +48,8 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
     """Settings checked (TrainSetupError naming the first bad one); (checkpoint, demos EvalConfig)."""
     from envharness.core.registry import resolve_environment
     from envharness.eval.config import EvalConfig, EvalSetupError
-    from envharness.integrations.trl.resume import plan_resume
     from envharness.integrations.trl.loading import check_model_spec
+    from envharness.integrations.trl.resume import plan_resume
     from envharness.prompts import get_prompt_style
 
     check_model_spec(config.model)
@@ -102,8 +102,8 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
 def fine_tune(config: SFTRunConfig) -> dict:
     """Demonstrations, then SFT; returns `run_sft`'s summary plus the demonstrations' numbers."""
     from envharness.eval.demonstrations import DemonstrationError, from_records, read_run, scripted_records
-    from envharness.integrations.trl.sft import run_sft, training_rows
     from envharness.integrations.trl.loading import load_model
+    from envharness.integrations.trl.sft import run_sft, training_rows
 
     checkpoint, demos = prepare(config)
     options.set_threads(config.threads)

@@ -20,8 +20,8 @@ import os
 import sys
 
 from envharness.cli import options
-from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
 from envharness.cli.declared import add_declared, from_args
+from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
 from envharness.core.declared import check_bounds
 from envharness.integrations.trl.config import TrainConfig
 

@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import json
 import threading
-from typing import Any, ClassVar, Coroutine, Generic, TypeVar
+from collections.abc import Coroutine
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from websockets.asyncio.client import ClientConnection, connect
@@ -114,7 +115,7 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         self._closing: set[asyncio.Task] = set()
 
     # -- the session ------------------------------------------------------------------
-    async def connect(self) -> "AsyncEnvClient[ActT, ObsT, StateT]":
+    async def connect(self) -> AsyncEnvClient[ActT, ObsT, StateT]:
         """Open the WebSocket now (otherwise the first call does)."""
         if self._ws is None:
             try:
@@ -126,7 +127,7 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
                     ping_timeout=self.ping_timeout_s,
                     additional_headers=self.headers or None,
                 )
-            except (OSError, InvalidHandshake, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError, InvalidHandshake) as exc:
                 raise ConnectionError(
                     f"Could not connect to {self.ws_url}: {type(exc).__name__}: {exc}"
                 ) from exc
@@ -177,7 +178,7 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
                 pass  # a refusal (capacity, token) is queued before the close: read it below
             try:
                 reply = json.loads(await asyncio.wait_for(ws.recv(), self.message_timeout_s))
-            except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            except (TimeoutError, asyncio.CancelledError) as exc:
                 self._drop(ws)  # a late reply would pair with the next request
                 if isinstance(exc, asyncio.CancelledError):
                     raise
@@ -373,7 +374,7 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
     def base_url(self) -> str:
         return self.async_client.base_url
 
-    def connect(self) -> "EnvClient[ActT, ObsT, StateT]":
+    def connect(self) -> EnvClient[ActT, ObsT, StateT]:
         self._loop.run(self.async_client.connect())
         return self
 
@@ -400,24 +401,24 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
         self.close()
 
     @classmethod
-    def from_local(cls, name: str | None = None, **kwargs: Any) -> "EnvClient[ActT, ObsT, StateT]":
+    def from_local(cls, name: str | None = None, **kwargs: Any) -> EnvClient[ActT, ObsT, StateT]:
         """See `AsyncEnvClient.from_local`."""
         return cls._wrap(lambda: cls.async_client_class.from_local(name, **kwargs))
 
     launch = from_local
 
     @classmethod
-    def from_docker_image(cls, image: str, **kwargs: Any) -> "EnvClient[ActT, ObsT, StateT]":
+    def from_docker_image(cls, image: str, **kwargs: Any) -> EnvClient[ActT, ObsT, StateT]:
         """See `AsyncEnvClient.from_docker_image`."""
         return cls._wrap(lambda: cls.async_client_class.from_docker_image(image, **kwargs))
 
     @classmethod
-    def from_hub(cls, repo_id: str, **kwargs: Any) -> "EnvClient[ActT, ObsT, StateT]":
+    def from_hub(cls, repo_id: str, **kwargs: Any) -> EnvClient[ActT, ObsT, StateT]:
         """See `AsyncEnvClient.from_hub`."""
         return cls._wrap(lambda: cls.async_client_class.from_hub(repo_id, **kwargs))
 
     @classmethod
-    def _wrap(cls, make: Any) -> "EnvClient[ActT, ObsT, StateT]":
+    def _wrap(cls, make: Any) -> EnvClient[ActT, ObsT, StateT]:
         client = cls.__new__(cls)
         client._loop = _LoopThread()
         try:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class ClientPool:
@@ -28,7 +29,7 @@ class ClientPool:
         self._all: list[Any] = []
         self._lock = threading.Lock()
 
-    def __call__(self) -> "PooledClient":
+    def __call__(self) -> PooledClient:
         return PooledClient(self)
 
     def _take(self) -> Any:

@@ -13,7 +13,8 @@ command line and for Python callers alike.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: The field metadata key that holds an option's declaration.
 KEY = "option"

@@ -21,8 +21,9 @@ import enum
 import hmac
 import ipaddress
 import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import HTTPConnection

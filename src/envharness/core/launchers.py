@@ -128,7 +128,7 @@ class LocalServer:
         self.server.should_exit = True
         self._thread.join(timeout=30)
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> LocalServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -281,7 +281,7 @@ class ServerProcess:
 
 
 #: Servers started by this process and not stopped yet: stopped at interpreter exit.
-_LIVE: "weakref.WeakSet[ServerProcess]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
 
 
 @atexit.register

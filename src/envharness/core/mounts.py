@@ -8,7 +8,8 @@ them; a new feature is one line here or a mount passed to `create_app(mounts=[..
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from envharness.core.registry import load_target
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from envharness.core.types import Observation
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(str, Enum):  # noqa: UP042 - OpenEnv's own shape: str() and formatting stay as theirs
     """Error codes in `{"type": "error", "data": {"code": ...}}` and HTTP error bodies."""
 
     # OpenEnv's codes (WSErrorCode)
@@ -174,7 +174,7 @@ class ResetRequest(BaseModel):
     episode_id: str | None = Field(default=None, max_length=255)
 
     @model_validator(mode="after")
-    def _task_named_once(self) -> "ResetRequest":
+    def _task_named_once(self) -> ResetRequest:
         named = {
             k: v for k, v in (self.model_extra or {}).items() if k in ("task", "task_name") and v is not None
         }

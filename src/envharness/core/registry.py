@@ -235,12 +235,12 @@ def resolve_environment(name: str, options: dict[str, Any] | None = None) -> Res
     return ResolvedEnv(name=name, spec=spec, options=dict(options or {}), harness=harness)
 
 
-def resolved(env: "str | ResolvedEnv", options: dict[str, Any] | None = None) -> ResolvedEnv:
+def resolved(env: str | ResolvedEnv, options: dict[str, Any] | None = None) -> ResolvedEnv:
     """`env` as it is when already resolved, else looked up (the Python API takes either)."""
     return env if isinstance(env, ResolvedEnv) else resolve_environment(env, options)
 
 
-def env_harness(name: "str | ResolvedEnv", options: dict[str, Any] | None = None) -> Any:
+def env_harness(name: str | ResolvedEnv, options: dict[str, Any] | None = None) -> Any:
     """How agents play `name` (an `EnvHarness`), on a server started with `options` (its tasks
     may depend on them: `EnvHarness.for_options`); a clear error when it has none."""
     return resolved(name, options).require_harness()

@@ -15,7 +15,8 @@ import json
 import logging
 import signal
 import socket
-from typing import Any, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, WebSocket
@@ -23,6 +24,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.middleware import Middleware
 
+from envharness.core.environment import Environment
+from envharness.core.guards import Access, BodyLimit, HostOriginGuard, Refusal, Refusals, TokenGuard
+from envharness.core.mounts import AppMount, resolve_mounts
 from envharness.core.protocol import (
     HTTP_STATUS,
     CloseMessage,
@@ -41,12 +45,9 @@ from envharness.core.protocol import (
     state_message,
     validation_error,
 )
-from envharness.core.environment import Environment
-from envharness.core.guards import Access, BodyLimit, HostOriginGuard, Refusal, Refusals, TokenGuard
 from envharness.core.sessions import EnvFactory, Session, SessionManager, checked, run_reset, run_step
 from envharness.core.task_api import mount_task_api
 from envharness.core.types import State
-from envharness.core.mounts import AppMount, resolve_mounts
 
 log = logging.getLogger(__name__)
 

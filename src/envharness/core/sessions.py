@@ -14,13 +14,14 @@ import inspect
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pydantic import ValidationError
 
 from envharness.core.environment import Environment, InvalidOptions
 from envharness.core.errors import is_invalid_action
-from pydantic import ValidationError
-
 from envharness.core.protocol import ErrorCode, ProtocolError, validation_error
 from envharness.core.task_api import listing_of, resolve_task_reference
 from envharness.core.types import Action, EnvironmentMetadata, Observation, State

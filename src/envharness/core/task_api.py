@@ -18,7 +18,8 @@ as OpenEnv's guide says to select one. A factory without a listing answers 501, 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field

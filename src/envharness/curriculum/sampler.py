@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 #: A never-played task's weight: p(1-p) at its largest (p = 1/2).
 UNKNOWN_WEIGHT = 0.25

@@ -8,9 +8,9 @@
 """
 
 from envharness.eval.config import EvalConfig, EvalSetupError
-from envharness.prompts.text import PromptContext, StepSummary, load_prompt_builder
 from envharness.eval.runner import EvalResult, run_eval, run_eval_async
 from envharness.eval.stats import TaskStats, summarize, wilson_interval
+from envharness.prompts.text import PromptContext, StepSummary, load_prompt_builder
 
 __all__ = [
     "EvalConfig",

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from envharness.prompts.screenshot import add_screenshot
-from envharness.prompts.text import PromptBuilder, PromptContext, StepSummary, approximate_tokens
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.tool_parsing import ToolCallParser
 from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
 from envharness.models.base import GenerationRequest, SamplingParams
+from envharness.prompts.screenshot import add_screenshot
+from envharness.prompts.text import PromptBuilder, PromptContext, StepSummary, approximate_tokens
 
 
 @dataclass

@@ -17,15 +17,14 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from envharness.eval.config import EvalConfig, EvalSetupError
-from envharness.eval.episode import EpisodeTape, EvalModelStep, PromptSettings, RecordingClient
 from envharness.eval.conversation import ConversationModelStep
-from envharness.prompts import get_prompt_style, opening_builder
-from envharness.prompts.text import tokenizer_counter
+from envharness.eval.episode import EpisodeTape, EvalModelStep, PromptSettings, RecordingClient
 from envharness.eval.runfolder import (
     EpisodeKey,
     RunFolder,
@@ -40,6 +39,8 @@ from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.records import record_from_result
 from envharness.harness.rollout import run_episodes
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits
+from envharness.prompts import get_prompt_style, opening_builder
+from envharness.prompts.text import tokenizer_counter
 
 
 @dataclass
@@ -378,7 +379,7 @@ def _placement(backend: Any) -> dict[str, str] | None:
     return where.describe() if where is not None else None
 
 
-def _result(task: "asyncio.Future[Any]") -> Any:
+def _result(task: asyncio.Future[Any]) -> Any:
     """A finished task's result; None when it failed or was cancelled."""
     if task.cancelled() or task.exception() is not None:
         return None

@@ -16,9 +16,10 @@ in `infra_failures` (`--resume` reruns them).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import mean
-from typing import Any, Iterable
+from typing import Any
 
 from envharness.harness.failures import is_env_error, is_infra_failure
 from envharness.harness.success import episode_success, partial_credit

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Coroutine, Protocol, TypeVar
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar
 
 from envharness.fleet.errors import ServerLostError, connection_lost
 from envharness.fleet.placement import TrackedServer
@@ -109,7 +110,7 @@ class AsyncFleetLease:
         if server is not None:
             await self._router.release(server, client, self._reuse)
 
-    async def __aenter__(self) -> "AsyncFleetLease":
+    async def __aenter__(self) -> AsyncFleetLease:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -157,7 +158,7 @@ class FleetLease:
         if not self._router.closed:
             self._router.run(self._lease.close())
 
-    def __enter__(self) -> "FleetLease":
+    def __enter__(self) -> FleetLease:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -7,8 +7,9 @@ session while it is healthy and has room, and ties go to one with a pooled sessi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 
 @dataclass(frozen=True)

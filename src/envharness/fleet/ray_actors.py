@@ -23,15 +23,16 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from envharness.core.registry import DEFAULT_ENV
 from envharness.fleet.router import Endpoint, FleetRouter, default_client_class
 from envharness.fleet.server_process import TAG_ENV_VAR, WatchedServer, kill_tagged
-from envharness.core.registry import DEFAULT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class EnvFleet:
         self.actors = []
         kill_tagged(self.tag, 0.0)  # leftovers on this machine (a removed node's detached browser)
 
-    def __enter__(self) -> "EnvFleet":
+    def __enter__(self) -> EnvFleet:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -30,7 +30,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Any, Callable, Coroutine, Sequence, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from envharness.core.client import AsyncEnvClient, _LoopThread
 from envharness.fleet.errors import NoServerAvailableError, ServerLostError

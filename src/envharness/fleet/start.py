@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from envharness.fleet.router import FleetRouter, default_client_class
 from envharness.core.registry import DEFAULT_ENV
+from envharness.fleet.router import FleetRouter, default_client_class
 
 
 def server_arguments(max_sessions: int, options: dict[str, Any] | None = None) -> list[str]:

@@ -12,8 +12,9 @@ import contextlib
 import contextvars
 import functools
 import threading
+from collections.abc import Awaitable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, Awaitable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from envharness.core.client import AsyncEnvClient
 from envharness.core.registry import EnvSpec

@@ -11,8 +11,9 @@ specifics (tools, prompts, scripted solutions, task names, shaped rewards) live 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from envharness.harness.session import ResourceSessionFactory
 from envharness.harness.tool_parsing import ToolCallParser
@@ -100,7 +101,7 @@ class EnvHarness:
     describe_observation: Callable[[Any], tuple[str, str]] | None = None
     #: Server options -> the harness for a server started with them (the browser's ``tasks=``
     #: changes its task list and scripted solutions); None: options change nothing here.
-    configure: Callable[[Mapping[str, Any]], "EnvHarness"] | None = None
+    configure: Callable[[Mapping[str, Any]], EnvHarness] | None = None
     #: Why the same task, seed and actions may not give the same episode (live websites);
     #: `envharness replay` says so before it compares. None: they must.
     replay_caveat: str | None = None
@@ -108,7 +109,7 @@ class EnvHarness:
     #: without its own ``success`` metric is the full score (`harness/success.py`).
     reward_range: tuple[float, float] = (0.0, 1.0)
 
-    def for_options(self, options: Mapping[str, Any] | None) -> "EnvHarness":
+    def for_options(self, options: Mapping[str, Any] | None) -> EnvHarness:
         """This harness as it plays a server started with `options` (eval's and train's
         ``--env-option``): `configure` applied, or itself."""
         if not options or self.configure is None:

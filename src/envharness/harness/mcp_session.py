@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from envharness.harness.session import ResourceSession, ResourceSessionFactory
 from envharness.harness.types import Message, Tool, ToolResult, VerifyResult
@@ -77,14 +78,12 @@ class MCPSessionFactory(ResourceSessionFactory["MCPSession"]):
 
     async def create_async(
         self, task: Any = None, seed: int | None = None, episode_id: str | None = None
-    ) -> "MCPSession":
+    ) -> MCPSession:
         session = MCPSession(self, task, seed)
         await session.connect()
         return session
 
-    def create(
-        self, task: Any = None, seed: int | None = None, episode_id: str | None = None
-    ) -> "MCPSession":
+    def create(self, task: Any = None, seed: int | None = None, episode_id: str | None = None) -> MCPSession:
         raise TypeError(
             "MCPSessionFactory is async: use create_async (run_episodes and the rollout functions do)"
         )
@@ -107,7 +106,7 @@ class MCPSession(ResourceSession):
         self._holder = asyncio.create_task(self._hold(), name="envharness-mcp-client")
         try:
             await asyncio.wait_for(self._ready.wait(), self.factory.connect_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self.close_async()
             raise ConnectionError(
                 f"MCP server did not answer within {self.factory.connect_timeout_s:.0f}s"
@@ -145,11 +144,11 @@ class MCPSession(ResourceSession):
 
             @contextlib.asynccontextmanager
             async def http():
-                async with httpx.AsyncClient(
-                    headers=f.headers, timeout=httpx.Timeout(60.0, read=300.0)
-                ) as client:
-                    async with streamable_http_client(f.url, http_client=client) as (read, write, _):
-                        yield read, write
+                async with (
+                    httpx.AsyncClient(headers=f.headers, timeout=httpx.Timeout(60.0, read=300.0)) as client,
+                    streamable_http_client(f.url, http_client=client) as (read, write, _),
+                ):
+                    yield read, write
 
             return http()
         import os

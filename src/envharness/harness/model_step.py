@@ -174,7 +174,7 @@ class BatchingModelStep:
                 fut.set_result(gen)
         return None
 
-    def for_episode(self) -> "EpisodeModelStep":
+    def for_episode(self) -> EpisodeModelStep:
         """A fresh model step for one episode; `close()` it when the episode ends
         (`run_episodes` does) so batches stop waiting for it."""
         self._live += 1

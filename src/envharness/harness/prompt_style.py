@@ -6,8 +6,9 @@ environment can declare its own styles (`EnvHarness.prompt_styles`) without impo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 Message = dict[str, Any]
 #: (first observation, task, enabled tool names) -> the episode's opening messages.

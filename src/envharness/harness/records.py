@@ -9,9 +9,10 @@ refuse versions newer than they know instead of misreading them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
 
 from envharness.harness.types import HarnessRolloutResult
 
@@ -55,7 +56,7 @@ class EpisodeRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EpisodeRecord":
+    def from_dict(cls, data: dict[str, Any]) -> EpisodeRecord:
         version = data.get("version")
         if not isinstance(version, int) or version > RECORD_VERSION:
             raise ValueError(
@@ -147,7 +148,7 @@ class EpisodeRecordWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "EpisodeRecordWriter":
+    def __enter__(self) -> EpisodeRecordWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,7 +14,8 @@ import inspect
 import math
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from envharness.harness.adapter import HarnessAdapter, MCPHarnessAdapter
 from envharness.harness.concurrency import run_coroutine_sync, run_sync, worker_threads

@@ -12,7 +12,8 @@ object with the right method names (duck typing), including OpenEnv's own sessio
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from envharness.harness.concurrency import run_sync
 from envharness.harness.types import Message, Tool, ToolResult, VerifyResult

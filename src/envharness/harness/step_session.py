@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.harness.session import ResourceSession
 from envharness.harness.tools import RESERVED_TOOL_NAMES, tool_name

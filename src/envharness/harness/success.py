@@ -10,8 +10,9 @@ it is partial credit, counted apart, never a success.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 #: The reward that is a task's full score unless the environment declares its own range.
 FULL_SCORE = 1.0

@@ -10,7 +10,8 @@ parsers (BrowserGym's action text) build on it.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from envharness.harness.types import ToolCall
 

@@ -14,7 +14,8 @@ import contextlib
 import importlib.util
 import json
 import logging
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
@@ -109,7 +110,7 @@ class McpEndpoint:
                 self._http = http
             return self._http
 
-    def shared_handle(self, session_id: str | None) -> "EnvSessionHandle | None":
+    def shared_handle(self, session_id: str | None) -> EnvSessionHandle | None:
         """The environment of an OpenEnv-dialect MCP session, for the WebSocket that
         OpenEnv's `MCPToolClient` opens with `?session_id=` (None: not one of ours)."""
         return self.dialect.handles.get(session_id) if session_id and self.dialect is not None else None

@@ -11,7 +11,7 @@ and closes.
 from __future__ import annotations
 
 import contextlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from mcp import types
 from mcp.server.lowlevel import Server

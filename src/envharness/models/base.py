@@ -31,7 +31,7 @@ class SamplingParams:
     cancelled: threading.Event | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "SamplingParams":
+    def from_dict(cls, data: dict[str, Any] | None) -> SamplingParams:
         """Build from a loose dict (e.g. `HarnessRunLimits.sampling`), ignoring unknown keys."""
         data = dict(data or {})
         if "max_new_tokens" in data and "max_tokens" not in data:

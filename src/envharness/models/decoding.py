@@ -29,7 +29,7 @@ class DecodingRow:
     stop: str | None = None
 
     @classmethod
-    def start(cls, params: SamplingParams, device: torch.device | str = "cpu") -> "DecodingRow":
+    def start(cls, params: SamplingParams, device: torch.device | str = "cpu") -> DecodingRow:
         return cls(params, row_generator(params.seed, device))
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 Message = dict[str, Any]
 

@@ -8,11 +8,12 @@ in `Generation.metadata["error"]`. No tokens: the token fields stay empty.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from envharness.core.registry import DEFAULT_ENV
 from envharness.models.base import Generation, GenerationRequest, Message
 from envharness.models.images import refuse_images
-from envharness.core.registry import DEFAULT_ENV
 
 #: The reply when the policy has no move (the browser's no-op; other environments' policies
 #: return their own fallback instead of raising).

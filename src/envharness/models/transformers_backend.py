@@ -23,6 +23,8 @@ import torch
 
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
+from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, model_device, row_text
+from envharness.models.device import Placement, model_placement, place, resolve
 from envharness.models.images import refuse_images
 from envharness.models.prefix_cache import (
     PrefixCache,
@@ -31,8 +33,6 @@ from envharness.models.prefix_cache import (
     common_prefix,
     forward_with_cache,
 )
-from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, model_device, row_text
-from envharness.models.device import Placement, model_placement, place, resolve
 
 #: A shared start shorter than this is not worth its own forward pass.
 _MIN_SHARED_START = 16
@@ -79,7 +79,7 @@ class TransformersBackend:
         gguf_file: str | None = None,
         local_files_only: bool = False,
         **kwargs: Any,
-    ) -> "TransformersBackend":
+    ) -> TransformersBackend:
         """Load a model directory or hub id (hub ids need network unless already cached) onto
         `device` in `dtype` (`models/device.py`: auto = the GPU in bf16 when there is one)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -29,9 +29,9 @@ from transformers import LogitsProcessor, StoppingCriteria
 
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
-from envharness.models.images import messages_images
 from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, row_text
 from envharness.models.device import Placement, model_placement, place, resolve
+from envharness.models.images import messages_images
 from envharness.models.sampling import processed_logprobs
 from envharness.models.vision_processors import (
     image_inputs,
@@ -107,7 +107,7 @@ class TransformersVisionBackend:
         device: str = "auto",
         local_files_only: bool = False,
         **kwargs: Any,
-    ) -> "TransformersVisionBackend":
+    ) -> TransformersVisionBackend:
         """Load a VLM directory or hub id with its processor (image-only when torchvision is missing)
         onto `device` in `dtype` (`models/device.py`)."""
         from transformers import AutoModelForImageTextToText

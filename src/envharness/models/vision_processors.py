@@ -14,7 +14,7 @@ backend, the token assembler and the trainer can all check the ids against it.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ def is_vision_model_dir(path: str | Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("vision_config"), dict)
 
 
-@lru_cache(maxsize=None)
+@cache
 def image_only_processor_class(base_name: str) -> type:
     """`ImageOnly<base_name>`: the transformers processor class without its video slot."""
     import transformers

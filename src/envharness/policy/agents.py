@@ -25,9 +25,10 @@ import inspect
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from envharness.core.registry import load_target
 from envharness.harness.concurrency import run_sync
@@ -129,7 +130,7 @@ async def run_agent(
             result.returned = await asyncio.wait_for(agent(**kwargs), timeout_s)
         else:
             result.returned = await asyncio.wait_for(run_sync(agent, **kwargs), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         result.error, result.timed_out = (
             f"the agent did not finish within {timeout_s:g} s (its time limit)",
             True,

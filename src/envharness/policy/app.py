@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict
-from typing import Any, AsyncIterator, Iterable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envharness.core.guards import bearer as _bearer
-from envharness.core.guards import same_secret
+from envharness.core.guards import bearer as _bearer, same_secret
 from envharness.policy import errors
 
 #: Screenshots travel inside requests (base64 image_url parts): room for a few of them.

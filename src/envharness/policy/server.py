@@ -39,7 +39,7 @@ class PolicyServer:
     def close(self) -> None:
         self._server.close()
 
-    def __enter__(self) -> "PolicyServer":
+    def __enter__(self) -> PolicyServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -63,7 +63,7 @@ class ChatRequest(BaseModel):
         return messages
 
     @classmethod
-    def parse(cls, body: Any) -> "ChatRequest":
+    def parse(cls, body: Any) -> ChatRequest:
         """Validate a decoded body; every problem becomes an OpenAI-style 400 naming the field."""
         if not isinstance(body, dict):
             raise invalid("the request body must be a JSON object")

@@ -27,7 +27,8 @@ Adding a style at run time is one call:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.core.registry import DEFAULT_ENV
 from envharness.harness.prompt_style import Message, OpeningBuilder, PromptStyle

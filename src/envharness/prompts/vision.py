@@ -27,8 +27,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from envharness.models.images import is_image_part
 
@@ -105,7 +106,7 @@ class VisionPromptConfig:
     def words(self) -> VisionText:
         return self.text or GENERIC_TEXT
 
-    def in_words(self, text: VisionText) -> "VisionPromptConfig":
+    def in_words(self, text: VisionText) -> VisionPromptConfig:
         """This configuration in an environment's words (unless it has words already); the view
         asked for is checked against that environment's."""
         return self if self.text is not None else dataclasses.replace(self, text=text)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from envharness.replay.episode import EpisodeReplay, Finding, replay_episode
 from envharness.replay.run import RecordedRun, ReplaySetupError, read_run

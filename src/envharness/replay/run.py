@@ -37,7 +37,7 @@ class RecordedRun:
     records: list[EpisodeRecord] = field(default_factory=list)
     #: A mix's environments (`train --mix`), each with its own records and server; empty for
     #: a run of one environment.
-    parts: list["RecordedRun"] = field(default_factory=list)
+    parts: list[RecordedRun] = field(default_factory=list)
 
 
 class RunConfig(BaseModel):

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import inspect
 import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Iterator, Mapping, TypeVar
+from typing import Annotated, Any, TypeVar
 
 #: The default of a parameter that has none.
 REQUIRED: Any = object()

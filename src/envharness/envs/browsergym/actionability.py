@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ class Actionability:
     elapsed_ms: float = 0.0
 
 
-@lru_cache(maxsize=None)
+@cache
 def _script() -> str:
     return _JS.read_text()
 

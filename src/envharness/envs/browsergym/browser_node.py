@@ -21,8 +21,8 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from envharness.core.launchers import ServerProcess
 from envharness.core.lifecycle import set_parent_death_signal, spawn
@@ -63,7 +63,7 @@ async def serve_browser_node(
                 return 1
             try:
                 await asyncio.wait_for(stop.wait(), 0.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return 0
     finally:

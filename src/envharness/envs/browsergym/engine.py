@@ -18,8 +18,9 @@ import logging
 import os
 import signal
 import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import urljoin
 
 from envharness.envs.browsergym.miniwob import MINIWOB_HOST, serve_miniwob_request
@@ -331,7 +332,7 @@ class BrowserEngine:
         if browser is not None:
             try:
                 await asyncio.wait_for(browser.close(), CLOSE_TIMEOUT_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logger.warning("the browser did not close within %.0f s; killing it", CLOSE_TIMEOUT_S)
                 _kill(self.browser_pids())
             except Exception:  # already dead
@@ -366,7 +367,7 @@ async def _stop_quietly(playwright: Any) -> None:
         return
     try:
         await asyncio.wait_for(playwright.stop(), CLOSE_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         logger.warning("the Playwright driver did not stop within %.0f s; killing it", CLOSE_TIMEOUT_S)
         proc = _driver_process(playwright)
         if proc is not None and proc.returncode is None:

@@ -29,9 +29,9 @@ import dataclasses
 import functools
 import logging
 import time
+import typing
 import uuid
 from dataclasses import dataclass, field
-import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model

@@ -26,8 +26,9 @@ Documented differences from BrowserGym:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from envharness.envs.browsergym.action_set import (
     ActionSet,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from envharness.envs.browsergym.engine import BrowserEngine
 from envharness.envs.browsergym.environment import (

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.action_set import PARAMS
@@ -19,8 +20,8 @@ from envharness.envs.browsergym.action_text import (
     DEFAULT_TOOL_NAMES,
     build_browsergym_action_tool_call,
 )
-from envharness.envs.browsergym.sessions import BrowserGymSessionFactory
 from envharness.envs.browsergym.scripted import scripted_action
+from envharness.envs.browsergym.sessions import BrowserGymSessionFactory
 from envharness.envs.browsergym.tasks import MINIWOB_DEFAULT_TASKS, TaskSet, load_task_set
 from envharness.harness.env_harness import EnvHarness, TaskList
 

@@ -18,7 +18,7 @@ import logging
 import mimetypes
 import posixpath
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -76,7 +76,7 @@ def decode_as_browser(data: bytes) -> str:
     return data.decode("latin-1").translate(_WINDOWS_1252)
 
 
-@lru_cache(maxsize=None)
+@cache
 def shows_images(task: str) -> bool:
     """Whether the task's page uses image files (19 tasks): in a rewritten document they arrive
     after the load event, so a first observation could miss one that a loaded page shows."""
@@ -84,7 +84,7 @@ def shows_images(task: str) -> bool:
     return found is None or _IMAGE_FILE.search(found[0]) is not None
 
 
-@lru_cache(maxsize=None)
+@cache
 def page_parts(task: str) -> dict[str, str]:
     """What a page needs to write `task` in place: its HTML (key ``page:<task>``) and the text of
     each local script it names (key: the ``src`` as written, e.g. ``../core/core.js``)."""

@@ -90,7 +90,7 @@ class BrowserGymImageObservation(BrowserGymObservation):
     _encoded: bytes | None = PrivateAttr(default=None)
 
     @classmethod
-    def from_encoded(cls, observation: BrowserGymObservation) -> "BrowserGymImageObservation":
+    def from_encoded(cls, observation: BrowserGymObservation) -> BrowserGymImageObservation:
         """Decode `observation`'s base64 screenshot once, keeping its bytes."""
         fields = {name: getattr(observation, name) for name in type(observation).model_fields}
         encoded = observation.screenshot_bytes

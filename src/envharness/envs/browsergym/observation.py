@@ -20,7 +20,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ class MarkingError(RuntimeError):
     """A child frame could not be marked (it has no bid yet); retried, as in BrowserGym."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _script(name: str) -> str:
     return (_JS_DIR / f"{name}.js").read_text()
 

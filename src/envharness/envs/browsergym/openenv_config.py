@@ -24,7 +24,8 @@ MiniWoB tasks, rather than OpenEnv's 1280x720). Options given explicitly (``--op
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: Every benchmark a server can run (miniwob on either engine, the others on engine=browsergym).
 BENCHMARKS = ("miniwob", "openended", "webarena", "visualwebarena", "workarena", "assistantbench")

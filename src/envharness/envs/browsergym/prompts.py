@@ -10,16 +10,15 @@ steps and the last error, and shows one worked example as an earlier turn: small
 from __future__ import annotations
 
 import functools
-
 from typing import Any
 
 from envharness.envs.browsergym.action_tools import DEFAULT_TOOL_NAMES, action_list
 from envharness.envs.browsergym.compact_prompt import compact_prompt, compact_tool_result
 from envharness.envs.browsergym.sessions import action_instructions, format_observation
 from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
+from envharness.envs.browsergym.vision_text import BROWSER_VISION_TEXT, browser_vision
 from envharness.prompts import PromptStyle
 from envharness.prompts.text import Message, PromptContext, format_history, truncate_to_tokens
-from envharness.envs.browsergym.vision_text import BROWSER_VISION_TEXT, browser_vision
 from envharness.prompts.vision import VisionPromptConfig, vision_prompt
 
 

@@ -28,9 +28,10 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from envharness.envs.browsergym.engine import (

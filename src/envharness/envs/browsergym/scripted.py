@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.envs.browsergym.solutions import solve as solve_page
 from envharness.harness.types import Message

@@ -10,7 +10,8 @@ done, and `verify` forwards the environment's reward.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from envharness.envs.browsergym.action_text import (
     ACTION_TOOLS,

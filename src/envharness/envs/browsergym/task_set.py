@@ -3,7 +3,8 @@ web tasks): the `TaskSet` protocol both implement."""
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from envharness.envs.browsergym.miniwob import StartMode, TaskStatus
 

@@ -11,8 +11,9 @@ the user's web tasks (``mypkg.webtasks`` or ``mypkg.webtasks:TASKS``, see `webta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.solutions import solve as solve_miniwob

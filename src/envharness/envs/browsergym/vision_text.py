@@ -5,7 +5,8 @@ what actions refer to) or the whole accessibility tree."""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from envharness.prompts.vision import VisionPromptConfig, VisionText
 

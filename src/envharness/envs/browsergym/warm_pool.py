@@ -28,8 +28,9 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from envharness.envs.browsergym.engine import CLOSE_TIMEOUT_S
@@ -230,7 +231,7 @@ class WarmPool:
 async def close_quietly(context: Any) -> None:
     try:
         await asyncio.wait_for(context.close(), CLOSE_TIMEOUT_S)
-    except asyncio.TimeoutError:  # its browser stopped answering: the engine kills it when it closes
+    except TimeoutError:  # its browser stopped answering: the engine kills it when it closes
         logger.warning(
             "a browser context did not close within %.0f s; left to the browser's own close", CLOSE_TIMEOUT_S
         )

@@ -31,10 +31,11 @@ import mimetypes
 import random
 import re
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from envharness.core.environment import InvalidOptions
@@ -46,7 +47,7 @@ WEBTASKS_HOST = "webtasks.local"
 WEBTASKS_ORIGIN = f"http://{WEBTASKS_HOST}"
 DEFAULT_VIEWPORT = {"width": 800, "height": 600}
 #: What a reward function or JS check may return.
-Reward = Union[float, int, bool, None, Sequence[Any], Mapping[str, Any]]
+Reward = float | int | bool | None | Sequence[Any] | Mapping[str, Any]
 _NAME = re.compile(r"^[A-Za-z0-9][\w.-]*$")
 
 
@@ -83,7 +84,7 @@ class WebTask:
     params: Callable[[random.Random], dict[str, Any]] | None = None
     reward: Callable[[PageState], Reward] | None = None
     js_check: str | None = None
-    solve: Callable[[str, str], "str | None"] | None = None
+    solve: Callable[[str, str], str | None] | None = None
     #: Split names this task belongs to (``--tasks NAME`` takes the split).
     splits: tuple[str, ...] = ()
     load_timeout_s: float = 10.0

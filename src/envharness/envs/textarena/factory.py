@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from envharness.envs.textarena import games, seats
 from envharness.envs.textarena.environment import TextArenaConfig, TextArenaEnvironment

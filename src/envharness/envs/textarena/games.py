@@ -26,7 +26,8 @@ import os
 import random
 import sys
 import threading
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from envharness.core.environment import InvalidOptions
 from envharness.envs.textarena.nltk_data import guard_downloads
@@ -71,13 +72,47 @@ NEEDS_OPENROUTER = ("GuessWho", "TwentyQuestions")
 #: registry comments, checked by resetting each game with every count from 2 to 6.
 PLAYER_COUNTS: dict[str, tuple[int, int]] = {
     **dict.fromkeys(
-        """Alquerque Battleship Breakthrough Chopsticks ColonelBlotto ConnectFour Crusade DontSayIt
-        GameOfPureStrategy GermanWhist HighSociety IndianPoker IteratedMatchingPennies
-        IteratedPrisonersDilemma IteratedRockPaperScissors IteratedTwoThirdsAverage
-        IteratedUltimatumGame KuhnPoker LetterAuction LinesOfAction MemoryGame NewRecruit Nim Othello
-        PigDice QuantumTicTacToe SimpleBlindAuction SimpleNegotiation SimpleTak SpellingBee
-        SpiteAndMalice Stratego Tak TicTacToe TruthAndDeception TwoDollar UltimateTicTacToe
-        WildTicTacToe WordChains""".split(),
+        [
+            "Alquerque",
+            "Battleship",
+            "Breakthrough",
+            "Chopsticks",
+            "ColonelBlotto",
+            "ConnectFour",
+            "Crusade",
+            "DontSayIt",
+            "GameOfPureStrategy",
+            "GermanWhist",
+            "HighSociety",
+            "IndianPoker",
+            "IteratedMatchingPennies",
+            "IteratedPrisonersDilemma",
+            "IteratedRockPaperScissors",
+            "IteratedTwoThirdsAverage",
+            "IteratedUltimatumGame",
+            "KuhnPoker",
+            "LetterAuction",
+            "LinesOfAction",
+            "MemoryGame",
+            "NewRecruit",
+            "Nim",
+            "Othello",
+            "PigDice",
+            "QuantumTicTacToe",
+            "SimpleBlindAuction",
+            "SimpleNegotiation",
+            "SimpleTak",
+            "SpellingBee",
+            "SpiteAndMalice",
+            "Stratego",
+            "Tak",
+            "TicTacToe",
+            "TruthAndDeception",
+            "TwoDollar",
+            "UltimateTicTacToe",
+            "WildTicTacToe",
+            "WordChains",
+        ],
         (2, 2),
     ),
     "Briscola": (2, 4),

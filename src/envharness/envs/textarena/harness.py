@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from envharness.envs.textarena import games
-from envharness.envs.textarena.sessions import TextArenaSessionFactory, feedback_text
 from envharness.envs.textarena.parsing import parse_move
 from envharness.envs.textarena.scripted import scripted_move
+from envharness.envs.textarena.sessions import TextArenaSessionFactory, feedback_text
 from envharness.harness.env_harness import EnvHarness, TaskList
 
 RL_GAMES = ("Wordle-v0", "Mastermind-v0", "GuessTheNumber-v0", "TowerOfHanoi-v0")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from envharness.envs.textarena import games
@@ -65,7 +65,7 @@ def _ttt_winner(board: Sequence[str]) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ttt_value(board: tuple[str, ...], me: str, to_move: str) -> int:
     """+1 when `me` wins with best play from here, -1 when `me` loses, 0 for a draw."""
     winner = _ttt_winner(board)

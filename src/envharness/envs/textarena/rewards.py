@@ -20,7 +20,8 @@ The game's own reward stays the default (``env``, from the generic layer).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.envs.textarena.wordle import FEEDBACK
 

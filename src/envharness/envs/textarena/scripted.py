@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.envs.textarena import wordle
 

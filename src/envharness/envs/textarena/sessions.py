@@ -11,7 +11,8 @@ reason, the outcome); `verify` forwards the game's reward and reports ``won`` (r
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.envs.textarena.environment import MAX_MESSAGE_CHARS
 from envharness.harness.session import ClientSessionFactory

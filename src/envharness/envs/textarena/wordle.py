@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from envharness.envs.textarena.nltk_data import BASIC_ENGLISH
 

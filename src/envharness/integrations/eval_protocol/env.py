@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envharness.harness.concurrency import run_sync
 

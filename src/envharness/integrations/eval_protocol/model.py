@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from envharness.core.registry import DEFAULT_ENV
 from envharness.models import load_backend
 from envharness.models.base import Generation, GenerationRequest, ModelBackend, SamplingParams
-from envharness.core.registry import DEFAULT_ENV
 
 ENVHARNESS_PREFIX = "envharness:"
 _ENVHARNESS_NAMES = frozenset({"embedded", "scripted"})

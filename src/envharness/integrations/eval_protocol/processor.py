@@ -34,17 +34,18 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from itertools import count
-from typing import Any, Callable
+from typing import Any
 
 # eval-protocol imports LiteLLM, which otherwise fetches its model price list from GitHub
 # at import time (and, offline, waits for it to fail). A default only: set it to override.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from eval_protocol.models import EvaluationRow, Message, Status
-from openai.types import CompletionUsage
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
+from openai.types import CompletionUsage
 
 from envharness.harness.model_step import BatchingModelStep, EpisodeModelStep
 from envharness.harness.tokens import TokenAssembler

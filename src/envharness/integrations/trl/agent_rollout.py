@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.records import EpisodeRecordWriter

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from openenv.core.harness import (
     ResourceSession,
@@ -38,7 +39,7 @@ from envharness.policy.server import PolicyServer
 class AgentSession(ResourceSession):
     """One agent rollout in flight; satisfies OpenEnv's `ResourceSession` and `TrainableSession`."""
 
-    def __init__(self, factory: "AgentSessionFactory", task: Any, seed: int | None) -> None:
+    def __init__(self, factory: AgentSessionFactory, task: Any, seed: int | None) -> None:
         self._factory = factory
         self.result: AgentResult | None = None
         self._error: BaseException | None = None

@@ -14,10 +14,10 @@ from envharness.curriculum import make_sampler
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import loss_passes
+from envharness.integrations.trl.kinds import RunKind, pick_run
 from envharness.integrations.trl.loading import check_model_spec
 from envharness.integrations.trl.prompting import prompt_style, reward_functions
 from envharness.integrations.trl.resume import Checkpoint, plan_resume
-from envharness.integrations.trl.kinds import RunKind, pick_run
 from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to
 from envharness.integrations.trl.vision import is_vision_spec
 from envharness.models.device import DeviceError, resolve

@@ -8,7 +8,8 @@ and warns with the generic call that replaces it. This is the one module outside
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _BROWSER = "browsergym"
 

@@ -8,7 +8,8 @@ the step's plan (each task's weight, recent success and episodes) is added to th
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from transformers import TrainerCallback
 

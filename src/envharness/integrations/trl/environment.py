@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from envharness.harness.adapter import call_tool_checked, tool_message_content
 from envharness.harness.concurrency import run_coroutine_sync
@@ -96,7 +97,7 @@ class ToolEnvironment:
         if session is not None:
             session.close()
 
-    def __enter__(self) -> "ToolEnvironment":
+    def __enter__(self) -> ToolEnvironment:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from envharness.core.registry import resolve_environment
 from envharness.harness import BatchingModelStep, run_coroutine_sync, run_episodes, write_records

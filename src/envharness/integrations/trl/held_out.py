@@ -11,8 +11,9 @@ mean over the trained tasks is saved to ``best/`` (with ``best/best.json`` sayin
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from transformers import TrainerCallback
 

@@ -46,7 +46,7 @@ class ModelShape:
     eager_attention: bool
 
     @classmethod
-    def of(cls, model: Any) -> "ModelShape":
+    def of(cls, model: Any) -> ModelShape:
         config = getattr(model, "config", None)
         text = getattr(config, "text_config", None) or config  # a VLM keeps its LM's sizes there
         hidden = int(getattr(text, "hidden_size", 0) or 0)

@@ -10,7 +10,8 @@ puts the outputs back in the batch's order. Every group stays one task and one s
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from envharness.integrations.trl.rollout import RolloutFunc, parse_task_prompt, prompt_env
 

@@ -3,7 +3,8 @@ and its reward functions, looked up through its harness, never by name."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 from envharness.core.registry import DEFAULT_ENV, ResolvedEnv, load_target, resolved
 from envharness.integrations.trl.errors import TrainSetupError
@@ -13,7 +14,7 @@ from envharness.prompts.text import tokenizer_counter
 
 #: An environment by name, or as the run resolved it (`core.registry.ResolvedEnv`): the entry
 #: point resolves it once, the helpers below take either.
-EnvRef = Union[str, ResolvedEnv, None]
+EnvRef = str | ResolvedEnv | None
 
 __all__ = ["EnvRef", "prompt_options", "prompt_style", "resolved", "reward_functions", "train_prompt"]
 

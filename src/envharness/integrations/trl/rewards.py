@@ -11,7 +11,8 @@ teaching the model that it did badly.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def _per_episode(kwargs: dict[str, Any], key: str, n: int) -> list[Any]:

@@ -23,8 +23,9 @@ import asyncio
 import dataclasses
 import json
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.records import EpisodeRecordWriter

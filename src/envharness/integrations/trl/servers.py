@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from envharness.core.client import sync_client_class
 from envharness.core.client_pool import ClientPool

@@ -14,8 +14,9 @@ Measured, not estimated: the backend call and the rollout call are timed where t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from transformers import TrainerCallback
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -40,6 +41,7 @@ from envharness.integrations.trl.grpo_args import (
     loss_passes,
 )
 from envharness.integrations.trl.held_out import HeldOutEvaluation
+from envharness.integrations.trl.kinds import RunParts
 from envharness.integrations.trl.loading import check_model_spec, load_model
 from envharness.integrations.trl.logprob_agreement import measure_and_correct
 from envharness.integrations.trl.no_signal import skip_batches_without_signal
@@ -47,7 +49,6 @@ from envharness.integrations.trl.precision import check_model_device
 from envharness.integrations.trl.prompting import EnvRef, prompt_options, reward_functions
 from envharness.integrations.trl.resume import StepBoundary, clear_run, save_finished_steps, trim_to_step
 from envharness.integrations.trl.rollout import task_dataset
-from envharness.integrations.trl.kinds import RunParts
 from envharness.integrations.trl.servers import agent_env_url, env_clients, mix_clients, train_server_options
 from envharness.integrations.trl.step_timing import StepTimer
 from envharness.models.device import resolve

@@ -35,15 +35,18 @@ written for trl 1.16 and checked by tests against the installed version.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from trl import GRPOTrainer
 
 from envharness.core.registry import DEFAULT_ENV
-from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func
 from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func
+from envharness.models.device import model_placement
+from envharness.models.transformers_vision import on_model
 from envharness.models.vision_processors import (
     image_inputs,
     image_token_id,
@@ -51,8 +54,6 @@ from envharness.models.vision_processors import (
     load_processor,
     placeholder_counts,
 )
-from envharness.models.device import model_placement
-from envharness.models.transformers_vision import on_model
 from envharness.prompts.vision import VisionPromptConfig
 
 IMAGES_KEY = "episode_images"

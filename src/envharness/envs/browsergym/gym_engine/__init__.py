@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from envharness.envs.browsergym.gym_engine.benchmarks import BENCHMARKS, BenchmarkUnavailable, check_benchmark
 from envharness.envs.browsergym.environment import OBSERVATION_OPTIONS
+from envharness.envs.browsergym.gym_engine.benchmarks import BENCHMARKS, BenchmarkUnavailable, check_benchmark
 from envharness.envs.browsergym.gym_engine.environment import GymBrowserEnvironment, GymEngineConfig
 
 

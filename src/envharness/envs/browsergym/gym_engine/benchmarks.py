@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 
 class BenchmarkUnavailable(ValueError):

@@ -15,8 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from envharness.core.environment import Environment
-from envharness.core.environment import InvalidOptions
+from envharness.core.environment import Environment, InvalidOptions
 from envharness.envs.browsergym.environment import BrowserSessionLost, episode_options
 from envharness.envs.browsergym.gym_engine import benchmarks
 from envharness.envs.browsergym.gym_engine.process import WorkerError, WorkerLost, WorkerProcess

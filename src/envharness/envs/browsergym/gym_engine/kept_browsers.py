@@ -15,8 +15,9 @@ Its launch differs from the task's only in the window size, which sizes the chat
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 class KeptBrowser:

@@ -45,7 +45,7 @@ class WorkerProcess:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def start(cls) -> "WorkerProcess":
+    async def start(cls) -> WorkerProcess:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -70,7 +70,7 @@ class WorkerProcess:
                 self.proc.stdin.write((json.dumps(command) + "\n").encode())
                 await self.proc.stdin.drain()
                 line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self.kill()
                 raise WorkerLost(
                     f"BrowserGym's {command['cmd']} took more than {timeout_s:g} s; its browser "
@@ -112,5 +112,5 @@ class WorkerProcess:
                 pass
         try:
             await asyncio.wait_for(self.proc.wait(), 5.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

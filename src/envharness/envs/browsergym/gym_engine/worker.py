@@ -22,8 +22,9 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 from envharness.envs.browsergym.actions import ParsedAction, parse_actions
 

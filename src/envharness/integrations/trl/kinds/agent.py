@@ -4,16 +4,18 @@ environment server's `/mcp` and the policy endpoint, which serves the model bein
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from envharness.core.registry import ResolvedEnv
 from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.prompting import train_prompt
-from envharness.integrations.trl.rollout import RolloutFunc
 from envharness.integrations.trl.kinds.base import RunKind, RunParts
 from envharness.integrations.trl.kinds.text import expand_tasks, resolve_env
+from envharness.integrations.trl.prompting import train_prompt
+from envharness.integrations.trl.rollout import RolloutFunc
 from envharness.integrations.trl.servers import agent_env_url
 from envharness.policy.agents import load_agent
 
@@ -31,7 +33,7 @@ class AgentRun(RunKind):
 
     def open(
         self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
-    ) -> ContextManager[Any]:
+    ) -> AbstractContextManager[Any]:
         return agent_env_url(env, config.env_url, config.env_options)  # the agent needs the server's URL
 
     def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:

@@ -21,8 +21,10 @@ A kind says:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any
 
 from trl import GRPOTrainer
 
@@ -79,7 +81,7 @@ class RunKind:
 
     def open(
         self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
-    ) -> ContextManager[Any]:
+    ) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
     def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:

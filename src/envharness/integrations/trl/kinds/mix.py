@@ -4,18 +4,20 @@ batch drawn across them (`integrations/trl/mix.py`); tasks are named ``env:task`
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from envharness.core.registry import ResolvedEnv, resolve_environment
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate_in_env
 from envharness.integrations.trl.held_out import EvaluateTask
+from envharness.integrations.trl.kinds.base import RunKind, RunParts
 from envharness.integrations.trl.mix import mix_key, mix_prompt, mixed_rollout, split_key
 from envharness.integrations.trl.prompting import prompt_options, train_prompt
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.rollout import RolloutFunc, build_env_rollout_func
-from envharness.integrations.trl.kinds.base import RunKind, RunParts
 from envharness.integrations.trl.servers import mix_clients
 
 
@@ -67,7 +69,7 @@ class MixRun(RunKind):
 
     def open(
         self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
-    ) -> ContextManager[Any]:
+    ) -> AbstractContextManager[Any]:
         return mix_clients(self.envs)
 
     def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:

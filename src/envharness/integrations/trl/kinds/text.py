@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from envharness.core.registry import ResolvedEnv, resolve_environment
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate
 from envharness.integrations.trl.held_out import EvaluateTask
+from envharness.integrations.trl.kinds.base import RunKind, RunParts
 from envharness.integrations.trl.prompting import prompt_options, prompt_style
 from envharness.integrations.trl.rollout import RolloutFunc, build_env_rollout_func
-from envharness.integrations.trl.kinds.base import RunKind, RunParts
 from envharness.integrations.trl.servers import env_clients
 
 
@@ -64,7 +66,7 @@ class TextRun(RunKind):
 
     def open(
         self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
-    ) -> ContextManager[Any]:
+    ) -> AbstractContextManager[Any]:
         if client_factory is not None:
             return contextlib.nullcontext(client_factory)
         return env_clients(

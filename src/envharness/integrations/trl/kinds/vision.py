@@ -10,11 +10,11 @@ from envharness.core.registry import ResolvedEnv
 from envharness.integrations.trl import vision as vision_grpo
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
+from envharness.integrations.trl.kinds.base import RunParts
+from envharness.integrations.trl.kinds.text import TextRun, expand_tasks, resolve_env
 from envharness.integrations.trl.precision import master_weights
 from envharness.integrations.trl.prompting import prompt_style
 from envharness.integrations.trl.rollout import RolloutFunc
-from envharness.integrations.trl.kinds.base import RunParts
-from envharness.integrations.trl.kinds.text import TextRun, expand_tasks, resolve_env
 
 #: The prompt style a vision model trains on, recorded in train_config.json so that
 #: `eval --prompt vision` plays what was trained.
