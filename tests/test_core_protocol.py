@@ -136,7 +136,7 @@ def test_bad_websocket_frames_get_structured_errors_and_the_session_goes_on(echo
             ),
             (
                 {"type": "reset", "data": {"task": "x"}},
-                "EXECUTION_ERROR",
+                "VALIDATION_ERROR",  # the client's mistake (InvalidOptions), not the environment's
                 "echo takes no reset options, got: task",
             ),
             (b'{"type": "state"', "INVALID_JSON", "Invalid JSON"),  # a binary frame

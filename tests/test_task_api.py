@@ -65,8 +65,8 @@ def test_reset_by_split_and_index(games):
     assert (
         reply.status_code == 200 and reply.json()["observation"]["metadata"]["env_id"] == "GuessTheNumber-v0"
     )
-    bad = httpx.post(f"{games}/reset", json={"task": "NoSuchGame-v0"})  # the environment's error, as JSON
-    assert bad.status_code == 500 and bad.json()["detail"]["code"] == "EXECUTION_ERROR"
+    bad = httpx.post(f"{games}/reset", json={"task": "NoSuchGame-v0"})  # the client's mistake, as JSON
+    assert bad.status_code == 422 and bad.json()["detail"]["code"] == "VALIDATION_ERROR"
     assert "NoSuchGame-v0" in bad.json()["detail"]["message"]
 
 

@@ -19,41 +19,34 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request, WebSocket
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute, APIWebSocketRoute
 from pydantic import BaseModel, ValidationError
 from starlette.middleware import Middleware
 
-from envharness.core.environment import Environment
 from envharness.core.guards import Access, BodyLimit, HostOriginGuard, Refusal, Refusals, TokenGuard
 from envharness.core.mounts import AppMount, resolve_mounts
 from envharness.core.protocol import (
     HTTP_STATUS,
-    CloseMessage,
     ErrorCode,
     HealthResponse,
     ProtocolError,
-    ResetMessage,
     ResetRequest,
     SchemaResponse,
-    StepMessage,
     StepRequest,
     error_message,
-    observation_message,
-    parse_client_message,
     serialize_observation,
-    state_message,
     validation_error,
 )
-from envharness.core.sessions import EnvFactory, Session, SessionManager, checked, run_reset, run_step
+from envharness.core.sessions import EnvFactory, SessionManager, checked, run_reset, run_step
 from envharness.core.task_api import mount_task_api
 from envharness.core.types import State
+from envharness.core.ws_session import execution_error, websocket_session
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-WS_POLICY_VIOLATION = 1008
-WS_TRY_AGAIN_LATER = 1013
 
 
 def create_app(
@@ -83,18 +76,6 @@ def create_app(
     """
     manager = SessionManager(env_factory, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
     env_name = name or getattr(env_factory, "__name__", type(env_factory).__name__)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        manager.start()
-        try:
-            async with contextlib.AsyncExitStack() as running:
-                for context in contexts:  # what a mount runs while the app does (MCP's session manager)
-                    await running.enter_async_context(context())
-                yield
-        finally:
-            await manager.shutdown()
-
     docs = {} if token is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     refusals = Refusals(lambda r: error_response(refusal_error(r)), lambda r: error_message(refusal_error(r)))
     middleware = [
@@ -106,208 +87,129 @@ def create_app(
         ),
         Middleware(BodyLimit, limit=lambda: max_message_bytes, refusals=refusals),
     ]
-    app = FastAPI(title=f"envharness: {env_name}", lifespan=lifespan, middleware=middleware, **docs)
+    app = FastAPI(
+        title=f"envharness: {env_name}",
+        routes=list(ROUTES),
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={ProtocolError: protocol_error},
+        **docs,
+    )
     app.state.sessions = manager
     app.state.before_shutdown = manager.close_sessions
     app.state.max_message_bytes = max_message_bytes
     app.state.env_name = env_name
     app.state.mcp = None
-    contexts = []
+    app.state.running = []  # what a mount runs while the app does (MCP's session manager)
     for mount in resolve_mounts(mcp=mcp, web=web, extra=mounts):
         running = mount(app, manager, env_name)
         if running is not None:
-            contexts.append(running)
-
-    @app.exception_handler(ProtocolError)
-    async def protocol_error(request: Request, exc: ProtocolError) -> JSONResponse:
-        return error_response(exc)
-
-    async def read_body(request: Request, model: type[BaseModel]) -> Any:
-        raw = await request.body()  # at most max_message_bytes: BodyLimit cut off anything larger
-        try:
-            payload = json.loads(raw) if raw.strip() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ProtocolError(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}") from None
-        try:
-            return model.model_validate(payload)
-        except ValidationError as exc:
-            raise validation_error(f"Invalid {model.__name__}", exc) from None
-
-    @app.post("/reset")
-    async def http_reset(request: Request) -> dict[str, Any]:
-        body = await read_body(request, ResetRequest)
-        async with manager.temporary() as session, environment_errors():
-            observation = await run_reset(session, body.model_dump(exclude_unset=True))
-        return serialize_observation(observation)
-
-    @app.post("/step")
-    async def http_step(request: Request) -> dict[str, Any]:
-        body = await read_body(request, StepRequest)
-        async with manager.temporary() as session, environment_errors():
-            await run_reset(session, {})
-            observation = await run_step(session, body.action)
-        return serialize_observation(observation)
-
-    @app.get("/state")
-    async def http_state() -> dict[str, Any]:
-        async with manager.temporary() as session:
-            state = await session.env.state_async()
-        return checked(state, State, "state").model_dump(mode="json")
-
-    @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
-        """Open to probes: without the token it says only `status`."""
-        status = "shutting_down" if manager.shutting_down else "healthy"
-        if not request.scope.get("state", {}).get("authorized", True):
-            return {"status": status}
-        return HealthResponse(
-            status=status,
-            env=env_name,
-            active_sessions=len(manager.sessions),
-            max_sessions=manager.capacity,
-            live_environments=manager.live_environments,
-            sessions_opened=manager.sessions_opened,
-            sessions_closed=manager.sessions_closed,
-        ).model_dump()
-
-    @app.get("/ready")
-    async def ready() -> JSONResponse:
-        """A readiness probe: 503 while the server stops or every session is taken."""
-        full = len(manager.sessions) >= manager.capacity
-        status = "shutting_down" if manager.shutting_down else "full" if full else "ready"
-        return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
-
-    @app.get("/metadata")
-    async def metadata() -> dict[str, Any]:
-        return (await manager.describe()).metadata.model_dump(mode="json")
-
-    @app.get("/schema")
-    async def schema() -> SchemaResponse:
-        d = await manager.describe()
-        return SchemaResponse(
-            action=d.action_type.model_json_schema(),
-            observation=d.observation_type.model_json_schema(),
-            state=d.state_type.model_json_schema(),
-        )
-
-    @app.websocket("/ws")
-    async def websocket_session(websocket: WebSocket) -> None:
-        await websocket.accept()
-        # OpenEnv's MCPToolClient joins its MCP session's environment with `?session_id=`
-        shared = (
-            app.state.mcp.shared_handle(websocket.query_params.get("session_id")) if app.state.mcp else None
-        )
-        try:
-            session = await (shared.open() if shared else manager.open())
-        except ProtocolError as exc:
-            await refuse(websocket, exc, WS_TRY_AGAIN_LATER)
-            return
-        serving = asyncio.create_task(serve_messages(websocket, session))
-        session.on_expire = serving.cancel
-        session.connection = asyncio.current_task()
-        try:
-            await serving
-        except asyncio.CancelledError:
-            if not serving.cancelled() or asyncio.current_task().cancelling():
-                raise  # the server itself is cancelling this handler
-            reason = session.expire_reason or ErrorCode.SESSION_ERROR
-            await refuse(
-                websocket, ProtocolError(reason, f"Session closed by the server: {reason.value}"), 1000
-            )
-        except Exception:  # the client vanished mid-send, or a bug: the session ends, the server goes on
-            log.debug("websocket session %s ended", session.id, exc_info=True)
-        finally:
-            if shared is None:  # a shared session is closed by its MCP client (openenv/session/close)
-                await manager.close(session)
-            with contextlib.suppress(Exception):
-                await websocket.close()
-
-    async def serve_messages(websocket: WebSocket, session: Session) -> None:
-        # The next message is awaited while a call runs, so that a client that goes away
-        # mid-step (its own timeout, a crash) ends the step and frees the session at once,
-        # rather than when a hung step finally returns.
-        next_message = asyncio.ensure_future(websocket.receive())
-        try:
-            while True:
-                message = await next_message
-                if message["type"] == "websocket.disconnect":
-                    return
-                next_message = asyncio.ensure_future(websocket.receive())
-                reply = await answer(session, message, next_message)
-                if reply is None:
-                    return
-                await websocket.send_text(json.dumps(reply))
-        finally:
-            next_message.cancel()
-
-    async def answer(
-        session: Session, message: dict[str, Any], next_message: asyncio.Future
-    ) -> dict[str, Any] | None:
-        """The reply to one client message; None: the client closed the session or went away."""
-        raw = message.get("text") if message.get("text") is not None else message.get("bytes") or b""
-        try:
-            if len(raw) > max_message_bytes:
-                raise too_large(len(raw), max_message_bytes)
-            request = parse_client_message(raw)
-            if isinstance(request, CloseMessage):
-                return None
-            async with manager.activity(session):
-                call = asyncio.ensure_future(handle(session, request))
-                call.add_done_callback(lambda task: task.cancelled() or task.exception())  # (retrieved)
-                try:
-                    await asyncio.wait({call, next_message}, return_when=asyncio.FIRST_COMPLETED)
-                    if not call.done() and client_gone(next_message):
-                        if interruptible(session.env, request):
-                            call.cancel()
-                        await asyncio.wait({call})  # it ends before its environment closes
-                        return None
-                    return await call  # a message sent before this reply waits its turn
-                finally:
-                    call.cancel()  # (a no-op once it is done; this handler itself was cancelled otherwise)
-        except ProtocolError as exc:
-            return error_message(exc)
-        except Exception as exc:  # the environment raised: report it, keep the session
-            log.warning("environment error in session %s", session.id, exc_info=True)
-            return error_message(execution_error(exc))
-
-    async def handle(session: Session, request: Any) -> dict[str, Any]:
-        if isinstance(request, ResetMessage):
-            try:
-                options = ResetRequest.model_validate(request.data).model_dump(exclude_unset=True)
-            except ValidationError as exc:
-                raise validation_error("Invalid reset options", exc) from None
-            return observation_message(await run_reset(session, options))
-        if isinstance(request, StepMessage):
-            return observation_message(await run_step(session, request.data))
-        return state_message(checked(await session.env.state_async(), State, "state"))
-
+            app.state.running.append(running)
     mount_task_api(app, manager.task_listing, env_name)  # last: its /{env}/... routes match broadly
     return app
 
 
-def interruptible(env: Any, request: Any) -> bool:
-    """Whether a call can be cancelled when its client goes away: an environment's own async
-    `reset_async`/`step_async` can (the browser's); the base class runs `reset`/`step` in a
-    thread, which cannot, so that session closes once the call returns."""
-    name = (
-        "reset_async"
-        if isinstance(request, ResetMessage)
-        else "step_async"
-        if isinstance(request, StepMessage)
-        else None
-    )
-    return name is not None and getattr(type(env), name, None) is not getattr(Environment, name)
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    manager: SessionManager = app.state.sessions
+    manager.start()
+    try:
+        async with contextlib.AsyncExitStack() as running:
+            for context in app.state.running:
+                await running.enter_async_context(context())
+            yield
+    finally:
+        await manager.shutdown()
 
 
-def client_gone(next_message: asyncio.Future) -> bool:
-    """Whether the client's next message (if it came) says the connection is gone."""
-    if not next_message.done():
-        return False
-    return (
-        next_message.cancelled()
-        or next_message.exception() is not None
-        or next_message.result()["type"] == "websocket.disconnect"
+async def protocol_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProtocolError)
+    return error_response(exc)
+
+
+# -- HTTP endpoints: stateless, each on a fresh environment (OpenEnv's HTTP) ------------------
+async def read_body(request: Request, model: type[BaseModel]) -> Any:
+    raw = await request.body()  # at most max_message_bytes: BodyLimit cut off anything larger
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}") from None
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise validation_error(f"Invalid {model.__name__}", exc) from None
+
+
+async def http_reset(request: Request) -> dict[str, Any]:
+    body = await read_body(request, ResetRequest)
+    async with request.app.state.sessions.temporary() as session, environment_errors():
+        observation = await run_reset(session, body.model_dump(exclude_unset=True))
+    return serialize_observation(observation)
+
+
+async def http_step(request: Request) -> dict[str, Any]:
+    body = await read_body(request, StepRequest)
+    async with request.app.state.sessions.temporary() as session, environment_errors():
+        await run_reset(session, {})
+        observation = await run_step(session, body.action)
+    return serialize_observation(observation)
+
+
+async def http_state(request: Request) -> dict[str, Any]:
+    async with request.app.state.sessions.temporary() as session:
+        state = await session.env.state_async()
+    return checked(state, State, "state").model_dump(mode="json")
+
+
+async def health(request: Request) -> dict[str, Any]:
+    """Open to probes: without the token it says only `status`."""
+    manager: SessionManager = request.app.state.sessions
+    status = "shutting_down" if manager.shutting_down else "healthy"
+    if not request.scope.get("state", {}).get("authorized", True):
+        return {"status": status}
+    return HealthResponse(
+        status=status,
+        env=request.app.state.env_name,
+        active_sessions=len(manager.sessions),
+        max_sessions=manager.capacity,
+        live_environments=manager.live_environments,
+        sessions_opened=manager.sessions_opened,
+        sessions_closed=manager.sessions_closed,
+    ).model_dump()
+
+
+async def ready(request: Request) -> JSONResponse:
+    """A readiness probe: 503 while the server stops or every session is taken."""
+    manager: SessionManager = request.app.state.sessions
+    full = len(manager.sessions) >= manager.capacity
+    status = "shutting_down" if manager.shutting_down else "full" if full else "ready"
+    return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
+
+
+async def metadata(request: Request) -> dict[str, Any]:
+    return (await request.app.state.sessions.describe()).metadata.model_dump(mode="json")
+
+
+async def schema(request: Request) -> SchemaResponse:
+    d = await request.app.state.sessions.describe()
+    return SchemaResponse(
+        action=d.action_type.model_json_schema(),
+        observation=d.observation_type.model_json_schema(),
+        state=d.state_type.model_json_schema(),
     )
+
+
+#: The app's own routes; `/mcp`, `/web` and the Task API are mounted after them.
+ROUTES = (
+    APIRoute("/reset", http_reset, methods=["POST"]),
+    APIRoute("/step", http_step, methods=["POST"]),
+    APIRoute("/state", http_state, methods=["GET"]),
+    APIRoute("/health", health, methods=["GET"]),
+    APIRoute("/ready", ready, methods=["GET"]),
+    APIRoute("/metadata", metadata, methods=["GET"]),
+    APIRoute("/schema", schema, methods=["GET"]),
+    APIWebSocketRoute("/ws", websocket_session),
+)
 
 
 #: Who may call which route when the server has a token (`core/guards.py`); any other route
@@ -329,22 +231,6 @@ def refusal_error(refusal: Refusal) -> ProtocolError:
     return ProtocolError(code, refusal.message)
 
 
-def too_large(size: int, limit: int) -> ProtocolError:
-    return ProtocolError(
-        ErrorCode.MESSAGE_TOO_LARGE,
-        f"Message of {size} bytes exceeds the limit of {limit} bytes",
-        max_message_bytes=limit,
-    )
-
-
-def execution_error(exc: Exception) -> ProtocolError:
-    """What the client hears when the environment raised (a bad task, a lost browser). An
-    exception marked `infrastructure = True` (the environment's machinery failed, not the
-    episode: a browser that died) says so in the frame, so trainers never score it as a reward."""
-    extra = {"infrastructure": True} if getattr(exc, "infrastructure", False) else {}
-    return ProtocolError(ErrorCode.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}", **extra)
-
-
 @contextlib.asynccontextmanager
 async def environment_errors() -> AsyncIterator[None]:
     """HTTP routes: an exception of the environment becomes the same error the WebSocket
@@ -360,13 +246,6 @@ async def environment_errors() -> AsyncIterator[None]:
 
 def error_response(error: ProtocolError) -> JSONResponse:
     return JSONResponse(status_code=HTTP_STATUS[error.code], content={"detail": error.to_data()})
-
-
-async def refuse(websocket: WebSocket, error: ProtocolError, close_code: int) -> None:
-    """Send one error frame and close; the client may already be gone."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(websocket.send_text(json.dumps(error_message(error))), timeout=2.0)
-        await asyncio.wait_for(websocket.close(code=close_code), timeout=2.0)
 
 
 def uvicorn_server(
