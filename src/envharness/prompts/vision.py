@@ -161,6 +161,33 @@ def vision_prompt(
     ]
 
 
+def vision_tool_opening(
+    observation: Any, task: Any, tool_names: Sequence[str], config: VisionPromptConfig | None = None
+) -> list[Message]:
+    """The first prompt for a vision model that acts through tool calls (TRL's
+    `environment_factory`): the goal, page text and screenshot, the worked example answered
+    with a `click` tool call."""
+    config = config or VisionPromptConfig()
+    goal = _field(observation, "goal") or (task if isinstance(task, str) else "")
+    system = (
+        "You control a web browser. You see a screenshot of the page and its elements, each with an id in "
+        "square brackets; tools take that id as `bid`."
+    )
+    example = [
+        EXAMPLE[0],
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "click", "arguments": {"bid": "4"}}}],
+        },
+    ]
+    return [
+        {"role": "system", "content": system},
+        *(example if config.example else []),
+        {"role": "user", "content": observation_parts(observation, config, header=f"Goal: {goal}")},
+    ]
+
+
 def vision_step_parts(
     observation: Any, reward: Any, done: bool, error: str | None, config: VisionPromptConfig | None = None
 ) -> list[dict[str, Any]]:

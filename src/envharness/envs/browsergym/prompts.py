@@ -12,12 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 from envharness.envs.browsergym.action_tools import DEFAULT_TOOL_NAMES, action_list
-from envharness.envs.browsergym.compact_prompt import compact_prompt, compact_tool_result
+from envharness.envs.browsergym.compact_prompt import (
+    compact_prompt,
+    compact_tool_opening,
+    compact_tool_result,
+)
 from envharness.envs.browsergym.sessions import action_instructions, format_observation
 from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
 from envharness.prompts import PromptStyle
 from envharness.prompts.text import Message, PromptContext, format_history, truncate_to_tokens
-from envharness.prompts.vision import VisionPromptConfig, vision_prompt
+from envharness.prompts.vision import VisionPromptConfig, vision_prompt, vision_tool_opening
 
 
 def observation_text(goal: str, url: str, axtree: str, history: str, error: str) -> str:
@@ -95,6 +99,7 @@ STYLES: dict[str, PromptStyle] = {
             "conversation: goal + named elements, then each action's elements; suits small models",
             opening=compact_prompt,
             observation_text=compact_tool_result,
+            tool_opening=compact_tool_opening,
         ),
         PromptStyle(
             "harness",
@@ -108,6 +113,7 @@ STYLES: dict[str, PromptStyle] = {
             opening=vision_prompt,
             vision=True,
             session_factory=vision_session_factory,
+            tool_opening=vision_tool_opening,
         ),
     )
 }
