@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def grpo_args(out: Path, args: argparse.Namespace, groups: int):
+def grpo_args(out: Path, args: argparse.Namespace, groups: int, **more):
     import torch
     from trl import GRPOConfig
 
@@ -60,6 +60,7 @@ def grpo_args(out: Path, args: argparse.Namespace, groups: int):
         dataloader_num_workers=0,
         use_cpu=not gpu,  # float32 on a CPU, bf16 on a GPU
         bf16=gpu,
+        **more,
     )
 
 
@@ -124,7 +125,7 @@ def mix(model, tokenizer, browser_url: str, wordle_url: str, out: Path, args: ar
         environment_factory=factories,
         train_dataset=dataset,  # each row: environment, task, seed (one per group)
         reward_funcs=reward_funcs("textarena", "greens"),  # besides each environment's get_reward
-        args=grpo_args(out, args, groups=2),
+        args=grpo_args(out, args, groups=2, shuffle_dataset=False),  # the environments take turns
         callbacks=[close_at_train_end(factories)],
     )
     trainer.train()

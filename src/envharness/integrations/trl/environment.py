@@ -127,6 +127,13 @@ class ToolEnvironment:
             self._reward = float(reward)
         self._done = bool(result.done)
         content = tool_message_content(result)
+        if self._done:  # TRL's loop goes on while the model calls tools: say it may stop
+            note = f"The episode is over (reward {self._reward}); no more tool calls are needed."
+            content = (
+                [*content, {"type": "text", "text": note}]
+                if isinstance(content, list)
+                else f"{content}\n\n{note}"
+            )
         self._note_call(name, arguments, result, content, time.perf_counter() - started)
         if isinstance(content, list) and any(p.get("type") == "image" for p in content):
             return content
@@ -149,7 +156,7 @@ class ToolEnvironment:
         episode.events.append(RolloutEvent("tool_call", {"turn": turn, "elapsed_s": round(elapsed, 4)}))
         episode.done = bool(result.done)
 
-    def finished_episode(self) -> HarnessRolloutResult | None:
+    def _finished_episode(self) -> HarnessRolloutResult | None:
         """The episode so far as `train` records it: verified by the session, with its reward
         and success (None before the first reset)."""
         episode = self._episode
@@ -161,15 +168,14 @@ class ToolEnvironment:
             episode.env_reward = resolve_env_reward(episode, verdict)
         except ValueError:  # no reward from the environment at all: what replay finds too
             episode.env_reward = None
-        episode.metrics.update(
-            env=self._env, turns=len(episode.tool_trace), success=episode_success(episode), **verdict.metrics
-        )
+        episode.metrics.update(verdict.metrics)
+        episode.metrics.update(env=self._env, turns=len(episode.tool_trace), success=episode_success(episode))
         return episode
 
     def _end_session(self) -> None:
         session = self._session
         if session is not None and self._log is not None and self._episode is not None:
-            episode = self.finished_episode()
+            episode = self._finished_episode()
             if episode is not None:
                 episode.timings["episode_s"] = round(
                     time.time() - episode.timings.pop("started", time.time()), 3
@@ -178,10 +184,6 @@ class ToolEnvironment:
         self._session, self._episode = None, None
         if session is not None:
             session.close()
-
-    def close(self) -> None:
-        """End the episode in play (recorded when the factory keeps a log) and close its session."""
-        self._end_session()
 
     def __enter__(self) -> "ToolEnvironment":
         return self
@@ -304,7 +306,7 @@ class ToolEnvironmentFactory:
     def close(self) -> None:
         """Close every instance made so far (each one's episode in play is recorded first)."""
         for instance in self.instances:
-            instance.close()
+            instance.__exit__(None, None, None)  # its episode in play recorded, its session closed
 
     def __enter__(self) -> "ToolEnvironmentFactory":
         return self
@@ -399,7 +401,7 @@ def _named_reward(env: str, name: str) -> Callable[[ToolEnvironment], float]:
     function = known[name]
 
     def score(environment: ToolEnvironment) -> float:
-        episode = environment.finished_episode()
+        episode = environment._finished_episode()
         value = function([_text(episode.messages)], **_reward_fields(episode))[0] if episode else 0.0
         return 0.0 if value is None else float(value)
 
