@@ -46,6 +46,7 @@ from envharness.harness.rollout import resolve_env_reward
 from envharness.harness.tools import as_mcp_dict, tool_name, tool_schema
 from envharness.harness.types import HarnessRolloutResult, RolloutEvent, Tool, ToolTraceEntry
 from envharness.integrations.trl.environment_log import EpisodeLog, GroupSeeds, close_at_train_end
+from envharness.integrations.trl.environment_rewards import named_reward, reward_funcs
 from envharness.integrations.trl.rollout import episode_success, parse_task_prompt
 from envharness.integrations.trl.tool_opening import OpeningFunction, compose_opening
 
@@ -348,7 +349,7 @@ def environment_factory(
     harness = env_harness(env)
     task = task or harness.default_tasks[0]
     options, make_sessions = _session_options(env, harness, style, tools, session_options)
-    reward_of = None if reward == "env" else _named_reward(env, reward)
+    reward_of = None if reward == "env" else named_reward(env, reward)
     seeds = GroupSeeds(num_generations, seed)
     probe = make_sessions(client_factory, default_task=task, **options)
     env_tools = _tools_of(probe)
@@ -388,55 +389,6 @@ def _session_options(
         raise ValueError(f"{env}: prompt style {style!r} has no sessions of its own; leave style out")
     options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
     return options, harness.session_factory
-
-
-def _named_reward(env: str, name: str) -> Callable[[ToolEnvironment], float]:
-    """`get_reward` by a name `train --reward` takes: the function scores the finished episode
-    from the same fields train's rollout hands it (step rewards, success, the conversation)."""
-    from envharness.integrations.trl.training import reward_functions
-
-    known = reward_functions(env)
-    if name not in known:
-        raise ValueError(f"{env}: unknown reward {name!r}; choose from env, {', '.join(known)}")
-    function = known[name]
-
-    def score(environment: ToolEnvironment) -> float:
-        episode = environment._finished_episode()
-        value = function([_text(episode.messages)], **_reward_fields(episode))[0] if episode else 0.0
-        return 0.0 if value is None else float(value)
-
-    score.__name__ = f"reward_{name}"
-    return score
-
-
-def _reward_fields(episode: HarnessRolloutResult) -> dict[str, list[Any]]:
-    return {
-        "messages": [episode.messages],
-        "step_rewards": [
-            [r for e in episode.tool_trace if (r := e.result.metadata.get("reward")) is not None]
-        ],
-        "env_reward": [episode.env_reward],
-        "success": [episode.metrics.get("success")],
-        "verify_metrics": [episode.verify.metrics if episode.verify is not None else {}],
-    }
-
-
-def reward_funcs(env: str, *names: str) -> list[Callable[..., list[float | None]]]:
-    """More reward columns for `GRPOTrainer(reward_funcs=...)`, by the names `train --reward`
-    takes: each scores the rollouts of `env`'s instances (None for other environments' rows,
-    which TRL leaves out). `get_reward` is already a column: do not add it again here."""
-    scorers = {name: _named_reward(env, name) for name in names}
-    out = []
-    for name, scorer in scorers.items():
-
-        def reward(
-            completions: list[Any], environments: Sequence[Any] = (), _s: Any = scorer, **_: Any
-        ) -> list:
-            return [_s(e) if isinstance(e, ToolEnvironment) and e._env == env else None for e in environments]
-
-        reward.__name__ = f"{env}_{name}"
-        out.append(reward)
-    return out
 
 
 def load_model(spec: str, *, tools: bool = True, placement: Any = None) -> tuple[Any, Any]:
