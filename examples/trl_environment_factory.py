@@ -117,7 +117,7 @@ def mix(model, tokenizer, browser_url: str, wordle_url: str, out: Path, args: ar
         ),
     }
     dataset = environment_dataset(
-        {"browsergym": ["click-test", "click-button"], "textarena": ["Wordle-v0"]}, 32
+        {"textarena": ["Wordle-v0"], "browsergym": ["click-test", "click-button"]}, 32
     )
     trainer = GRPOTrainer(
         model=model,
