@@ -177,7 +177,20 @@ def test_a_vision_style_returns_screenshots_as_image_blocks(server_url):
 
     clients = functools.partial(BrowserGymEnv, base_url=server_url)
     with environment_factory("browsergym", clients, task="click-test", style="vision")() as env:
-        env.reset(task="click-test", seed=3)
+        opening = env.reset(task="click-test", seed=3)
+        # as train shows a VLM: the system text, then the goal, then the first screenshot; the
+        # style's worked example is marked as one, with its answer, before the real goal
+        assert [b["type"] for b in opening] == ["text", "image"] and isinstance(
+            opening[1]["image"], Image.Image
+        )
+        text = opening[0]["text"]
+        assert text.startswith("You control a web browser. You see a screenshot")
+        assert (
+            text.index('Open the "next" link')
+            < text.index("the reply is:")
+            < text.index("Goal: Click the button.")
+        )
+        assert "Goal: Click the button." in text.split("</tool_call>")[-1]
         blocks = env.noop()
         assert isinstance(blocks, list)
         images = [b["image"] for b in blocks if b["type"] == "image"]
