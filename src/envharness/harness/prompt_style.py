@@ -38,6 +38,12 @@ class PromptStyle:
     #: Vision styles: the names of the text views shown beside the screenshot
     #: (`prompts/vision.py`; `train --vision-page-text`), the default first.
     text_views: tuple[str, ...] = ()
+    #: The opening when the model acts through its chat template's tool calls (TRL's
+    #: `environment_factory`): same arguments as `opening`, the goal and state without a
+    #: text reply format; an assistant message with `tool_calls` before the last user
+    #: message is a worked example (shown in the template's own call form). None: the
+    #: style's opening is used, with the generic tool instruction before it.
+    tool_opening: OpeningBuilder | None = None
 
     def __post_init__(self) -> None:
         if (self.step is None) == (self.opening is None):

@@ -90,3 +90,25 @@ def compact_tool_result(observation: Any) -> str:
     """The page after an action, as later turns read it: its elements in the compact form
     (the goal is in the first message; the action's error travels separately)."""
     return "Elements:\n" + ("\n".join(compact_elements(_tree(observation))) or "(no elements)")
+
+
+#: The worked example of the tool-calling opening: the same page, answered with a tool call.
+_TOOL_EXAMPLE = [
+    _EXAMPLE[0],
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "click", "arguments": {"bid": "4"}}}],
+    },
+]
+
+
+def compact_tool_opening(observation: Any, task: Any, tool_names: list[str]) -> list[dict[str, Any]]:
+    """The compact opening for a model that acts through tool calls (TRL's `environment_factory`):
+    the same goal and elements, the worked example answered with a `click` tool call."""
+    messages = compact_prompt(observation, task, tool_names)
+    system = (
+        "You control a web browser. Page elements have an id in square brackets, e.g. [13]; "
+        "tools take that id as `bid`."
+    )
+    return [{"role": "system", "content": system}, *_TOOL_EXAMPLE, messages[-1]]

@@ -13,10 +13,14 @@ import functools
 from typing import Any
 
 from envharness.envs.browsergym.action_tools import DEFAULT_TOOL_NAMES, action_list
-from envharness.envs.browsergym.compact_prompt import compact_prompt, compact_tool_result
+from envharness.envs.browsergym.compact_prompt import (
+    compact_prompt,
+    compact_tool_opening,
+    compact_tool_result,
+)
 from envharness.envs.browsergym.sessions import action_instructions, format_observation
 from envharness.envs.browsergym.vision_session import VisionBrowserGymSessionFactory
-from envharness.envs.browsergym.vision_text import BROWSER_VISION_TEXT, browser_vision
+from envharness.envs.browsergym.vision_text import BROWSER_VISION_TEXT, browser_vision, vision_tool_opening
 from envharness.prompts import PromptStyle
 from envharness.prompts.text import Message, PromptContext, format_history, truncate_to_tokens
 from envharness.prompts.vision import VisionPromptConfig, vision_prompt
@@ -97,6 +101,7 @@ STYLES: dict[str, PromptStyle] = {
             "conversation: goal + named elements, then each action's elements; suits small models",
             opening=compact_prompt,
             observation_text=compact_tool_result,
+            tool_opening=compact_tool_opening,
         ),
         PromptStyle(
             "harness",
@@ -111,6 +116,7 @@ STYLES: dict[str, PromptStyle] = {
             vision=True,
             text_views=(*BROWSER_VISION_TEXT.views, "none"),
             session_factory=vision_session_factory,
+            tool_opening=vision_tool_opening,
         ),
     )
 }

@@ -5,10 +5,11 @@ what actions refer to) or the whole accessibility tree."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from envharness.prompts.vision import VisionPromptConfig, VisionText
+from envharness.harness.types import Message
+from envharness.prompts.vision import VisionPromptConfig, VisionText, observation_parts
 
 _ELEMENT = re.compile(r"^\s*\[(\w+)\]\s+(\w+)\s+'(.+)'")
 
@@ -55,3 +56,32 @@ BROWSER_VISION_TEXT = VisionText(
 def browser_vision(config: VisionPromptConfig | None = None) -> VisionPromptConfig:
     """`config` (default: the defaults) in the browser's words."""
     return (config or VisionPromptConfig()).in_words(BROWSER_VISION_TEXT)
+
+
+def vision_tool_opening(
+    observation: Any, task: Any, tool_names: Sequence[str], config: VisionPromptConfig | None = None
+) -> list[Message]:
+    """The first prompt for a vision model that acts through tool calls (TRL's
+    `environment_factory`): the goal, page text and screenshot, the worked example answered
+    with a `click` tool call."""
+    config = browser_vision(config)
+    goal = (
+        observation.get("goal") if isinstance(observation, dict) else getattr(observation, "goal", None)
+    ) or (task if isinstance(task, str) else "")
+    system = (
+        "You control a web browser. You see a screenshot of the page and its elements, each with an id in "
+        "square brackets; tools take that id as `bid`."
+    )
+    example = [
+        EXAMPLE[0],
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "click", "arguments": {"bid": "4"}}}],
+        },
+    ]
+    return [
+        {"role": "system", "content": system},
+        *(example if config.example else []),
+        {"role": "user", "content": observation_parts(observation, config, header=f"Goal: {goal}")},
+    ]
