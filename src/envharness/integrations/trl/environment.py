@@ -47,7 +47,7 @@ from envharness.harness.rollout import resolve_env_reward
 from envharness.harness.tools import as_mcp_dict, tool_name, tool_schema
 from envharness.harness.types import HarnessRolloutResult, RolloutEvent, Tool, ToolTraceEntry
 from envharness.integrations.trl.environment_log import EpisodeLog, GroupSeeds, close_at_train_end
-from envharness.integrations.trl.environment_rewards import named_reward, reward_funcs
+from envharness.integrations.trl.environment_rewards import message_text as _text, named_reward, reward_funcs
 from envharness.integrations.trl.rollout import episode_success, parse_task_prompt
 from envharness.integrations.trl.tool_opening import OpeningFunction, compose_opening
 
@@ -192,18 +192,6 @@ class ToolEnvironment:
 
     def __exit__(self, *exc: object) -> None:
         self._end_session()
-
-
-def _text(messages: list[dict[str, Any]]) -> str:
-    """Messages' text (image parts left out: TRL's tool messages are text)."""
-    parts = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            parts += [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        elif content:
-            parts.append(str(content))
-    return "\n\n".join(p for p in parts if p)
 
 
 def _tool_method(tool: Tool) -> Callable[..., str]:

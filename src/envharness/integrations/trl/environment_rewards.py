@@ -14,7 +14,8 @@ from typing import Any
 from envharness.harness.types import HarnessRolloutResult
 
 
-def _text(messages: list[dict[str, Any]]) -> str:
+def message_text(messages: list[dict[str, Any]]) -> str:
+    """Messages' text (image parts left out: TRL's tool messages are text)."""
     parts = []
     for message in messages:
         content = message.get("content")
@@ -37,7 +38,7 @@ def named_reward(env: str, name: str) -> Callable[[Any], float]:
 
     def score(environment: Any) -> float:
         episode = environment._finished_episode()
-        value = function([_text(episode.messages)], **_reward_fields(episode))[0] if episode else 0.0
+        value = function([message_text(episode.messages)], **_reward_fields(episode))[0] if episode else 0.0
         return 0.0 if value is None else float(value)
 
     score.__name__ = f"reward_{name}"
