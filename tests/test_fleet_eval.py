@@ -91,15 +91,17 @@ def test_train_flags_are_checked_before_anything_starts():
     import argparse
 
     from envharness.cli import train
+    from envharness.integrations.trl.checks import check_config
+    from envharness.integrations.trl.errors import TrainSetupError
 
     parser = argparse.ArgumentParser()
     train.add_arguments(parser)
     config = train.config_from_args(parser.parse_args(["--env-urls", "http://a:1,http://b:2"]))
     assert config.env_urls == ["http://a:1", "http://b:2"] and config.servers == 0
-    with pytest.raises(ValueError, match="one of --env-url, --env-urls and --servers"):
-        train.config_from_args(parser.parse_args(["--servers", "2", "--env-url", "http://a:1"]))
-    with pytest.raises(ValueError, match="--ray-address needs --servers"):
-        train.config_from_args(parser.parse_args(["--ray-address", "auto"]))
+    with pytest.raises(TrainSetupError, match="one of --env-url, --env-urls and --servers"):
+        check_config(train.config_from_args(parser.parse_args(["--servers", "2", "--env-url", "http://a:1"])))
+    with pytest.raises(TrainSetupError, match="--ray-address needs --servers"):
+        check_config(train.config_from_args(parser.parse_args(["--ray-address", "auto"])))
 
 
 def test_train_over_two_servers_runs_every_episode(tmp_path):

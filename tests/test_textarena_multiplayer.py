@@ -15,7 +15,7 @@ from envharness.core.launchers import LocalServer
 from envharness.envs.textarena import games
 from envharness.envs.textarena.environment import TextArenaEnvironment
 from envharness.envs.textarena.factory import TextArenaConfigError, make_environment_factory
-from envharness.envs.textarena.harness import check_task, served_task_list
+from envharness.envs.textarena.harness import check_task, game_catalog
 from envharness.envs.textarena.models import TextArenaAction
 from envharness.envs.textarena.opponents import NoScriptedMove, random_move, scripted_move
 
@@ -36,7 +36,7 @@ def play(env: TextArenaEnvironment, task: str, seed: int, policies, rng: random.
 
 
 def test_every_offline_multi_player_game_starts_and_lists_its_player_counts():
-    listing = served_task_list()
+    listing = game_catalog()
     multi = listing.splits["multiplayer"]
     assert "KuhnPoker-v0" in multi and "TicTacToe-v0" in multi and "Wordle-v0" not in multi
     assert set(multi) <= set(listing.tasks) and "Wordle-v0" in listing.tasks

@@ -231,6 +231,19 @@ class BodyTooLarge(Exception):
     """Raised out of `receive` once a body passes the limit; `BodyLimit` answers 413."""
 
 
+#: A declared body this little over the limit is read and thrown away before the 413, so the
+#: client reads the answer: a server that closes with unread bytes resets the connection, and
+#: the client then sees a broken socket instead of the refusal. Nothing read is kept.
+DRAIN_AT_MOST = 1 << 20
+
+
+async def _discard_body(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+
+
 class BodyLimit:
     """Bodies of at most `limit` bytes: a larger declared length is refused unread, a chunked
     body at the first chunk past the limit; nothing larger is ever held."""
@@ -247,6 +260,8 @@ class BodyLimit:
         limit = self.limit()
         declared = HTTPConnection(scope).headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
+            if int(declared) <= limit + DRAIN_AT_MOST:
+                await _discard_body(receive)  # a clean 413 instead of a reset the client may not read
             await self._too_large(scope, receive, send, int(declared), limit)
             return
         seen, started = 0, False

@@ -81,10 +81,11 @@ class TextArenaEnvironmentFactory:
         self.config = config
 
     def task_list(self) -> Any:
-        """The server's Task API: every offline game, single- and multi-player (`served_task_list`)."""
-        from envharness.envs.textarena.harness import served_task_list
+        """The server's Task API: the games agents play (the harness's list, as `check` expects);
+        the multi-player games are listed by `harness.game_catalog`."""
+        from envharness.envs.textarena.harness import task_list
 
-        return served_task_list()
+        return task_list()
 
     def __call__(self) -> TextArenaEnvironment:
         return TextArenaEnvironment(

@@ -41,8 +41,8 @@ def task_list() -> TaskList:
     return TaskList(tasks=ids, splits=splits)
 
 
-def served_task_list() -> TaskList:
-    """The server's Task API: `task_list` plus every offline multi-player game id, in splits
+def game_catalog() -> TaskList:
+    """Every game this server plays: `task_list` plus every offline multi-player game id, in splits
     ``multiplayer`` and ``players-N`` (the ids playable by N players, N up to 6)."""
     single = task_list()
     multi = tuple(games.multi_player_ids())
