@@ -15,6 +15,7 @@ Side by side, one run, same seeds and sampling:
             form) with the shipped tool template.
 
     python bench/bench_trl_tool_calls.py --model embedded --episodes 16
+    python bench/bench_trl_tool_calls.py --model embedded,runs/tool-sft --conditions after   # and an SFT model
 """
 
 from __future__ import annotations
@@ -75,10 +76,46 @@ def old_opening(messages):
     return "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "user")
 
 
+def run_model(spec: str, rows: list[dict], names: list[str], base_url: str, args) -> dict[str, list]:
+    """Each condition's (valid, solved) outcomes for one model, same seeds and sampling."""
+    import torch
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from envharness.envs.browsergym import BrowserGymEnv
+    from envharness.envs.browsergym.prompts import harness_prompt
+    from envharness.integrations.trl.environment import environment_factory, load_model
+
+    model, tokenizer = load_model(spec, tools=True)
+    tool_template = tokenizer.chat_template
+    conditions = {
+        "before": (qwen2_5_chat_template, {"opening": old_opening, "prompt_builder": harness_prompt}),
+        "template": (tool_template, {"opening": old_opening, "prompt_builder": harness_prompt}),
+        "after": (tool_template, {}),
+    }
+    clients = functools.partial(BrowserGymEnv, base_url=base_url)
+    results = {}
+    for name in names:
+        template, extra = conditions[name]
+        tokenizer.chat_template = template
+        with environment_factory("browsergym", clients, tokenizer=tokenizer, **extra) as factory:
+            env = factory()
+            random.seed(0)
+            torch.manual_seed(0)
+            outcomes = [
+                first_turn(model, tokenizer, env, row, args.temperature, args.max_new_tokens) for row in rows
+            ]
+        results[name] = outcomes
+        print(
+            f"{spec} {name}: {sum(v for v, _ in outcomes)}/{len(outcomes)} valid", file=sys.stderr, flush=True
+        )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="embedded")
+    p.add_argument("--model", default="embedded", help="embedded, tiny or a model directory; several: a,b")
     p.add_argument("--tasks", default="click-test,click-button,click-link,focus-text")
+    p.add_argument("--conditions", default="before,template,after", help="of before, template, after")
     p.add_argument("--episodes", type=int, default=16, help="per condition, spread over the tasks")
     p.add_argument("--temperature", type=float, default=1.0, help="TRL's default sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -86,48 +123,31 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import torch
-    from trl.chat_template_utils import qwen2_5_chat_template
 
     from envharness.core.launchers import LocalServer
     from envharness.core.registry import env_harness
-    from envharness.envs.browsergym import BrowserGymEnv
-    from envharness.envs.browsergym.prompts import harness_prompt
-    from envharness.integrations.trl.environment import environment_factory, load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model, tools=True)
-    tool_template = tokenizer.chat_template
     tasks = args.tasks.split(",")
+    names = args.conditions.split(",")
+    unknown = set(names) - {"before", "template", "after"}
+    if unknown:
+        p.error(f"unknown conditions: {', '.join(sorted(unknown))}")
     rows = [{"task": tasks[i % len(tasks)], "seed": 1_000_000 + i} for i in range(args.episodes)]
-    conditions = {
-        "before": (qwen2_5_chat_template, {"opening": old_opening, "prompt_builder": harness_prompt}),
-        "template": (tool_template, {"opening": old_opening, "prompt_builder": harness_prompt}),
-        "after": (tool_template, {}),
-    }
     results = {}
     options = dict(env_harness("browsergym").train_server_options)
     with LocalServer("browsergym", **options) as server:
-        clients = functools.partial(BrowserGymEnv, base_url=server.base_url)
-        for name, (template, extra) in conditions.items():
-            tokenizer.chat_template = template
-            with environment_factory("browsergym", clients, tokenizer=tokenizer, **extra) as factory:
-                env = factory()
-                random.seed(0)
-                torch.manual_seed(0)
-                outcomes = [
-                    first_turn(model, tokenizer, env, row, args.temperature, args.max_new_tokens)
-                    for row in rows
-                ]
-            results[name] = outcomes
-            print(f"{name}: {sum(v for v, _ in outcomes)}/{len(outcomes)} valid", file=sys.stderr, flush=True)
+        for spec in args.model.split(","):
+            for name, outcomes in run_model(spec, rows, names, server.base_url, args).items():
+                results[(spec, name)] = outcomes
     n = len(rows)
-    print(f"\nmodel {args.model}, tasks {args.tasks}, {n} first turns each, temperature {args.temperature}\n")
-    print("| condition | valid tool calls | solved in one call |")
-    print("|---|---|---|")
-    for name, outcomes in results.items():
+    print(f"\ntasks {args.tasks}, {n} first turns each, temperature {args.temperature}\n")
+    print("| model | condition | valid tool calls | solved in one call |")
+    print("|---|---|---|---|")
+    for (spec, name), outcomes in results.items():
         valid, solved = sum(v for v, _ in outcomes), sum(s for _, s in outcomes)
-        print(f"| {name} | {valid}/{n} ({valid / n:.0%}) | {solved}/{n} ({solved / n:.0%}) |")
+        print(f"| {spec} | {name} | {valid}/{n} ({valid / n:.0%}) | {solved}/{n} ({solved / n:.0%}) |")
     return 0
 
 
