@@ -4,23 +4,19 @@ tiny model, one step; the embedded model's run is in docs/results.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
+from _examples import load_example
 
 pytestmark = pytest.mark.timeout(600)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tool_call_sft.py"
 
 
 def test_demonstrations_train_and_save_a_tool_calling_model(tmp_path, training_browser_server):
-    spec = importlib.util.spec_from_file_location("tool_call_sft", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("tool_call_sft")
     argv = ["--model", "tiny", "--tasks", "click-test,click-button", "--demos", "2", "--steps", "1"]
     assert example.main([*argv, "--base-url", training_browser_server.base_url, "--out", str(tmp_path)]) == 0
 

@@ -4,22 +4,18 @@ train's format and replays identically (the tiny model, one step of each)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
+from _examples import load_example
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "trl_environment_factory.py"
 
 
 def test_the_example_trains_records_and_replays(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("trl_environment_factory", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("trl_environment_factory")
     argv = ["--model", "tiny", "--steps", "1", "--num-generations", "2", "--max-completion-length", "8"]
     assert example.main([*argv, "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out

@@ -12,9 +12,10 @@ the device module and the declarations are imported by the helpers that need the
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from typing import Any
+
+from envharness.core.declared import json_or_text, key_values
 
 
 def names(text: str) -> list[str]:
@@ -135,11 +136,8 @@ def add_env_selection(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+#: An option's value from the command line: JSON when it parses, the text otherwise.
+parse_value = json_or_text
 
 
 def collect_options(pairs: list[str], environ: dict[str, str]) -> dict[str, Any]:
@@ -149,9 +147,5 @@ def collect_options(pairs: list[str], environ: dict[str, str]) -> dict[str, Any]
         for k, v in environ.items()
         if k.startswith(OPTION_ENV_PREFIX)
     }
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--option expects KEY=VALUE, got {pair!r}")
-        options[key.strip()] = parse_value(value)
+    options.update(key_values(pairs, "--option"))
     return options

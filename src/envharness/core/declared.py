@@ -13,6 +13,7 @@ command line and for Python callers alike.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -78,3 +79,24 @@ def check_bounds(config: Any) -> None:
             raise ValueError(f"{opt.flag(field.name)} must be at least {opt.minimum:g}")
         if opt.positive and value <= 0:
             raise ValueError(f"{opt.flag(field.name)} must be positive")
+
+
+def json_or_text(text: str) -> Any:
+    """An option's value from the command line: JSON when it parses (``5``, ``true``, ``[1, 2]``),
+    the text otherwise."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def key_values(pairs: list[str], flag: str = "--env-option") -> dict[str, Any]:
+    """`KEY=VALUE` pairs as options (values through `json_or_text`); a pair without `=` is
+    refused naming `flag`."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        options[key.strip()] = json_or_text(value)
+    return options

@@ -122,8 +122,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await manager.shutdown()
 
 
-async def protocol_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ProtocolError)
+async def protocol_error(request: Request, exc: ProtocolError) -> JSONResponse:
     return error_response(exc)
 
 

@@ -6,10 +6,9 @@ and, where commands differ, its own words. Older spellings stay as aliases (`--t
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from envharness.core.declared import option
+from envharness.core.declared import key_values, option
 from envharness.core.registry import DEFAULT_ENV
 from envharness.models.device import DEVICE_CHOICES, DTYPE_CHOICES
 
@@ -35,24 +34,6 @@ class ExtendNames(argparse.Action):
         current = getattr(namespace, self.dest, None)
         items = [] if current is None or current is self.default else list(current)
         setattr(namespace, self.dest, items + names(values))
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def key_values(pairs: list[str], flag: str = "--env-option") -> dict[str, Any]:
-    """`KEY=VALUE` pairs as options (values parsed as JSON when they parse)."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"{flag} expects KEY=VALUE, got {pair!r}")
-        options[key.strip()] = _json_or_text(value)
-    return options
 
 
 def env(default: str = DEFAULT_ENV) -> Any:

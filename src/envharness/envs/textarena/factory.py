@@ -22,11 +22,11 @@ failing every session. ``MAX_CONCURRENT_ENVS`` is a server setting: ``serve --ma
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from envharness.core.declared import json_or_text as _json_or_text
 from envharness.envs.textarena import games, seats
 from envharness.envs.textarena.environment import TextArenaConfig, TextArenaEnvironment
 
@@ -35,13 +35,6 @@ KW_PREFIX = "TEXTARENA_KW_"
 
 class TextArenaConfigError(ValueError):
     """A TEXTARENA_* variable or option this server cannot honour."""
-
-
-def _json_or_text(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value
 
 
 def _positive_int(name: str, value: Any) -> int:

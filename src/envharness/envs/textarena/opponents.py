@@ -158,8 +158,7 @@ def _c4_wins(rows: list[str], mark: str) -> bool:
 
 def _connect_four(observation: Any, rng: random.Random, *, strong: bool) -> str:
     rows = _c4_rows(observation)
-    free = [c for c in range(len(rows[0]))] if rows else list(range(7))
-    free = [c for c in free if rows and rows[0][c] == "."]
+    free = [c for c, cell in enumerate(rows[0] if rows else "") if cell == "."]
     if strong:
         me = "X" if "Your disc symbol: X" in _last(observation, "Your disc symbol") else "O"
         other = "O" if me == "X" else "X"
