@@ -98,7 +98,7 @@ def collect(
             task, seed = tasks[i % len(tasks)], first_seed + i
             opening = env.reset(task=task, seed=seed)
             try:  # the page as the session's messages hold it (the opening adds the instruction)
-                action = harness.scripted_policy(env._episode.messages)
+                action = harness.scripted_policy(env.messages)
             except ValueError:
                 skipped[task] += 1
                 continue

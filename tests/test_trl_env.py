@@ -36,6 +36,7 @@ def make_env(server_url):
 def test_tools_drive_the_browser_and_the_reward_follows(make_env):
     with make_env() as env:
         text = env.reset(prompt=task_prompt("click-test", 3))
+        opening = len(env.messages)  # the session's own opening (a worked example included)
         assert "Goal: Click the button." in text
         bid = re.search(r"\[(\w+)\] button 'Click Me!'", text).group(1)
         assert env.get_reward() == 0.0
@@ -46,6 +47,12 @@ def test_tools_drive_the_browser_and_the_reward_follows(make_env):
 
         solved = env.click(bid)
         assert "The episode is over (reward 1.0)" in solved and env.get_reward() == 1.0
+        calls = [m["tool_calls"][0]["function"] for m in env.messages[opening:] if m.get("tool_calls")]
+        assert calls == [
+            {"name": "click", "arguments": {"bid": "no-such-bid"}},
+            {"name": "click", "arguments": {"bid": bid}},
+        ]
+        assert [m["role"] for m in env.messages[opening:]] == ["assistant", "tool"] * 2
         assert "episode is over" in env.noop()
 
         env.reset(task="click-test", seed=4)  # a dataset row may name task and seed itself

@@ -106,6 +106,12 @@ class ToolEnvironment:
             return self._opening(messages)
         return compose_opening(messages, self.tools)
 
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The episode's conversation as the harness holds it: the session's opening messages,
+        then each tool call and its result (a property, so TRL does not offer it as a tool)."""
+        return list(self._episode.messages) if self._episode is not None else []
+
     def get_reward(self) -> float:
         """The episode's reward: the environment's own (its last step's) unless the factory
         named another (`reward=`). TRL already adds this as a reward column."""
