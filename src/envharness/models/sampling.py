@@ -48,13 +48,27 @@ def sample_tokens(
     A seeded row's draw is `torch.multinomial(p, 1, generator)` computed as torch computes it
     (argmax of p / q with q ~ Exp(1) from the generator, ATen's `multinomial` for one sample),
     so the noise of every row is drawn in one kernel per row and the division and argmax run
-    once for the batch: 2 + rows launches a step instead of ~5 per row."""
+    once for the batch: 2 + rows launches a step instead of ~5 per row. Unseeded rows draw one
+    uniform number each (`inverse_cdf`): the same distribution without a random number per
+    vocabulary entry, which made `torch.multinomial` the costliest call of a small model's step."""
     if temperature <= 0:
         return torch.argmax(logprobs, dim=-1)
     probs = logprobs.exp()
     if all(g is None for g in generators):
-        return torch.multinomial(probs, 1)[:, 0]
+        return inverse_cdf(probs)
     noise = torch.empty_like(probs)
     for i, generator in enumerate(generators):
         noise[i].exponential_(1.0, generator=generator)  # unseeded rows: the global generator's stream
     return torch.argmax(probs / noise, dim=-1)
+
+
+def inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
+    """One draw per row of `probs` (rows x vocab, non-negative) by inverting its cumulative sum
+    at one uniform number: token i with probability probs[i] / sum(probs), exactly as
+    `torch.multinomial(probs, 1)` (the sum in float64, so rounding stays far below float32's)."""
+    cdf = probs.double().cumsum(-1)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, dtype=torch.float64, device=probs.device) * total
+    # u < total, so the first entry of cdf above u is a token with mass (cdf[i] > u >= cdf[i-1])
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, u, right=True)[:, 0]
