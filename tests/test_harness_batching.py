@@ -61,7 +61,9 @@ def test_rollout_func_decodes_the_episodes_together(tiny_backend, echo_factory):
     assert sum(len(results[i].turns) for i in range(8)) == steps
     assert sum(tiny_backend.calls) == steps  # every model step decoded exactly once...
     assert tiny_backend._decoder.most_rows > 1  # ...rows of several episodes in one forward pass
-    assert tiny_backend.calls == batcher.batch_sizes
+    assert sorted(tiny_backend.calls) == sorted(
+        batcher.batch_sizes
+    )  # each batch one call (sent concurrently)
     for i in range(8):  # in prompt order, each the episode's own exact tokens
         r = results[i]
         assert r.task == prompts[i]

@@ -87,6 +87,7 @@ class ContinuousDecoder:
         batch = _Batch(self.backend)
         while True:
             new = [r for r in self._take(max(0, self.backend.capacity() - len(batch.requests))) if _wanted(r)]
+            finished: list[tuple[_Request, DecodingRow]] = []
             try:
                 with self.backend.sampling_mode():
                     if new:
@@ -94,12 +95,15 @@ class ContinuousDecoder:
                     if batch.requests:
                         self.decode_steps += 1
                         self.most_rows = max(self.most_rows, len(batch.requests))
-                        batch.step()
+                        finished = batch.step()
             except Exception as exc:  # every row in flight learns why; the queue goes on
                 for request in batch.requests + new:
                     if not request.future.done():
                         request.future.set_exception(exc)
                 batch = _Batch(self.backend)
+            for request, row in finished:  # after the model's mode is given back to its owner
+                if not request.future.done():
+                    request.future.set_result((request.prompt, row))
             if not batch.requests and not new and self._finish_thread():
                 return
 
@@ -135,25 +139,24 @@ class _Batch:
         self.requests += new
         self.rows += rows
 
-    def step(self) -> None:
-        """Sample a token for every row, hand back the finished ones, run the others one token on."""
+    def step(self) -> list[tuple[_Request, DecodingRow]]:
+        """Sample a token for every row, run the unfinished ones one token on; returns the finished."""
         backend = self.backend
         for request, row in zip(self.requests, self.rows):
             if request.future.cancelled() and not row.finish_reason:
                 row.finish_reason = "cancelled"
         ids = decode_batch_step(self.rows, self.logits, backend.tokenizer, backend.eos_ids, backend.pad_id)
         done = [i for i, row in enumerate(self.rows) if row.finish_reason]
+        finished = [(self.requests[i], self.rows[i]) for i in done]
         if done:
             for i in done:
                 backend.remember(self.requests[i].prompt, self.rows[i], self.past, self.mask[i], i)
-                if not self.requests[i].future.done():
-                    self.requests[i].future.set_result((self.requests[i].prompt, self.rows[i]))
             keep = [i for i in range(len(self.rows)) if i not in set(done)]
             self.requests = [self.requests[i] for i in keep]
             self.rows = [self.rows[i] for i in keep]
             if not keep:
                 self.past = self.mask = self.logits = None
-                return
+                return finished
             index = torch.tensor(keep, dtype=torch.long, device=ids.device)
             self.past.reorder_cache(index)
             self.mask, ids = self.mask[index], ids[index]
@@ -169,6 +172,7 @@ class _Batch:
             logits_to_keep=1,
         )
         self.logits = result.logits[:, -1, :]
+        return finished
 
     def _trim(self) -> None:
         """Drop the leading columns no remaining row uses (they were a finished row's)."""

@@ -183,6 +183,8 @@ class TransformersBackend:
             logits_to_keep=1,
         )
         logits = result.logits[:, -1, :]
+        for i, prompt in enumerate(unique):  # a group's or a turn's later arrival prefills only the rest
+            self._store_row(prompt, past, mask[i], i)
         if len(unique) < len(prompts):  # one row per request from now on
             expand = torch.tensor(owner, dtype=torch.long, device=device)
             past.reorder_cache(expand)
@@ -208,6 +210,13 @@ class TransformersBackend:
     ) -> None:
         """Keep a finished row's keys/values (prompt + every completion token fed back) for
         later turns; `mask` is its attention mask in `past`, row `index`."""
+        fed = max(len(row.tokens) - 1, 0)
+        self._store_row(prompt + row.tokens[:fed], past, mask, index)
+
+    def _store_row(self, tokens: list[int], past: Any, mask: torch.Tensor, index: int) -> None:
+        """Store row `index` of `past` (its columns where `mask` is 1) as the keys/values of
+        `tokens`: kept as soon as a prompt is prefilled, so an episode of the same group or
+        turn that arrives while this one still decodes prefills only what is its own."""
         if self.prefix_cache is None:
             return
         try:
@@ -215,13 +224,10 @@ class TransformersBackend:
         except TypeError:
             self.prefix_cache = None  # a cache layout we do not know: decode without reuse
             return
-        fed = max(len(row.tokens) - 1, 0)
         cols = mask.nonzero().flatten()
-        if len(cols) != len(prompt) + fed:
+        if len(cols) != len(tokens):
             return
-        self.prefix_cache.store(
-            prompt + row.tokens[:fed], [(k[index][:, cols], v[index][:, cols]) for k, v in layers]
-        )
+        self.prefix_cache.store(tokens, [(k[index][:, cols], v[index][:, cols]) for k, v in layers])
 
     def _generation(self, prompt: list[int], row: DecodingRow) -> Generation:
         text = row_text(row, self.tokenizer)
