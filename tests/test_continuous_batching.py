@@ -88,3 +88,18 @@ async def test_a_cancelled_request_leaves_the_running_batch(tiny):
     assert g.finish_reason in ("length", "stop") and len(g.completion_ids) == len(g.logprobs)
     with pytest.raises(asyncio.CancelledError):
         await other
+
+
+def test_unseeded_draws_follow_the_distribution_and_never_a_token_without_mass():
+    """The one-uniform draw (two-level inverse CDF) samples token i with probability p_i: here a
+    vocabulary whose masked-out tokens (top-k/top-p leave such runs) straddle a block boundary."""
+    from envharness.models.sampling import inverse_cdf, processed_logprobs
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 300) * 3
+    logits[0, 100:290] = float("-inf")
+    p = processed_logprobs(logits, 1.0).exp()
+    draws = torch.cat([inverse_cdf(p.expand(1000, -1).contiguous()) for _ in range(100)])
+    assert not (p[0] == 0)[draws].any()
+    frequency = torch.bincount(draws, minlength=300).double() / len(draws)
+    assert (frequency - p[0].double()).abs().max().item() < 0.01  # ~7 standard deviations at most
