@@ -63,8 +63,8 @@ def test_a_broken_turn_stops_the_sequence_and_says_why(bad_turn: ModelStepResult
 
 
 class CountingTransformersBackend:
-    """Builds the real `TransformersBackend` on the tiny model and counts the decoding
-    batches it actually runs (calls of `generate_from_ids`, and rows in each)."""
+    """Builds the real `TransformersBackend` on the tiny model and counts the requests each
+    call hands to its decoder (sync or async), one entry per call."""
 
     @staticmethod
     def make():
@@ -72,9 +72,9 @@ class CountingTransformersBackend:
         from envharness.models.transformers_backend import TransformersBackend
 
         class Counting(TransformersBackend):
-            def generate_from_ids(self, prompts, sampling):
+            def _submit(self, prompts, sampling):
                 self.calls.append(len(prompts))
-                return super().generate_from_ids(prompts, sampling)
+                return super()._submit(prompts, sampling)
 
         backend = Counting(*tiny_test_model())
         backend.calls = []

@@ -6,7 +6,9 @@ every episode gets its own step (`for_episode()`, which remembers that episode's
 tokens so the backend only tokenizes new messages), and the steps of all waiting episodes
 are served by ONE `backend.generate(batch)` call. A batch is sent as soon as every live
 episode is waiting (or `max_wait_s` after its first request, so one slow environment does
-not stall the rest); while it generates, new requests queue up for the next batch.
+not stall the rest); while it generates, new requests queue up for the next batch. A backend
+that batches continuously (`backend.continuous`, e.g. `TransformersBackend`) gets every request
+at once instead: it joins the rows the backend is decoding and returns at its own last token.
 A backend error fails the episodes of its batch, or only the offending one when the
 backend refused a request (ValueError/TypeError: the batch is retried request by
 request); a cancelled episode simply drops out of its batch. No request is left hanging.
@@ -86,6 +88,10 @@ class BatchingModelStep:
         self._changed: asyncio.Event | None = None
         self._in_flight: list[tuple[GenerationRequest, asyncio.Future]] = []  # the batch being generated
         self._live = 0  # episodes between for_episode() and their step's close()
+        #: A backend that batches continuously takes each request as it comes (no waiting for
+        #: the other episodes, no batch waiting for the one before it).
+        self._continuous = bool(getattr(backend, "continuous", False))
+        self._serving: set[asyncio.Task] = set()
 
     async def generate(self, request: GenerationRequest) -> Generation:
         """Queue one request; resolves when the batch holding it has been generated."""
@@ -136,11 +142,19 @@ class BatchingModelStep:
 
     async def _drain_batches(self) -> None:
         while self._pending:
-            await self._wait_for_live_episodes()
+            if self._continuous:
+                await asyncio.sleep(0)  # whoever is ready in this tick joins at no cost
+            else:
+                await self._wait_for_live_episodes()
             size = self.max_batch_size or len(self._pending)
             batch, self._pending = self._pending[:size], self._pending[size:]
             batch = [(req, fut) for req, fut, _ in batch if not fut.done()]  # drop cancelled episodes
             if not batch:
+                continue
+            if self._continuous:  # the backend merges it into the rows decoding now
+                task = asyncio.create_task(self._serve(batch))
+                self._serving.add(task)
+                task.add_done_callback(self._serving.discard)
                 continue
             self._in_flight = batch
             await self._serve(batch)

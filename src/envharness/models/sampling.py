@@ -24,7 +24,7 @@ def processed_logprobs(
     logits = logits.float()
     if temperature <= 0:
         return torch.log_softmax(logits, dim=-1)
-    x = logits / temperature
+    x = logits / temperature if temperature != 1.0 else logits  # the same values, one pass less
     if 0 < top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
@@ -48,13 +48,43 @@ def sample_tokens(
     A seeded row's draw is `torch.multinomial(p, 1, generator)` computed as torch computes it
     (argmax of p / q with q ~ Exp(1) from the generator, ATen's `multinomial` for one sample),
     so the noise of every row is drawn in one kernel per row and the division and argmax run
-    once for the batch: 2 + rows launches a step instead of ~5 per row."""
+    once for the batch: 2 + rows launches a step instead of ~5 per row. Unseeded rows draw one
+    uniform number each (`inverse_cdf`): the same distribution without a random number per
+    vocabulary entry, which made `torch.multinomial` the costliest call of a small model's step."""
     if temperature <= 0:
         return torch.argmax(logprobs, dim=-1)
     probs = logprobs.exp()
     if all(g is None for g in generators):
-        return torch.multinomial(probs, 1)[:, 0]
+        return inverse_cdf(probs)
     noise = torch.empty_like(probs)
     for i, generator in enumerate(generators):
         noise[i].exponential_(1.0, generator=generator)  # unseeded rows: the global generator's stream
     return torch.argmax(probs / noise, dim=-1)
+
+
+def inverse_cdf(probs: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """One draw per row of `probs` (rows x vocab, non-negative) by inverting its cumulative sum
+    at one uniform number: token i with probability probs[i] / sum(probs), exactly as
+    `torch.multinomial(probs, 1)`. Sums in float64 (rounding far below float32's), in two
+    levels: the block holding the draw from per-block sums, then the token inside that block,
+    so the vocabulary is read once and nothing of its size is written."""
+    rows, vocab = probs.shape
+    full = vocab // block * block
+    sums = probs[:, :full].reshape(rows, -1, block).sum(-1, dtype=torch.float64)
+    if full < vocab:
+        sums = torch.cat([sums, probs[:, full:].sum(-1, keepdim=True, dtype=torch.float64)], dim=1)
+    cdf = sums.cumsum(-1)
+    u = _below(torch.rand((rows, 1), dtype=torch.float64, device=probs.device) * cdf[:, -1:], cdf[:, -1:])
+    # u < total, so the first block whose cdf passes u has mass, as does the token found in it
+    chosen = torch.searchsorted(cdf, u, right=True)
+    before = torch.where(chosen > 0, cdf.gather(1, (chosen - 1).clamp(min=0)), torch.zeros_like(u))
+    index = chosen * block + torch.arange(block, device=probs.device)
+    inside = probs.gather(1, index.clamp(max=vocab - 1)).double() * (index < vocab)
+    local = inside.cumsum(-1)
+    rest = _below(u - before, local[:, -1:])
+    return (chosen * block + torch.searchsorted(local, rest, right=True))[:, 0]
+
+
+def _below(value: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """`value`, at most the largest float64 under `bound` (a draw never lands past the last mass)."""
+    return torch.minimum(value, torch.nextafter(bound, torch.zeros_like(bound)))

@@ -1,29 +1,33 @@
 """A local Hugging Face causal LM as a batched `ModelBackend` with exact tokens and logprobs.
 
-All requests of a batch are decoded together (left-padded, one forward pass per new token,
-KV cache; identical prompts, such as the episodes of a GRPO group, are prefilled once, and a
-prompt that extends an earlier sequence, such as the next turn of an episode, prefills only its
-new tokens: see `prefix_cache.py`), each with its own temperature, top-k/top-p, token budget, stop strings and seed.
+Requests are decoded together (left-padded, one forward pass per new token, KV cache;
+identical prompts, such as the episodes of a GRPO group, are prefilled once, and a prompt that
+extends an earlier sequence, such as the next turn of an episode, prefills only its new tokens:
+see `prefix_cache.py`), each with its own temperature, top-k/top-p, token budget, stop strings
+and seed. Batching is continuous (`continuous.py`): a request joins the rows decoding now at
+their next token and returns at its own last one, whoever else is still decoding.
 The decoding loop is ours rather than `model.generate` so that the distribution a token is
 sampled from and the logprob reported for it are the same tensor (see `sampling.py`); a
 separate forward pass over `prompt_ids + completion_ids` reproduces the logprobs.
 
-Generation runs in a worker thread (the event loop stays free for environments) under a
-lock, so one model never serves two batches at once. Built from a path/hub id, or from an
+Generation runs in one worker thread (the event loop stays free for environments), so one
+model never serves two batches at once. Built from a path/hub id, or from an
 existing `(model, tokenizer)` pair, e.g. the model a TRL trainer is training.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
-from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, model_device, row_text
+from envharness.models.continuous import ContinuousDecoder, Prefilled
+from envharness.models.decoding import DecodingRow, eos_ids, model_device, row_text
 from envharness.models.device import Placement, model_placement, place, resolve
 from envharness.models.images import refuse_images
 from envharness.models.prefix_cache import (
@@ -41,6 +45,9 @@ _MIN_SHARED_START = 16
 class TransformersBackend:
     """`await backend.generate([GenerationRequest])` on a local transformers causal LM."""
 
+    #: Requests may be sent as they come: they join the rows decoding now (`BatchingModelStep`).
+    continuous = True
+
     def __init__(
         self,
         model: Any,
@@ -53,13 +60,12 @@ class TransformersBackend:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
-        #: Requests decoded together; None: 32 on a CPU (where a bigger batch only adds latency)
-        #: and 256 on a GPU (where a decode step costs about the same for 32 or 256 rows).
+        #: Rows decoded together (`capacity()`).
         self.max_batch_size = max_batch_size
-        self._lock = threading.Lock()
-        self._eos_ids = eos_ids(model, tokenizer)
+        self.eos_ids = eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self._pad_id = int(pad if pad is not None else 0)
+        self._pad_id = self.pad_id = int(pad if pad is not None else 0)
+        self._decoder = ContinuousDecoder(self)
         self.prefill_tokens = 0  # prompt tokens run through the model (after sharing), for stats
         #: Keys/values of earlier turns, so turn N+1 prefills only its new tokens (0 turns it off).
         self.prefix_cache = PrefixCache(model, prefix_cache_tokens) if prefix_cache_tokens > 0 else None
@@ -93,51 +99,63 @@ class TransformersBackend:
         )
         return cls(place(model, placement).eval(), tokenizer, name=name_or_path, **kwargs)
 
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.model)
+
+    def capacity(self) -> int:
+        """Rows decoded together: `max_batch_size`, else 32 on a CPU (where a bigger batch only
+        adds latency) and 256 on a GPU (where a decode step costs about the same for 32 or 256)."""
+        return self.max_batch_size or (256 if self.placement.on_gpu else 32)
+
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        """Render, tokenize and sample every request; one `Generation` per request, in order."""
-        return await asyncio.to_thread(self.generate_blocking, requests)
+        """Render, tokenize and sample every request; one `Generation` per request, in order.
+        The requests join the rows decoding now and each returns as soon as it is done."""
+        prompts = await asyncio.to_thread(self._prompts, requests)
+        futures = self._submit(prompts, [r.sampling for r in requests])
+        done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        return [self._generation(prompt, row) for prompt, row in done]
 
     def generate_blocking(self, requests: list[GenerationRequest]) -> list[Generation]:
         """The same as `generate`, in the calling thread."""
-        for r in requests:
-            refuse_images(self.name, r.messages)  # a text model: never drop images silently
-        prompts = [chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids) for r in requests]
-        return self.generate_from_ids(prompts, [r.sampling for r in requests])
+        return self.generate_from_ids(self._prompts(requests), [r.sampling for r in requests])
 
     def generate_from_ids(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
         """Sample continuations of already-tokenized prompts (used by servers built on this backend)."""
+        return [self._generation(*f.result()) for f in self._submit(prompts, sampling)]
+
+    def _prompts(self, requests: list[GenerationRequest]) -> list[list[int]]:
+        for r in requests:
+            refuse_images(self.name, r.messages)  # a text model: never drop images silently
+        return [chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids) for r in requests]
+
+    def _submit(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Any]:
         if len(prompts) != len(sampling):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling)} sampling params")
         if any(not p for p in prompts):
             raise ValueError("empty prompt: nothing to condition on")
-        out: list[Generation] = []
-        with self._lock:
-            size = self.max_batch_size or (256 if self.placement.on_gpu else 32)
-            for start in range(0, len(prompts), size):
-                stop = start + size
-                out.extend(self._decode(prompts[start:stop], sampling[start:stop]))
-        return out
+        return self._decoder.submit(prompts, sampling)
 
     async def aclose(self) -> None:
         """Nothing to release: the model belongs to whoever passed it in."""
 
-    @torch.inference_mode()
-    def _decode(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Generation]:
+    @contextlib.contextmanager
+    def sampling_mode(self) -> Iterator[None]:
+        """No gradients and no dropout while sampling; a trainer's model goes back to training after."""
         was_training = self.model.training
-        self.model.eval()  # no dropout while sampling; a trainer's model goes back to training after
+        self.model.eval()
         try:
-            return self._decode_in_eval_mode(prompts, sampling)
+            with torch.inference_mode():
+                yield
         finally:
             self.model.train(was_training)
 
-    def _decode_in_eval_mode(
-        self, prompts: list[list[int]], sampling: list[SamplingParams]
-    ) -> list[Generation]:
-        device = model_device(self.model)
-        rows = [DecodingRow.start(p, device) for p in sampling]
-        # Prefill only what has not been run: each distinct prompt once (the episodes of a GRPO
-        # group start from the same page; its cache is copied to every row sharing it), and
-        # only the tokens after the longest cached earlier sequence (turn N+1 extends turn N).
+    def prefill(self, prompts: list[list[int]]) -> Prefilled:
+        """One forward pass over what has not been run of `prompts`: each distinct prompt once
+        (the episodes of a GRPO group start from the same page; its cache is copied to every
+        row sharing it), and only the tokens after the longest cached earlier sequence (turn N+1
+        extends turn N). Rows are right-aligned (left padding)."""
+        device = self.device
         distinct: dict[tuple[int, ...], int] = {}
         owner = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         unique = [list(p) for p in distinct]
@@ -156,29 +174,22 @@ class TransformersBackend:
             mask = torch.cat([before, mask], dim=-1)
         input_ids, mask = input_ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
-        prompt_width = mask.shape[1]
-        expand = torch.tensor(owner, dtype=torch.long, device=device) if len(unique) < len(prompts) else None
-        for _ in range(max(p.max_tokens for p in sampling)):
-            result, past = forward_with_cache(
-                self.model,
-                past,
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                logits_to_keep=1,
-            )
-            logits = result.logits[:, -1, :]
-            if expand is not None:  # after the shared prefill: one row per request from now on
-                past.reorder_cache(expand)
-                logits, mask, positions, expand = logits[expand], mask[expand], positions[expand], None
-            input_ids = decode_batch_step(rows, logits, self.tokenizer, self._eos_ids, self._pad_id)[:, None]
-            if all(row.finish_reason for row in rows):
-                break
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
-            positions = positions[:, -1:] + 1
-        if self.prefix_cache is not None and past is not None:
-            self._remember(prompts, rows, past, mask[:, :prompt_width])
-        return [self._generation(p, row) for p, row in zip(prompts, rows)]
+        result, past = forward_with_cache(
+            self.model,
+            past,
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            logits_to_keep=1,
+        )
+        logits = result.logits[:, -1, :]
+        for i, prompt in enumerate(unique):  # a group's or a turn's later arrival prefills only the rest
+            self._store_row(prompt, past, mask[i], i)
+        if len(unique) < len(prompts):  # one row per request from now on
+            expand = torch.tensor(owner, dtype=torch.long, device=device)
+            past.reorder_cache(expand)
+            logits, mask = logits[expand], mask[expand]
+        return Prefilled(logits, past, mask)
 
     def _prefill_shared_start(self, prompts: list[list[int]]) -> None:
         """Run the start every prompt of the batch shares (system message, worked example,
@@ -186,7 +197,7 @@ class TransformersBackend:
         shared = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]
         if len(shared) < _MIN_SHARED_START or self.prefix_cache.covered(shared) >= len(shared):
             return
-        ids = torch.tensor([shared], dtype=torch.long, device=model_device(self.model))
+        ids = torch.tensor([shared], dtype=torch.long, device=self.device)
         _, past = forward_with_cache(self.model, None, input_ids=ids, logits_to_keep=1)
         self.prefill_tokens += len(shared)
         try:
@@ -194,29 +205,29 @@ class TransformersBackend:
         except TypeError:
             self.prefix_cache = None  # a cache layout we do not know: decode without reuse
 
-    def _remember(
-        self, prompts: list[list[int]], rows: list[DecodingRow], past: Any, prompt_mask: torch.Tensor
+    def remember(
+        self, prompt: list[int], row: DecodingRow, past: Any, mask: torch.Tensor, index: int
     ) -> None:
-        """Store each row's keys/values (prompt + every completion token fed back) for later turns."""
+        """Keep a finished row's keys/values (prompt + every completion token fed back) for
+        later turns; `mask` is its attention mask in `past`, row `index`."""
+        fed = max(len(row.tokens) - 1, 0)
+        self._store_row(prompt + row.tokens[:fed], past, mask, index)
+
+    def _store_row(self, tokens: list[int], past: Any, mask: torch.Tensor, index: int) -> None:
+        """Store row `index` of `past` (its columns where `mask` is 1) as the keys/values of
+        `tokens`: kept as soon as a prompt is prefilled, so an episode of the same group or
+        turn that arrives while this one still decodes prefills only what is its own."""
+        if self.prefix_cache is None:
+            return
         try:
             layers = cache_layers(past)
         except TypeError:
             self.prefix_cache = None  # a cache layout we do not know: decode without reuse
             return
-        width = prompt_mask.shape[1]
-        for i, (prompt, row) in enumerate(zip(prompts, rows)):
-            fed = max(len(row.tokens) - 1, 0)
-            cols = torch.cat(
-                [
-                    prompt_mask[i].nonzero().flatten(),
-                    torch.arange(width, width + fed, device=prompt_mask.device),
-                ]
-            )
-            if len(cols) != len(prompt) + fed or width + fed > layers[0][0].shape[2]:
-                continue
-            self.prefix_cache.store(
-                prompt + row.tokens[:fed], [(k[i][:, cols], v[i][:, cols]) for k, v in layers]
-            )
+        cols = mask.nonzero().flatten()
+        if len(cols) != len(tokens):
+            return
+        self.prefix_cache.store(tokens, [(k[index][:, cols], v[index][:, cols]) for k, v in layers])
 
     def _generation(self, prompt: list[int], row: DecodingRow) -> Generation:
         text = row_text(row, self.tokenizer)

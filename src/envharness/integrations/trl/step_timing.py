@@ -4,8 +4,10 @@
     rollout_func = build_env_rollout_func(ENV, ..., backend_factory=timer.backend_factory)
     trainer = GRPOTrainer(..., rollout_func=timer.wrap(rollout_func), callbacks=[timer.callback(), ...])
 
-Every logged step then carries `time/generate_s` (inside the model backend: prefill and
-decoding), `time/env_s` (the rest of the rollout: resets, browser actions, harness), `time/train_s`
+Every logged step then carries `time/generate_s` (while the model backend holds a request:
+prefill and decoding), `time/env_s` (the rest of the rollout, when no request is with the
+model: resets, browser actions, harness; environment steps that overlap decoding count as
+generation), `time/train_s`
 (the rest of the step: TRL's loss forward, backward, optimizer), `time/step_s` and
 `tokens/prefill` (prompt tokens run through the model after shared-prompt reuse).
 Measured, not estimated: the backend call and the rollout call are timed where they happen.
@@ -30,20 +32,31 @@ class _Totals:
 
 
 class _TimedBackend:
-    """A `ModelBackend` that adds its `generate` wall time to the step's totals."""
+    """A `ModelBackend` that adds the wall time during which any `generate` call is in flight to
+    the step's totals (calls overlap on a backend that batches continuously: counted once)."""
 
     def __init__(self, inner: Any, totals: _Totals):
         self._inner, self._totals = inner, totals
         self.name = getattr(inner, "name", "timed")
+        self.continuous = getattr(inner, "continuous", False)
+        self._in_flight = 0
+        self._since = 0.0
+        self._prefill_before = 0
 
     async def generate(self, requests: list[Any]) -> list[Any]:
-        started = time.perf_counter()
-        before = getattr(self._inner, "prefill_tokens", 0)
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+            self._prefill_before = getattr(self._inner, "prefill_tokens", 0)
+        self._in_flight += 1
         try:
             return await self._inner.generate(requests)
         finally:
-            self._totals.generate_s += time.perf_counter() - started
-            self._totals.prefill_tokens += getattr(self._inner, "prefill_tokens", 0) - before
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._totals.generate_s += time.perf_counter() - self._since
+                self._totals.prefill_tokens += (
+                    getattr(self._inner, "prefill_tokens", 0) - self._prefill_before
+                )
 
     async def aclose(self) -> None:
         await self._inner.aclose()

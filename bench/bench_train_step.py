@@ -1,0 +1,248 @@
+"""One GRPO step of `envharness train` against its parts alone: the model's forward passes and the
+environment's work, before and after a change, in one run.
+
+Each column is a fresh process running `train()` (real TRL `GRPOTrainer`, real Chromium behind a
+`browsergym` server on loopback, or a `textarena` server) for `--steps` steps of
+`--groups` x `--generations` episodes, `--turns` turns of `--tokens` tokens each; the "before"
+column runs the same with ``src/`` of `--before REV` (`_before.py`). After training, in the same
+process and on the same server:
+
+- **step**: TRL's step wall time (`time/step_s`, median over the steps after the first); beside it
+  the in-step split that `step_timing.py` logs (generation, the rest of the rollout);
+- **model alone**: the model's own forward passes for the shape of one step, timed by themselves:
+  per turn, a prefill of every episode's new prompt tokens (turn 1: the whole prompt, each
+  episode its own row; later turns: only the tokens the environment added, on the cache of the
+  turns before) with ``logits_to_keep=1``, then one decode pass per further completion token, all
+  episodes in one batch; no sampling, no Python per token;
+- **environment alone**: each step's recorded episodes played again on the same server, all at
+  once, without a model (`replay_episode`: reset, the same tool calls, verify);
+- **rest** = step - model alone - environment alone; **ratio** = step / (model + environment).
+
+    PYTHONPATH=src PLAYWRIGHT_BROWSERS_PATH=.venv/ms-playwright python bench/bench_train_step.py [--before d80ae1c]
+    ... --env textarena --tasks Wordle-v0            # a TextArena game instead of the browser
+    ... --device cuda --model ./smollm2-360m         # the GPU check's model on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _before import before_env
+
+DEFAULT_TASKS = {"browsergym": ["click-test", "enter-text"], "textarena": ["Wordle-v0"]}
+
+
+# -- the worker: one column, in its own process --------------------------------------------------
+def model_alone(model: Any, shape: dict[str, int], repeats: int = 3) -> float:
+    """Seconds of the model's forward passes for one step's shape (median of `repeats`)."""
+    import torch
+
+    from envharness.models.prefix_cache import forward_with_cache
+
+    device = next(model.parameters()).device
+    vocab = model.config.get_text_config().vocab_size
+    rows = shape["episodes"]
+    was_training = model.training
+    model.eval()
+
+    def once() -> float:
+        started = time.perf_counter()
+        past = None
+        for turn in range(shape["turns"]):
+            width = shape["prompt_tokens"] if turn == 0 else shape["env_tokens_per_turn"]
+            ids = torch.randint(0, vocab, (rows, max(width, 1)), device=device)
+            for _ in range(shape["completion_tokens_per_turn"]):  # the prefill samples the first
+                _, past = forward_with_cache(model, past, input_ids=ids, logits_to_keep=1)
+                ids = torch.randint(0, vocab, (rows, 1), device=device)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+    with torch.inference_mode():
+        once()  # warm-up
+        seconds = statistics.median(once() for _ in range(repeats))
+    model.train(was_training)
+    return seconds
+
+
+def step_shape(records: list[Any]) -> dict[str, int]:
+    """The step's shape from its episode records: episodes, turns, the longest first prompt,
+    tokens per turn of the model and of the environment."""
+    metrics = [r.metrics for r in records]
+    turns = max(int(m.get("turns", 1)) for m in metrics)
+    model_tokens = max(int(m.get("model_tokens", 0)) for m in metrics)
+    env_tokens = max(int(m.get("env_tokens", 0)) for m in metrics)
+    return {
+        "episodes": len(records),
+        "turns": turns,
+        "prompt_tokens": max(int(m.get("prompt_tokens", 0)) for m in metrics),
+        "completion_tokens_per_turn": max(1, model_tokens // turns),
+        "env_tokens_per_turn": env_tokens // max(1, turns - 1) if turns > 1 else 0,
+    }
+
+
+async def environment_alone(env: str, clients: Any, records: list[Any]) -> float:
+    """Seconds to play `records` again at once on the server behind `clients`, without a model."""
+    from envharness.core.registry import env_harness
+    from envharness.replay.episode import replay_episode
+
+    harness = env_harness(env)
+    factory = harness.session_factory(
+        clients, default_task=records[0].task, reset_kwargs=dict(harness.reset_kwargs)
+    )
+    started = time.perf_counter()
+    replays = await asyncio.gather(*(replay_episode(factory, r) for r in records))
+    seconds = time.perf_counter() - started
+    broken = [r for r in replays if r.skipped]
+    if broken:
+        raise RuntimeError(f"replay could not play {len(broken)} episode(s): {broken[0].skipped}")
+    return seconds
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """Train, then time the parts alone; the medians over the steps after the first."""
+    import torch
+
+    from envharness.harness.records import read_records
+    from envharness.integrations.trl.config import TrainConfig
+    from envharness.integrations.trl.servers import env_clients
+    from envharness.integrations.trl.training import train
+
+    torch.set_num_threads(args.threads)
+    out = Path(tempfile.mkdtemp(prefix="bench-train-step-"))
+    config = TrainConfig(
+        env=args.env,
+        tasks=args.tasks or DEFAULT_TASKS[args.env],
+        model=args.model,
+        max_steps=args.steps,
+        num_generations=args.generations,
+        groups_per_step=args.groups,
+        max_turns=args.turns,
+        max_completion_length=args.tokens,
+        threads=args.threads,
+        device=args.device,
+        output_dir=str(out),
+        report_to="none",
+    )
+    with env_clients(args.env) as clients:
+        result = train(config, client_factory=clients)
+        logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+        logs = [entry for entry in logs if "time/step_s" in entry][1:]  # the first step warms up
+        records = read_records(out / "episodes.jsonl")
+        by_step: dict[int, list[Any]] = {}
+        for record in records:
+            by_step.setdefault(int(record.metrics.get("train_step", 0)), []).append(record)
+        steps = sorted(by_step)[1:]
+        env_s = [asyncio.run(environment_alone(args.env, clients, by_step[s])) for s in steps]
+        shape = step_shape(by_step[steps[-1]])
+        model_s = model_alone(result.model, shape)
+    return {
+        "step_s": statistics.median(e["time/step_s"] for e in logs),
+        "generate_s": statistics.median(e["time/generate_s"] for e in logs),
+        "rollout_env_s": statistics.median(e["time/env_s"] for e in logs),
+        "train_s": statistics.median(e["time/train_s"] for e in logs),
+        "model_alone_s": model_s,
+        "env_alone_s": statistics.median(env_s),
+        "shape": shape,
+    }
+
+
+# -- the table -------------------------------------------------------------------------------
+def run_column(argv: list[str], env: dict[str, str] | None, timeout: float) -> dict[str, Any]:
+    process_env = {**os.environ, **(env or {})}
+    process_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in ((env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")) if p
+    )
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", *argv],
+        env=process_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"worker failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
+    keys = ("step_s", "generate_s", "rollout_env_s", "model_alone_s", "env_alone_s")
+    print(
+        "\n| code | step (s) | in the step: generation | in the step: rest of rollout | model alone (s) "
+        "| environment alone (s) | rest (s) | step / (model + env) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, runs in columns.items():
+        m = {k: statistics.median(r[k] for r in runs) for k in keys}
+        parts = m["model_alone_s"] + m["env_alone_s"]
+        print(
+            f"| {name} | {m['step_s']:.2f} | {m['generate_s']:.2f} | {m['rollout_env_s']:.2f} | "
+            f"{m['model_alone_s']:.2f} | {m['env_alone_s']:.2f} | {m['step_s'] - parts:.2f} | "
+            f"{m['step_s'] / parts:.2f}x |"
+        )
+    shape = next(iter(columns.values()))[0]["shape"]
+    print(f"\nshape of a step: {shape}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", default="browsergym")
+    parser.add_argument("--tasks", nargs="+", default=None)
+    parser.add_argument("--model", default="tiny", help="tiny, embedded, a model directory or a hub id")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto")
+    parser.add_argument("--steps", type=int, default=5, help="training steps per run (the first warms up)")
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2, help="runs per column, alternating")
+    parser.add_argument(
+        "--before", default="d80ae1c", help="git revision for the 'before' column ('' for none)"
+    )
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)), flush=True)
+        return 0
+    argv = [a for a in sys.argv[1:] if a not in ("--worker",)]
+    variants: list[tuple[str, dict[str, str] | None]] = [("after (this tree)", None)]
+    if args.before:
+        env = before_env(args.before)
+        if env is None:
+            print(f"git cannot give {args.before}: no 'before' column", file=sys.stderr)
+        else:
+            variants.insert(0, (f"before ({args.before})", env))
+    load = os.getloadavg()[0]
+    columns: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
+    for repeat in range(args.repeats):
+        for name, env in variants if repeat % 2 == 0 else variants[::-1]:
+            columns[name].append(run_column(argv, env, args.timeout))
+            print(f"run {repeat} {name}: {json.dumps(columns[name][-1])}", flush=True)
+    print_table(columns)
+    print(
+        f"{args.env} {args.tasks or DEFAULT_TASKS[args.env]}, model {args.model} on {args.device}, "
+        f"{args.threads} thread(s), medians of {args.repeats} run(s) x {args.steps - 1} step(s); "
+        f"{os.cpu_count()} CPUs, load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

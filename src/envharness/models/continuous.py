@@ -1,0 +1,217 @@
+"""Continuous batching: requests join the running batch at the next token and leave at their last.
+
+The episodes of a rollout reach the model at different moments (one page loads slower, one
+reply is shorter): a batch that decodes until its longest row is done, while the next batch
+waits for it, leaves the model idle between batches and the environment idle during them.
+`ContinuousDecoder` keeps one batch in a worker thread: at every token it admits the requests
+that arrived (prefilled together, as the backend prefills a batch: shared starts and earlier
+turns from its prefix cache) and hands back every row that finished, so an episode goes on to
+its environment step while the others still decode.
+
+Rows of different lengths share one key/value cache, each right-aligned with its own attention
+mask and positions: a row's keys, values, logits and sampled tokens are what the row would get
+in a batch of its own (up to the float rounding of batched kernels, as in any batch).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from envharness.models.base import SamplingParams
+from envharness.models.decoding import DecodingRow, decode_batch_step
+from envharness.models.prefix_cache import cache_layers, forward_with_cache
+
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    future: Future
+
+
+@dataclass
+class Prefilled:
+    """New rows after their prefill: last-token logits, their cache and attention mask."""
+
+    logits: torch.Tensor
+    past: Any
+    mask: torch.Tensor
+
+
+class ContinuousDecoder:
+    """Decodes the requests of `backend` (a `TransformersBackend`) in one running batch.
+
+    `submit(prompts, sampling)` returns one `Future` per prompt, resolved with
+    `(prompt, DecodingRow)` when that row is done. At most `capacity()` rows decode together;
+    the others wait for a free row. The worker thread runs while there is work.
+    """
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self._queue: list[_Request] = []
+        self._guard = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.decode_steps = 0  # forward passes of the running batch, for stats and tests
+        self.most_rows = 0  # the most rows one of them decoded together
+
+    def submit(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Future]:
+        requests = [_Request(list(p), s, Future()) for p, s in zip(prompts, sampling)]
+        with self._guard:
+            self._queue.extend(requests)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="envharness-decoder", daemon=True)
+                self._thread.start()
+        return [r.future for r in requests]
+
+    def _take(self, room: int) -> list[_Request]:
+        """Up to `room` queued requests; with nothing queued and nothing decoding, the thread ends."""
+        with self._guard:
+            taken, self._queue = self._queue[:room], self._queue[room:]
+            return taken
+
+    def _finish_thread(self) -> bool:
+        with self._guard:
+            if self._queue:
+                return False
+            self._thread = None
+            return True
+
+    def _run(self) -> None:
+        batch = _Batch(self.backend)
+        while True:
+            new = [r for r in self._take(max(0, self.backend.capacity() - len(batch.requests))) if _wanted(r)]
+            finished: list[tuple[_Request, DecodingRow]] = []
+            try:
+                with self.backend.sampling_mode():
+                    if new:
+                        batch.admit(new)
+                    if batch.requests:
+                        self.decode_steps += 1
+                        self.most_rows = max(self.most_rows, len(batch.requests))
+                        finished = batch.step()
+            except Exception as exc:  # every row in flight learns why; the queue goes on
+                for request in batch.requests + new:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                batch = _Batch(self.backend)
+            for request, row in finished:  # after the model's mode is given back to its owner
+                if not request.future.done():
+                    request.future.set_result((request.prompt, row))
+            if not batch.requests and not new and self._finish_thread():
+                return
+
+
+def _wanted(request: _Request) -> bool:
+    """False for a request whose caller stopped waiting before it started."""
+    return request.future.set_running_or_notify_cancel()
+
+
+class _Batch:
+    """The rows decoding now: their requests, rows, cache, mask and the logits to sample next."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self.requests: list[_Request] = []
+        self.rows: list[DecodingRow] = []
+        self.past: Any = None
+        self.mask: torch.Tensor | None = None
+        self.logits: torch.Tensor | None = None
+
+    def admit(self, new: list[_Request]) -> None:
+        """Prefill `new` and append them to the batch (their first token is sampled next)."""
+        device = self.backend.device
+        prefilled = self.backend.prefill([r.prompt for r in new])
+        rows = [DecodingRow.start(r.params, device) for r in new]
+        if not self.requests:
+            self.past, self.mask, self.logits = prefilled.past, prefilled.mask, prefilled.logits
+        else:
+            self.past, self.mask = _merge(
+                self.backend.model, self.past, self.mask, prefilled.past, prefilled.mask
+            )
+            self.logits = torch.cat([self.logits, prefilled.logits])
+        self.requests += new
+        self.rows += rows
+
+    def step(self) -> list[tuple[_Request, DecodingRow]]:
+        """Sample a token for every row, run the unfinished ones one token on; returns the finished."""
+        backend = self.backend
+        for request, row in zip(self.requests, self.rows):
+            if request.future.cancelled() and not row.finish_reason:
+                row.finish_reason = "cancelled"
+        ids = decode_batch_step(self.rows, self.logits, backend.tokenizer, backend.eos_ids, backend.pad_id)
+        done = [i for i, row in enumerate(self.rows) if row.finish_reason]
+        finished = [(self.requests[i], self.rows[i]) for i in done]
+        if done:
+            for i in done:
+                backend.remember(self.requests[i].prompt, self.rows[i], self.past, self.mask[i], i)
+            keep = [i for i in range(len(self.rows)) if i not in set(done)]
+            self.requests = [self.requests[i] for i in keep]
+            self.rows = [self.rows[i] for i in keep]
+            if not keep:
+                self.past = self.mask = self.logits = None
+                return finished
+            index = torch.tensor(keep, dtype=torch.long, device=ids.device)
+            self.past.reorder_cache(index)
+            self.mask, ids = self.mask[index], ids[index]
+            self._trim()
+        positions = self.mask.sum(-1, keepdim=True)  # the new token follows every real one
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=-1)
+        result, self.past = forward_with_cache(
+            backend.model,
+            self.past,
+            input_ids=ids[:, None],
+            attention_mask=self.mask,
+            position_ids=positions,
+            logits_to_keep=1,
+        )
+        self.logits = result.logits[:, -1, :]
+        return finished
+
+    def _trim(self) -> None:
+        """Drop the leading columns no remaining row uses (they were a finished row's)."""
+        used = self.mask.any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        if start > 0:
+            layers = [(k[:, :, start:], v[:, :, start:]) for k, v in cache_layers(self.past)]
+            self.past = _cache(self.backend.model, layers)
+            self.mask = self.mask[:, start:]
+
+
+def _merge(model: Any, past: Any, mask: torch.Tensor, new_past: Any, new_mask: torch.Tensor) -> tuple:
+    """One cache and mask for the rows of both, right-aligned to the wider one."""
+    width = max(mask.shape[1], new_mask.shape[1])
+    layers = [
+        (torch.cat([_pad(k, width), _pad(nk, width)]), torch.cat([_pad(v, width), _pad(nv, width)]))
+        for (k, v), (nk, nv) in zip(cache_layers(past), cache_layers(new_past))
+    ]
+    merged_mask = torch.cat([_pad_mask(mask, width), _pad_mask(new_mask, width)])
+    return _cache(model, layers), merged_mask
+
+
+def _pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """(batch, heads, tokens, dim) left-padded with zeros to `width` tokens."""
+    missing = width - tensor.shape[2]
+    if missing == 0:
+        return tensor
+    return torch.cat([tensor.new_zeros((*tensor.shape[:2], missing, tensor.shape[3])), tensor], dim=2)
+
+
+def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - mask.shape[1]
+    return mask if missing == 0 else torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)
+
+
+def _cache(model: Any, layers: Layers) -> Any:
+    from transformers import DynamicCache
+
+    past = DynamicCache(config=getattr(model, "config", None))
+    for index, (keys, values) in enumerate(layers):
+        past.update(keys, values, index)
+    return past

@@ -1,0 +1,105 @@
+"""Continuous batching in TransformersBackend: a request joins the rows decoding now and
+returns at its own last token, with the exact tokens and logprobs of the model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from test_models_transformers import conversation, forward_logprobs
+
+from envharness.models.base import GenerationRequest, SamplingParams
+from envharness.models.embedded import tiny_test_model
+from envharness.models.transformers_backend import TransformersBackend
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = tiny_test_model()
+    return TransformersBackend(model, tokenizer)
+
+
+async def _joined(tiny: TransformersBackend, first_user: str, second_user: str) -> tuple:
+    """A long request decoding, then a short one sent while it does; both generations and
+    whether the long one was still decoding when the short one came back."""
+    decoder = tiny._decoder
+    long = asyncio.create_task(
+        tiny.generate(
+            [GenerationRequest(conversation(first_user), sampling=SamplingParams(max_tokens=48, seed=1))]
+        )
+    )
+    started = decoder.decode_steps
+    while decoder.decode_steps < started + 2:  # the long row is past its prefill, decoding
+        await asyncio.sleep(0.001)
+    [short] = await tiny.generate(
+        [GenerationRequest(conversation(second_user), sampling=SamplingParams(max_tokens=3, seed=2))]
+    )
+    still_decoding = not long.done()
+    [first] = await long
+    return first, short, still_decoding
+
+
+@pytest.mark.parametrize(
+    "first_user, second_user",
+    [
+        ("Hi", "Click the button labelled OK, then submit the form. " * 4),  # the newcomer is wider
+        ("Click the button labelled OK, then submit the form. " * 4, "Hi"),  # the running row is wider
+    ],
+)
+async def test_a_request_joins_the_running_batch_and_leaves_at_its_own_end(tiny, first_user, second_user):
+    tiny._decoder.most_rows = 0
+    first, short, still_decoding = await _joined(tiny, first_user, second_user)
+    assert tiny._decoder.most_rows == 2  # they decoded together...
+    assert still_decoding or first.finish_reason == "stop"  # ...and the short one did not wait for the long
+    assert len(short.completion_ids) == 3 and short.finish_reason == "length"
+    for g in (first, short):  # every token's logprob is the model's, whatever joined or left around it
+        assert len(g.completion_ids) == len(g.logprobs) > 0
+        expected = forward_logprobs(tiny.model, g.prompt_ids, g.completion_ids, 1.0)
+        assert (expected - torch.tensor(g.logprobs)).abs().max().item() < 1e-4
+
+
+async def test_seeded_tokens_do_not_depend_on_who_else_decodes(tiny):
+    """A seeded request samples the same tokens alone and when it joins a running batch."""
+    user = "Goal: type 'hello' into the box"
+    [alone] = await tiny.generate(
+        [GenerationRequest(conversation(user), sampling=SamplingParams(max_tokens=3, seed=2))]
+    )
+    _, joined, _ = await _joined(tiny, "Hi", user)
+    assert joined.completion_ids == alone.completion_ids
+    assert joined.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+
+
+async def test_a_cancelled_request_leaves_the_running_batch(tiny):
+    """A caller that stops waiting takes its row out; the other row decodes on to its end."""
+    long = asyncio.create_task(
+        tiny.generate([GenerationRequest(conversation("Hi"), sampling=SamplingParams(max_tokens=24, seed=3))])
+    )
+    other = asyncio.create_task(
+        tiny.generate(
+            [GenerationRequest(conversation("Hello"), sampling=SamplingParams(max_tokens=24, seed=4))]
+        )
+    )
+    started = tiny._decoder.decode_steps
+    while tiny._decoder.decode_steps < started + 2:
+        await asyncio.sleep(0.001)
+    other.cancel()
+    [g] = await long
+    assert g.finish_reason in ("length", "stop") and len(g.completion_ids) == len(g.logprobs)
+    with pytest.raises(asyncio.CancelledError):
+        await other
+
+
+def test_unseeded_draws_follow_the_distribution_and_never_a_token_without_mass():
+    """The one-uniform draw (two-level inverse CDF) samples token i with probability p_i: here a
+    vocabulary whose masked-out tokens (top-k/top-p leave such runs) straddle a block boundary."""
+    from envharness.models.sampling import inverse_cdf, processed_logprobs
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 300) * 3
+    logits[0, 100:290] = float("-inf")
+    p = processed_logprobs(logits, 1.0).exp()
+    draws = torch.cat([inverse_cdf(p.expand(1000, -1).contiguous()) for _ in range(100)])
+    assert not (p[0] == 0)[draws].any()
+    frequency = torch.bincount(draws, minlength=300).double() / len(draws)
+    assert (frequency - p[0].double()).abs().max().item() < 0.01  # ~7 standard deviations at most
