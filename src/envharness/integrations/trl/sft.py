@@ -67,6 +67,22 @@ class SFTRunConfig:
     lora: bool = option(False, "train a LoRA adapter (merged into final/)")
     lora_rank: int = option(16, "the LoRA adapter's rank (default %(default)s)", minimum=1)
     save_steps: int = option(50, "checkpoint every N steps", minimum=1)
+    save_epochs: bool = option(
+        False, "checkpoint at the end of every epoch, all kept (choose the SFT stage by epochs)"
+    )
+    eval_every: int = option(
+        0,
+        "every N steps, greedy episodes on held-out seeds of every task and of --eval-tasks, and "
+        "the loss per task, logged beside the training loss; the best model is kept in <out>/best",
+        metavar="N",
+        minimum=0,
+    )
+    eval_tasks: list[str] = option(
+        [], "comma-separated transfer tasks (never trained) that --eval-every also plays", type=shared.names
+    )
+    eval_episodes: int = option(8, "held-out seeds per task for --eval-every", minimum=1)
+    #: The held-out episodes' token budget per reply (as `train --max-new-tokens`).
+    max_new_tokens: int = shared.max_new_tokens(32)
     threads: int | None = shared.threads()
     env_url: str | None = shared.env_url()
     resume: bool = shared.resume("continue the run in --out from its latest checkpoint")
@@ -96,9 +112,9 @@ def sft_trainer_config(config: SFTRunConfig) -> Any:
         lr_scheduler_type="constant",
         warmup_steps=0,
         logging_steps=1,
-        save_strategy="steps",
+        save_strategy="epoch" if config.save_epochs else "steps",
         save_steps=config.save_steps,
-        save_total_limit=2,
+        save_total_limit=None if config.save_epochs else 2,
         report_to="none",
         max_length=None,
         packing=False,
@@ -139,9 +155,9 @@ def run_sft(
         args=sft_trainer_config(config),
         train_dataset=Dataset.from_list(rows),
         peft_config=lora_config(config) if config.lora else None,
-        callbacks=[
-            ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"),
+        callbacks=[  # the held-out evaluation first: its numbers join the step's log line
             *callbacks,
+            ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"),
         ],
     )
     from transformers.trainer_callback import PrinterCallback
