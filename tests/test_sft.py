@@ -159,6 +159,7 @@ def test_ids_of_another_tokenizer_are_refused(sft_run, tmp_path):
         (["--demos", "no/such/run"], "neither 'scripted' nor an eval run folder"),
         (["--prompt", "default"], "builds a fresh prompt every step"),
         (["--episodes", "0"], "--episodes must be at least 1"),
+        (["--batch-size", "8", "--micro-batch", "3"], "does not divide --batch-size 8"),
     ],
 )
 def test_bad_settings_are_refused_in_words(tmp_path, capsys, args, message):

@@ -36,6 +36,10 @@ def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
         raise ValueError("--resume needs --out (the run folder to continue)")
     config = from_args(SFTRunConfig, args)
     check_bounds(config)
+    if config.batch_size % config.micro_batch:
+        raise ValueError(
+            f"--micro-batch {config.micro_batch} does not divide --batch-size {config.batch_size}"
+        )
     return config
 
 

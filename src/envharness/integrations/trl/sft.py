@@ -63,6 +63,16 @@ class SFTRunConfig:
         None, "optimizer steps instead of --epochs", flags=("--steps",), type=int, minimum=1
     )
     batch_size: int = option(8, "demonstrations per step (default %(default)s)", minimum=1)
+    #: Demonstrations per forward pass; a step accumulates batch_size / micro_batch of them.
+    #: The loss is averaged over the step's model tokens either way (TRL's num_items_in_batch), so
+    #: the step is the same; 1 pads nothing (on a CPU, padding is paid for in full).
+    micro_batch: int = option(
+        1,
+        "demonstrations per forward pass, dividing --batch-size (default %(default)s: no padding; "
+        "the step's loss is the same mean over its model tokens)",
+        metavar="N",
+        minimum=1,
+    )
     learning_rate: float = option(2e-5, "learning rate", flags=("--lr", "--learning-rate"), positive=True)
     lora: bool = option(False, "train a LoRA adapter (merged into final/)")
     lora_rank: int = option(16, "the LoRA adapter's rank (default %(default)s)", minimum=1)
@@ -106,8 +116,8 @@ def sft_trainer_config(config: SFTRunConfig) -> Any:
         gradient_checkpointing=False,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps if config.max_steps is not None else -1,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=config.micro_batch,
+        gradient_accumulation_steps=config.batch_size // config.micro_batch,
         learning_rate=config.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
