@@ -171,8 +171,8 @@ def test_sft_stops_in_words_at_a_pass_that_would_not_fit(tmp_path, monkeypatch, 
     monkeypatch.setattr(loss_memory, "free_bytes", lambda device: 2**20)
     code = main(
         ["sft", "--model", "tiny", "--tasks", "click-test", "--episodes", "2", "--steps", "1", "--batch-size", "2",
-         "--max-turns", "2", "--out", str(tmp_path / "sft")]
+         "--micro-batch", "2", "--max-turns", "2", "--out", str(tmp_path / "sft")]
     )  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "a loss pass over 2 episode(s)" in err and "sft: --batch-size" in err
+    assert "a loss pass over 2 episode(s)" in err and "--micro-batch 1, in sft too" in err

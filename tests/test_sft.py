@@ -159,6 +159,7 @@ def test_ids_of_another_tokenizer_are_refused(sft_run, tmp_path):
         (["--demos", "no/such/run"], "neither 'scripted' nor an eval run folder"),
         (["--prompt", "default"], "builds a fresh prompt every step"),
         (["--episodes", "0"], "--episodes must be at least 1"),
+        (["--batch-size", "8", "--micro-batch", "3"], "does not divide --batch-size 8"),
     ],
 )
 def test_bad_settings_are_refused_in_words(tmp_path, capsys, args, message):
@@ -217,3 +218,33 @@ def test_sigterm_keeps_the_finished_steps_and_resume_finishes_the_run(tmp_path, 
         assert [log["step"] for log in logs if "loss" in log][-1] == 12
     finally:
         job.kill_all()
+
+
+def test_eval_every_chooses_the_stage_on_held_out_success_and_keeps_every_epoch(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["sft", "--model", "tiny", "--tasks", TASKS, "--episodes", "1", "--epochs", "2", "--save-epochs"]
+    args += ["--batch-size", "2", "--max-turns", "2", "--max-new-tokens", "4", "--eval-every", "1"]
+    args += ["--eval-tasks", "click-button", "--eval-episodes", "1", "--out", str(out)]
+    assert cli_main(args) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    evals = [json.loads(line) for line in (out / "eval_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [1, 2]  # one step per epoch: 2 demonstrations, 2 per step
+    for e in evals:  # every trained task and the transfer task on held-out seeds, the loss per task
+        assert {k for k in e if k.startswith("eval/")} == {
+            "eval/click-test/success",
+            "eval/enter-text/success",
+            "eval/click-button/success",
+            "eval/trained_mean",
+            "eval/transfer_mean",
+        }
+        assert e["eval/trained_mean"] == (e["eval/click-test/success"] + e["eval/enter-text/success"]) / 2
+        assert all(e[f"loss/{task}"] > 0 for task in TASKS.split(","))
+    steps = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [log for log in steps if "loss" in log and "train_runtime" not in log]
+    assert [log["eval/trained_mean"] for log in steps] == [e["eval/trained_mean"] for e in evals]
+    assert [log["loss/enter-text"] for log in steps] == [e["loss/enter-text"] for e in evals]
+    assert "held-out" in err and "enter-text" in err  # the progress line names each task
+    best = json.loads((out / "best" / "best.json").read_text())
+    assert best["eval/trained_mean"] == max(e["eval/trained_mean"] for e in evals)
+    assert (out / "best" / "config.json").is_file()
+    assert (out / "checkpoint-1").is_dir() and (out / "checkpoint-2").is_dir()  # one per epoch, kept

@@ -36,6 +36,10 @@ def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
         raise ValueError("--resume needs --out (the run folder to continue)")
     config = from_args(SFTRunConfig, args)
     check_bounds(config)
+    if config.batch_size % config.micro_batch:
+        raise ValueError(
+            f"--micro-batch {config.micro_batch} does not divide --batch-size {config.batch_size}"
+        )
     return config
 
 
@@ -122,7 +126,17 @@ def fine_tune(config: SFTRunConfig) -> dict:
     except DemonstrationError as exc:
         raise TrainSetupError(str(exc)) from None
     print(f"[sft] {chosen.summary()}", file=sys.stderr, flush=True)
-    result = run_sft(config, training_rows(chosen.demonstrations), model, tokenizer, checkpoint=checkpoint)
+    from envharness.integrations.trl.sft_eval import held_out_callback
+
+    with held_out_callback(config, tokenizer, chosen.demonstrations) as held_out:
+        result = run_sft(
+            config,
+            training_rows(chosen.demonstrations),
+            model,
+            tokenizer,
+            checkpoint=checkpoint,
+            callbacks=[held_out] if held_out else [],
+        )
     return {**result, "demonstrations": len(chosen.demonstrations), "episodes": chosen.episodes}
 
 
@@ -152,4 +166,6 @@ def run(args: argparse.Namespace) -> int:
         f"  demonstrations: {Path(config.demos if config.demos != 'scripted' else Path(config.output_dir) / 'demos')}"
     )
     print(f"  log:            {Path(config.output_dir) / 'train_log.jsonl'}")
+    if config.eval_every:
+        print(f"  best held-out:  {Path(config.output_dir) / 'best'} (eval_log.jsonl)")
     return 0

@@ -76,11 +76,25 @@ class ProgressCallback(TrainerCallback):
         elif "loss" in logs:  # supervised steps: the loss on the model's tokens
             accuracy = logs.get("mean_token_accuracy")
             extra = f"  token accuracy {accuracy:.2f}" if accuracy is not None else ""
+            extra += _held_out_text(logs)
             print(
                 f"{step}  loss {logs['loss']:.4f}{extra}  {entry['elapsed_s']:.0f}s",
                 file=self.stream,
                 flush=True,
             )
+
+
+def _held_out_text(logs: dict[str, Any]) -> str:
+    """'  held-out 0.50 (click-test 1.00 loss 0.0123, ...)' when this step was evaluated."""
+    if "eval/trained_mean" not in logs:
+        return ""
+    tasks = [k.split("/")[1] for k in logs if k.startswith("eval/") and k.endswith("/success")]
+    parts = [
+        f"{task} {logs[f'eval/{task}/success']:.2f}"
+        + (f" loss {logs[f'loss/{task}']:.4f}" if f"loss/{task}" in logs else "")
+        for task in tasks
+    ]
+    return f"  held-out {logs['eval/trained_mean']:.2f} ({', '.join(parts)})"
 
 
 def run_placement(model: Any, args: Any) -> dict[str, str]:

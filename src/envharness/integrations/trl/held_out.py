@@ -52,10 +52,11 @@ class HeldOutEvaluation(TrainerCallback):
         model.eval()
         try:
             success = {task: self.evaluate(model, task, seeds) for task in [*self.tasks, *self.transfer]}
+            measured = self.measure(model)
         finally:
             if was_training:
                 model.train()
-        entry: dict[str, Any] = {"step": step}
+        entry: dict[str, Any] = {"step": step, **measured}
         entry.update({f"eval/{task}/success": rate for task, rate in success.items()})
         entry["eval/trained_mean"] = sum(success[t] for t in self.tasks) / len(self.tasks)
         if self.transfer:
@@ -66,6 +67,10 @@ class HeldOutEvaluation(TrainerCallback):
             self.best = entry["eval/trained_mean"]
             self._save_best(model, entry)
         return entry
+
+    def measure(self, model: Any) -> dict[str, Any]:
+        """What else each evaluation logs (a subclass's numbers; nothing here)."""
+        return {}
 
     def _save_best(self, model: Any, entry: dict[str, Any]) -> None:
         best = self.out / "best"

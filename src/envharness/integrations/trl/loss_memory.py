@@ -117,9 +117,7 @@ def check_fits(
         return
     remedies = []
     if micro_batch_hint and rows > 1:
-        remedies.append(
-            f"fewer episodes per loss pass (--micro-batch {max(1, rows // 2)}; sft: --batch-size)"
-        )
+        remedies.append(f"fewer episodes per loss pass (--micro-batch {max(1, rows // 2)}, in sft too)")
     remedies += [
         "--gradient-checkpointing",
         "shorter episodes (--max-turns, --max-new-tokens, a shorter prompt style)",

@@ -63,10 +63,36 @@ class SFTRunConfig:
         None, "optimizer steps instead of --epochs", flags=("--steps",), type=int, minimum=1
     )
     batch_size: int = option(8, "demonstrations per step (default %(default)s)", minimum=1)
+    #: Demonstrations per forward pass; a step accumulates batch_size / micro_batch of them.
+    #: The loss is averaged over the step's model tokens either way (TRL's num_items_in_batch), so
+    #: the step is the same; 1 pads nothing (on a CPU, padding is paid for in full).
+    micro_batch: int = option(
+        1,
+        "demonstrations per forward pass, dividing --batch-size (default %(default)s: no padding; "
+        "the step's loss is the same mean over its model tokens)",
+        metavar="N",
+        minimum=1,
+    )
     learning_rate: float = option(2e-5, "learning rate", flags=("--lr", "--learning-rate"), positive=True)
     lora: bool = option(False, "train a LoRA adapter (merged into final/)")
     lora_rank: int = option(16, "the LoRA adapter's rank (default %(default)s)", minimum=1)
     save_steps: int = option(50, "checkpoint every N steps", minimum=1)
+    save_epochs: bool = option(
+        False, "checkpoint at the end of every epoch, all kept (choose the SFT stage by epochs)"
+    )
+    eval_every: int = option(
+        0,
+        "every N steps, greedy episodes on held-out seeds of every task and of --eval-tasks, and "
+        "the loss per task, logged beside the training loss; the best model is kept in <out>/best",
+        metavar="N",
+        minimum=0,
+    )
+    eval_tasks: list[str] = option(
+        [], "comma-separated transfer tasks (never trained) that --eval-every also plays", type=shared.names
+    )
+    eval_episodes: int = option(8, "held-out seeds per task for --eval-every", minimum=1)
+    #: The held-out episodes' token budget per reply (as `train --max-new-tokens`).
+    max_new_tokens: int = shared.max_new_tokens(32)
     threads: int | None = shared.threads()
     env_url: str | None = shared.env_url()
     resume: bool = shared.resume("continue the run in --out from its latest checkpoint")
@@ -90,15 +116,15 @@ def sft_trainer_config(config: SFTRunConfig) -> Any:
         gradient_checkpointing=False,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps if config.max_steps is not None else -1,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=config.micro_batch,
+        gradient_accumulation_steps=config.batch_size // config.micro_batch,
         learning_rate=config.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
         logging_steps=1,
-        save_strategy="steps",
+        save_strategy="epoch" if config.save_epochs else "steps",
         save_steps=config.save_steps,
-        save_total_limit=2,
+        save_total_limit=None if config.save_epochs else 2,
         report_to="none",
         max_length=None,
         packing=False,
@@ -139,9 +165,9 @@ def run_sft(
         args=sft_trainer_config(config),
         train_dataset=Dataset.from_list(rows),
         peft_config=lora_config(config) if config.lora else None,
-        callbacks=[
-            ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"),
+        callbacks=[  # the held-out evaluation first: its numbers join the step's log line
             *callbacks,
+            ProgressCallback(out / "train_log.jsonl", append=checkpoint is not None, label="sft"),
         ],
     )
     from transformers.trainer_callback import PrinterCallback
