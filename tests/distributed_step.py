@@ -71,7 +71,7 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str) -> None:
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
-        reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
+        reward_funcs=[lambda completion_ids, **kw: [float(len(c)) for c in completion_ids]],
         args=grpo_config(config, save_strategy="no", max_grad_norm=0.0, report_to="none", disable_tqdm=True),
         train_dataset=task_dataset(["a", "b"], 2, seed=0),
         rollout_func=fixed_rollout(signal, 4, 8),
