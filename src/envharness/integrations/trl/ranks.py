@@ -10,8 +10,12 @@ has started (rollouts, loss passes, callbacks), at the same point on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +91,27 @@ def join() -> None:
         from accelerate import PartialState
 
         PartialState()
+
+
+def local_rank() -> int:
+    """This process's place on its machine (0 starts the machine's servers)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+@contextlib.contextmanager
+def one_per_machine(start: Callable[[], AbstractContextManager[str]]) -> Iterator[str]:
+    """The URL of a server `start` opens once per machine: local rank 0 starts it, and every
+    rank of that machine plays on it. It stops once every rank is done with it."""
+    if not _joined():
+        with start() as url:
+            yield url
+        return
+    machine = os.environ.get("GROUP_RANK") or socket.gethostname()  # torchrun's node rank
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(start()) if local_rank() == 0 else None
+        urls = {node: u for node, u in all_gather([(machine, url)]) if u}
+        yield urls[machine]
+        barrier()  # not on an error: the launcher stops every rank then
 
 
 def barrier() -> None:
