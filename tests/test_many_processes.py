@@ -97,3 +97,9 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     logged = json.loads((out / "train_log.jsonl").read_text().splitlines()[0])
     assert logged["num_tokens"] > 0 and "reward" in logged
     assert (out / "final" / "config.json").exists() and (out / "reward_curve.png").exists()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="a machine with 4 GPUs can start 4 processes")
+def test_more_processes_than_gpus_is_refused_before_any_starts():
+    with pytest.raises(ValueError, match=r"--processes 4: this machine has \d GPU\(s\), one process per GPU"):
+        ranks.launch(["train", "--device", "cuda"], 4, "cuda")
