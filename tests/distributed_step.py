@@ -59,6 +59,7 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str) -> None:
     from trl import GRPOTrainer
 
     from envharness.integrations.trl import ranks, task_dataset
+    from envharness.integrations.trl.logprob_agreement import measure_and_correct
     from envharness.integrations.trl.no_signal import skip_batches_without_signal
     from envharness.integrations.trl.training import TrainConfig, grpo_config
     from envharness.models.embedded import tiny_test_model
@@ -77,7 +78,8 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str) -> None:
         rollout_func=fixed_rollout(signal, 4, 8),
         callbacks=[KeepGradient(grads := {})],
     )
-    skip_batches_without_signal(trainer)
+    skip_batches_without_signal(trainer)  # then the logprob measurement, as `train` installs them
+    measure_and_correct(trainer)
     trainer.train()
     if ranks.is_main():
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
