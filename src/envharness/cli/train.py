@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"envharness train: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if config.processes > 1 and "WORLD_SIZE" not in os.environ:
+        return _launch(args, config)
     # torch and TRL load when a run starts, not for --help or a refused option
     from envharness.integrations.trl.resume import count_step_records
     from envharness.integrations.trl.training import TrainSetupError, train
@@ -73,8 +75,28 @@ def run(args: argparse.Namespace) -> int:
                     f"{count_step_records(config.output_dir, latest.step)} episode record(s)"
                 ),
             )
+    if os.environ.get("RANK", "0") != "0":  # rank 0 says what the run left
+        return 0
     print(f"trained {result.steps} steps in {result.seconds:.0f}s")
     print(f"  model:        {result.final_model_dir}")
     print(f"  episodes:     {result.records_path}")
     print(f"  reward curve: {result.reward_curve_path or '(nothing logged)'}")
     return 0
+
+
+def _launch(args: argparse.Namespace, config: TrainConfig) -> int:
+    """The run again as `--processes` ranks under torch.distributed.run."""
+    from envharness.integrations.trl.ranks import launch
+
+    try:
+        code = launch(list(args._argv), config.processes, config.device)
+    except ValueError as exc:
+        print(f"envharness train: {exc}", file=sys.stderr)
+        return 2
+    if code:
+        print(
+            f"envharness train: a process of {config.processes} failed (exit code {code}); "
+            "the launcher's report above names its rank, and the others were stopped",
+            file=sys.stderr,
+        )
+    return code

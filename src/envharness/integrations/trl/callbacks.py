@@ -126,7 +126,9 @@ class TimeBudgetCallback(TrainerCallback):
         self._started = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if time.perf_counter() - self._started >= self.seconds:
+        from envharness.integrations.trl import ranks
+
+        if ranks.any_rank(time.perf_counter() - self._started >= self.seconds):  # every rank stops
             control.should_training_stop = True
             control.should_save = True
 

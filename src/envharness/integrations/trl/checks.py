@@ -11,6 +11,7 @@ from typing import Any
 from envharness.core.declared import check_bounds
 from envharness.core.registry import ResolvedEnv
 from envharness.curriculum import make_sampler
+from envharness.integrations.trl import ranks
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import loss_passes
@@ -51,6 +52,7 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     _check_schedule(config)
     _check_episodes(config, env, kind)
     _check_machine(config)
+    _check_processes(config)
     try:
         checkpoint = plan_resume(
             config.output_dir, config_json(config), config.resume, overwrite=config.overwrite
@@ -81,7 +83,7 @@ def _check_schedule(config: TrainConfig) -> None:
         make_sampler(config.curriculum, config.tasks, **sampler_options(config))
     except ValueError as exc:
         raise TrainSetupError(f"--curriculum: {exc}") from None
-    loss_passes(config)
+    loss_passes(config, ranks.world_size())
     if config.eval_every < 0 or config.eval_episodes < 1:
         raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
 
@@ -111,6 +113,23 @@ def _check_episodes(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> Non
         raise TrainSetupError(
             "--eval-every evaluates text policies played by the harness (not --agent, not vision)"
         )
+
+
+def _check_processes(config: TrainConfig) -> None:
+    """What cannot run as several processes yet, refused in words."""
+    n = ranks.world_size()
+    if n == 1:
+        return
+    if config.processes not in (1, n):
+        raise TrainSetupError(f"--processes {config.processes} under a launcher that started {n}: give one")
+    if config.agent:
+        raise TrainSetupError(f"--agent trains on one process; it cannot run as {n} processes yet")
+    if config.eval_every:
+        raise TrainSetupError(
+            f"--eval-every plays its held-out episodes on one process; it cannot run as {n} processes yet"
+        )
+    if config.use_vllm:
+        raise TrainSetupError(f"--use-vllm is not wired for {n} processes yet: train without it")
 
 
 def _check_machine(config: TrainConfig) -> None:

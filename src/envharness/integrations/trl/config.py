@@ -89,6 +89,14 @@ class TrainConfig:
     use_vllm: bool = option(False, "generate with TRL's vLLM (needs a CUDA GPU and vllm)")
     #: On a machine shared with other jobs, 1 thread avoids OpenMP threads waiting on each other.
     threads: int | None = shared.threads()
+    #: Started under a launcher (torchrun, accelerate launch), its WORLD_SIZE counts instead.
+    processes: int = option(
+        1,
+        "train as N processes on this machine (started through torch.distributed.run; each plays "
+        "its share of the batch, one set of files; on GPUs one process per GPU)",
+        metavar="N",
+        minimum=1,
+    )
     #: Experiment tracker (see tracking.py).
     report_to: str = option(
         "none",

@@ -14,6 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from envharness.curriculum import TaskSampler
+from envharness.integrations.trl import ranks
 from envharness.integrations.trl.rollout import RolloutFunc, parse_task_prompt, task_prompt
 
 
@@ -29,16 +30,18 @@ class CurriculumRollout:
 
     def wrap(self, rollout_func: RolloutFunc) -> RolloutFunc:
         def chosen(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-            slots = list(dict.fromkeys(str(p) for p in prompts))  # one per group, in order
+            # under several processes every rank draws the same plan from the whole batch
+            batch = ranks.all_gather([str(p) for p in prompts])
+            slots = list(dict.fromkeys(batch))  # one per group, in order
             plan = self.sampler.plan()
             tasks = self.sampler.choose(len(slots))
             rewritten = {
                 slot: self.prompt_for(task, parse_task_prompt(slot)[1]) for slot, task in zip(slots, tasks)
             }
             out = rollout_func([rewritten[str(p)] for p in prompts], trainer)
-            success = out.get("success") or [False] * len(prompts)
+            success = ranks.all_gather([bool(s) for s in out.get("success") or [False] * len(prompts)])
             for slot, task in zip(slots, tasks):
-                self.sampler.update(task, [bool(s) for p, s in zip(prompts, success) if str(p) == slot])
+                self.sampler.update(task, [s for p, s in zip(batch, success) if p == slot])
             self.plans.append({"plan": plan, "drawn": tasks})
             return out
 

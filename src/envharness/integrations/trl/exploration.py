@@ -27,6 +27,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from envharness.integrations.trl import ranks
+
 RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
 
 
@@ -115,13 +117,27 @@ class GroupStats:
         def observed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
             out = rollout_func(prompts, trainer)
             n = len(prompts)
-            self.prompts.extend(prompts)
-            self.out.setdefault("success", []).extend(out.get("success") or [False] * n)
-            self.out.setdefault("error", []).extend(out.get("error") or [None] * n)
-            self.out.setdefault("logprobs", []).extend(out.get("logprobs") or [])
-            self.out.setdefault("env_mask", []).extend(out.get("env_mask") or [])
+            masks = out.get("env_mask") or [[]] * n  # no mask: no model tokens to count
+            model_logprobs = [
+                [lp for lp, m in zip(lps, mask) if m]
+                for lps, mask in zip(out.get("logprobs") or [[]] * n, masks)
+            ]
             metrics = out.get("verify_metrics") or [{}] * n
-            self.out.setdefault("timed_out", []).extend(bool(m.get("agent_timeout")) for m in metrics)
+            rows = zip(
+                [str(p) for p in prompts],
+                out.get("success") or [False] * n,
+                [str(e) if e else None for e in out.get("error") or [None] * n],
+                model_logprobs,
+                [bool(m.get("agent_timeout")) for m in metrics],
+            )
+            # every rank's episodes: the step's statistics are the whole batch's
+            for prompt, success, error, logprobs, timed_out in ranks.all_gather(list(rows)):
+                self.prompts.append(prompt)
+                self.out.setdefault("success", []).append(success)
+                self.out.setdefault("error", []).append(error)
+                self.out.setdefault("logprobs", []).append(logprobs)
+                self.out.setdefault("env_mask", []).append([1] * len(logprobs))
+                self.out.setdefault("timed_out", []).append(timed_out)
             return out
 
         observed.records = getattr(rollout_func, "records", None)  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from envharness.integrations.trl import loss_memory
+from envharness.integrations.trl import loss_memory, ranks
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.precision import trainer_precision
@@ -22,22 +22,30 @@ from envharness.models.device import resolve
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def loss_passes(config: TrainConfig) -> tuple[int, int]:
-    """(episodes per loss pass, passes per step) of the configured batch."""
+def loss_passes(config: TrainConfig, processes: int = 1) -> tuple[int, int]:
+    """(episodes per loss pass, passes per step) of the configured batch on each of
+    `processes` ranks, which share the batch: N processes play and learn the same batch as one."""
     batch = config.num_generations * config.groups_per_step
-    micro = min(config.micro_batch or config.num_generations, batch)
-    if micro < 1 or batch % micro:
+    if batch % processes:
         raise TrainSetupError(
-            f"--micro-batch {config.micro_batch} must divide the batch of {batch} episodes "
+            f"the batch of {batch} episodes (--num-generations {config.num_generations} x "
+            f"--groups-per-step {config.groups_per_step}) does not split evenly across {processes} processes"
+        )
+    share = batch // processes
+    micro = min(config.micro_batch or config.num_generations, share)
+    if micro < 1 or share % micro:
+        where = f"each process's {share} of the" if processes > 1 else "the"
+        raise TrainSetupError(
+            f"--micro-batch {config.micro_batch} must divide {where} batch of {batch} episodes "
             f"(--num-generations {config.num_generations} x --groups-per-step {config.groups_per_step})"
         )
-    return micro, batch // micro
+    return micro, share // micro
 
 
 def check_loss_fits_upfront(config: TrainConfig, model: Any, placement: Any) -> None:
     """Refuse before any episode a loss pass that cannot fit even with no prompt at all
     (`max_turns` full completions); each real pass is checked again at its real size."""
-    micro, _ = loss_passes(config)
+    micro, _ = loss_passes(config, ranks.world_size())
     width = config.max_turns * config.max_completion_length
     loss_memory.check_pass(
         loss_memory.ModelShape.of(model),
@@ -55,7 +63,7 @@ def grpo_config(config: TrainConfig, **overrides: Any) -> Any:
     optimizer step and its loss in passes of `micro_batch` episodes."""
     from trl import GRPOConfig
 
-    micro, passes = loss_passes(config)
+    micro, passes = loss_passes(config, ranks.world_size())
     options: dict[str, Any] = dict(
         output_dir=str(config.output_dir),
         **trainer_precision(resolve(config.device, config.dtype)),

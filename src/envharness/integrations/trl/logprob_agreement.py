@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from envharness.integrations.trl import ranks
+
 #: What the loss pass of `GRPOTrainer` accepts besides ids and masks (a VLM's pixels, ...).
 _FORWARD_KEYS = (
     "pixel_values",
@@ -50,8 +52,9 @@ def measure_and_correct(trainer: Any, *, correct: bool = True) -> bool:
     def prepare_and_measure(*args: Any, **kwargs: Any) -> dict[str, Any]:
         output = prepare(*args, **kwargs)
         sampled = output.get("sampling_per_token_logps")
-        skipped = getattr(trainer, "no_signal_skipped", None) is not None and not bool(
-            output["advantages"].abs().gt(0).any()
+        # one decision on every rank: the measuring forward is a DDP forward on each of them
+        skipped = getattr(trainer, "no_signal_skipped", None) is not None and ranks.all_agree(
+            not bool(output["advantages"].abs().gt(0).any())
         )
         if sampled is None or skipped:
             return output

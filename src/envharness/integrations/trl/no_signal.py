@@ -7,12 +7,15 @@ still runs the forward and backward pass over the whole batch, most of such a st
 (bench/README.md). Here that pass is skipped: the loss is a zero that touches no parameter, so no gradient exists and
 the optimizer leaves the weights (and its moments) as they are. Steps with signal are
 untouched. Skipped steps are logged as `no_signal_skipped: 1` and carry no loss-time metrics
-(entropy, clip ratios).
+(entropy, clip ratios). Under several processes a pass is skipped only where every rank's
+share of it has no signal.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from envharness.integrations.trl import ranks
 
 
 def skip_batches_without_signal(trainer: Any) -> bool:
@@ -33,7 +36,9 @@ def skip_batches_without_signal(trainer: Any) -> bool:
 
     def compute_loss_or_skip(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         advantages = inputs.get("advantages")
-        if isinstance(advantages, torch.Tensor) and not bool(advantages.abs().gt(0).any()):
+        silent = isinstance(advantages, torch.Tensor) and not bool(advantages.abs().gt(0).any())
+        # one decision on every rank: a rank that skipped would leave DDP's all-reduce waiting
+        if ranks.all_agree(silent):
             skipped["count"] += 1
             trainer._metrics["train"]["no_signal_skipped"].append(1.0)
             # on the model's device (Accelerate refuses a loss elsewhere); backward() reaches no parameter

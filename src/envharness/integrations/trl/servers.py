@@ -16,6 +16,7 @@ from typing import Any
 from envharness.core.client import sync_client_class
 from envharness.core.client_pool import ClientPool
 from envharness.core.registry import DEFAULT_ENV, resolved
+from envharness.integrations.trl import ranks
 from envharness.integrations.trl.prompting import EnvRef
 
 
@@ -36,7 +37,8 @@ def env_clients(
 ) -> Iterator[Callable[[], Any]]:
     """A factory of pooled clients of `env` (one lease per episode) on `env_url`, or on a server
     started on loopback for the duration of the block; with `env_urls` or `servers`, a fleet
-    router spreading the episodes over many servers (`envharness.fleet`)."""
+    router spreading the episodes over many servers (`envharness.fleet`). Under a launcher the
+    server on loopback is one per machine, shared by its ranks."""
     env = resolved(env, env_options)
     options = {**train_server_options(env), **(env_options or {})}
     if env_urls or servers:
@@ -48,8 +50,8 @@ def env_clients(
             yield router
         return
     with contextlib.ExitStack() as stack:
-        if not env_url:
-            env_url = stack.enter_context(_local_server(env.name, options)).base_url
+        if not env_url:  # under a launcher: one server per machine, shared by its ranks
+            env_url = stack.enter_context(ranks.one_per_machine(lambda: _server_url(env.name, options)))
         pool = ClientPool(functools.partial(sync_client_class(env.client_class), base_url=env_url))
         stack.callback(pool.close)
         yield pool
@@ -74,6 +76,12 @@ def mix_clients(envs: dict[str, Any]) -> Iterator[dict[str, Callable[[], Any]]]:
     """A client factory per environment of a mix, each on a server of its own (`env_clients`)."""
     with contextlib.ExitStack() as stack:
         yield {name: stack.enter_context(env_clients(env)) for name, env in envs.items()}
+
+
+@contextlib.contextmanager
+def _server_url(name: str, options: dict[str, Any]) -> Iterator[str]:
+    with _local_server(name, options) as server:
+        yield server.base_url
 
 
 def _local_server(name: str, options: dict[str, Any]) -> Any:

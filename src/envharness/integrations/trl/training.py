@@ -25,8 +25,7 @@ from typing import Any
 import torch
 
 from envharness.curriculum import make_sampler
-from envharness.harness.records import EpisodeRecordWriter
-from envharness.integrations.trl import loss_memory
+from envharness.integrations.trl import loss_memory, ranks
 from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
 from envharness.integrations.trl.checks import CheckedRun, check_config, config_json, sampler_options
 from envharness.integrations.trl.config import TrainConfig, TrainResult
@@ -86,9 +85,10 @@ def train(
 ) -> TrainResult:
     """Run GRPO as configured; see the module docstring for what lands in `output_dir`.
 
-    The steps are the same for every kind of run; a run on many processes would hook in at
-    `_prepare_folder` and `_finish` (what one process writes) and in its kind's `open` and
-    `rollout` (which servers a process shares, which episodes it plays)."""
+    The steps are the same for every kind of run. Under a launcher every process runs them:
+    rank 0 alone prepares the folder and writes the files (`ranks.py`), each rank plays its
+    share of the batch on its kind's servers, and TRL gathers the rewards of every group."""
+    ranks.join()
     run = check_config(config, model=model, tokenizer=tokenizer)
     config, kind = run.config, run.kind
     out = _prepare_folder(run)
@@ -101,7 +101,7 @@ def train(
         text_tokenizer.pad_token = text_tokenizer.eos_token
     resuming = run.checkpoint is not None
     with kind.open(config, run.env, client_factory) as clients, contextlib.ExitStack() as stack:
-        records = EpisodeRecordWriter(out / "episodes.jsonl", append=resuming)
+        records = ranks.RankedRecords(out / "episodes.jsonl", append=resuming)
         stack.callback(records.close)
         timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
         groups = GroupStats()  # logs all-failed / all-succeeded groups, their errors, sampled_nll per step
@@ -119,14 +119,16 @@ def train(
             reward_funcs=kind.reward_funcs(config, run.env),
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
-            rollout_func=curriculum.wrap(groups.wrap(timer.wrap(kind.rollout(parts, clients)))),
+            rollout_func=ranks.flushing_records(
+                curriculum.wrap(groups.wrap(timer.wrap(kind.rollout(parts, clients)))), records
+            ),
             peft_config=lora_config(config) if config.lora else None,
             callbacks=[
                 timer.callback(),
                 groups.callback(),
                 curriculum.callback(),
                 *([_held_out(config, evaluate_task, tokenizer, out)] if evaluate_task else []),
-                ProgressCallback(out / "train_log.jsonl", append=resuming),
+                *([ProgressCallback(out / "train_log.jsonl", append=resuming)] if ranks.is_main() else []),
                 *([TimeBudgetCallback(config.minutes)] if config.minutes else []),
                 *callbacks,
             ],
@@ -142,12 +144,15 @@ def _prepare_folder(run: CheckedRun) -> Path:
     if config.threads:
         torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
-    if config.overwrite:
-        clear_run(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if run.checkpoint is not None:  # the steps after the checkpoint will be played again
-        trim_to_step(out, run.checkpoint.step)
-    (out / "train_config.json").write_text(json.dumps(config_json(config), indent=2))
+    ranks.barrier()  # every rank has read the folder (check_config) before rank 0 changes it
+    if ranks.is_main():  # the others wait for the folder
+        if config.overwrite:
+            clear_run(out)
+        out.mkdir(parents=True, exist_ok=True)
+        if run.checkpoint is not None:  # the steps after the checkpoint will be played again
+            trim_to_step(out, run.checkpoint.step)
+        (out / "train_config.json").write_text(json.dumps(config_json(config), indent=2))
+    ranks.barrier()
     return out
 
 
@@ -187,9 +192,12 @@ def _run_trainer(trainer: Any, run: CheckedRun, placement: Any) -> float:
 def _finish(trainer: Any, tokenizer: Any, config: TrainConfig, out: Path, seconds: float) -> TrainResult:
     """The final model saved and the reward curve drawn from what each step logged."""
     final_dir = out / "final"
-    trainer.save_model(str(final_dir))
-    tokenizer.save_pretrained(str(final_dir))
+    trainer.save_model(str(final_dir))  # rank 0 writes it (the Trainer's own rule)
     history = list(trainer.state.log_history)
+    if not ranks.is_main():  # rank 0 writes the tokenizer and draws the curve
+        return TrainResult(trainer.model, out, final_dir, out / "episodes.jsonl", None,
+                           trainer.state.global_step, seconds, history)  # fmt: skip
+    tokenizer.save_pretrained(str(final_dir))
     logged = (
         out / "train_log.jsonl"
     )  # what callbacks added to each step's log (exploration, timing) is only here

@@ -1,0 +1,7 @@
+"""`python -m envharness.cli`: the `envharness` command (what `--processes` starts under torchrun)."""
+
+import sys
+
+from envharness.cli import main
+
+sys.exit(main())

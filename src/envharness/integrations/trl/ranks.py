@@ -1,0 +1,198 @@
+"""Where `train` runs when a launcher (`torchrun`, `accelerate launch`, `--processes N`) starts
+it as several processes: which rank this is, and the few things that must be one decision or
+one file across ranks. Everything rank-aware in `train` asks here; one process is rank 0 of 1,
+and then nothing here talks to another process.
+
+The launcher sets `WORLD_SIZE`, `RANK` and `LOCAL_RANK`; TRL's trainer (accelerate) joins the
+process group. The collectives here use that group, so they are called only once training
+has started (rollouts, loss passes, callbacks), at the same point on every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from envharness.harness.records import EpisodeRecordWriter
+from envharness.harness.types import HarnessRolloutResult
+
+
+def world_size() -> int:
+    """How many processes train together (1 without a launcher)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    """This process's place among them (0 writes the files)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main() -> bool:
+    """Whether this process writes the run's files and prints its progress."""
+    return rank() == 0
+
+
+def _joined() -> bool:
+    import torch.distributed as dist
+
+    return world_size() > 1 and dist.is_available() and dist.is_initialized()
+
+
+def all_agree(flag: bool) -> bool:
+    """True only where every rank's `flag` is True: one decision (a step skipped on every rank
+    or on none, so DDP's gradient all-reduce never waits on a rank that skipped)."""
+    if not _joined():
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([1 if flag else 0], device=_collective_device())
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
+def gather_to_main(items: list[Any]) -> list[Any]:
+    """Every rank's `items`, in rank order, on rank 0 (an empty list elsewhere)."""
+    if not _joined():
+        return list(items)
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world_size() if is_main() else []
+    dist.gather_object(list(items), gathered if is_main() else None, dst=0)
+    return [item for part in gathered for item in part] if is_main() else []
+
+
+def any_rank(flag: bool) -> bool:
+    """True where some rank's `flag` is True (a time budget spent on one rank stops them all)."""
+    return not all_agree(not flag)
+
+
+def all_gather(items: list[Any]) -> list[Any]:
+    """Every rank's `items`, in rank order, on every rank."""
+    if not _joined():
+        return list(items)
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, list(items))
+    return [item for part in gathered for item in part]
+
+
+def join() -> None:
+    """Join the launcher's process group now (accelerate's own rendezvous: gloo on a CPU,
+    NCCL on GPUs), so rank 0 can prepare the run folder while the others wait."""
+    if world_size() > 1:
+        from accelerate import PartialState
+
+        PartialState()
+
+
+def local_rank() -> int:
+    """This process's place on its machine (0 starts the machine's servers)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+@contextlib.contextmanager
+def one_per_machine(start: Callable[[], AbstractContextManager[str]]) -> Iterator[str]:
+    """The URL of a server `start` opens once per machine: local rank 0 starts it, and every
+    rank of that machine plays on it. It stops once every rank is done with it."""
+    if not _joined():
+        with start() as url:
+            yield url
+        return
+    machine = os.environ.get("GROUP_RANK") or socket.gethostname()  # torchrun's node rank
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(start()) if local_rank() == 0 else None
+        urls = {node: u for node, u in all_gather([(machine, url)]) if u}
+        yield urls[machine]
+        barrier()  # not on an error: the launcher stops every rank then
+
+
+def barrier() -> None:
+    """Wait for every rank (after rank 0 prepared the run folder)."""
+    if _joined():
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def _collective_device() -> Any:
+    """NCCL reduces tensors on the GPU; gloo on the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class RankedRecords(EpisodeRecordWriter):
+    """`episodes.jsonl` written once by rank 0: every rank keeps its episodes (each with its rank
+    in `metrics.rank`) until `flush()`, which the rollout calls on every rank after each
+    generation batch; rank 0 then writes them all in rank order. One process writes at once."""
+
+    def __init__(self, path: Any, *, append: bool = False, include_tokens: bool = False):
+        self.path = path
+        self.include_tokens = include_tokens
+        self._pending: list[dict[str, Any]] = []
+        self._file = Path(path).open("a" if append else "w", encoding="utf-8") if is_main() else None  # noqa: SIM115 (closed by close())
+
+    def write(self, result: HarnessRolloutResult) -> Any:
+        from envharness.harness.records import record_from_result
+
+        if world_size() > 1:
+            result.metrics["rank"] = rank()
+        record = record_from_result(result, include_tokens=self.include_tokens)
+        self._pending.append(record.to_dict())
+        return record
+
+    def flush(self) -> None:
+        """Every rank's episodes since the last flush into the file (a collective call)."""
+        pending, self._pending = self._pending, []
+        lines = gather_to_main(pending)
+        if self._file is not None and lines:
+            self._file.write("".join(json.dumps(line) + "\n" for line in lines))
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def flushing_records(rollout: Any, records: RankedRecords) -> Any:
+    """`rollout` that hands its episodes to `records` on every rank once it returns."""
+
+    def rollout_and_flush(prompts: list[Any], trainer: Any) -> Any:
+        try:
+            return rollout(prompts, trainer)
+        finally:
+            records.flush()
+
+    for name in ("records",):
+        if hasattr(rollout, name):
+            setattr(rollout_and_flush, name, getattr(rollout, name))
+    return rollout_and_flush
+
+
+def launch(argv: list[str], processes: int, device: str | None) -> int:
+    """`envharness <argv>` again as `processes` ranks through torch.distributed.run (one
+    machine, its own rendezvous); returns the launcher's exit code. torchrun stops every rank
+    when one fails and names the one that did."""
+    import subprocess
+    import sys
+
+    import torch
+
+    if (device or "").startswith("cuda") or (device in (None, "auto") and torch.cuda.is_available()):
+        gpus = torch.cuda.device_count()
+        if processes > gpus:
+            raise ValueError(f"--processes {processes}: this machine has {gpus} GPU(s), one process per GPU")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+               "-m", "envharness.cli", *argv]  # fmt: skip
+    return subprocess.call(command)

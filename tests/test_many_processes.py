@@ -1,0 +1,105 @@
+"""`envharness train` as several processes (torchrun, gloo on this CPU): one batch learned the
+same way as by one process, one decision where ranks could disagree, every file written once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from envharness.integrations.trl import ranks
+from envharness.integrations.trl.training import TrainConfig, TrainSetupError, check_config, loss_passes
+
+pytestmark = pytest.mark.timeout(600)
+STEP = Path(__file__).with_name("distributed_step.py")
+
+
+def one_step(tmp_path: Path, processes: int, *args: str) -> dict:
+    """The weights and gradient of one GRPO step on fixed episodes, as `processes` processes."""
+    out = tmp_path / f"p{processes}-{'-'.join(args)}.pt"
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    command = [sys.executable, *(launcher if processes > 1 else []), str(STEP), str(out), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(out)
+
+
+def assert_same_step(one: dict, two: dict) -> None:
+    grads, weights = one["grads"], one["weights"]
+    assert grads and grads.keys() == two["grads"].keys()
+    scale = max(g.abs().max().item() for g in grads.values())
+    assert scale > 0  # the step learned something
+    for name, g in grads.items():
+        assert torch.allclose(two["grads"][name], g, rtol=1e-4, atol=1e-6 * scale), name
+    for name, w in weights.items():
+        assert torch.allclose(two["weights"][name], w, rtol=1e-4), name
+
+
+@pytest.mark.slow
+def test_two_processes_take_the_step_of_one(tmp_path):
+    # grpo, micro-batch 2: each rank's 4 episodes in 2 loss passes, against 4 passes on one process
+    assert_same_step(one_step(tmp_path, 1, "grpo", "2", "all"), one_step(tmp_path, 2, "grpo", "2", "all"))
+
+
+@pytest.mark.slow
+def test_a_rank_without_signal_does_not_hang_the_step(tmp_path):
+    # dapo: rank 0's group has one reward for all its episodes, rank 1's does not. A rank that
+    # skipped its loss alone would leave DDP's gradient all-reduce waiting (it hangs: checked)
+    one = one_step(tmp_path, 1, "dapo", "0", "one")
+    assert one["grads"]
+    assert_same_step(one, one_step(tmp_path, 2, "dapo", "0", "one"))
+
+
+def test_the_batch_must_split_across_processes():
+    config = TrainConfig(num_generations=4, groups_per_step=2)
+    assert loss_passes(config, 2) == (4, 1)
+    assert loss_passes(TrainConfig(num_generations=4, groups_per_step=2, micro_batch=2), 2) == (2, 2)
+    with pytest.raises(TrainSetupError, match="does not split evenly across 3 processes"):
+        loss_passes(config, 3)
+    with pytest.raises(TrainSetupError, match="must divide each process.s 4 of the batch of 8"):
+        loss_passes(TrainConfig(num_generations=4, groups_per_step=2, micro_batch=3), 2)
+
+
+def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert ranks.world_size() == 2
+    base = dict(model="tiny", env="textarena", tasks=["Wordle-v0"], output_dir=str(tmp_path))
+    with pytest.raises(TrainSetupError, match="--eval-every .* cannot run as 2 processes"):
+        check_config(TrainConfig(**base, eval_every=2))
+    with pytest.raises(TrainSetupError, match="--processes 3 under a launcher that started 2"):
+        check_config(TrainConfig(**base, processes=3))
+
+
+@pytest.mark.slow
+def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
+             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    first = subprocess.run([*train, "--steps", "2"], capture_output=True, text=True, timeout=500, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.count("trained 2 steps") == 1  # rank 0 alone reports
+    again = subprocess.run(
+        [*train, "--steps", "3", "--resume"], capture_output=True, text=True, timeout=500, env=env
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    # 8 episodes a step, 4 from each rank, every one once and whole
+    assert [r["metrics"]["train_step"] for r in records] == [s for s in range(3) for _ in range(8)]
+    assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1] * 3
+    steps = [json.loads(line).get("step") for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [s for s in steps[:-1]] == [1, 2, 3]  # then the run's summary line
+    logged = json.loads((out / "train_log.jsonl").read_text().splitlines()[0])
+    assert logged["num_tokens"] > 0 and "reward" in logged
+    assert (out / "final" / "config.json").exists() and (out / "reward_curve.png").exists()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="a machine with 4 GPUs can start 4 processes")
+def test_more_processes_than_gpus_is_refused_before_any_starts():
+    with pytest.raises(ValueError, match=r"--processes 4: this machine has \d GPU\(s\), one process per GPU"):
+        ranks.launch(["train", "--device", "cuda"], 4, "cuda")
