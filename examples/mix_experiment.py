@@ -2,14 +2,15 @@
 """GRPO on a mix of MiniWoB tasks and Wordle, from an SFT model, with and without a curriculum.
 
     python examples/mix_experiment.py --out runs/mix            # the README's experiment (hours)
-    python examples/mix_experiment.py --model tiny --sft-steps 1 --minutes 0.2 --seeds 1 ...   # smoke
+    python examples/mix_experiment.py --model tiny --sft-epochs 1 --demo-episodes 2 --minutes 0.2 --seeds 1 ...   # smoke
 
 Stages (each is the CLI's own command, printed before it runs; a stage whose output exists is
 skipped, so a stopped experiment continues where it was):
 
-1. `sft` from the base model for each of `--sft-steps` (scripted demonstrations of the trained
-   browser tasks, seeds 1000 up), then greedy `eval` of each on validation seeds 100..: the
-   SFT model is the one with the best validation mean (ties: fewer steps), not a fixed count;
+1. `sft` from the base model over whole epochs of scripted demonstrations of the trained browser
+   tasks (seeds 1000 up), keeping the model at the end of each epoch (`--save-epochs`), then
+   greedy `eval` of each of `--sft-epochs` on validation seeds 100..: the SFT model is the epoch
+   with the best validation mean (ties: fewer epochs), never a handful of steps;
 2. greedy `eval` of base and SFT on held-out seeds 0..31 of the trained tasks, the transfer
    tasks (never demonstrated, never trained) and Wordle;
 3. `train --mix` from the SFT model, once per curriculum (signal, uniform) and training seed,
@@ -96,16 +97,24 @@ def success(summary: Path) -> dict[str, dict]:
     return {r["task"]: r for r in json.loads(summary.read_text())["tasks"] if r["task"] != "all"}
 
 
+def epoch_models(args: argparse.Namespace) -> dict[int, str]:
+    """The SFT run's model at the end of each of `--sft-epochs` (its checkpoints, in step order)."""
+    folders = sorted((args.out / "sft").glob("checkpoint-*"), key=lambda f: int(f.name.split("-")[1]))
+    if len(folders) < max(args.sft_epochs):
+        raise SystemExit(f"the SFT run kept {len(folders)} epoch checkpoints, {max(args.sft_epochs)} asked")
+    return {epoch: str(folders[epoch - 1]) for epoch in args.sft_epochs}
+
+
 def choose_sft(args: argparse.Namespace) -> str:
-    """The SFT candidate with the best validation mean over the trained tasks (ties: fewer steps)."""
+    """The SFT epoch with the best validation mean over the trained tasks (ties: fewer epochs)."""
     means = {}
-    for steps in args.sft_steps:
-        rows = success(args.out / f"val-sft-{steps}" / "summary.json")
-        means[steps] = statistics.mean(r["successes"] / r["episodes"] for r in rows.values())
-    chosen = max(args.sft_steps, key=lambda s: (means[s], -s))
-    (args.out / "sft-choice.json").write_text(json.dumps({"validation_mean": means, "chosen_steps": chosen}))
-    print(f"# SFT chosen on validation seeds 100..: {chosen} steps ({means})", flush=True)
-    return str(args.out / f"sft-{chosen}" / "final")
+    for epoch in args.sft_epochs:
+        rows = success(args.out / f"val-sft-epoch-{epoch}" / "summary.json")
+        means[epoch] = statistics.mean(r["successes"] / r["episodes"] for r in rows.values())
+    chosen = max(args.sft_epochs, key=lambda e: (means[e], -e))
+    (args.out / "sft-choice.json").write_text(json.dumps({"validation_mean": means, "chosen_epochs": chosen}))
+    print(f"# SFT chosen on validation seeds 100..: {chosen} epochs ({means})", flush=True)
+    return epoch_models(args)[chosen]
 
 
 def table(args: argparse.Namespace, models: list[str]) -> str:
@@ -197,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transfer", default=TRANSFER, help="evaluated only: never demonstrated or trained")
     p.add_argument("--no-game", dest="game", action="store_false", help=f"leave {GAME} out of the mix")
     p.add_argument("--out", type=Path, default=Path("runs/mix"))
-    p.add_argument("--sft-steps", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
+    p.add_argument(
+        "--sft-epochs",
+        type=lambda s: sorted({int(x) for x in s.split(",")}),
+        default=[1, 2, 3],
+        help="SFT candidates: the model after each of these epochs (one run, the longest)",
+    )
     p.add_argument("--demo-episodes", type=int, default=64)
     p.add_argument("--curricula", default="signal,uniform")
     p.add_argument("--seeds", default="1,2", help="training seeds, one run per curriculum and seed")
@@ -220,16 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     every_task = f"{args.tasks},{args.transfer}".strip(",")
 
-    sfts = []
-    for steps in args.sft_steps:
-        out = args.out / f"sft-{steps}"
-        sfts.append((["sft", "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes),
-                      "--steps", str(steps), "--batch-size", "8", "--lr", "5e-5", "--prompt", "compact",
-                      "--max-turns", str(args.max_turns), "--threads", str(args.threads), "--out", str(out)],
-                     out / "final" / "config.json", out.with_suffix(".log")))  # fmt: skip
-    run_all(sfts, 1)
-    run_all([s for steps in args.sft_steps for s in eval_stages(
-        args, str(args.out / f"sft-{steps}" / "final"), f"val-sft-{steps}", seed=100, episodes=args.validation_episodes, tasks=args.tasks)],
+    out = args.out / "sft"
+    run_all([(["sft", "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes),
+               "--epochs", str(max(args.sft_epochs)), "--save-epochs", "--batch-size", "8", "--lr", "5e-5",
+               "--prompt", "compact", "--max-turns", str(args.max_turns), "--threads", str(args.threads),
+               "--out", str(out)],
+              out / "final" / "config.json", out.with_suffix(".log"))], 1)  # fmt: skip
+    run_all([s for epoch, model in epoch_models(args).items() for s in eval_stages(
+        args, model, f"val-sft-epoch-{epoch}", seed=100, episodes=args.validation_episodes, tasks=args.tasks)],
         args.parallel)  # fmt: skip
     sft = choose_sft(args)
     run_all([*eval_stages(args, args.model, "heldout-base", seed=0, episodes=args.episodes, tasks=every_task),
