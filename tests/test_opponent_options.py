@@ -10,6 +10,8 @@ import pytest
 
 from envharness.cli import main as cli_main
 from envharness.eval.config import EvalConfig, EvalSetupError
+from envharness.eval.games import format_games, game_stats
+from envharness.eval.stats import wilson_interval
 from envharness.integrations.trl.checks import check_config
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
@@ -35,6 +37,14 @@ def test_eval_opponent_seats_the_servers_player_and_seat_picks_the_models(tmp_pa
     assert "Player 0 placed their symbol" in second  # the server's random player moved first
     config = json.loads((tmp_path / "alt" / "config.json").read_text())
     assert config["opponent"] == "random" and config["env_options"]["opponent"] == "random"
+    # the games table: one row for the task and opponent, a game in each seat
+    (row,) = json.loads((tmp_path / "alt" / "summary.json").read_text())["games"]
+    assert (row["task"], row["opponent"], row["games"]) == ("TicTacToe-v0", "random", 2)
+    assert sum(row["counts"].values()) == 2 and {s: v["games"] for s, v in row["seats"].items()} == {
+        "0": 1,
+        "1": 1,
+    }
+    assert "seats (wins/games)" in capsys.readouterr().out
 
     assert _eval(tmp_path / "seat1", "--opponent", "scripted", "--seat", "1") == 0, capsys.readouterr().err
     assert all("You are Player 1" in text for text in _openings(tmp_path / "seat1"))
@@ -81,3 +91,18 @@ def test_train_opponent_joins_the_servers_options(tmp_path):
         )
     )  # fmt: skip
     assert checked.config.env_options == {"opponent": "scripted", "seat": "1"}
+
+
+def test_games_table_counts_outcomes_with_wilson_intervals_and_the_seat_split():
+    def game(seat, outcome, invalid=False, task="KuhnPoker-v0"):
+        metrics = {"seat": seat, "opponent": "scripted", "outcome": outcome, "invalid_move": invalid}
+        return {"task": task, "verify_metrics": metrics, "error": None}
+
+    records = [game(0, "win"), game(1, "win"), game(0, "draw"), game(1, "loss", invalid=True)]
+    records.append({"task": "Wordle-v0", "verify_metrics": {"success": True}})  # not a seated game
+    (row,) = game_stats(records)
+    assert row.counts == {"win": 2, "draw": 1, "loss": 1, "unfinished": 0}
+    assert row.intervals["win"] == wilson_interval(2, 4) and row.invalid_rate == 0.25
+    assert row.seats == {0: (2, 1), 1: (2, 1)}
+    table = format_games([row])
+    assert "0.50 [0.15, 0.85]" in table and "0:1/2 1:1/2" in table

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
     from envharness.core.launchers import LaunchError
+    from envharness.eval.games import format_games, game_stats
     from envharness.eval.runner import run_eval
     from envharness.eval.stats import format_table
 
@@ -88,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         + (f", on {result.placement['device']} in {result.placement['dtype']}" if result.placement else "")
     )
     print(format_table(result.stats))
+    games = game_stats(result.records)
+    if games:  # against an opponent: wins / draws / losses, invalid moves, seats
+        print()
+        print(format_games(games))
     print()
     for name, path in result.paths.items():
         print(f"  {name + ':':10s}{path}")
