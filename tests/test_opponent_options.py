@@ -106,3 +106,20 @@ def test_games_table_counts_outcomes_with_wilson_intervals_and_the_seat_split():
     assert row.seats == {0: (2, 1), 1: (2, 1)}
     table = format_games([row])
     assert "0.50 [0.15, 0.85]" in table and "0:1/2 1:1/2" in table
+
+
+def test_train_one_grpo_step_against_the_servers_opponent(tmp_path, capsys):
+    """`train --opponent random` on a two-player game: the model plays its seat (alternating by
+    seed), the server plays the other; the opponent's moves are the server's, never tokens here."""
+    out = tmp_path / "train"
+    code = cli_main(
+        ["train", "--env", "textarena", "--tasks", "TicTacToe-v0", "--opponent", "random", "--model", "tiny",
+         "--steps", "1", "--max-turns", "2", "--num-generations", "2", "--groups-per-step", "1",
+         "--max-new-tokens", "6", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["error"] is None for r in records)
+    assert all(r["verify_metrics"]["opponent"] == "random" for r in records)
+    saved = json.loads((out / "train_config.json").read_text())
+    assert saved["opponent"] == "random" and saved["env_options"]["opponent"] == "random"
