@@ -123,3 +123,24 @@ def test_train_one_grpo_step_against_the_servers_opponent(tmp_path, capsys):
     assert all(r["verify_metrics"]["opponent"] == "random" for r in records)
     saved = json.loads((out / "train_config.json").read_text())
     assert saved["opponent"] == "random" and saved["env_options"]["opponent"] == "random"
+
+
+def test_opponent_on_servers_the_run_does_not_start_says_how_to_start_them():
+    words = "start them with `serve ... --option opponent=random --option seat=alternate`"
+    with pytest.raises(EvalSetupError, match=words):
+        EvalConfig(
+            out="x", env="textarena", tasks=["KuhnPoker-v0"], opponent="random", env_url="http://127.0.0.1:9"
+        ).check()
+    with pytest.raises(TrainSetupError, match=words):
+        check_config(
+            TrainConfig(
+                env="textarena", tasks=["KuhnPoker-v0"], opponent="random", env_url="http://127.0.0.1:9"
+            )
+        )
+    said = {"opponent": "random", "seat": "alternate"}  # the server was started with them: accepted
+    config = EvalConfig(
+        out="x", env="textarena", tasks=["KuhnPoker-v0"], opponent="random", env_url="http://127.0.0.1:9",
+        env_options=said,
+    )  # fmt: skip
+    config.check()
+    assert config.env_options == said

@@ -11,7 +11,7 @@ from envharness.core.declared import check_bounds, option
 from envharness.core.registry import resolve_environment
 from envharness.eval.old_names import FILE_KEYS, OBSERVATION_TOKENS_FLAG
 from envharness.harness import run_options as shared
-from envharness.harness.opponents import plan_seats
+from envharness.harness.opponents import check_running_servers, plan_seats
 from envharness.prompts import get_prompt_style
 
 
@@ -172,6 +172,7 @@ class EvalConfig:
         """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
         try:
             plan = plan_seats(harness, self.tasks, self.opponent, self.seat)
+            check_running_servers(plan, self.opponent, self.env_options, bool(self.env_url or self.env_urls))
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
         if plan.client_opponent is not None:

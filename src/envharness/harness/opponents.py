@@ -81,4 +81,19 @@ def plan_seats(harness: EnvHarness, tasks: Sequence[str], opponent: str, seat: s
     raise ValueError(f"--opponent {opponent}: unknown; one of {', '.join(choices)}")
 
 
-__all__ = ["SEAT_CHOICES", "SeatPlan", "check_seat", "is_model_spec", "plan_seats"]
+def check_running_servers(plan: SeatPlan, opponent: str, given: Mapping[str, Any], running: bool) -> None:
+    """A run on servers it did not start (`--env-url(s)`) cannot give them the seating: unless
+    ``--env-option`` says they were started with it, refuse in words with what to run."""
+    if not running or not plan.server_options:
+        return
+    if all(str(given.get(k)) == str(v) for k, v in plan.server_options.items()):
+        return
+    options = " ".join(f"--option {k}={v}" for k, v in plan.server_options.items())
+    said = " ".join(f"--env-option {k}={v}" for k, v in plan.server_options.items())
+    raise ValueError(
+        f"--opponent {opponent} with --env-url/--env-urls: the run does not start those servers; "
+        f"start them with `serve ... {options}` and say so with {said}"
+    )
+
+
+__all__ = ["SEAT_CHOICES", "SeatPlan", "check_running_servers", "check_seat", "is_model_spec", "plan_seats"]

@@ -11,7 +11,7 @@ from typing import Any
 from envharness.core.declared import check_bounds
 from envharness.core.registry import ResolvedEnv
 from envharness.curriculum import make_sampler
-from envharness.harness.opponents import plan_seats
+from envharness.harness.opponents import check_running_servers, plan_seats
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import loss_passes
@@ -82,6 +82,8 @@ def _seat_opponents(config: TrainConfig, env: ResolvedEnv) -> TrainConfig:
     harness = env.require_harness()
     try:
         plan = plan_seats(harness, config.tasks, config.opponent, config.seat)
+        running = bool(config.env_url or config.env_urls)
+        check_running_servers(plan, config.opponent, config.env_options, running)
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
     if plan.client_opponent is not None:
