@@ -25,7 +25,8 @@ def _eval(out, *extra):
 
 
 def _openings(out):
-    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    records = sorted((json.loads(line) for line in lines), key=lambda r: r["seed"])  # in the order they ended
     assert len(records) == 2 and all(r["error"] is None for r in records), records
     return [r["messages"][0]["content"] for r in records]
 

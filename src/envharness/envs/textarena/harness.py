@@ -112,6 +112,7 @@ HARNESS = EnvHarness(
     reward_functions="envharness.envs.textarena.rewards:REWARD_FUNCTIONS",
     describe_observation=describe_observation,
     reward_range=(-1.0, 1.0),  # a lost game pays -1; success is the game's win verdict
+    served_tasks=game_catalog,
     players=games.player_counts,
     server_opponents=("random", "scripted"),
     opponent_options=seating_options,
