@@ -34,7 +34,18 @@ def test_every_field_declares_its_option_with_help_and_help_lists_it(command, ca
         assert f"  {flag}" in shown or f", {flag}" in shown, f"{command} --help does not list {flag} ({name})"
 
 
-SHARED = ("env", "env_options", "tasks", "model", "prompt", "env_url", "threads", "device")
+SHARED = (
+    "env",
+    "env_options",
+    "tasks",
+    "model",
+    "prompt",
+    "env_url",
+    "threads",
+    "device",
+    "opponent",
+    "seat",
+)
 
 
 def test_an_option_eval_and_train_share_is_one_declaration():

@@ -228,7 +228,8 @@ def test_eval_plays_a_two_player_game_against_the_servers_opponent(tmp_path, cap
         )  # fmt: skip
 
     assert run(tmp_path / "vs", "--env-option", "opponent=random") == 0, capsys.readouterr().err
-    records = [json.loads(line) for line in (tmp_path / "vs" / "episodes.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "vs" / "episodes.jsonl").read_text().splitlines()
+    records = sorted((json.loads(line) for line in lines), key=lambda r: r["seed"])  # in the order they ended
     assert len(records) == 2 and all(r["error"] is None for r in records)
     openings = [r["messages"][0]["content"] for r in records]
     assert "You are Player 0" in openings[0] and "You are Player 1" in openings[1]  # seeds 0, 1: each seat

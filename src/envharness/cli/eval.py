@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
+    from envharness.core.launchers import LaunchError
+    from envharness.eval.games import format_games, game_stats
     from envharness.eval.runner import run_eval
     from envharness.eval.stats import format_table
 
@@ -65,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
             options.set_threads(args.threads)
             result = run_eval(config)
         except ValueError as exc:  # EvalSetupError, or an unreadable run folder
+            print(f"envharness eval: {exc}", file=sys.stderr)
+            return 2
+        except LaunchError as exc:  # the server refused its options (its own words are in exc)
             print(f"envharness eval: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished episodes are already on disk
@@ -84,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         + (f", on {result.placement['device']} in {result.placement['dtype']}" if result.placement else "")
     )
     print(format_table(result.stats))
+    games = game_stats(result.records)
+    if games:  # against an opponent: wins / draws / losses, invalid moves, seats
+        print()
+        print(format_games(games))
     print()
     for name, path in result.paths.items():
         print(f"  {name + ':':10s}{path}")

@@ -11,6 +11,7 @@ from envharness.core.declared import check_bounds, option
 from envharness.core.registry import resolve_environment
 from envharness.eval.old_names import FILE_KEYS, OBSERVATION_TOKENS_FLAG
 from envharness.harness import run_options as shared
+from envharness.harness.opponents import check_running_servers, plan_seats
 from envharness.prompts import get_prompt_style
 
 
@@ -35,6 +36,9 @@ class EvalConfig:
     env_options: dict[str, Any] = shared.env_options()
     #: Task names, split names or `all` (the environment's listing); empty: its default tasks.
     tasks: list[str] = shared.tasks()
+    #: Who plays the other seats of a multi-player game, and the model's seat (`harness/opponents.py`).
+    opponent: str = shared.opponent()
+    seat: str = shared.seat()
     episodes: int = option(5, "episodes per task, seeds SEED..SEED+N-1 (default %(default)s)", minimum=1)
     #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
     model: str = shared.model("embedded")
@@ -138,6 +142,7 @@ class EvalConfig:
             raise EvalSetupError(str(exc)) from None
         if not self.tasks:
             raise EvalSetupError("no tasks given")
+        self._seat_opponents(harness)
         self.actions = list(self.actions or harness.default_tools or [])
         try:  # the session factory knows its tools: an unknown one is refused here, before anything starts
             harness.session_factory(lambda: None, tools=self.actions)
@@ -162,6 +167,20 @@ class EvalConfig:
         if self.ray_address and not self.servers:
             raise EvalSetupError("--ray-address needs --servers")
         return env
+
+    def _seat_opponents(self, harness: Any) -> None:
+        """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
+        try:
+            plan = plan_seats(harness, self.tasks, self.opponent, self.seat)
+            check_running_servers(plan, self.opponent, self.env_options, bool(self.env_url or self.env_urls))
+        except ValueError as exc:
+            raise EvalSetupError(str(exc)) from None
+        if plan.client_opponent is not None:
+            raise EvalSetupError(
+                f"--opponent {self.opponent}: a model in the other seats is not supported yet; "
+                f"the server plays {' or '.join(harness.server_opponents)}"
+            )
+        self.env_options = {**self.env_options, **plan.server_options}
 
     def to_json(self) -> dict[str, Any]:
         """The run's settings as config.json holds them (under the keys it always had)."""

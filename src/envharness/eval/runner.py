@@ -428,16 +428,19 @@ def write_outputs(
     placement: dict[str, str] | None = None,
 ) -> dict[str, Path]:
     """summary.json, the plot and the HTML report, from the run's episodes."""
+    from envharness.eval.games import game_stats
     from envharness.eval.plot import plot_success_rates
     from envharness.eval.report import write_report
 
     where = {"placement": placement} if placement else {}
+    games = {"games": [g.to_json() for g in game_stats(records)]} if config.opponent else {}
     folder.write_json(
         folder.summary,
         {
             "model": config.model,
             **where,
             "tasks": [asdict(s) | {"success_rate": s.success_rate} for s in stats],
+            **games,
         },
     )
     plot_success_rates(stats, folder.plot, title=f"{config.model}: success rate per task")

@@ -108,6 +108,15 @@ class EnvHarness:
     #: (lowest, full score): every reward lies in it (`check` verifies); a session's verdict
     #: without its own ``success`` metric is the full score (`harness/success.py`).
     reward_range: tuple[float, float] = (0.0, 1.0)
+    #: What the server's Task API lists when it is more than `task_list` (the tasks an agent
+    #: plays alone), e.g. games that need an opponent; None: `task_list` (`check` compares).
+    served_tasks: Callable[[], TaskList] | None = None
+    #: A task -> (fewest, most) players it takes; None: every task is played by one agent.
+    players: Callable[[str], tuple[int, int]] | None = None
+    #: The opponents its server plays in the seats the agent does not (`--opponent`), and
+    #: (opponent, seat) -> the server options that seat them (`harness/opponents.py`).
+    server_opponents: tuple[str, ...] = ()
+    opponent_options: Callable[[str, str], Mapping[str, Any]] | None = None
 
     def for_options(self, options: Mapping[str, Any] | None) -> EnvHarness:
         """This harness as it plays a server started with `options` (eval's and train's

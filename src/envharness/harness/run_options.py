@@ -190,3 +190,25 @@ def screenshot_max_side(default: int | None, help: str, **bounds: Any) -> Any:
 
 def resume(help: str) -> Any:
     return option(False, help)
+
+
+def opponent() -> Any:
+    return option(
+        "",
+        "who plays the seats of a multi-player game the model does not: random (a legal move), "
+        "scripted (the game's scripted player), self (the model itself) or a --model spec "
+        "(default: nobody, the game must be single-player)",
+        type=str.strip,
+        metavar="SPEC",
+    )
+
+
+def seat() -> Any:
+    return option(
+        "alternate",
+        "the seat the model plays beside --opponent: a player number, alternate (seed modulo "
+        "the players, so the first mover's edge cancels) or random (drawn from the seed) "
+        "(default %(default)s)",
+        type=str.strip,
+        metavar="0|1|alternate|random",
+    )

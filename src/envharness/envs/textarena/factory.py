@@ -74,11 +74,11 @@ class TextArenaEnvironmentFactory:
         self.config = config
 
     def task_list(self) -> Any:
-        """The server's Task API: the games agents play (the harness's list, as `check` expects);
-        the multi-player games are listed by `harness.game_catalog`."""
-        from envharness.envs.textarena.harness import task_list
+        """The server's Task API: every game it plays, the multi-player ones included with their
+        player counts as splits (`harness.game_catalog`, the harness's `served_tasks`)."""
+        from envharness.envs.textarena.harness import game_catalog
 
-        return task_list()
+        return game_catalog()
 
     def __call__(self) -> TextArenaEnvironment:
         return TextArenaEnvironment(

@@ -69,6 +69,11 @@ def describe_observation(observation: Any) -> tuple[str, str]:
     return prompt or "", feedback_text(observation)
 
 
+def seating_options(opponent: str, seat: str) -> dict[str, Any]:
+    """The server options (`seats.py`) that seat `opponent` in every seat but `seat`."""
+    return {"opponent": opponent, "seat": seat}
+
+
 def web_info() -> dict[str, Any]:
     """What `/web` shows for TextArena: a game picker and example moves."""
     return {
@@ -107,6 +112,10 @@ HARNESS = EnvHarness(
     reward_functions="envharness.envs.textarena.rewards:REWARD_FUNCTIONS",
     describe_observation=describe_observation,
     reward_range=(-1.0, 1.0),  # a lost game pays -1; success is the game's win verdict
+    served_tasks=game_catalog,
+    players=games.player_counts,
+    server_opponents=("random", "scripted"),
+    opponent_options=seating_options,
 )
 
 

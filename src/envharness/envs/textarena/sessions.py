@@ -199,9 +199,37 @@ def _verify(transcript: list[Message], final_state: Any, last_result: Any, state
             "step_count": _field(state, "step_count") or 0,
             "task_name": _field(state, "env_id") or "",
             "seed": _field(state, "seed"),
+            **_seat_metrics(state, last_result),
         },
         artifacts={"final_state": to_plain(state), "transcript_length": len(transcript)},
     )
+
+
+def _seat_metrics(state: Any, last_result: Any) -> dict[str, Any]:
+    """Against an opponent: the agent's seat, who played the others, the game's outcome for the
+    agent (win / draw / loss by the sign of its reward; unfinished: the turns ran out) and
+    whether the agent's invalid move ended it (eval's games table, `eval/games.py`)."""
+    seat = _field(state, "seat")
+    if seat is None:
+        return {}
+    observation = getattr(last_result, "observation", None)
+    info = _field(observation, "info") or {}
+    done, reward = bool(last_result is not None and last_result.done), getattr(last_result, "reward", None)
+    outcome = (
+        "unfinished"
+        if not done or reward is None
+        else "win"
+        if reward > 0
+        else "loss"
+        if reward < 0
+        else "draw"
+    )
+    return {
+        "seat": seat,
+        "opponent": _field(state, "opponent"),
+        "outcome": outcome,
+        "invalid_move": bool(info.get("invalid_move")),
+    }
 
 
 __all__ = ["SEND_TOOL", "TextArenaSessionFactory", "feedback_text", "move_of", "opening_text", "resolve_task"]

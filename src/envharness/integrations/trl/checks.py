@@ -5,12 +5,13 @@ and returns the frozen, resolved configuration the run uses."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from envharness.core.declared import check_bounds
 from envharness.core.registry import ResolvedEnv
 from envharness.curriculum import make_sampler
+from envharness.harness.opponents import check_running_servers, plan_seats
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
@@ -49,6 +50,7 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
         vision = hasattr(tokenizer, "image_processor")  # a VLM's processor, transformers' attribute
     kind = pick_run(config, vision)
     config, env = kind.resolve(config)
+    config = _seat_opponents(config, env)
     _check_schedule(config)
     _check_episodes(config, env, kind)
     _check_machine(config)
@@ -73,6 +75,25 @@ def config_json(config: TrainConfig) -> dict[str, Any]:
 def sampler_options(config: TrainConfig) -> dict[str, Any]:
     """The options of the configured curriculum sampler."""
     return {"floor": config.curriculum_floor} if config.curriculum == "signal" else {}
+
+
+def _seat_opponents(config: TrainConfig, env: ResolvedEnv) -> TrainConfig:
+    """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
+    if config.mix and config.opponent:
+        raise TrainSetupError("--opponent with --mix is not supported yet: train the game on its own")
+    harness = env.require_harness()
+    try:
+        plan = plan_seats(harness, config.tasks, config.opponent, config.seat)
+        running = bool(config.env_url or config.env_urls)
+        check_running_servers(plan, config.opponent, config.env_options, running)
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    if plan.client_opponent is not None:
+        raise TrainSetupError(
+            f"--opponent {config.opponent}: a model in the other seats is not supported yet (self-play neither); "
+            f"the server plays {' or '.join(harness.server_opponents)}"
+        )
+    return replace(config, env_options={**config.env_options, **plan.server_options})
 
 
 def _check_schedule(config: TrainConfig) -> None:

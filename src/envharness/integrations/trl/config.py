@@ -29,6 +29,9 @@ class TrainConfig:
     #: Options of the environment server (`serve NAME --option`): the server train starts gets
     #: them, and the task list follows them.
     env_options: dict[str, Any] = shared.env_options()
+    #: Who plays the other seats of a multi-player game, and the model's seat (`harness/opponents.py`).
+    opponent: str = shared.opponent()
+    seat: str = shared.seat()
     #: "embedded" (SmolLM2-135M-Instruct, offline), "tiny" (random, for tests), or a path / hub id.
     #: A vision-language model directory (or "tiny-vlm[:qwen2-vl|qwen3-vl]") trains on screenshots
     #: with `VisionGRPOTrainer` (integrations/trl/vision.py).
