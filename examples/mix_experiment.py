@@ -132,6 +132,8 @@ def table(args: argparse.Namespace, models: list[str]) -> str:
             f"{r['successes']}/{r['episodes']} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if (r := cols[m].get(task)) else "-"
             for m in models) + " |")  # fmt: skip
     for name, group in (("mean, trained", trained), ("mean, transfer", transfer)):
+        if not group:  # (no transfer tasks)
+            continue
         lines.append(f"| **{name}** | " + " | ".join(
             f"{100 * statistics.mean(cols[m][t]['successes'] / cols[m][t]['episodes'] for t in group):.1f} %"
             for m in models) + " |")  # fmt: skip
