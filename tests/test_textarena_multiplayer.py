@@ -168,6 +168,8 @@ def test_bad_input_gets_words():
         env.reset(task="KuhnPoker-v0", num_players=3)
     with pytest.raises(TextArenaConfigError, match="played by 2 players, not 4"):
         make_environment_factory(environ={}, task="TicTacToe-v0", num_players=4)
+    with pytest.raises(TextArenaConfigError, match="No game was named.*games for 3 players: .*LiarsDice-v0"):
+        make_environment_factory(environ={}, num_players=3)  # the default game is Wordle's one player
     with pytest.raises(ValueError, match="syntax error"):
         env.reset(task="Chess-v0")
     with pytest.raises(ValueError, match="OpenRouter"):

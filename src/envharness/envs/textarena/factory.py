@@ -120,7 +120,8 @@ def make_environment_factory(
     try:
         games.check_players(env_id, num_players)
     except games.GameRefused as exc:
-        raise TextArenaConfigError(f"{exc}; TEXTARENA_NUM_PLAYERS / --option num_players") from None
+        hint = "" if merged.get("env_id") else _games_for(num_players)
+        raise TextArenaConfigError(f"{exc}; TEXTARENA_NUM_PLAYERS / --option num_players{hint}") from None
     max_turns = merged.get("max_turns")
     config = TextArenaConfig(
         env_id=env_id,
@@ -140,3 +141,19 @@ def make_environment_factory(
         names = ", ".join(f"{KW_PREFIX}{k}" for k in kwargs) or "none"
         raise TextArenaConfigError(f"{exc} (game keyword arguments given: {names})") from None
     return TextArenaEnvironmentFactory(config)
+
+
+def _games_for(num_players: int) -> str:
+    """A hint for a player count asked without a game (the default game, Wordle, is one player's)."""
+    fitting = [
+        g
+        for g in games.multi_player_ids()
+        if g.endswith("-v0") and games.player_counts(g)[0] <= num_players <= games.player_counts(g)[1]
+    ]
+    if not fitting:
+        return ""
+    more = f" and {len(fitting) - 6} more" if len(fitting) > 6 else ""
+    return (
+        f". No game was named, so the default Wordle-v0 was checked: name one with --option task=GAME "
+        f"(games for {num_players} players: {', '.join(fitting[:6])}{more})"
+    )
