@@ -61,6 +61,19 @@ def test_an_option_eval_and_train_share_is_one_declaration():
         assert (a.flags, a.help, a.minimum) == (b.flags, b.help, b.minimum)
 
 
+def test_an_option_train_and_sft_share_is_one_declaration():
+    """Held-out evaluation during a run, the same option in both; only what it logs beside differs."""
+    fields = {
+        cls: {f.name: f.metadata[KEY] for f in dataclasses.fields(cls)} for cls in (TrainConfig, SFTRunConfig)
+    }
+    for name in ("eval_tasks", "eval_episodes", "threads", "device", "env_url", "resume"):
+        option_of = fields[TrainConfig][name], fields[SFTRunConfig][name]
+        assert option_of[0].flags == option_of[1].flags and option_of[0].minimum == option_of[1].minimum, name
+    every = fields[TrainConfig]["eval_every"], fields[SFTRunConfig]["eval_every"]
+    assert every[0].help.split("logged beside")[0] == every[1].help.split("logged beside")[0]
+    assert "loss per task" in every[1].help and "loss per task" not in every[0].help
+
+
 def test_bounds_are_refused_in_the_options_words_for_python_callers_too():
     with pytest.raises(ValueError, match="--steps must be at least 1"):
         check_bounds(TrainConfig(max_steps=0))

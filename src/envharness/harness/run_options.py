@@ -192,6 +192,27 @@ def resume(help: str) -> Any:
     return option(False, help)
 
 
+def eval_every(what: str) -> Any:
+    """Held-out evaluation during a run (`train`, `sft`): `what` says what it logs beside it."""
+    return option(
+        0,
+        "every N steps, greedy episodes on held-out seeds of every trained task and of "
+        f"--eval-tasks, logged beside {what}; the best model is kept in <out>/best",
+        metavar="N",
+        minimum=0,
+    )
+
+
+def eval_tasks() -> Any:
+    return option(
+        [], "comma-separated transfer tasks (never trained) that --eval-every also plays", type=names
+    )
+
+
+def eval_episodes() -> Any:
+    return option(8, "held-out seeds per task for --eval-every", minimum=1)
+
+
 def opponent() -> Any:
     return option(
         "",

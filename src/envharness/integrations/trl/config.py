@@ -165,19 +165,9 @@ class TrainConfig:
     curriculum_floor: float = option(
         0.02, "with --curriculum signal, the least weight of a task (so none is forgotten)"
     )
-    eval_every: int = option(
-        0,
-        "every N steps, greedy episodes on held-out seeds of every trained task and of "
-        "--eval-tasks, logged beside the training curves; the best model is kept in <out>/best",
-        metavar="N",
-        minimum=0,
-    )
-    eval_tasks: list[str] = option(
-        [],
-        "comma-separated transfer tasks (never trained) that --eval-every also plays",
-        type=shared.names,
-    )
-    eval_episodes: int = option(8, "held-out seeds per task for --eval-every", minimum=1)
+    eval_every: int = shared.eval_every("the training curves")
+    eval_tasks: list[str] = shared.eval_tasks()
+    eval_episodes: int = shared.eval_episodes()
     #: {env: [tasks]} (`mix.py`); `env` and `tasks` then follow from it (tasks named env:task).
     mix: dict[str, list[str]] = option(
         {},

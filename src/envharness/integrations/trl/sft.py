@@ -80,17 +80,9 @@ class SFTRunConfig:
     save_epochs: bool = option(
         False, "checkpoint at the end of every epoch, all kept (choose the SFT stage by epochs)"
     )
-    eval_every: int = option(
-        0,
-        "every N steps, greedy episodes on held-out seeds of every task and of --eval-tasks, and "
-        "the loss per task, logged beside the training loss; the best model is kept in <out>/best",
-        metavar="N",
-        minimum=0,
-    )
-    eval_tasks: list[str] = option(
-        [], "comma-separated transfer tasks (never trained) that --eval-every also plays", type=shared.names
-    )
-    eval_episodes: int = option(8, "held-out seeds per task for --eval-every", minimum=1)
+    eval_every: int = shared.eval_every("the training loss, with the loss per task")
+    eval_tasks: list[str] = shared.eval_tasks()
+    eval_episodes: int = shared.eval_episodes()
     #: The held-out episodes' token budget per reply (as `train --max-new-tokens`).
     max_new_tokens: int = shared.max_new_tokens(32)
     threads: int | None = shared.threads()
