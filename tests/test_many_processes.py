@@ -69,8 +69,7 @@ def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert ranks.world_size() == 2
     base = dict(model="tiny", env="textarena", tasks=["Wordle-v0"], output_dir=str(tmp_path))
-    with pytest.raises(TrainSetupError, match="--eval-every .* cannot run as 2 processes"):
-        check_config(TrainConfig(**base, eval_every=2))
+    assert check_config(TrainConfig(**base, eval_every=2)).config.eval_every == 2  # runs on every rank
     with pytest.raises(TrainSetupError, match="--processes 3 under a launcher that started 2"):
         check_config(TrainConfig(**base, processes=3))
 
@@ -79,7 +78,8 @@ def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_
 def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     out = tmp_path / "run"
     train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
-             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
+             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out),
+             "--eval-every", "1", "--eval-episodes", "3"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     first = subprocess.run([*train, "--steps", "2"], capture_output=True, text=True, timeout=500, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -97,6 +97,15 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     logged = json.loads((out / "train_log.jsonl").read_text().splitlines()[0])
     assert logged["num_tokens"] > 0 and "reward" in logged
     assert (out / "final" / "config.json").exists() and (out / "reward_curve.png").exists()
+    # held-out evaluation: 3 seeds split 2 + 1 across the ranks, one entry a step, counted whole
+    evaluated = [json.loads(line) for line in (out / "eval_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluated] == [1, 2, 3]
+    assert all(e["eval/Wordle-v0/success"] * 3 in (0, 1, 2, 3) for e in evaluated)
+    logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()[:-1]]
+    assert [e["eval/trained_mean"] for e in logs] == [e["eval/trained_mean"] for e in evaluated]
+    best = json.loads((out / "best" / "best.json").read_text())
+    assert best["held_out_seeds"] == 3 and best["step"] in (1, 2, 3)
+    assert (out / "best" / "config.json").exists()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="a machine with 4 GPUs can start 4 processes")
