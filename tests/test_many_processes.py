@@ -96,6 +96,7 @@ def test_a_rank_whose_held_out_episodes_fail_stops_every_rank_in_words(tmp_path)
         "held-out evaluation failed on rank 1: RuntimeError: the environment server went away"
         in failed.stderr
     )
+    assert "[rank0]: RuntimeError: held-out evaluation failed on rank 1" in failed.stderr  # torchrun's prefix
     assert not list(out.glob("rank*.json")) and not (out / "best").exists()
 
 
