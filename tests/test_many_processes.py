@@ -17,6 +17,7 @@ from envharness.integrations.trl.training import TrainConfig, TrainSetupError, c
 
 pytestmark = pytest.mark.timeout(600)
 STEP = Path(__file__).with_name("distributed_step.py")
+HELD_OUT = Path(__file__).with_name("distributed_held_out.py")
 
 
 def one_step(tmp_path: Path, processes: int, *args: str) -> dict:
@@ -55,6 +56,50 @@ def test_a_rank_without_signal_does_not_hang_the_step(tmp_path):
     assert_same_step(one, one_step(tmp_path, 2, "dapo", "0", "one"))
 
 
+def held_out(
+    tmp_path: Path, processes: int, episodes: int, fail_rank: int = -1
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """One held-out evaluation (tests/distributed_held_out.py) as `processes` processes, and
+    the folder it wrote."""
+    out = tmp_path / f"held-out-{processes}-{fail_rank}"
+    out.mkdir()
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    command = [sys.executable, *(launcher if processes > 1 else []), str(HELD_OUT), str(out), str(episodes),
+               str(fail_rank)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env), out
+
+
+@pytest.mark.slow
+def test_held_out_seeds_split_across_ranks_count_as_on_one(tmp_path):
+    (one, one_out), (two, two_out) = held_out(tmp_path, 1, 7), held_out(tmp_path, 2, 7)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert two.returncode == 0, two.stderr[-3000:]
+    alone = json.loads((one_out / "rank0.json").read_text())
+    shares = [json.loads((two_out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for task in ("a", "b"):  # every seed played once, on one rank or the other (4 + 3)
+        assert sorted(shares[0]["played"][task] + shares[1]["played"][task]) == list(range(7))
+        assert len(shares[0]["played"][task]) == 4 and len(shares[1]["played"][task]) == 3
+    # seeds 0, 3, 6 win task a, 0 and 1 task b: 3/7 and 2/7 on one process and on two
+    assert alone["entry"]["eval/a/success"] == 3 / 7 and alone["entry"]["eval/b/success"] == 2 / 7
+    assert shares[0]["entry"] == shares[1]["entry"] == alone["entry"]
+    assert len((two_out / "eval_log.jsonl").read_text().splitlines()) == 1  # rank 0 logs it once
+    assert json.loads((two_out / "best" / "best.json").read_text())["eval/trained_mean"] == 3 / 7
+
+
+@pytest.mark.slow
+def test_a_rank_whose_held_out_episodes_fail_stops_every_rank_in_words(tmp_path):
+    # rank 1's episodes fail, rank 0's do not: rank 0 learns why at the gather, and neither goes on
+    failed, out = held_out(tmp_path, 2, 3, fail_rank=1)
+    assert failed.returncode != 0
+    assert (
+        "held-out evaluation failed on rank 1: RuntimeError: the environment server went away"
+        in failed.stderr
+    )
+    assert "[rank0]: RuntimeError: held-out evaluation failed on rank 1" in failed.stderr  # torchrun's prefix
+    assert not list(out.glob("rank*.json")) and not (out / "best").exists()
+
+
 def test_the_batch_must_split_across_processes():
     config = TrainConfig(num_generations=4, groups_per_step=2)
     assert loss_passes(config, 2) == (4, 1)
@@ -69,8 +114,7 @@ def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert ranks.world_size() == 2
     base = dict(model="tiny", env="textarena", tasks=["Wordle-v0"], output_dir=str(tmp_path))
-    with pytest.raises(TrainSetupError, match="--eval-every .* cannot run as 2 processes"):
-        check_config(TrainConfig(**base, eval_every=2))
+    assert check_config(TrainConfig(**base, eval_every=2)).config.eval_every == 2  # runs on every rank
     with pytest.raises(TrainSetupError, match="--processes 3 under a launcher that started 2"):
         check_config(TrainConfig(**base, processes=3))
 
@@ -79,7 +123,8 @@ def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_
 def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     out = tmp_path / "run"
     train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
-             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
+             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out),
+             "--eval-every", "1", "--eval-episodes", "3"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     first = subprocess.run([*train, "--steps", "2"], capture_output=True, text=True, timeout=500, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -97,6 +142,15 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     logged = json.loads((out / "train_log.jsonl").read_text().splitlines()[0])
     assert logged["num_tokens"] > 0 and "reward" in logged
     assert (out / "final" / "config.json").exists() and (out / "reward_curve.png").exists()
+    # held-out evaluation: 3 seeds split 2 + 1 across the ranks, one entry a step, counted whole
+    evaluated = [json.loads(line) for line in (out / "eval_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluated] == [1, 2, 3]
+    assert all(e["eval/Wordle-v0/success"] * 3 in (0, 1, 2, 3) for e in evaluated)
+    logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()[:-1]]
+    assert [e["eval/trained_mean"] for e in logs] == [e["eval/trained_mean"] for e in evaluated]
+    best = json.loads((out / "best" / "best.json").read_text())
+    assert best["held_out_seeds"] == 3 and best["step"] in (1, 2, 3)
+    assert (out / "best" / "config.json").exists()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="a machine with 4 GPUs can start 4 processes")

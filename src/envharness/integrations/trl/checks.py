@@ -145,10 +145,6 @@ def _check_processes(config: TrainConfig) -> None:
         raise TrainSetupError(f"--processes {config.processes} under a launcher that started {n}: give one")
     if config.agent:
         raise TrainSetupError(f"--agent trains on one process; it cannot run as {n} processes yet")
-    if config.eval_every:
-        raise TrainSetupError(
-            f"--eval-every plays its held-out episodes on one process; it cannot run as {n} processes yet"
-        )
     if config.use_vllm:
         raise TrainSetupError(f"--use-vllm is not wired for {n} processes yet: train without it")
 

@@ -6,6 +6,10 @@ the training prompt, turns and token budget. Each evaluation goes into that step
 (``eval/<task>/success``, ``eval/trained_mean``, ``eval/transfer_mean``) and `eval_log.jsonl`, so a
 task that starts to be forgotten shows on the step it starts; the model with the best held-out
 mean over the trained tasks is saved to ``best/`` (with ``best/best.json`` saying when and why).
+
+Under several processes each rank plays its share of the seeds (every N-th) with its own copy of
+the model, no collective while it plays; one gather then gives every rank the same counts, so
+every rank takes the same decision about ``best/``, which rank 0 alone writes, with the log.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from envharness.integrations.trl import ranks
 
 #: Evaluates `model` on one task's held-out seeds: success rate in [0, 1].
 EvaluateTask = Callable[[Any, str, list[int]], float]
@@ -51,7 +57,7 @@ class HeldOutEvaluation(TrainerCallback):
         was_training = getattr(model, "training", False)
         model.eval()
         try:
-            success = {task: self.evaluate(model, task, seeds) for task in [*self.tasks, *self.transfer]}
+            success = self._success(model, seeds)
             measured = self.measure(model)
         finally:
             if was_training:
@@ -61,12 +67,35 @@ class HeldOutEvaluation(TrainerCallback):
         entry["eval/trained_mean"] = sum(success[t] for t in self.tasks) / len(self.tasks)
         if self.transfer:
             entry["eval/transfer_mean"] = sum(success[t] for t in self.transfer) / len(self.transfer)
-        with (self.out / "eval_log.jsonl").open("a") as log:
-            log.write(json.dumps(entry) + "\n")
-        if self.best is None or entry["eval/trained_mean"] > self.best:
+        if ranks.is_main():
+            with (self.out / "eval_log.jsonl").open("a") as log:
+                log.write(json.dumps(entry) + "\n")
+        if self.best is None or entry["eval/trained_mean"] > self.best:  # the same on every rank
             self.best = entry["eval/trained_mean"]
-            self._save_best(model, entry)
+            if ranks.is_main():
+                self._save_best(model, entry)
         return entry
+
+    def _success(self, model: Any, seeds: list[int]) -> dict[str, float]:
+        """Each task's success rate over `seeds`; under N processes, each rank plays every N-th
+        seed and one all-gather sums the episodes won (a verdict is a whole episode). A rank
+        whose episodes fail still reaches the gather, so every rank stops with its words."""
+        tasks = [*self.tasks, *self.transfer]
+        if ranks.world_size() == 1:
+            return {task: self.evaluate(model, task, seeds) for task in tasks}
+        share = seeds[ranks.rank() :: ranks.world_size()]
+        won: dict[str, int] = {}
+        error = None
+        try:
+            for task in tasks:
+                won[task] = round(self.evaluate(model, task, share) * len(share)) if share else 0
+        except Exception as exc:  # noqa: BLE001 (raised below on every rank, after the gather)
+            error = f"rank {ranks.rank()}: {type(exc).__name__}: {exc}"
+        gathered = ranks.all_gather([(won, error)])
+        errors = [e for _, e in gathered if e]
+        if errors:
+            raise RuntimeError(f"held-out evaluation failed on {'; '.join(errors)}")
+        return {task: sum(part[task] for part, _ in gathered) / len(seeds) for task in tasks}
 
     def measure(self, model: Any) -> dict[str, Any]:
         """What else each evaluation logs (a subclass's numbers; nothing here)."""
@@ -80,8 +109,10 @@ class HeldOutEvaluation(TrainerCallback):
         (best / "best.json").write_text(json.dumps({**entry, "held_out_seeds": self.episodes}, indent=2))
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is not None and state.global_step % self.every == 0:
-            self._pending = self.run(model, state.global_step)
+        if model is not None and state.global_step % self.every == 0:  # every rank: one gather
+            self._pending = self.run(
+                getattr(model, "module", model) if _is_ddp(model) else model, state.global_step
+            )
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
@@ -89,3 +120,10 @@ class HeldOutEvaluation(TrainerCallback):
         if logs is not None and "loss" in logs and self._pending is not None:
             logs.update({k: v for k, v in self._pending.items() if k != "step"})
             self._pending = None
+
+
+def _is_ddp(model: Any) -> bool:
+    """Whether `model` is DDP's wrapper (whose forward would talk to the other ranks)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return isinstance(model, DistributedDataParallel)
