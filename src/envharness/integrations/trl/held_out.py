@@ -27,6 +27,14 @@ from envharness.integrations.trl import ranks
 EvaluateTask = Callable[[Any, str, list[int]], float]
 
 
+def kept_best(out: Path) -> float | None:
+    """The held-out mean of the model in `out`/best (None: no best kept yet)."""
+    try:
+        return float(json.loads((out / "best" / "best.json").read_text())["eval/trained_mean"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class HeldOutEvaluation(TrainerCallback):
     """Every `every` steps, `evaluate` each of `tasks` (trained) and `transfer` (never trained) on
     seeds 0..`episodes`-1; log, and save the best model to `out`/best."""
@@ -48,7 +56,7 @@ class HeldOutEvaluation(TrainerCallback):
         self.every, self.episodes = every, episodes
         self.tasks, self.transfer = list(tasks), [t for t in transfer if t not in tasks]
         self.out, self.tokenizer = Path(out), tokenizer
-        self.best: float | None = None
+        self.best: float | None = kept_best(self.out)  # a resumed run keeps its best so far
         self._pending: dict[str, Any] | None = None
 
     def run(self, model: Any, step: int) -> dict[str, Any]:

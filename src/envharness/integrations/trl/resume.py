@@ -78,10 +78,18 @@ def _rewrite_jsonl(path: Path, keep: Any) -> int:
 
 
 def trim_to_step(output_dir: str | Path, step: int) -> int:
-    """Cut `episodes.jsonl` and `train_log.jsonl` back to the first `step` steps; returns
-    the episodes kept. Records of step k carry `metrics.train_step == k - 1`."""
+    """Cut `episodes.jsonl`, `train_log.jsonl` and `eval_log.jsonl` back to the first `step`
+    steps, and drop a `best/` chosen after them (those steps are played again); returns the
+    episodes kept. Records of step k carry `metrics.train_step == k - 1`."""
     out = Path(output_dir)
     _rewrite_jsonl(out / "train_log.jsonl", lambda e: e.get("step", 0) <= step and "train_runtime" not in e)
+    _rewrite_jsonl(out / "eval_log.jsonl", lambda e: e.get("step", 0) <= step)
+    try:
+        best_step = json.loads((out / "best" / "best.json").read_text()).get("step", 0)
+    except (OSError, ValueError, AttributeError):
+        best_step = 0
+    if best_step > step:
+        shutil.rmtree(out / "best", ignore_errors=True)
     return _rewrite_jsonl(
         out / "episodes.jsonl", lambda e: (e.get("metrics") or {}).get("train_step", step) < step
     )
