@@ -58,16 +58,22 @@ def test_self_plays_both_seats_of_tic_tac_toe_and_kuhn_poker_to_the_end(tmp_path
 def test_a_model_spec_opponent_is_loaded_and_named_in_the_games_table(tmp_path, capsys):
     """The tiny model in the other seat: its (bad) moves go to the game, which rules on them."""
     out = tmp_path / "tiny"
-    assert _eval(out, "scripted", "tiny", "KuhnPoker-v0", 2, 6) == 0, capsys.readouterr().err
+    assert _eval(out, "scripted", "tiny", "KuhnPoker-v0,TicTacToe-v0", 2, 6) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     records = _records(out)
-    assert len(records) == 2 and all(r["error"] is None for r in records), records
+    assert len(records) == 4 and all(r["error"] is None for r in records), records
     for record in records:
-        metrics = record["verify_metrics"]
+        metrics, moves = record["verify_metrics"], record["opponent_moves"]
         assert metrics["opponent"] == "tiny" and metrics["outcome"] in ("win", "loss", "draw", "unfinished")
-        assert record["opponent_moves"] and all(
-            m["seat"] != metrics["seat"] for m in record["opponent_moves"]
-        )
-    assert "KuhnPoker-v0  tiny" in printed
+        assert moves and all(m["seat"] != metrics["seat"] for m in moves)
+        assert not metrics["invalid_move"] or record["steps"]  # an invalid move of the opponent's is not ours
+    # the tiny model sends no move: where it moves first, the game ends before the model's first
+    # turn, and the model is asked nothing (no step, no reply in the episode)
+    ended_early = [r for r in records if not r["steps"]]
+    assert ended_early
+    for record in ended_early:
+        assert record["opponent_moves"][-1]["done"] and record["verify_metrics"]["outcome"] == "win"
+        assert [m["role"] for m in record["messages"]] == ["user"]
+    assert "KuhnPoker-v0  tiny" in printed and "TicTacToe-v0  tiny" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert "tiny" in json.dumps(summary)
