@@ -59,7 +59,6 @@ def test_eval_opponent_seats_the_servers_player_and_seat_picks_the_models(tmp_pa
         (["KuhnPoker-v0"], "", "1", "--seat 1 needs --opponent"),
         (["KuhnPoker-v0"], "random", "2", "--seat 2: KuhnPoker-v0 has seats 0 to 1"),
         (["KuhnPoker-v0"], "random", "first", "--seat first: a player number"),
-        (["KuhnPoker-v0"], "self", "alternate", "a model in the other seats is not supported yet"),
     ],
 )
 def test_bad_opponent_and_seat_are_refused_in_words_by_eval_and_train(tasks, opponent, seat, words):
@@ -145,3 +144,9 @@ def test_opponent_on_servers_the_run_does_not_start_says_how_to_start_them():
     )  # fmt: skip
     config.check()
     assert config.env_options == said
+
+
+def test_train_refuses_a_model_in_the_other_seats_eval_plays_it():
+    EvalConfig(out="x", env="textarena", tasks=["KuhnPoker-v0"], opponent="self", model="tiny").check()
+    with pytest.raises(TrainSetupError, match="a model in the other seats is not supported yet"):
+        check_config(TrainConfig(env="textarena", tasks=["KuhnPoker-v0"], opponent="self", model="tiny"))

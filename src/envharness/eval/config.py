@@ -175,10 +175,10 @@ class EvalConfig:
             check_running_servers(plan, self.opponent, self.env_options, bool(self.env_url or self.env_urls))
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
-        if plan.client_opponent is not None:
+        if plan.client_opponent is not None and harness.seat_client is None:
             raise EvalSetupError(
-                f"--opponent {self.opponent}: a model in the other seats is not supported yet; "
-                f"the server plays {' or '.join(harness.server_opponents)}"
+                f"--opponent {self.opponent}: {harness.env} cannot seat a model in the other seats; "
+                f"its server plays {' or '.join(harness.server_opponents)}"
             )
         self.env_options = {**self.env_options, **plan.server_options}
 

@@ -77,6 +77,8 @@ class EpisodeTape:
     keep_screenshots: bool = False
     #: An observation -> (goal, page text): the environment's `EnvHarness.describe_observation`.
     describe: Callable[[Any], tuple[str, str]] | None = None
+    #: A model in the other seats (`--opponent self|<model>`): its moves, never the episode's messages.
+    opponent_moves: list[dict[str, Any]] | None = None
     _shots: int = 0
 
     def _save_screenshot(self, observation: Any) -> str | None:

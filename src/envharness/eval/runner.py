@@ -25,6 +25,7 @@ from typing import Any
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.eval.conversation import ConversationModelStep
 from envharness.eval.episode import EpisodeTape, EvalModelStep, PromptSettings, RecordingClient
+from envharness.eval.opponent import client_opponent, opponent_generate
 from envharness.eval.runfolder import (
     EpisodeKey,
     RunFolder,
@@ -38,6 +39,7 @@ from envharness.eval.stats import TaskStats, is_success, summarize
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.records import record_from_result
 from envharness.harness.rollout import run_episodes
+from envharness.harness.seat_player import ModelSeats
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits
 from envharness.prompts import get_prompt_style, opening_builder
 from envharness.prompts.text import tokenizer_counter
@@ -167,6 +169,8 @@ def episode_line(
         steps=tape.steps_as_dicts() if tape else [],
         final_screenshot=tape.final_screenshot if tape else None,
     )
+    if tape is not None and tape.opponent_moves is not None:
+        record["opponent_moves"] = tape.opponent_moves
     return record
 
 
@@ -192,15 +196,22 @@ async def run_jobs(
             f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)"
         )
     tapes: dict[str, EpisodeTape] = {}
+    opponent_spec, opponent = client_opponent(config, harness), {}
+
+    def make_client() -> RecordingClient:
+        client, seats = fleet.async_client() if fleet else _client(client_class, base_url), None
+        if opponent_spec:  # a model in the other seats: the client plays them
+            seats = ModelSeats(name=opponent_spec, generate=opponent["generate"])
+            client = harness.seat_client(client, seats, config.seat)
+        recording = RecordingClient(
+            client, folder.path, tapes, keep_screenshots=style.vision, describe=harness.describe_observation
+        )
+        recording.tape.opponent_moves = seats.moves if seats else None
+        return recording
+
     # The transcript opens with the style's step-1 prompt: what train's rollout gives the model.
     session_options: dict[str, Any] = dict(
-        client_factory=lambda: RecordingClient(
-            fleet.async_client() if fleet else _client(client_class, base_url),
-            folder.path,
-            tapes,
-            keep_screenshots=style.vision,
-            describe=harness.describe_observation,
-        ),
+        client_factory=make_client,
         tools=config.actions,
         # a vision model sees exact pixels (PNG, as the seeds send); the report alone makes do with JPEG
         reset_kwargs=reset_options(harness, config, vision),
@@ -252,6 +263,26 @@ async def run_jobs(
     )
     model_name = str(getattr(backend, "name", config.model))
     progress = _Progress(len(jobs), config.progress)
+    async with contextlib.AsyncExitStack() as stack:
+        if opponent_spec:
+            opponent["generate"] = await stack.enter_async_context(
+                opponent_generate(config, opponent_spec, batcher)
+            )
+        await _run_and_write(config, folder, jobs, tapes, factory, model_step, limits, model_name, progress)
+
+
+async def _run_and_write(
+    config: EvalConfig,
+    folder: RunFolder,
+    jobs: list[Job],
+    tapes: dict[str, EpisodeTape],
+    factory: Any,
+    model_step: Callable[[Any], Any],
+    limits: HarnessRunLimits,
+    model_name: str,
+    progress: _Progress,
+) -> None:
+    """Run the episodes, appending each one's line to the run's JSONL as it ends."""
     with folder.episodes.open("a", encoding="utf-8") as out:
 
         def on_result(i: int, result: HarnessRolloutResult) -> None:

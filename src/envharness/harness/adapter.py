@@ -121,6 +121,9 @@ class MCPHarnessAdapter(HarnessAdapter):
         tools_by_name = {tool_name(t): t for t in tools}
         stop_reason = "max_turns"
         total_calls = 0
+        if getattr(session, "done_at_start", False) is True:
+            result.done = True
+            return "done"
 
         for turn in range(limits.max_turns):
             started = time.perf_counter()

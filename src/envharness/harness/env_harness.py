@@ -117,6 +117,10 @@ class EnvHarness:
     #: (opponent, seat) -> the server options that seat them (`harness/opponents.py`).
     server_opponents: tuple[str, ...] = ()
     opponent_options: Callable[[str, str], Mapping[str, Any]] | None = None
+    #: (async client, a `seat_player.ModelSeats`, seat choice) -> a client that plays one seat
+    #: and lets the `ModelSeats` play the others (`--opponent self` or a model); None: only
+    #: `server_opponents` can sit in the other seats.
+    seat_client: Callable[[Any, Any, str], Any] | None = None
 
     def for_options(self, options: Mapping[str, Any] | None) -> EnvHarness:
         """This harness as it plays a server started with `options` (eval's and train's

@@ -161,6 +161,12 @@ class StepEnvSessionAdapter(ResourceSession):
         self._require_sync()
         return list(self._initial_messages_builder(self._initial_result, self._task))
 
+    @property
+    def done_at_start(self) -> bool:
+        """The episode ended before the agent's first move (the other seats of a game ended
+        it): the harness asks the model nothing."""
+        return bool(getattr(self._initial_result, "done", False))
+
     def list_tools(self) -> list[Tool]:
         return list(self._tool_specs)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from envharness.envs.textarena import games
+from envharness.envs.textarena.client_seats import model_seated_client
 from envharness.envs.textarena.parsing import parse_move
 from envharness.envs.textarena.scripted import scripted_move
 from envharness.envs.textarena.sessions import TextArenaSessionFactory, feedback_text
@@ -116,6 +117,7 @@ HARNESS = EnvHarness(
     players=games.player_counts,
     server_opponents=("random", "scripted"),
     opponent_options=seating_options,
+    seat_client=model_seated_client,
 )
 
 

@@ -142,13 +142,23 @@ PLAYERS: list[tuple[str, Callable[[list[Message], str], str]]] = [
 ]
 
 
+#: A game that lists the legal moves (TicTacToe's "Available Moves: '[0]', ...", Kuhn Poker's
+#: "Your available actions are: '[check]', '[bet]'"): its latest listing.
+LISTED_MOVES = re.compile(r"(?:available moves|available actions are):\s*((?:'\[[^\]]+\]'(?:,\s*)?)+)", re.I)
+
+
 def scripted_move(messages: list[Message]) -> str:
-    """The next move for the game in `messages` (raises `NoScriptedMove` for other games)."""
+    """The next move for the game in `messages` (raises `NoScriptedMove` for other games): a
+    solver for the single-player games, else the first of the moves the game lists."""
     text = game_text(messages)
     lowered = text.lower()
     for phrase, player in PLAYERS:
         if phrase in lowered:
             return player(messages, text)
+    listings = LISTED_MOVES.findall(text)
+    if listings:
+        return re.findall(r"\[[^\]]+\]", listings[-1])[0]
     raise NoScriptedMove(
-        "no scripted player for this game (Wordle, Mastermind, GuessTheNumber, TowerOfHanoi have one)"
+        "no scripted player for this game (Wordle, Mastermind, GuessTheNumber, TowerOfHanoi have one; "
+        "a game that lists its legal moves gets the first)"
     )

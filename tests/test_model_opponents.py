@@ -1,0 +1,79 @@
+"""`eval --opponent self|<model>`: the client plays the other seats of a two-player game with a
+model, through a real server on loopback. Each seat sees only its own view; the episode keeps
+the model-under-test's messages, the opponent's moves apart; the games table names it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envharness.cli import main as cli_main
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _eval(out, model, opponent, tasks, episodes, max_turns):
+    return cli_main(
+        ["eval", "--env", "textarena", "--model", model, "--opponent", opponent, "--tasks", tasks,
+         "--episodes", str(episodes), "--max-turns", str(max_turns), "--max-new-tokens", "8",
+         "--out", str(out), "--no-progress"]
+    )  # fmt: skip
+
+
+def _records(out):
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda r: (r["task"], r["seed"]))
+
+
+def test_self_plays_both_seats_of_tic_tac_toe_and_kuhn_poker_to_the_end(tmp_path, capsys):
+    """The scripted model (the first legal move it is shown) in every seat: real games, played out."""
+    out = tmp_path / "self"
+    assert _eval(out, "scripted", "self", "TicTacToe-v0,KuhnPoker-v0", 2, 12) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    records = _records(out)
+    assert len(records) == 4 and all(r["error"] is None for r in records), records
+    for record in records:
+        metrics, seat = record["verify_metrics"], record["verify_metrics"]["seat"]
+        assert seat == record["seed"] % 2 and metrics["opponent"] == "self"  # alternate by seed
+        assert metrics["outcome"] in ("win", "loss", "draw") and not metrics["invalid_move"]
+        assert record["env_reward"] == {"win": 1.0, "loss": -1.0, "draw": 0.0}[metrics["outcome"]]
+        moves = record["opponent_moves"]
+        assert moves and all(m["seat"] == 1 - seat and m["move"].startswith("[") for m in moves)
+        assert moves[-1]["done"] or record["steps"][-1]["done"]  # someone's move ended the game
+        # each seat sees its own view: the model its seat's opening, the opponent the other's
+        assert f"You are Player {seat}" in record["messages"][0]["content"]
+        assert f"You are Player {1 - seat}" not in record["messages"][0]["content"]
+        assert f"You are Player {1 - seat}" in moves[0]["shown"]
+        # the opponent's replies are not the episode's messages (nothing trains on them)
+        replies = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+        assert len(replies) == len(record["steps"])
+    kuhn = [r for r in records if r["task"] == "KuhnPoker-v0"]
+    for record in kuhn:  # the model's first view names its own card only, the opponent's its own
+        own = record["messages"][0]["content"].count("Your card is")
+        assert own >= 1 and record["opponent_moves"][0]["shown"].count("Your card is") >= 1
+    assert "KuhnPoker-v0  self" in printed and "TicTacToe-v0  self" in printed
+
+
+def test_a_model_spec_opponent_is_loaded_and_named_in_the_games_table(tmp_path, capsys):
+    """The tiny model in the other seat: its (bad) moves go to the game, which rules on them."""
+    out = tmp_path / "tiny"
+    assert _eval(out, "scripted", "tiny", "KuhnPoker-v0,TicTacToe-v0", 2, 6) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    records = _records(out)
+    assert len(records) == 4 and all(r["error"] is None for r in records), records
+    for record in records:
+        metrics, moves = record["verify_metrics"], record["opponent_moves"]
+        assert metrics["opponent"] == "tiny" and metrics["outcome"] in ("win", "loss", "draw", "unfinished")
+        assert moves and all(m["seat"] != metrics["seat"] for m in moves)
+        assert not metrics["invalid_move"] or record["steps"]  # an invalid move of the opponent's is not ours
+    # the tiny model sends no move: where it moves first, the game ends before the model's first
+    # turn, and the model is asked nothing (no step, no reply in the episode)
+    ended_early = [r for r in records if not r["steps"]]
+    assert ended_early
+    for record in ended_early:
+        assert record["opponent_moves"][-1]["done"] and record["verify_metrics"]["outcome"] == "win"
+        assert [m["role"] for m in record["messages"]] == ["user"]
+    assert "KuhnPoker-v0  tiny" in printed and "TicTacToe-v0  tiny" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert "tiny" in json.dumps(summary)
