@@ -44,6 +44,7 @@ HEAVIEST_FIRST = [
     "test_fleet_ray.py",
     "test_browser_all_tasks.py",
     "test_browser_switch_differential.py",
+    "test_many_processes.py",  # several two-process training runs
     "test_sft.py",
     "test_device.py",  # the GPU check's own steps, on the CPU
     "test_models_embedded.py",
