@@ -39,7 +39,6 @@ async def serve_browser_node(
 ) -> int:
     """Run a node until `stop` is set or its Chromium exits; `ready(address)` once it listens.
     Returns 0 when stopped, 1 when Chromium died."""
-    port = port or _free_port(host)
     profile = tempfile.mkdtemp(prefix="envharness-browser-")
     command = [
         *await engine_command(allowed_hosts),
@@ -55,6 +54,7 @@ async def serve_browser_node(
         preexec_fn=functools.partial(set_parent_death_signal, signal.SIGKILL),
     )  # it dies with the node
     try:
+        port = port or await asyncio.to_thread(_chosen_port, Path(profile), 30.0, chromium)
         await asyncio.to_thread(_wait_port, host, port, 30.0, chromium)
         ready(f"cdp://{f'[{host}]' if ':' in host else host}:{port}")
         stop = stop or asyncio.Event()
@@ -148,10 +148,22 @@ def start_browser_node(
     return BrowserNode(port, host, allowed_hosts=allowed_hosts)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+def _chosen_port(profile: Path, timeout_s: float, process: subprocess.Popen) -> int:
+    """The port Chromium chose for `--remote-debugging-port=0` (written to its profile). Chromium
+    binds it itself: a port found free here and handed over could be taken in between."""
+    import time
+
+    deadline, written = time.monotonic() + timeout_s, profile / "DevToolsActivePort"
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"Chromium exited ({process.returncode}) before opening its DevTools port")
+        try:
+            first = written.read_text().splitlines()[0]
+            return int(first)
+        except (OSError, IndexError, ValueError):  # not written yet, or written halfway
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Chromium did not open a DevTools port within {timeout_s:.0f} s") from None
+            time.sleep(0.05)
 
 
 def _wait_port(host: str, port: int, timeout_s: float, process: subprocess.Popen | None = None) -> None:
