@@ -77,3 +77,43 @@ def test_a_model_spec_opponent_is_loaded_and_named_in_the_games_table(tmp_path, 
     assert "KuhnPoker-v0  tiny" in printed and "TicTacToe-v0  tiny" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert "tiny" in json.dumps(summary)
+
+
+def test_replay_plays_the_recorded_opponent_moves_and_finds_a_changed_one(tmp_path, capsys):
+    """`replay` of a run with a model opponent: the opponent's recorded moves go to the game
+    again (never re-sampled), so the episodes come out identical; a changed move is found.
+    When the opponent's move ends the game, the agent's last view is still its own."""
+    from envharness.replay import replay_run
+
+    out = tmp_path / "run"
+    assert _eval(out, "scripted", "self", "TicTacToe-v0", 2, 12) == 0, capsys.readouterr().err
+    records = _records(out)
+    for record in records:
+        seat = record["verify_metrics"]["seat"]
+        assert f"You are Player {seat}" in record["goal"] and f"Player {1 - seat} in" not in record["goal"]
+        assert [m["after_step"] for m in record["opponent_moves"]] == sorted(
+            m["after_step"] for m in record["opponent_moves"]
+        )
+    # the report shows both players' moves: the opponent's, in order among the model's steps
+    html = (out / "report.html").read_text()
+    for record in records:
+        for move in record["opponent_moves"]:
+            assert f"<b>Player {move['seat']}</b> (self) &middot; move <code>{move['move']}</code>" in html
+    report = replay_run(out)
+    assert report.identical == 2 and not report.skipped, report.to_json()
+
+    # the opponent's first move changed in the record: the game the agent saw is not the same
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    changed = json.loads(lines[0])
+    first = changed["opponent_moves"][0]
+    taken = {c["arguments"]["message"] for c in changed["tool_calls"]} | {
+        m["move"] for m in changed["opponent_moves"]
+    }
+    free = next(f"[{i}]" for i in range(9) if f"[{i}]" not in taken)
+    first["reply"] = first["move"] = free
+    lines[0] = json.dumps(changed)
+    (out / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    report = replay_run(out)
+    episode = next(e for e in report.episodes if e.episode_id == changed["episode_id"])
+    assert report.identical == 1 and not episode.identical and episode.skipped is None
+    assert episode.first_difference is not None, episode

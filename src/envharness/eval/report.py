@@ -56,12 +56,20 @@ def _prompt_images(messages: list[dict[str, Any]], folder: RunFolder) -> list[st
     return uris
 
 
+def _opponent_moves(record: dict[str, Any], after_step: int) -> list[dict[str, Any]]:
+    """A model opponent's moves made after the agent's `after_step`-th move (0: before its first)."""
+    name = (record.get("verify_metrics") or {}).get("opponent") or "opponent"
+    moves = record.get("opponent_moves") or []
+    return [m | {"name": name} for m in moves if int(m.get("after_step") or 0) == after_step]
+
+
 def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
     steps = []
     for step in record.get("steps") or []:
         steps.append(
             {
                 **step,
+                "opponent_moves": _opponent_moves(record, int(step.get("index") or 0)),
                 "image": data_uri(folder.path / step["screenshot"]) if step.get("screenshot") else None,
                 "prompt_text": _prompt_text(step.get("prompt") or []),
                 "prompt_images": _prompt_images(step.get("prompt") or [], folder),
@@ -80,6 +88,8 @@ def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
         "tokens": episode_tokens(record),
         "seconds": episode_seconds(record),
         "steps": steps,
+        "seat": (record.get("verify_metrics") or {}).get("seat"),
+        "opening_moves": _opponent_moves(record, 0),
         "final_image": data_uri(folder.path / final) if final else None,
     }
 

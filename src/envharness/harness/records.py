@@ -51,6 +51,10 @@ class EpisodeRecord:
     #: A fingerprint of each observation the environment returned (the reset's first, then one
     #: per step that reached it): what `envharness replay` compares. None: not recorded.
     observation_digests: list[str] | None = None
+    #: A model in the other seats of a game (`--opponent self|<model>`): its moves in order
+    #: (seat, what it was shown, its reply, the move sent), apart from the episode's messages:
+    #: never trained on, and replayed as recorded. None: no model opponent.
+    opponent_moves: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

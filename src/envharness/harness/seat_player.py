@@ -39,4 +39,36 @@ class ModelSeats:
         return reply
 
 
-__all__ = ["Generate", "ModelSeats"]
+@dataclass
+class RecordedSeats:
+    """The opponent of a recorded episode, for `envharness replay`: each move as it was recorded,
+    never sampled again. What the game shows it is compared with what it was shown then; a
+    game that asks for more moves than were recorded has parted from the record."""
+
+    name: str
+    recorded: list[dict[str, Any]]
+    moves: list[dict[str, Any]] = field(default_factory=list)
+    #: (move number from 1, what differed, recorded, replayed)
+    differences: list[tuple[int, str, Any, Any]] = field(default_factory=list)
+
+    async def __call__(self, seat: int, text: str) -> str:
+        number = len(self.moves) + 1
+        if number > len(self.recorded):
+            raise RecordedMovesExhausted(
+                f"the replayed game asks the opponent for move {number}; {len(self.recorded)} were recorded"
+            )
+        move = self.recorded[number - 1]
+        if move.get("seat") != seat:
+            self.differences.append((number, "the opponent's seat", move.get("seat"), seat))
+        if move.get("shown") != text:
+            self.differences.append((number, "what the opponent was shown", move.get("shown"), text))
+        reply = str(move.get("reply") or "")
+        self.moves.append({"seat": seat, "shown": text, "reply": reply})
+        return reply
+
+
+class RecordedMovesExhausted(RuntimeError):
+    """A replayed game wants more opponent moves than the record holds."""
+
+
+__all__ = ["Generate", "ModelSeats", "RecordedMovesExhausted", "RecordedSeats"]

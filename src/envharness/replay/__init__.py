@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envharness.harness.seat_player import RecordedSeats
 from envharness.replay.episode import EpisodeReplay, Finding, replay_episode
 from envharness.replay.run import RecordedRun, ReplaySetupError, read_run
 
@@ -54,11 +55,23 @@ class ReplayReport:
         }
 
 
-def _session_factory(run: RecordedRun, base_url: str) -> Any:
+def _session_factory(
+    run: RecordedRun, base_url: str, seats: RecordedSeats | None = None, seat: Any = None
+) -> Any:
+    """The harness's session factory on `base_url`; with `seats`, the client plays the other
+    seats of the game with the recorded opponent's moves, the agent in its recorded `seat`."""
     from envharness.core.registry import env_harness, get_spec
 
     harness = env_harness(run.env, run.server_options)
     client_class = get_spec(run.env).load("client")
+    if seats is not None:
+        if harness.seat_client is None:
+            raise ReplaySetupError(f"{run.env} records an opponent's moves but cannot seat one")
+        plain_class = client_class
+
+        def client_class(url: str) -> Any:
+            return harness.seat_client(plain_class(url), seats, str(seat))
+
     reset_kwargs = dict(harness.reset_kwargs)
     if harness.screenshots:  # pixels are not compared: do not pay for them
         reset_kwargs["screenshot"] = False
@@ -115,13 +128,19 @@ async def _replay_part(
             run.env, options=run.server_options, server_args=["--max-sessions", str(max(16, 2 * concurrency))]
         )
     try:
-        factory, harness = _session_factory(run, env_url or server.base_url)
+        url = env_url or server.base_url
+        factory, harness = _session_factory(run, url)
         gate = asyncio.Semaphore(concurrency)
         results: list[EpisodeReplay | None] = [None] * len(run.records)
 
         async def one(i: int) -> None:
+            record, seats, episode_factory = run.records[i], None, factory
+            if record.opponent_moves is not None:  # a model played the other seats: its moves as recorded
+                opponent = str(record.verify_metrics.get("opponent") or "opponent")
+                seats = RecordedSeats(name=opponent, recorded=list(record.opponent_moves))
+                episode_factory, _ = _session_factory(run, url, seats, record.verify_metrics.get("seat"))
             async with gate:
-                results[i] = await replay_episode(factory, run.records[i])
+                results[i] = await replay_episode(episode_factory, record, seats)
             if on_episode is not None:
                 on_episode(results[i])
 

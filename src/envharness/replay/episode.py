@@ -16,6 +16,7 @@ from typing import Any
 from envharness.harness.adapter import call_tool_checked
 from envharness.harness.records import EpisodeRecord
 from envharness.harness.rollout import resolve_env_reward
+from envharness.harness.seat_player import RecordedSeats
 from envharness.harness.session import call_session, create_session
 from envharness.harness.tools import tool_name
 from envharness.harness.types import HarnessRolloutResult, ToolTraceEntry
@@ -71,9 +72,12 @@ def _same_number(a: Any, b: Any) -> bool:
         return a == b
 
 
-async def replay_episode(session_factory: Any, record: EpisodeRecord) -> EpisodeReplay:
+async def replay_episode(
+    session_factory: Any, record: EpisodeRecord, seats: RecordedSeats | None = None
+) -> EpisodeReplay:
     """Replay `record` in a fresh session from `session_factory` (the environment's harness
-    session factory, on a server started as the recorded run's was)."""
+    session factory, on a server started as the recorded run's was); `seats`: the recorded
+    opponent that factory's client seats, whose moves are compared too."""
     replay = EpisodeReplay(record.episode_id, record.task, record.seed, steps=len(record.tool_calls))
     if record.error is not None:
         replay.skipped = f"the recorded episode failed ({record.error}); there is no outcome to compare"
@@ -85,6 +89,8 @@ async def replay_episode(session_factory: Any, record: EpisodeRecord) -> Episode
         replay.skipped = f"the replay failed: {type(exc).__name__}: {exc}"
     finally:
         await call_session(session, "close")
+    if seats is not None:
+        _compare_opponent(replay, record, seats)
     replay.findings.sort(key=lambda f: f.step)
     return replay
 
@@ -126,6 +132,18 @@ async def _replay_calls(session: Any, record: EpisodeRecord, replay: EpisodeRepl
     except ValueError as exc:
         reward = f"none ({exc})"
     _compare(replay, last, "the episode's reward", record.env_reward, reward, numeric=True)
+
+
+def _compare_opponent(replay: EpisodeReplay, record: EpisodeRecord, seats: RecordedSeats) -> None:
+    """What the opponent was shown, move by move, and how many moves it made."""
+    recorded = record.opponent_moves or []
+    for number, what, was, now in seats.differences:
+        step = int(recorded[number - 1].get("after_step") or 0) if number <= len(recorded) else replay.steps
+        replay.findings.append(Finding(step, f"{what} at its move {number}", was, now))
+    if len(seats.moves) != len(recorded):
+        replay.findings.append(
+            Finding(replay.steps, "the opponent's number of moves", len(recorded), len(seats.moves))
+        )
 
 
 def _at(values: list[str], index: int) -> str | None:

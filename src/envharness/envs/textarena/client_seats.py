@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from envharness.envs.textarena.environment import MAX_MESSAGE_CHARS
-from envharness.envs.textarena.models import TextArenaAction
+from envharness.envs.textarena.models import GAME_SENDER, TextArenaAction, TextArenaMessage
 from envharness.envs.textarena.parsing import parse_move
 from envharness.envs.textarena.seats import _seat
 from envharness.envs.textarena.sessions import REPLY_HINT, opening_text
@@ -33,9 +33,11 @@ class ModelSeatedClient:
         self.seat: int | None = None
         self._shown: dict[int, int] = {}
         self._last_mover: int | None = None
+        self._own: Any = None  # the agent's seat's latest view of its own
+        self._steps = 0
 
     async def reset(self, **kwargs: Any) -> Any:
-        self._shown, self._last_mover = {}, None
+        self._shown, self._last_mover, self._own, self._steps = {}, None, None, 0
         result = await self.client.reset(**kwargs)
         if getattr(result.observation, "seat", None) is not None:
             raise ValueError(
@@ -52,7 +54,7 @@ class ModelSeatedClient:
         mover = getattr(action, "player_id", None)
         if mover is not None and mover != self.seat:
             raise ValueError(f"a move for player {mover}, but the agent plays seat {self.seat}")
-        self._last_mover = self.seat
+        self._last_mover, self._steps = self.seat, self._steps + 1
         return await self._advance(await self.client.step(action.model_copy(update={"player_id": self.seat})))
 
     async def _advance(self, result: Any) -> Any:
@@ -66,7 +68,8 @@ class ModelSeatedClient:
             move = _move_of(reply)
             self._last_mover = player
             result = await self.client.step(TextArenaAction(message=move, player_id=player))
-            self.opponent.moves[-1].update(move=move, done=bool(result.done))
+            # `after_step`: the agent's moves before this one (0: before its first), for the report
+            self.opponent.moves[-1].update(move=move, done=bool(result.done), after_step=self._steps)
         raise RuntimeError(f"the opponent made {MAX_OPPONENT_MOVES} moves in a row without ending its turn")
 
     def _unseen(self, player: int, obs: Any) -> str:
@@ -92,9 +95,31 @@ class ModelSeatedClient:
             info.update(
                 won=reward >= 1.0, opponent_invalid_move=bool(info.get("invalid_move")), invalid_move=False
             )
-            obs = obs.model_copy(update={"reward": reward, "info": info})
+            obs = self._own_final_view(obs).model_copy(update={"reward": reward, "info": info})
         obs = obs.model_copy(update={"seat": self.seat})
+        self._own = obs
         return result.model_copy(update={"observation": obs, "reward": reward})
+
+    def _own_final_view(self, last: Any) -> Any:
+        """The end of a game the opponent's move ended, as the agent's seat sees it: its own
+        prompt and messages and how the game ended, never the opponent's view (its card)."""
+        own = self._own
+        messages = list(own.messages) if own is not None else []
+        reason = str((last.info or {}).get("reason") or "").strip()
+        if reason:
+            messages.append(TextArenaMessage(sender_id=GAME_SENDER, content=reason, category="GAME_ADMIN"))
+        prompt = own.prompt if own is not None else f"(the game ended before player {self.seat}'s first turn)"
+        metadata = dict(last.metadata or {}) | {
+            "new_messages_from": len(own.messages) if own is not None else 0
+        }
+        return last.model_copy(
+            update={
+                "prompt": prompt,
+                "messages": messages,
+                "current_player_id": self.seat,
+                "metadata": metadata,
+            }
+        )
 
     async def state(self) -> Any:
         state = await self.client.state()
