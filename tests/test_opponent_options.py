@@ -150,3 +150,27 @@ def test_train_refuses_a_model_in_the_other_seats_eval_plays_it():
     EvalConfig(out="x", env="textarena", tasks=["KuhnPoker-v0"], opponent="self", model="tiny").check()
     with pytest.raises(TrainSetupError, match="a model in the other seats is not supported yet"):
         check_config(TrainConfig(env="textarena", tasks=["KuhnPoker-v0"], opponent="self", model="tiny"))
+
+
+def test_sft_demonstrations_and_held_out_play_the_opponent_asked_for(tmp_path, capsys):
+    """`sft --opponent scripted`: the scripted player's demonstrations are games against the
+    server's scripted seat, and `--eval-every` meets the same opponent; a model opponent plays
+    the demonstrations only (the held-out evaluation refuses it in words)."""
+    out = tmp_path / "sft"
+    code = cli_main(
+        ["sft", "--env", "textarena", "--tasks", "KuhnPoker-v0", "--opponent", "scripted", "--model", "tiny",
+         "--episodes", "4", "--steps", "1", "--batch-size", "1", "--eval-every", "1", "--eval-episodes", "2",
+         "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    demos = [json.loads(line) for line in (out / "demos" / "episodes.jsonl").read_text().splitlines()]
+    assert len(demos) == 4 and {r["verify_metrics"]["opponent"] for r in demos} == {"scripted"}
+    assert {r["verify_metrics"]["seat"] for r in demos} == {0, 1}  # alternating by seed
+    saved = json.loads((out / "sft_config.json").read_text())
+    assert saved["opponent"] == "scripted" and saved["env_options"]["opponent"] == "scripted"
+    assert (out / "eval_log.jsonl").is_file()
+    refused = cli_main(
+        ["sft", "--env", "textarena", "--tasks", "KuhnPoker-v0", "--opponent", "self", "--model", "tiny",
+         "--eval-every", "1", "--out", str(tmp_path / "no")]
+    )  # fmt: skip
+    assert refused != 0 and "--eval-every with --opponent self" in capsys.readouterr().err

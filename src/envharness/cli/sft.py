@@ -17,10 +17,12 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from envharness.cli import options
 from envharness.cli.declared import add_declared, from_args
 from envharness.core.declared import check_bounds
+from envharness.harness.opponents import plan_seats
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.sft import SFTRunConfig
 
@@ -81,6 +83,8 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
             prompt=config.prompt,
             max_steps=config.max_turns,
             seed=config.seed,
+            opponent=config.opponent,
+            seat=config.seat,
             record_tokens=True,
             screenshots=False,
             progress=False,
@@ -96,11 +100,29 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
         raise TrainSetupError(
             f"--demos {config.demos!r}: neither 'scripted' nor an eval run folder (no episodes.jsonl)"
         )
+    if config.opponent:
+        config.env_options = _seat_opponents(config, harness)
     try:
         checkpoint = plan_resume(out, asdict(config), config.resume, config_name="sft_config.json")
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
     return checkpoint, demos
+
+
+def _seat_opponents(config: SFTRunConfig, harness: Any) -> dict[str, Any]:
+    """The server options with an opponent the server plays: the held-out evaluation meets the
+    demonstrations' opponent. A model in the other seats plays the demonstrations only."""
+    try:
+        tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
+        plan = plan_seats(harness, tasks, config.opponent, config.seat)
+    except (ValueError, KeyError) as exc:
+        raise TrainSetupError(str(exc)) from None
+    if plan.client_opponent is not None and config.eval_every:
+        raise TrainSetupError(
+            f"--eval-every with --opponent {config.opponent}: the held-out evaluation plays an opponent "
+            f"the server plays ({' or '.join(harness.server_opponents)})"
+        )
+    return {**config.env_options, **plan.server_options}
 
 
 def fine_tune(config: SFTRunConfig) -> dict:

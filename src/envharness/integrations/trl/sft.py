@@ -80,6 +80,10 @@ class SFTRunConfig:
     save_epochs: bool = option(
         False, "checkpoint at the end of every epoch, all kept (choose the SFT stage by epochs)"
     )
+    #: Who plays the other seats of a multi-player game (`harness/opponents.py`): the demonstrations'
+    #: and `--eval-every`'s opponent.
+    opponent: str = shared.opponent()
+    seat: str = shared.seat()
     eval_every: int = shared.eval_every("the training loss, with the loss per task")
     eval_tasks: list[str] = shared.eval_tasks()
     eval_episodes: int = shared.eval_episodes()
