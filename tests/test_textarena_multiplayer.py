@@ -241,3 +241,28 @@ def test_eval_plays_a_two_player_game_against_the_servers_opponent(tmp_path, cap
     run(tmp_path / "alone")
     records = [json.loads(line) for line in (tmp_path / "alone" / "episodes.jsonl").read_text().splitlines()]
     assert records and all("2-player game and an agent plays one seat" in (r["error"] or "") for r in records)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_the_player_reads_everything_said_to_it_between_its_moves(seed):
+    """After the player's move the game may end the round, deal the next card and let the
+    opponent move; the text the model reads (`feedback_text`) carries all of it, not only what
+    came after the opponent's move: every card dealt to the player reaches the model."""
+    from envharness.envs.textarena.environment import TextArenaEnvironment
+    from envharness.envs.textarena.models import TextArenaAction
+    from envharness.envs.textarena.sessions import feedback_text, opening_text
+
+    env = TextArenaEnvironment()
+    obs = env.reset(task="KuhnPoker-v0", seed=seed, opponent="random", seat=1)
+    read = [opening_text(obs)]
+    while not obs.done:
+        move = "[check]" if "[check]" in obs.messages[-1].content else "[call]"
+        obs = env.step(TextArenaAction(message=move))
+        read.append(feedback_text(obs))
+    dealt = {
+        m.content
+        for m in obs.messages
+        if re.match(r"### Starting round [123] out of 3 rounds\. Your card", m.content)
+    }
+    assert len(dealt) == 3 and all(any(card in text for text in read) for card in dealt), (dealt, read)
+    assert not any("submitted move: '[check]'." == text for text in read[1:])  # never the own move alone

@@ -46,9 +46,15 @@ def _messages(observation: Any) -> list[Any]:
 
 
 def feedback_messages(observation: Any) -> list[Any]:
-    """What the game said after the latest move: the messages after the last PLAYER_ACTION
-    (all of them at reset)."""
+    """What the game said since this player last looked: the messages from the server's
+    ``new_messages_from`` mark on, less the raw moves (each move's description stays). In a
+    game with other players, more happens after the player's move than the reply to it (a
+    showdown, the next round's card, then the opponent's move): all of it is the player's.
+    Without the mark, the messages after the last PLAYER_ACTION (all of them at reset)."""
     messages = _messages(observation)
+    start = (_field(observation, "metadata") or {}).get("new_messages_from")
+    if isinstance(start, int) and 0 <= start <= len(messages):
+        return [m for m in messages[start:] if _field(m, "category") != "PLAYER_ACTION"]
     last = max((i for i, m in enumerate(messages) if _field(m, "category") == "PLAYER_ACTION"), default=-1)
     return messages[last + 1 :]
 
