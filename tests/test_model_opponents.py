@@ -27,7 +27,7 @@ def _records(out):
 
 
 def test_self_plays_both_seats_of_tic_tac_toe_and_kuhn_poker_to_the_end(tmp_path, capsys):
-    """The scripted model (the first legal move it is shown) in every seat: real games, played out."""
+    """The scripted model (the strong seat player, reading its own conversation) in every seat: real games, played out."""
     out = tmp_path / "self"
     assert _eval(out, "scripted", "self", "TicTacToe-v0,KuhnPoker-v0", 2, 12) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
@@ -106,14 +106,30 @@ def test_replay_plays_the_recorded_opponent_moves_and_finds_a_changed_one(tmp_pa
     lines = (out / "episodes.jsonl").read_text().splitlines()
     changed = json.loads(lines[0])
     first = changed["opponent_moves"][0]
-    taken = {c["arguments"]["message"] for c in changed["tool_calls"]} | {
-        m["move"] for m in changed["opponent_moves"]
-    }
-    free = next(f"[{i}]" for i in range(9) if f"[{i}]" not in taken)
-    first["reply"] = first["move"] = free
+    later = changed["tool_calls"][-1]["arguments"]["message"]  # a cell the model takes later on
+    assert len(changed["tool_calls"]) >= 2 and later != first["move"]
+    first["reply"] = first["move"] = later
     lines[0] = json.dumps(changed)
     (out / "episodes.jsonl").write_text("\n".join(lines) + "\n")
     report = replay_run(out)
     episode = next(e for e in report.episodes if e.episode_id == changed["episode_id"])
     assert report.identical == 1 and not episode.identical and episode.skipped is None
     assert episode.first_difference is not None, episode
+
+
+def test_the_scripted_model_plays_the_strong_seat_players_from_its_conversation(tmp_path, capsys):
+    """`--model scripted` (what `sft` demonstrates and `check` plays) reads the board, the card
+    and the moves from its own conversation and plays the strong player: Tic-Tac-Toe minimax
+    never loses, and Nim and Connect Four get legal moves in their own syntax."""
+    out = tmp_path / "strong"
+    code = cli_main(
+        ["eval", "--env", "textarena", "--model", "scripted", "--opponent", "random",
+         "--tasks", "TicTacToe-v0,Nim-v0,ConnectFour-v0", "--episodes", "6", "--max-turns", "30",
+         "--out", str(out), "--no-progress"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    records = _records(out)
+    outcomes = {(r["task"], r["verify_metrics"]["outcome"]) for r in records}
+    assert ("TicTacToe-v0", "loss") not in outcomes, outcomes
+    assert not any(r["verify_metrics"]["invalid_move"] for r in records), outcomes
+    assert all(r["verify_metrics"]["outcome"] in ("win", "draw", "loss") for r in records)

@@ -7,7 +7,10 @@ moves in the assistant's replies) and answers with a move in the game's syntax:
 - Wordle: `wordle.next_guess` (a candidate filter; 32/32 wins on seeds 0-31 of Wordle-v0);
 - Mastermind: the first code consistent with every black/white peg answer;
 - GuessTheNumber: bisection on the higher/lower hints;
-- TowerOfHanoi: the optimal next move from the board shown last.
+- TowerOfHanoi: the optimal next move from the board shown last;
+- the two-player games with a strong seat player (`opponents.scripted_move`: Kuhn Poker's
+  equilibrium, Tic-Tac-Toe minimax, Nim's nim-sum, Connect Four win-or-block), read from the
+  seat's own conversation; other games that list their legal moves: the first listed.
 
 Other games raise `NoScriptedMove` (ValueError): the scripted backend answers its fallback.
 """
@@ -15,11 +18,13 @@ Other games raise `NoScriptedMove` (ValueError): the scripted backend answers it
 from __future__ import annotations
 
 import itertools
+import random
 import re
+import zlib
 from collections.abc import Callable
 from typing import Any
 
-from envharness.envs.textarena import wordle
+from envharness.envs.textarena import opponents, wordle
 
 Message = dict[str, Any]
 
@@ -142,6 +147,35 @@ PLAYERS: list[tuple[str, Callable[[list[Message], str], str]]] = [
 ]
 
 
+#: (a phrase of a two-player game's prompt, its id for `opponents.scripted_move`).
+SEATED: list[tuple[str, str]] = [
+    ("game of kuhn poker", "KuhnPoker-v0"),
+    ("in tic tac toe", "TicTacToe-v0"),
+    ("welcome to nim", "Nim-v0"),
+    ("in connect four", "ConnectFour-v0"),
+]
+#: Where a game's board starts: the board runs over several paragraphs and is read whole.
+_BOARD_HEADINGS = ("Current Board:", "Current Pile:", "Board state:")
+
+
+def _seat_view(messages: list[Message]) -> dict[str, Any]:
+    """The conversation as the seat's observation `opponents` reads: the game's messages (the
+    paragraphs of the game's text, as the session joined them), the last board kept whole."""
+    text = "\n\n".join(_text(m) for m in messages if m.get("role") != "assistant")
+    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    for i in range(len(paragraphs) - 1, -1, -1):
+        if paragraphs[i].strip().endswith(_BOARD_HEADINGS):
+            paragraphs[i:] = ["\n\n".join(paragraphs[i:])]
+            break
+    return {"messages": [{"category": "", "content": p} for p in paragraphs]}
+
+
+def _seated(messages: list[Message], env_id: str, text: str) -> str:
+    """The strong player's move; its coin flips (Kuhn Poker's bluffs) seeded by the conversation,
+    so a demonstration replays."""
+    return opponents.scripted_move(env_id, _seat_view(messages), random.Random(zlib.crc32(text.encode())))
+
+
 #: A game that lists the legal moves (TicTacToe's "Available Moves: '[0]', ...", Kuhn Poker's
 #: "Your available actions are: '[check]', '[bet]'"): its latest listing.
 LISTED_MOVES = re.compile(r"(?:available moves|available actions are):\s*((?:'\[[^\]]+\]'(?:,\s*)?)+)", re.I)
@@ -149,12 +183,16 @@ LISTED_MOVES = re.compile(r"(?:available moves|available actions are):\s*((?:'\[
 
 def scripted_move(messages: list[Message]) -> str:
     """The next move for the game in `messages` (raises `NoScriptedMove` for other games): a
-    solver for the single-player games, else the first of the moves the game lists."""
+    solver for the single-player games, the strong seat player for the two-player games that
+    have one, else the first of the moves the game lists."""
     text = game_text(messages)
     lowered = text.lower()
     for phrase, player in PLAYERS:
         if phrase in lowered:
             return player(messages, text)
+    for phrase, env_id in SEATED:
+        if phrase in lowered:
+            return _seated(messages, env_id, text)
     listings = LISTED_MOVES.findall(text)
     if listings:
         return re.findall(r"\[[^\]]+\]", listings[-1])[0]
