@@ -310,3 +310,20 @@ def test_clocks_and_episode_ids_are_not_compared():
     assert first_difference(stable(a), stable(b)) is None
     assert first_difference(stable(a), stable({**b, "goal": "y"})) == ".goal: 'x' vs 'y'"
     assert first_difference({"r": 0.9998}, {"r": 0.9999}, tol=0.01) is None
+
+
+def test_two_player_games_are_checked_against_the_servers_player(capsys):
+    """`check` on two-player games seats the environment's first server-played opponent (a
+    legal random move): every contract check passes, the scripted player's games are tallied
+    (strong play may lose a poker hand, never by an invalid move), and the floor plays every
+    episode instead of crashing on an empty seat. Single-player games beside them are refused."""
+    tasks = "KuhnPoker-v0,TicTacToe-v0"
+    assert cli_main(["check", "textarena", "--tasks", tasks]) == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "against the server's random player" in printed
+    assert "PASS  scripted_policy_wins: won " in printed and "game(s) against the opponent" in printed
+    assert cli_main(["check", "textarena", "--floor", "--tasks", tasks, "--no-progress"]) == 0
+    floor = capsys.readouterr().out
+    assert "crashed" not in floor and "noop 0.0%" in floor and "hostile 0.0%" in floor, floor
+    assert cli_main(["check", "textarena", "--tasks", "KuhnPoker-v0,Wordle-v0"]) == 2
+    assert "check them in separate runs" in capsys.readouterr().err

@@ -320,6 +320,9 @@ def check_scripted(pg: Playground, plays: list[Play]) -> tuple[str, str]:
             SKIP,
             f"the scripted policy has no move on any checked task ({getattr(plays[0].policy, 'problem', '')})",
         )
+    games = [p for p in covered if _outcome(p) is not None]
+    if games:  # against an opponent: a strong policy can lose a game, never by its own fault
+        return _check_scripted_games(games, note)
     lost = [p for p in covered if not episode_success(p.result)]
     if lost:
         why = "; ".join(
@@ -332,6 +335,33 @@ def check_scripted(pg: Playground, plays: list[Play]) -> tuple[str, str]:
         PASS,
         f"won {len(covered)}/{len(covered)} episode(s) on {len({p.task for p in covered})} task(s){note}",
     )
+
+
+def _outcome(play: Play) -> str | None:
+    """A seated game's outcome for the checked seat (win, draw, loss, unfinished); None elsewhere."""
+    verify = play.result.verify
+    return (verify.metrics or {}).get("outcome") if verify is not None else None
+
+
+def _check_scripted_games(games: list[Play], note: str) -> tuple[str, str]:
+    """Games against an opponent: every game finished, without an invalid move or an error of
+    the scripted policy's, and at least one won (a win is reachable and reported as one)."""
+    faults = [
+        f"{p.task} seed {p.seed}: "
+        + (
+            p.result.error
+            or ("an invalid move" if p.result.verify.metrics.get("invalid_move") else "unfinished")
+        )
+        for p in games
+        if p.result.error or p.result.verify.metrics.get("invalid_move") or _outcome(p) == "unfinished"
+    ]
+    if faults:
+        return FAIL, f"against the opponent: {'; '.join(faults[:5])}{note}"
+    tally = {o: sum(_outcome(p) == o for p in games) for o in ("win", "draw", "loss")}
+    said = f"won {tally['win']}, drew {tally['draw']}, lost {tally['loss']} of {len(games)} game(s) against the opponent"
+    if not tally["win"]:
+        return FAIL, f"{said}: no win, so success is never reported{note}"
+    return PASS, f"{said} (strong play may lose a game; none ended by its own fault){note}"
 
 
 async def check_task_list(pg: Playground, plays: list[Play]) -> tuple[str, str]:

@@ -139,6 +139,44 @@ class Playground:
         return chosen
 
 
+def seated_options(
+    env: str, options: dict[str, Any], names: Sequence[str], opponent: str, seat: str, running: bool
+) -> tuple[dict[str, Any], str | None]:
+    """The server options with the opponent a multi-player task is checked against, and that
+    opponent's name (None: the tasks are single-player). Without `opponent`, the environment's
+    first server-played one (a legal random move for TextArena): a game needs its other seats
+    filled before any policy can play it."""
+    from envharness.harness.opponents import check_running_servers, plan_seats
+
+    pg = playground(env, options)
+    harness = pg.harness
+    if harness is None or harness.players is None:
+        if opponent:
+            raise CheckSetupError(f"--opponent {opponent}: every task of {env} is played by one agent alone")
+        return options, None
+    tasks = pg.tasks(names)
+    if not opponent and not any(harness.players(task)[0] >= 2 for task in tasks):
+        return options, None
+    alone = [task for task in tasks if harness.players(task)[1] < 2]
+    if alone and not opponent:
+        raise CheckSetupError(
+            f"{', '.join(alone)}: single-player, beside multi-player games that need an opponent: "
+            "check them in separate runs"
+        )
+    opponent = opponent or (harness.server_opponents[0] if harness.server_opponents else "")
+    try:
+        plan = plan_seats(harness, tasks, opponent, seat)
+        check_running_servers(plan, opponent, options, running)
+    except ValueError as exc:
+        raise CheckSetupError(str(exc)) from None
+    if plan.client_opponent is not None:
+        raise CheckSetupError(
+            f"--opponent {opponent}: check plays an opponent the server plays "
+            f"({' or '.join(harness.server_opponents)})"
+        )
+    return {**options, **plan.server_options}, opponent
+
+
 def playground(env: str, options: dict[str, Any] | None = None) -> Playground:
     """The environment's parts from the registry (no server yet); CheckSetupError when unknown."""
     from envharness.core.registry import env_harness, get_spec

@@ -94,14 +94,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RATE",
         help="exit 1 when a policy's success rate on a task is above RATE (default: report only)",
     )
+    parser.add_argument(
+        "--opponent",
+        default="",
+        metavar="SPEC",
+        help="who plays the other seats of multi-player games: an opponent the server plays "
+        "(default: the environment's first, a legal random move for TextArena)",
+    )
+    parser.add_argument(
+        "--seat", default="alternate", metavar="0|1|alternate|random", help="the seat the policies play"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (floor)")
 
 
 def run(args: argparse.Namespace) -> int:
     from envharness.check import CheckSetupError
+    from envharness.check.playground import seated_options
 
     try:
         env_options = options.env_options(args.env_options)
+        env_options, opponent = seated_options(
+            args.env, env_options, args.tasks or [], args.opponent, args.seat, bool(args.env_url)
+        )
+        if opponent:
+            print(f"multi-player games: the checked seat plays against the server's {opponent} player")
         return run_floor(args, env_options) if args.floor else run_contract(args, env_options)
     except CheckSetupError as exc:
         print(f"envharness check: {exc}", file=sys.stderr)
