@@ -6,6 +6,7 @@
     envharness eval --model openai:gpt-4o-mini@https://api.openai.com/v1 --out runs/gpt
     envharness eval --out runs/gpt --resume                   # finish an interrupted run
     envharness eval --compare runs/smol runs/gpt              # per-task side by side
+    envharness eval --env textarena --tasks KuhnPoker-v0 --league embedded runs/a/final random   # ratings
     envharness eval --model openai:qwen-vl@http://127.0.0.1:8000/v1 --vision   # screenshots in the prompts
     envharness eval --env textarena --tasks Wordle-v0 --model scripted        # another environment
 
@@ -32,6 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar=("RUN_A", "RUN_B"),
         help="print two runs' results side by side, run nothing",
     )
+    parser.add_argument(
+        "--league",
+        nargs="+",
+        metavar="PLAYER",
+        help="a round robin on multi-player games: model specs, scripted, or a player the server "
+        "seats (random); --episodes games per pairing and task; prints ratings",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
@@ -54,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"envharness eval --compare: {exc}", file=sys.stderr)
             return 2
         return 0
+
+    if args.league:
+        return run_league(args)
 
     from envharness.cli.interrupts import InterruptGuard, resume_command, say_interrupted
     from envharness.core.launchers import LaunchError
@@ -108,4 +119,27 @@ def run(args: argparse.Namespace) -> int:
             f"warning: {crashed} episode(s) crashed (see `error` in episodes.jsonl); --resume reruns them",
             file=sys.stderr,
         )
+    return 0
+
+
+def run_league(args: argparse.Namespace) -> int:
+    """`--league`: every pairing an eval run against `--opponent`, then the ratings table."""
+    from envharness.core.launchers import LaunchError
+    from envharness.core.registry import env_harness
+    from envharness.eval.league import format_league, run_league as play
+    from envharness.eval.runner import run_eval
+
+    config = config_from_args(args)
+    if config.opponent:
+        print("envharness eval: --league chooses the opponents; leave out --opponent", file=sys.stderr)
+        return 2
+    options.set_threads(args.threads)
+    try:
+        served = env_harness(config.env, config.env_options).server_opponents
+        league = play(config, args.league, served, run_eval)
+    except (ValueError, KeyError, LaunchError) as exc:
+        print(f"envharness eval --league: {exc}", file=sys.stderr)
+        return 2
+    print(format_league(league))
+    print(f"\n  league:   {config.out}/league.json (each pairing's run in its own folder there)")
     return 0
