@@ -183,3 +183,32 @@ async def test_mcp_tools_play_a_game(server):
         assert empty.isError
         whole = await session.call_tool("observation", {})
         assert "The target number is" in whole.content[0].text and whole.structuredContent["done"] is True
+
+
+async def test_mcp_tools_play_a_two_player_game_against_the_servers_player(server):
+    """MCP's reset takes `opponent` and `seat`: an MCP client plays its seat of Tic-Tac-Toe
+    against the scripted player (the strong move read from the conversation, as `--model scripted`
+    plays), seeing only its own view; minimax against minimax draws."""
+    async with (
+        streamable_http_client(f"{server.base_url}/mcp") as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        first = await session.call_tool(
+            "reset", {"task": "TicTacToe-v0", "seed": 3, "opponent": "scripted", "seat": "1"}
+        )
+        assert not first.isError and "You are Player 1" in first.content[0].text
+        conv = [{"role": "user", "content": first.content[0].text}]
+        for _ in range(9):
+            move = scripted_move(conv)
+            result = await session.call_tool("send", {"message": move})
+            assert not result.isError and "Player 0 attempted an invalid move" not in result.content[0].text
+            conv += [
+                {"role": "assistant", "content": move},
+                {"role": "user", "content": result.content[0].text},
+            ]
+            if result.structuredContent["done"]:
+                break
+        assert result.structuredContent["done"] and result.structuredContent["reward"] == 0.0  # a draw
+        refused = await session.call_tool("reset", {"task": "TicTacToe-v0", "opponent": "gpt"})
+        assert refused.isError

@@ -115,3 +115,41 @@ def test_web_page_is_off_unless_asked_and_needs_the_token():
     with LocalServer(app) as server:
         assert httpx.get(f"{server.base_url}/web").status_code == 401
         asyncio.run(play(server.base_url))
+
+
+def test_web_page_plays_a_two_player_game_against_the_servers_player_or_both_seats_by_hand():
+    """TextArena on /web: the page offers the environment's reset options (opponent, seat); a
+    person plays seat 0 of Tic-Tac-Toe against the scripted player, or both seats in turn."""
+    app = create_app(make_factory("textarena"), name="textarena", web=True)
+
+    async def play(base_url: str) -> None:
+        async with async_playwright() as p:
+            browser, page, errors = await open_page(p, f"{base_url}/web")
+            await page.select_option("#task", "TicTacToe-v0")
+            await page.select_option("#opt-opponent", "scripted")
+            await page.select_option("#opt-seat", "0")
+            await page.fill("#seed", "0")
+            await page.click("#reset")
+            await page.wait_for_function("document.getElementById('goal').textContent.includes('Player 0')")
+            await page.fill("#action", "[4]")
+            await page.press("#action", "Enter")
+            await page.wait_for_function("document.getElementById('step-count').textContent === '1'")
+            text = await page.text_content("#axtree")
+            assert '"sender_id": 1' in text and " X |" in text  # the scripted player answered in seat 1
+            assert await page.text_content("#error") == "" and await page.text_content("#done") == "no"
+            assert "You are Player 1" not in await page.text_content("#goal")
+
+            await page.select_option("#opt-opponent", "")  # nobody in the other seat: both by hand
+            await page.select_option("#opt-seat", "")
+            await page.click("#reset")
+            await page.wait_for_function("document.getElementById('step-count').textContent === '0'")
+            await page.wait_for_function("document.getElementById('goal').textContent.includes('Player 0')")
+            await page.fill("#action", "[4]")
+            await page.press("#action", "Enter")
+            await page.wait_for_function("document.getElementById('goal').textContent.includes('Player 1')")
+            assert await page.text_content("#error") == ""
+            assert not errors, errors
+            await browser.close()
+
+    with LocalServer(app) as server:
+        asyncio.run(play(server.base_url))

@@ -54,7 +54,8 @@ def env_web_info(name: str) -> dict[str, Any]:
     (a task picker), ``actions`` (name, signature, description, example), ``action_field``
     (the typed text goes into this action field; otherwise the action is typed as JSON),
     ``goal_field`` / ``text_field`` (observation fields shown as goal and page text), ``bids``
-    (page text lines with ``[bid]`` are clickable), ``screenshots``, ``action_note``."""
+    (page text lines with ``[bid]`` are clickable), ``screenshots``, ``action_note``,
+    ``reset_options`` (name, choices, hint: more reset arguments the page offers, e.g. an opponent)."""
     from envharness.core.registry import get_spec
 
     try:

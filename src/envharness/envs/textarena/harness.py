@@ -94,7 +94,12 @@ def web_info() -> dict[str, Any]:
         "text_field": "messages",
         "bids": False,
         "screenshots": False,
-        "action_note": "Type the move in the game's own format, e.g. [crane] for Wordle; the prompt says which.",
+        "action_note": "Type the move in the game's own format, e.g. [crane] for Wordle; the prompt says which. "
+        "A two-player game without an opponent: you play every seat in turn (the prompt says whose turn).",
+        "reset_options": [
+            {"name": "opponent", "choices": ["", "random", "scripted"], "hint": "who plays the other seats"},
+            {"name": "seat", "choices": ["", "0", "1", "alternate", "random"], "hint": "your seat"},
+        ],
     }
 
 

@@ -20,10 +20,12 @@ from envharness.mcp.toolset import EnvToolset
 RESET_TOOL = types.Tool(
     name="reset",
     description=(
-        "Start a new TextArena game and return its prompt. `task` is a single-player game id "
+        "Start a new TextArena game and return its prompt. `task` is a game id: single-player "
         "(Wordle-v0, Mastermind-v0, GuessTheNumber-v0, TowerOfHanoi-v0, Hangman-v0, ...; default: the "
-        "server's game); `seed` replays the same game; `game_kwargs` are the game's arguments "
-        '(e.g. {"word_length": 6} for Wordle).'
+        "server's game) or two-player (KuhnPoker-v0, TicTacToe-v0, Nim-v0, ConnectFour-v0, ...) with "
+        "`opponent` for the other seat (random: a legal move; scripted: a strong player) and `seat` "
+        "(0, 1, alternate or random); `seed` replays the same game, opponent moves included; "
+        '`game_kwargs` are the game\'s arguments (e.g. {"word_length": 6} for Wordle).'
     ),
     inputSchema={
         "type": "object",
@@ -31,6 +33,12 @@ RESET_TOOL = types.Tool(
             "task": {"type": "string", "description": "game id, e.g. 'Wordle-v0'"},
             "seed": {"type": "integer", "minimum": 0, "description": "same seed, same game"},
             "game_kwargs": {"type": "object", "description": "the game's keyword arguments"},
+            "opponent": {
+                "type": "string",
+                "enum": ["random", "scripted"],
+                "description": "who plays the other seats",
+            },
+            "seat": {"type": "string", "description": "your seat: 0, 1, alternate (by seed) or random"},
         },
         "additionalProperties": False,
     },
@@ -66,7 +74,7 @@ class TextArenaToolset(EnvToolset):
     ) -> types.CallToolResult:
         if name == "reset":
             options: dict[str, Any] = dict(arguments.get("game_kwargs") or {})
-            options.update({k: arguments[k] for k in ("task", "seed") if k in arguments})
+            options.update({k: arguments[k] for k in ("task", "seed", "opponent", "seat") if k in arguments})
             observation = await handle.reset(options)
             return await _result(handle, observation, opening_text(observation))
         if handle.last is None:
