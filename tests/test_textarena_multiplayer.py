@@ -265,4 +265,32 @@ def test_the_player_reads_everything_said_to_it_between_its_moves(seed):
         if re.match(r"### Starting round [123] out of 3 rounds\. Your card", m.content)
     }
     assert len(dealt) == 3 and all(any(card in text for text in read) for card in dealt), (dealt, read)
-    assert not any("submitted move: '[check]'." == text for text in read[1:])  # never the own move alone
+    assert not any(text == "submitted move: '[check]'." for text in read[1:])  # never the own move alone
+
+
+def test_a_session_plays_against_the_model_the_server_was_started_with():
+    """`serve textarena --option opponent_model=tiny`: a client asks for `opponent="model"` and
+    plays its seat against that model over the wire (the model's moves, good or bad, go to the
+    game). Only the operator names the model: a client's `opponent_model` is a game argument
+    the game refuses, and a server without one refuses `opponent="model"` in words."""
+    with (
+        LocalServer("textarena", opponent_model="tiny") as server,
+        GenericEnvClient(base_url=server.base_url).sync() as env,
+    ):
+        result = env.reset(task="TicTacToe-v0", seed=2, opponent="model", seat=0)
+        assert result.observation["seat"] == 0 and env.state()["opponent"] == "model:tiny"
+        turns = 0
+        while not result.done and turns < 9:
+            listed = re.findall(r"'(\[\d\])'", result.observation["messages"][-1]["content"])
+            result = env.step({"message": listed[0] if listed else "[4]"})
+            turns += 1
+        senders = {m["sender_id"] for m in result.observation["messages"] if m["category"] == "PLAYER_ACTION"}
+        assert result.done and senders == {0, 1}  # the model moved in seat 1
+        with pytest.raises(RuntimeError, match="does not take these arguments.*opponent_model"):
+            env.reset(task="TicTacToe-v0", opponent="random", opponent_model="/etc/passwd")
+    with (
+        LocalServer("textarena") as server,
+        GenericEnvClient(base_url=server.base_url).sync() as env,
+        pytest.raises(RuntimeError, match="this server seats no model"),
+    ):
+        env.reset(task="TicTacToe-v0", opponent="model")

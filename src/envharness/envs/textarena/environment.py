@@ -23,6 +23,7 @@ reward in ``info["rewards"]`` (index = player id) and ``reward`` the mover's own
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import uuid
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class TextArenaConfig:
     #: client plays every seat.
     opponent: str | None = None
     seat: int | str | None = None
+    #: The server's model for ``opponent="model"`` (`model_player.ModelPlayer`), shared.
+    model_player: Any = None
 
 
 class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
@@ -107,7 +110,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         if players > 1:  # the server's seating applies to its multi-player games only
             opponent = self.config.opponent if opponent is None else opponent
             seat = self.config.seat if seat is None else seat
-        table = seats.seat_table(chosen, players, seed, opponent, seat)
+        table = seats.seat_table(chosen, players, seed, opponent, seat, self.config.model_player)
         game = games.make_game(chosen, game_kwargs)
         try:
             self._rng.run(seed, lambda: game.reset(num_players=players, seed=seed))
@@ -190,7 +193,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
                 return done, info
             player = self._current()
             self._drain(player)
-            move = self._table.move(self._state.env_id, {"messages": self._logs[player]})
+            move = self._table.move(self._state.env_id, {"messages": self._logs[player]}, player)
             done, info = self._play(move)
         raise RuntimeError(
             f"the opponents made {MAX_OPPONENT_MOVES} moves in a row without ending their turn"
@@ -303,6 +306,8 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         """A move runs on the event loop: textarena's single-player steps cost less than a hop
         to a worker thread does. Resets, which may
         build a game (seconds for the word games' dictionaries), stay in a thread."""
+        if self._table is not None and self._table.model is not None:  # a model's turn takes seconds
+            return await asyncio.to_thread(self.step, action)
         return self.step(action)
 
     @property

@@ -10,7 +10,9 @@ variables, which are read from the server's environment as OpenEnv's textarena_e
 ``TEXTARENA_MAX_TURNS``     ``max_turns``: the episode ends (``info["truncated"]``) after
                             that many moves (OpenEnv stores it without enforcing it)
 ``opponent``, ``seat``       options only: who plays the seats of a multi-player game that the
-                            client does not (``random``, ``scripted``; `seats.py`)
+                            client does not (``random``, ``scripted``, ``model``; `seats.py`)
+``opponent_model``          option only: the model ``opponent=model`` seats (a ``--model`` spec,
+                            loaded once when the server starts; `model_player.py`)
 ``TEXTARENA_KW_<name>``     ``game_kwargs[name]``, passed to ``ta.make``; values are JSON
                             when they parse (``5``, ``true``, ``[1, 2]``), text otherwise
 ==========================  ===========================================================
@@ -89,8 +91,21 @@ class TextArenaEnvironmentFactory:
                 game_kwargs=dict(self.config.game_kwargs),
                 opponent=self.config.opponent,
                 seat=self.config.seat,
+                model_player=self.config.model_player,
             )
         )
+
+
+def _model_player(spec: str) -> Any:
+    """The server's model for ``opponent=model``, loaded once (None without ``opponent_model``)."""
+    if not spec:
+        return None
+    from envharness.envs.textarena.model_player import ModelPlayer
+
+    try:
+        return ModelPlayer(spec)
+    except (ValueError, OSError, RuntimeError, ImportError) as exc:
+        raise TextArenaConfigError(f"opponent_model={spec}: {exc}") from None
 
 
 def make_environment_factory(
@@ -114,6 +129,7 @@ def make_environment_factory(
         if name in options:
             merged[name] = options.pop(name)
     seating = {name: options.pop(name) for name in ("opponent", "seat") if name in options}
+    model_spec = str(options.pop("opponent_model", "") or "").strip()
     kwargs.update({k: _json_or_text(v) if isinstance(v, str) else v for k, v in options.items()})
     env_id = games.check_env_id(str(merged.get("env_id") or "Wordle-v0"))
     num_players = _positive_int("num_players", merged.get("num_players", games.player_counts(env_id)[0]))
@@ -128,11 +144,12 @@ def make_environment_factory(
         num_players=num_players,
         max_turns=None if max_turns is None else _positive_int("max_turns", max_turns),
         game_kwargs=kwargs,
+        model_player=_model_player(model_spec),
         **seating,
     )
     if config.opponent is not None:  # checked here whatever the default game is
         try:
-            seats.seat_table("KuhnPoker-v0", 2, 0, config.opponent, config.seat)
+            seats.seat_table("KuhnPoker-v0", 2, 0, config.opponent, config.seat, config.model_player)
         except ValueError as exc:
             raise TextArenaConfigError(f"{exc} (--option opponent / seat)") from None
     try:

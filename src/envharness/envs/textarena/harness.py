@@ -97,7 +97,11 @@ def web_info() -> dict[str, Any]:
         "action_note": "Type the move in the game's own format, e.g. [crane] for Wordle; the prompt says which. "
         "A two-player game without an opponent: you play every seat in turn (the prompt says whose turn).",
         "reset_options": [
-            {"name": "opponent", "choices": ["", "random", "scripted"], "hint": "who plays the other seats"},
+            {
+                "name": "opponent",
+                "choices": ["", "random", "scripted", "model"],
+                "hint": "who plays the other seats (model: the server's --option opponent_model)",
+            },
             {"name": "seat", "choices": ["", "0", "1", "alternate", "random"], "hint": "your seat"},
         ],
     }

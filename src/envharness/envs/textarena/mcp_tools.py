@@ -35,7 +35,7 @@ RESET_TOOL = types.Tool(
             "game_kwargs": {"type": "object", "description": "the game's keyword arguments"},
             "opponent": {
                 "type": "string",
-                "enum": ["random", "scripted"],
+                "enum": ["random", "scripted", "model"],
                 "description": "who plays the other seats",
             },
             "seat": {"type": "string", "description": "your seat: 0, 1, alternate (by seed) or random"},

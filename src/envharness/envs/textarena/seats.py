@@ -5,6 +5,8 @@
 seat with a scripted player (`opponents.POLICIES`) and hands the client only its own seat's
 view and reward. Any client then plays two-player games as it plays Wordle: ``eval`` and
 ``train`` through ``--env-option opponent=scripted``, MCP, ``/web``, TRL's environment_factory.
+``opponent="model"`` seats the model the server was started with (``--option opponent_model=SPEC``,
+`model_player.py`).
 
 The seat defaults to ``alternate`` (seed modulo the number of players), so a run over
 consecutive seeds plays each seat equally and the first mover's edge cancels; ``random``
@@ -22,6 +24,8 @@ from envharness.core.environment import InvalidOptions
 from envharness.envs.textarena import games, opponents
 
 SEAT_CHOICES = ("alternate", "random")
+#: The opponent kind that seats the server's model (`model_player.py`).
+MODEL = "model"
 
 
 @dataclass
@@ -31,20 +35,33 @@ class Table:
     seat: int
     opponent: str
     rng: random.Random
+    #: ``opponent="model"``: the server's model, one conversation per seat it plays
+    #: (`model_player.ModelSeats`).
+    model: Any = None
 
-    def move(self, env_id: str, view: Any) -> str:
+    def move(self, env_id: str, view: Any, player: int) -> str:
+        if self.model is not None:
+            return self.model.move(player, view)
         return opponents.POLICIES[self.opponent](env_id, view, self.rng)
 
 
-def seat_table(env_id: str, num_players: int, seed: int, opponent: Any, seat: Any) -> Table | None:
+def seat_table(
+    env_id: str, num_players: int, seed: int, opponent: Any, seat: Any, model: Any = None
+) -> Table | None:
     """The seating of one game, or None when the client plays every seat (no opponent).
-    Bad values are refused in words (InvalidOptions)."""
+    Bad values are refused in words (InvalidOptions). `model`: the server's `ModelPlayer`."""
     if opponent in (None, "", "none"):
         if seat not in (None, "", "alternate"):
             raise InvalidOptions("seat needs an opponent for the other seats (opponent=random or scripted)")
         return None
-    if opponent not in opponents.POLICIES:
-        raise InvalidOptions(f"unknown opponent {opponent!r}: one of {', '.join(opponents.POLICIES)}")
+    if opponent == MODEL:
+        if model is None:
+            raise InvalidOptions(
+                "opponent=model: this server seats no model (start it with --option opponent_model=SPEC)"
+            )
+    elif opponent not in opponents.POLICIES:
+        kinds = [*opponents.POLICIES, *([MODEL] if model is not None else [])]
+        raise InvalidOptions(f"unknown opponent {opponent!r}: one of {', '.join(kinds)}")
     if num_players < 2:
         raise InvalidOptions(f"opponent={opponent}: {env_id} is a single-player game, there is no other seat")
     family = games.game_of(env_id) or env_id
@@ -54,7 +71,10 @@ def seat_table(env_id: str, num_players: int, seed: int, opponent: Any, seat: An
             "opponent=random plays a legal random move where the game lists its moves"
         )
     return Table(
-        seat=_seat(seat, num_players, seed), opponent=opponent, rng=random.Random(f"opponent-{seed}")
+        seat=_seat(seat, num_players, seed),
+        opponent=f"model:{model.spec}" if opponent == MODEL else opponent,
+        rng=random.Random(f"opponent-{seed}"),
+        model=model.seats() if opponent == MODEL else None,
     )
 
 
