@@ -140,13 +140,13 @@ class Playground:
 
 
 def seated_options(
-    env: str, options: dict[str, Any], names: Sequence[str], opponent: str, seat: str, running: bool
+    env: str, options: dict[str, Any], names: Sequence[str], opponent: str, seat_choice: str, running: bool
 ) -> tuple[dict[str, Any], str | None]:
     """The server options with the opponent a multi-player task is checked against, and that
     opponent's name (None: the tasks are single-player). Without `opponent`, the environment's
     first server-played one (a legal random move for TextArena): a game needs its other seats
     filled before any policy can play it."""
-    from envharness.harness.opponents import check_running_servers, plan_seats
+    from envharness.harness.opponents import seated_options as seat
 
     pg = playground(env, options)
     harness = pg.harness
@@ -165,8 +165,7 @@ def seated_options(
         )
     opponent = opponent or (harness.server_opponents[0] if harness.server_opponents else "")
     try:
-        plan = plan_seats(harness, tasks, opponent, seat)
-        check_running_servers(plan, opponent, options, running)
+        seated, plan = seat(harness, tasks, opponent, seat_choice, options, running)
     except ValueError as exc:
         raise CheckSetupError(str(exc)) from None
     if plan.client_opponent is not None:
@@ -174,7 +173,7 @@ def seated_options(
             f"--opponent {opponent}: check plays an opponent the server plays "
             f"({' or '.join(harness.server_opponents)})"
         )
-    return {**options, **plan.server_options}, opponent
+    return seated, opponent
 
 
 def playground(env: str, options: dict[str, Any] | None = None) -> Playground:

@@ -22,7 +22,7 @@ from typing import Any
 from envharness.cli import options
 from envharness.cli.declared import add_declared, from_args
 from envharness.core.declared import check_bounds
-from envharness.harness.opponents import plan_seats
+from envharness.harness.opponents import seated_options
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.sft import SFTRunConfig
 
@@ -114,7 +114,7 @@ def _seat_opponents(config: SFTRunConfig, harness: Any) -> dict[str, Any]:
     demonstrations' opponent. A model in the other seats plays the demonstrations only."""
     try:
         tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
-        plan = plan_seats(harness, tasks, config.opponent, config.seat)
+        options, plan = seated_options(harness, tasks, config.opponent, config.seat, config.env_options)
     except (ValueError, KeyError) as exc:
         raise TrainSetupError(str(exc)) from None
     if plan.client_opponent is not None and config.eval_every:
@@ -122,7 +122,7 @@ def _seat_opponents(config: SFTRunConfig, harness: Any) -> dict[str, Any]:
             f"--eval-every with --opponent {config.opponent}: the held-out evaluation plays an opponent "
             f"the server plays ({' or '.join(harness.server_opponents)})"
         )
-    return {**config.env_options, **plan.server_options}
+    return options
 
 
 def fine_tune(config: SFTRunConfig) -> dict:

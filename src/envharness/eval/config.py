@@ -11,7 +11,7 @@ from envharness.core.declared import check_bounds, option
 from envharness.core.registry import resolve_environment
 from envharness.eval.old_names import FILE_KEYS, OBSERVATION_TOKENS_FLAG
 from envharness.harness import run_options as shared
-from envharness.harness.opponents import check_running_servers, plan_seats
+from envharness.harness.opponents import seated_options
 from envharness.prompts import get_prompt_style
 
 
@@ -170,9 +170,11 @@ class EvalConfig:
 
     def _seat_opponents(self, harness: Any) -> None:
         """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
+        running = bool(self.env_url or self.env_urls)
         try:
-            plan = plan_seats(harness, self.tasks, self.opponent, self.seat)
-            check_running_servers(plan, self.opponent, self.env_options, bool(self.env_url or self.env_urls))
+            options, plan = seated_options(
+                harness, self.tasks, self.opponent, self.seat, self.env_options, running
+            )
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
         if plan.client_opponent is not None and harness.seat_client is None:
@@ -180,7 +182,7 @@ class EvalConfig:
                 f"--opponent {self.opponent}: {harness.env} cannot seat a model in the other seats; "
                 f"its server plays {' or '.join(harness.server_opponents)}"
             )
-        self.env_options = {**self.env_options, **plan.server_options}
+        self.env_options = options
 
     def to_json(self) -> dict[str, Any]:
         """The run's settings as config.json holds them (under the keys it always had)."""

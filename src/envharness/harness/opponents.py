@@ -81,6 +81,22 @@ def plan_seats(harness: EnvHarness, tasks: Sequence[str], opponent: str, seat: s
     raise ValueError(f"--opponent {opponent}: unknown; one of {', '.join(choices)}")
 
 
+def seated_options(
+    harness: EnvHarness,
+    tasks: Sequence[str],
+    opponent: str,
+    seat: str,
+    options: Mapping[str, Any],
+    running: bool = False,
+) -> tuple[dict[str, Any], SeatPlan]:
+    """`plan_seats` then `check_running_servers`: the server options with the seating an opponent
+    the server plays needs, and the plan (whose `client_opponent` the client must seat itself).
+    ValueError in words for bad input."""
+    plan = plan_seats(harness, tasks, opponent, seat)
+    check_running_servers(plan, opponent, options, running)
+    return {**options, **plan.server_options}, plan
+
+
 def check_running_servers(plan: SeatPlan, opponent: str, given: Mapping[str, Any], running: bool) -> None:
     """A run on servers it did not start (`--env-url(s)`) cannot give them the seating: unless
     ``--env-option`` says they were started with it, refuse in words with what to run."""
@@ -96,4 +112,12 @@ def check_running_servers(plan: SeatPlan, opponent: str, given: Mapping[str, Any
     )
 
 
-__all__ = ["SEAT_CHOICES", "SeatPlan", "check_running_servers", "check_seat", "is_model_spec", "plan_seats"]
+__all__ = [
+    "SEAT_CHOICES",
+    "SeatPlan",
+    "check_running_servers",
+    "check_seat",
+    "is_model_spec",
+    "plan_seats",
+    "seated_options",
+]
