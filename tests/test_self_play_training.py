@@ -17,6 +17,7 @@ from envharness.integrations.trl.checks import check_config
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds import SelfPlayRun
+from envharness.integrations.trl.kinds.self_play import plan_episodes
 from envharness.integrations.trl.training import train
 
 
@@ -122,3 +123,19 @@ def test_self_play_refuses_what_it_cannot_train_in_words(options, words):
     )
     with pytest.raises(TrainSetupError, match=words):
         check_config(config)
+
+
+def test_groups_pair_by_task_and_an_unpaired_group_still_plays_whole_games():
+    kuhn = [json.dumps({"task": "KuhnPoker-v0", "seed": s}) for s in (1, 1, 2, 2, 3, 3)]
+    ttt = [json.dumps({"task": "TicTacToe-v0", "seed": 4})] * 2
+    episodes = plan_episodes(kuhn + ttt, generations=2)
+    trained = {e.row: (e.task, e.seed, e.seat) for e in episodes if e.row is not None}
+    assert trained == {
+        0: ("KuhnPoker-v0", 1, 0), 1: ("KuhnPoker-v0", 1, 0), 2: ("KuhnPoker-v0", 1, 1), 3: ("KuhnPoker-v0", 1, 1),
+        4: ("KuhnPoker-v0", 3, 0), 5: ("KuhnPoker-v0", 3, 0), 6: ("TicTacToe-v0", 4, 0), 7: ("TicTacToe-v0", 4, 0),
+    }  # fmt: skip
+    played = [e for e in episodes if e.row is None]  # seat 1 of the unpaired groups' games
+    assert [(e.task, e.seed, e.seat) for e in played] == [("KuhnPoker-v0", 3, 1)] * 2 + [
+        ("TicTacToe-v0", 4, 1)
+    ] * 2
+    assert len({e.game for e in episodes}) == 6  # 3 seeds x 2 games, both seats of each

@@ -4,9 +4,9 @@ trained, each seat's turns its own trajectory with its own reward.
 Advantages are per role, as SPIRAL's role-conditioned advantage estimation (arXiv 2506.24119):
 a GRPO group is one (task, seed, seat), the G trajectories of that seat from G games of that
 seed, so TRL's per-group baseline is that seat's and a seat's built-in edge (moving first) is
-not learning signal. The rollout pairs the groups of a batch, (0, 1), (2, 3), ...: a pair plays
-the first group's seed, group 2k is seat 0 and group 2k+1 seat 1, and one set of G games feeds
-both. A group without a partner (an odd count) still plays G whole games, every seat by the
+not learning signal. The rollout pairs consecutive groups of a batch that play the same task:
+a pair plays its first group's seed, the first group is seat 0 and the second seat 1, and one
+set of G games feeds both. A group without a partner (an odd count) still plays G whole games, every seat by the
 policy, and keeps its own seat's trajectories. A step of N groups of G therefore plays
 ceil(N/2) * G games of a two-player game, each seat's turns sampled by the trained model.
 
@@ -58,15 +58,21 @@ def plan_episodes(prompts: list[Any], generations: int, players: int = 2) -> lis
     times) needs, in the order above."""
     groups = [prompts[i : i + generations] for i in range(0, len(prompts), generations)]
     episodes: list[SeatEpisode] = []
-    for first in range(0, len(groups), players):
-        pair = groups[first : first + players]
-        task, seed = parse_task_prompt(pair[0][0])
+    first = 0
+    while first < len(groups):
+        task, seed = parse_task_prompt(groups[first][0])
+        pair = [groups[first]]  # the next groups of the same task take the next seats
+        while len(pair) < players and first + len(pair) < len(groups):
+            if parse_task_prompt(groups[first + len(pair)][0])[0] != task:
+                break
+            pair.append(groups[first + len(pair)])
         for g in range(generations):
             game = f"{uuid.uuid4().hex[:8]}-g{g}"
             for seat in range(players):
                 in_batch = seat < len(pair) and g < len(pair[seat])
                 row = (first + seat) * generations + g if in_batch else None
                 episodes.append(SeatEpisode(str(task), seed, seat, game, row))
+        first += len(pair)
     return episodes
 
 
