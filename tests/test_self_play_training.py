@@ -139,3 +139,18 @@ def test_groups_pair_by_task_and_an_unpaired_group_still_plays_whole_games():
         ("TicTacToe-v0", 4, 1)
     ] * 2
     assert len({e.game for e in episodes}) == 6  # 3 seeds x 2 games, both seats of each
+
+
+def test_a_seat_whose_turns_run_out_ends_the_game_for_the_other_unfinished(tmp_path):
+    """--max-turns 1 on Tic-Tac-Toe: seat 0's one (invalid) move is its last, so seat 1 is never
+    handed a turn; its episode ends too (no seat waits forever), unfinished, reward 0."""
+    out = tmp_path / "run"
+    config = TrainConfig(
+        env="textarena", tasks=["TicTacToe-v0"], opponent="self", model="tiny", output_dir=str(out),
+        max_steps=1, num_generations=2, groups_per_step=2, max_completion_length=6, max_turns=1,
+    )  # fmt: skip
+    train(config)
+    records = _records(out)
+    assert len(records) == 4 and all(r["error"] is None for r in records)
+    assert all(r["verify_metrics"]["outcome"] == "unfinished" and r["env_reward"] == 0 for r in records)
+    assert {r["tokens"]["model"] > 0 for r in records if r["metrics"]["seat"] == 1} == {False}

@@ -162,7 +162,9 @@ def _chosen_port(profile: Path, timeout_s: float, process: subprocess.Popen) -> 
             return int(first)
         except (OSError, IndexError, ValueError):  # not written yet, or written halfway
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Chromium did not open a DevTools port within {timeout_s:.0f} s") from None
+                raise RuntimeError(
+                    f"Chromium did not open a DevTools port within {timeout_s:.0f} s"
+                ) from None
             time.sleep(0.05)
 
 
