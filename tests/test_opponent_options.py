@@ -147,9 +147,9 @@ def test_opponent_on_servers_the_run_does_not_start_says_how_to_start_them():
 
 
 def test_train_refuses_a_model_in_the_other_seats_eval_plays_it():
-    EvalConfig(out="x", env="textarena", tasks=["KuhnPoker-v0"], opponent="self", model="tiny").check()
-    with pytest.raises(TrainSetupError, match="a model in the other seats is not supported yet"):
-        check_config(TrainConfig(env="textarena", tasks=["KuhnPoker-v0"], opponent="self", model="tiny"))
+    EvalConfig(out="x", env="textarena", tasks=["KuhnPoker-v0"], opponent="tiny", model="tiny").check()
+    with pytest.raises(TrainSetupError, match="a model in the other seats is not supported yet in training"):
+        check_config(TrainConfig(env="textarena", tasks=["KuhnPoker-v0"], opponent="tiny", model="tiny"))
 
 
 def test_sft_demonstrations_and_held_out_play_the_opponent_asked_for(tmp_path, capsys):

@@ -121,6 +121,10 @@ class EnvHarness:
     #: and lets the `ModelSeats` play the others (`--opponent self` or a model); None: only
     #: `server_opponents` can sit in the other seats.
     seat_client: Callable[[Any, Any, str], Any] | None = None
+    #: (async client, number of players) -> one game whose ``views[seat]`` are each an async
+    #: client for one seat (`train --opponent self`: every seat played by the policy); None: no
+    #: self-play training.
+    seat_views: Callable[[Any, int], Any] | None = None
 
     def for_options(self, options: Mapping[str, Any] | None) -> EnvHarness:
         """This harness as it plays a server started with `options` (eval's and train's

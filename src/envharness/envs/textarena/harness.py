@@ -15,6 +15,7 @@ from envharness.envs.textarena import games
 from envharness.envs.textarena.client_seats import model_seated_client
 from envharness.envs.textarena.parsing import parse_move
 from envharness.envs.textarena.scripted import scripted_move
+from envharness.envs.textarena.seat_views import seat_game
 from envharness.envs.textarena.sessions import TextArenaSessionFactory, feedback_text
 from envharness.harness.env_harness import EnvHarness, TaskList
 
@@ -127,6 +128,7 @@ HARNESS = EnvHarness(
     server_opponents=("random", "scripted"),
     opponent_options=seating_options,
     seat_client=model_seated_client,
+    seat_views=seat_game,
 )
 
 

@@ -213,8 +213,9 @@ def _verify(transcript: list[Message], final_state: Any, last_result: Any, state
 
 def _seat_metrics(state: Any, last_result: Any) -> dict[str, Any]:
     """Against an opponent: the agent's seat, who played the others, the game's outcome for the
-    agent (win / draw / loss by the sign of its reward; unfinished: the turns ran out) and
-    whether the agent's invalid move ended it (eval's games table, `eval/games.py`)."""
+    agent (win / draw / loss by the sign of its reward; unfinished: the turns ran out or the
+    game was cut short) and whether the agent's invalid move ended it (eval's games table,
+    `eval/games.py`)."""
     seat = _field(state, "seat")
     if seat is None:
         return {}
@@ -223,7 +224,7 @@ def _seat_metrics(state: Any, last_result: Any) -> dict[str, Any]:
     done, reward = bool(last_result is not None and last_result.done), getattr(last_result, "reward", None)
     outcome = (
         "unfinished"
-        if not done or reward is None
+        if not done or reward is None or info.get("truncated")
         else "win"
         if reward > 0
         else "loss"

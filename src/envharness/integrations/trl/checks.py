@@ -88,9 +88,23 @@ def _seat_opponents(config: TrainConfig, env: ResolvedEnv) -> TrainConfig:
         check_running_servers(plan, config.opponent, config.env_options, running)
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
+    if plan.client_opponent == "self":
+        if config.agent:
+            raise TrainSetupError(
+                "--opponent self with --agent: an agent's own loop plays one seat; train without --agent"
+            )
+        if harness.seat_views is None:
+            raise TrainSetupError(
+                f"--opponent self: {harness.env} cannot show a game seat by seat for self-play"
+            )
+        if ranks.world_size() > 1:
+            raise TrainSetupError(
+                "--opponent self trains on one process; it cannot run as several processes yet"
+            )
+        return config
     if plan.client_opponent is not None:
         raise TrainSetupError(
-            f"--opponent {config.opponent}: a model in the other seats is not supported yet (self-play neither); "
+            f"--opponent {config.opponent}: a model in the other seats is not supported yet in training; "
             f"the server plays {' or '.join(harness.server_opponents)}"
         )
     return replace(config, env_options={**config.env_options, **plan.server_options})

@@ -5,6 +5,7 @@
     vision.py  `VisionRun`: a vision-language model on screenshots, `VisionGRPOTrainer`
     mix.py     `MixRun`: several environments, one server and rollout each, one batch
     agent.py   `AgentRun`: an agent that owns its loop, through the policy endpoint
+    self_play.py `SelfPlayRun`: every seat of a multi-player game played by the policy
 
 A new kind (many processes, players with opponents) is one more class here, listed in
 `RUN_KINDS` before the kinds it narrows; `train()` does not change.
@@ -17,11 +18,12 @@ from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds.agent import AgentRun
 from envharness.integrations.trl.kinds.base import RunKind, RunParts
 from envharness.integrations.trl.kinds.mix import MixRun
+from envharness.integrations.trl.kinds.self_play import SelfPlayRun
 from envharness.integrations.trl.kinds.text import TextRun
 from envharness.integrations.trl.kinds.vision import VisionRun
 
 #: Asked in order; the first that applies runs. The text run applies to any text model.
-RUN_KINDS: list[type[RunKind]] = [MixRun, AgentRun, VisionRun, TextRun]
+RUN_KINDS: list[type[RunKind]] = [MixRun, AgentRun, SelfPlayRun, VisionRun, TextRun]
 
 
 def pick_run(config: TrainConfig, vision: bool) -> RunKind:
@@ -32,4 +34,14 @@ def pick_run(config: TrainConfig, vision: bool) -> RunKind:
     return kind
 
 
-__all__ = ["RUN_KINDS", "AgentRun", "MixRun", "RunKind", "RunParts", "TextRun", "VisionRun", "pick_run"]
+__all__ = [
+    "RUN_KINDS",
+    "AgentRun",
+    "MixRun",
+    "RunKind",
+    "RunParts",
+    "SelfPlayRun",
+    "TextRun",
+    "VisionRun",
+    "pick_run",
+]
