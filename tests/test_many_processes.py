@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,57 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
 def test_more_processes_than_gpus_is_refused_before_any_starts():
     with pytest.raises(ValueError, match=r"--processes 4: this machine has \d GPU\(s\), one process per GPU"):
         ranks.launch(["train", "--device", "cuda"], 4, "cuda")
+
+
+DIE_AFTER_FIRST_STEP = """
+import os, threading, time
+from pathlib import Path
+
+if os.environ.get("RANK") == "1" and "TORCHELASTIC_RUN_ID" in os.environ:
+    log = Path(os.environ["DIE_WHEN_LOGGED"])
+
+    def die():  # a rank that crashes hard once the run has logged a step: no cleanup, no words
+        while not (log.exists() and log.read_text().strip()):
+            time.sleep(0.2)
+        os._exit(3)
+
+    threading.Thread(target=die, daemon=True).start()
+"""
+
+
+def group_left(pgid: int) -> list[str]:
+    """The processes of process group `pgid` still running (`ps`)."""
+    ps = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if line.split()[1] == str(pgid) and "Z" not in line.split()[2]]
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_stops_the_run_in_words_and_leaves_nothing_running(tmp_path):
+    # rank 1 exits hard after step 1 (a sitecustomize only this test puts on the path); rank 0
+    # is then waiting on it in a collective, and the run must end, say which rank died, and
+    # leave no rank or server behind
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(DIE_AFTER_FIRST_STEP)
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env.update(PYTHONPATH=os.pathsep.join([str(hook), env.get("PYTHONPATH", "")]),
+               DIE_WHEN_LOGGED=str(out / "train_log.jsonl"))  # fmt: skip
+    train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
+             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out), "--steps", "50"]  # fmt: skip
+    process = subprocess.Popen(train, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=500)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+    assert process.returncode == 1, stderr[-3000:]
+    assert "envharness train: rank 1 of 2 failed (exit code 3" in stderr
+    assert "Traceback" not in stderr  # words: neither the launcher's traceback nor rank 0's
+    assert "trained" not in stdout
+    assert len((out / "train_log.jsonl").read_text().splitlines()) < 50
+    deadline = time.monotonic() + 60  # a server told its parent is gone stops on its own
+    while group_left(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not group_left(process.pid)
