@@ -19,13 +19,14 @@ from envharness.integrations.trl.training import TrainConfig, TrainSetupError, c
 pytestmark = pytest.mark.timeout(600)
 STEP = Path(__file__).with_name("distributed_step.py")
 HELD_OUT = Path(__file__).with_name("distributed_held_out.py")
+VISION_STEP = Path(__file__).with_name("distributed_vision_step.py")
 
 
-def one_step(tmp_path: Path, processes: int, *args: str) -> dict:
+def one_step(tmp_path: Path, processes: int, *args: str, script: Path = STEP) -> dict:
     """The weights and gradient of one GRPO step on fixed episodes, as `processes` processes."""
-    out = tmp_path / f"p{processes}-{'-'.join(args)}.pt"
+    out = tmp_path / f"{script.stem}-p{processes}-{'-'.join(args)}.pt"
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    command = [sys.executable, *(launcher if processes > 1 else []), str(STEP), str(out), *args]
+    command = [sys.executable, *(launcher if processes > 1 else []), str(script), str(out), *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out)
@@ -55,6 +56,15 @@ def test_a_rank_without_signal_does_not_hang_the_step(tmp_path):
     one = one_step(tmp_path, 1, "dapo", "0", "one")
     assert one["grads"]
     assert_same_step(one, one_step(tmp_path, 2, "dapo", "0", "one"))
+
+
+@pytest.mark.slow
+def test_two_processes_take_the_vision_step_of_one(tmp_path):
+    # VisionGRPOTrainer, tiny Qwen2-VL, one screenshot an episode: each rank's loss pass gets the
+    # pixels of its own rows, and DDP's average equals the one-process step
+    one, two = one_step(tmp_path, 1, script=VISION_STEP), one_step(tmp_path, 2, script=VISION_STEP)
+    assert any(n.startswith("model.visual") and g.abs().max() > 0 for n, g in one["grads"].items())
+    assert_same_step(one, two)
 
 
 def held_out(
