@@ -222,3 +222,30 @@ def test_a_rank_that_dies_stops_the_run_in_words_and_leaves_nothing_running(tmp_
     while group_left(process.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not group_left(process.pid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "run, made",
+    [
+        (["--env", "textarena", "--tasks", "Wordle-v0", "--lora"], "adapter_model.safetensors"),
+        (["--env", "textarena", "--tasks", "KuhnPoker-v0", "--opponent", "random"], "model.safetensors"),
+        (
+            ["--mix", "textarena:Wordle-v0", "--mix", "textarena:TicTacToe-v0", "--max-turns", "2"],
+            "model.safetensors",
+        ),
+    ],
+    ids=["lora", "opponent", "mix"],
+)
+def test_lora_mix_and_a_server_opponent_train_on_two_processes(tmp_path, run, made):
+    out = tmp_path / "run"
+    train = [sys.executable, "-m", "envharness.cli", "train", "--model", "tiny", "--processes", "2", "--threads", "1",
+             "--steps", "1", "--out", str(out), *run]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    done = subprocess.run(train, capture_output=True, text=True, timeout=500, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("trained 1 steps") == 1
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]  # each episode once
+    assert len((out / "train_log.jsonl").read_text().splitlines()) == 2  # step 1, then the summary
+    assert (out / "final" / made).exists()
