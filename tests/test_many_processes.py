@@ -50,6 +50,17 @@ def test_two_processes_take_the_step_of_one(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_processes_take_the_lora_step_of_one(tmp_path):
+    # --lora's adapter: only its weights have gradients, and they match across process counts
+    one, two = (
+        one_step(tmp_path, 1, "grpo", "0", "all", "lora"),
+        one_step(tmp_path, 2, "grpo", "0", "all", "lora"),
+    )
+    assert one["grads"] and all("lora_" in name for name in one["grads"])
+    assert_same_step(one, two)
+
+
+@pytest.mark.slow
 def test_a_rank_without_signal_does_not_hang_the_step(tmp_path):
     # dapo: rank 0's group has one reward for all its episodes, rank 1's does not. A rank that
     # skipped its loss alone would leave DDP's gradient all-reduce waiting (it hangs: checked)
