@@ -1,11 +1,12 @@
 """One real GRPOTrainer step on fixed episodes, as one process or as a rank under torchrun
 (gloo on the CPU); rank 0 saves the weights after the step. `test_many_processes.py` runs it.
 
-    python tests/distributed_step.py OUT.pt LOSS_TYPE MICRO_BATCH SIGNAL
+    python tests/distributed_step.py OUT.pt LOSS_TYPE MICRO_BATCH SIGNAL [lora]
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_step.py ...
 
 Saves {"weights", "grads"}. SIGNAL: `all` (every group's rewards differ), `one` (only the last group's do: under two
-processes one rank's batch has no signal), `none` (no group's do).
+processes one rank's batch has no signal), `none` (no group's do). `lora`: train a LoRA adapter
+(`--lora`'s `LoraConfig`) instead of every weight.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ class KeepGradient:
         return Keep()
 
 
-def main(out: str, loss_type: str, micro_batch: int, signal: str) -> None:
+def main(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool = False) -> None:
     from trl import GRPOTrainer
 
     from envharness.integrations.trl import ranks, task_dataset
+    from envharness.integrations.trl.grpo_args import lora_config
     from envharness.integrations.trl.logprob_agreement import measure_and_correct
     from envharness.integrations.trl.no_signal import skip_batches_without_signal
     from envharness.integrations.trl.training import TrainConfig, grpo_config
@@ -68,7 +70,7 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str) -> None:
     ranks.join()
     model, tokenizer = tiny_test_model(seed=0)
     config = TrainConfig(model="tiny", output_dir=os.path.dirname(out), max_steps=1, num_generations=4,
-                         groups_per_step=2, micro_batch=micro_batch, loss_type=loss_type)  # fmt: skip
+                         groups_per_step=2, micro_batch=micro_batch, loss_type=loss_type, lora=lora)  # fmt: skip
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -77,6 +79,7 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str) -> None:
         train_dataset=task_dataset(["a", "b"], 2, seed=0),
         rollout_func=fixed_rollout(signal, 4, 8),
         callbacks=[KeepGradient(grads := {})],
+        peft_config=lora_config(config) if lora else None,
     )
     skip_batches_without_signal(trainer)  # then the logprob measurement, as `train` installs them
     measure_and_correct(trainer)
@@ -88,4 +91,4 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:] == ["lora"])

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,13 +19,14 @@ from envharness.integrations.trl.training import TrainConfig, TrainSetupError, c
 pytestmark = pytest.mark.timeout(600)
 STEP = Path(__file__).with_name("distributed_step.py")
 HELD_OUT = Path(__file__).with_name("distributed_held_out.py")
+VISION_STEP = Path(__file__).with_name("distributed_vision_step.py")
 
 
-def one_step(tmp_path: Path, processes: int, *args: str) -> dict:
+def one_step(tmp_path: Path, processes: int, *args: str, script: Path = STEP) -> dict:
     """The weights and gradient of one GRPO step on fixed episodes, as `processes` processes."""
-    out = tmp_path / f"p{processes}-{'-'.join(args)}.pt"
+    out = tmp_path / f"{script.stem}-p{processes}-{'-'.join(args)}.pt"
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    command = [sys.executable, *(launcher if processes > 1 else []), str(STEP), str(out), *args]
+    command = [sys.executable, *(launcher if processes > 1 else []), str(script), str(out), *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out)
@@ -48,12 +50,32 @@ def test_two_processes_take_the_step_of_one(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_processes_take_the_lora_step_of_one(tmp_path):
+    # --lora's adapter: only its weights have gradients, and they match across process counts
+    one, two = (
+        one_step(tmp_path, 1, "grpo", "0", "all", "lora"),
+        one_step(tmp_path, 2, "grpo", "0", "all", "lora"),
+    )
+    assert one["grads"] and all("lora_" in name for name in one["grads"])
+    assert_same_step(one, two)
+
+
+@pytest.mark.slow
 def test_a_rank_without_signal_does_not_hang_the_step(tmp_path):
     # dapo: rank 0's group has one reward for all its episodes, rank 1's does not. A rank that
     # skipped its loss alone would leave DDP's gradient all-reduce waiting (it hangs: checked)
     one = one_step(tmp_path, 1, "dapo", "0", "one")
     assert one["grads"]
     assert_same_step(one, one_step(tmp_path, 2, "dapo", "0", "one"))
+
+
+@pytest.mark.slow
+def test_two_processes_take_the_vision_step_of_one(tmp_path):
+    # VisionGRPOTrainer, tiny Qwen2-VL, one screenshot an episode: each rank's loss pass gets the
+    # pixels of its own rows, and DDP's average equals the one-process step
+    one, two = one_step(tmp_path, 1, script=VISION_STEP), one_step(tmp_path, 2, script=VISION_STEP)
+    assert any(n.startswith("model.visual") and g.abs().max() > 0 for n, g in one["grads"].items())
+    assert_same_step(one, two)
 
 
 def held_out(
@@ -157,3 +179,84 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
 def test_more_processes_than_gpus_is_refused_before_any_starts():
     with pytest.raises(ValueError, match=r"--processes 4: this machine has \d GPU\(s\), one process per GPU"):
         ranks.launch(["train", "--device", "cuda"], 4, "cuda")
+
+
+DIE_AFTER_FIRST_STEP = """
+import os, threading, time
+from pathlib import Path
+
+if os.environ.get("RANK") == "1" and "TORCHELASTIC_RUN_ID" in os.environ:
+    log = Path(os.environ["DIE_WHEN_LOGGED"])
+
+    def die():  # a rank that crashes hard once the run has logged a step: no cleanup, no words
+        while not (log.exists() and log.read_text().strip()):
+            time.sleep(0.2)
+        os._exit(3)
+
+    threading.Thread(target=die, daemon=True).start()
+"""
+
+
+def group_left(pgid: int) -> list[str]:
+    """The processes of process group `pgid` still running (`ps`)."""
+    ps = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if line.split()[1] == str(pgid) and "Z" not in line.split()[2]]
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_stops_the_run_in_words_and_leaves_nothing_running(tmp_path):
+    # rank 1 exits hard after step 1 (a sitecustomize only this test puts on the path); rank 0
+    # is then waiting on it in a collective, and the run must end, say which rank died, and
+    # leave no rank or server behind
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(DIE_AFTER_FIRST_STEP)
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env.update(PYTHONPATH=os.pathsep.join([str(hook), env.get("PYTHONPATH", "")]),
+               DIE_WHEN_LOGGED=str(out / "train_log.jsonl"))  # fmt: skip
+    train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
+             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out), "--steps", "50"]  # fmt: skip
+    process = subprocess.Popen(train, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=500)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+    assert process.returncode == 1, stderr[-3000:]
+    assert "envharness train: rank 1 of 2 failed (exit code 3" in stderr
+    assert "Traceback" not in stderr  # words: neither the launcher's traceback nor rank 0's
+    assert "trained" not in stdout
+    assert len((out / "train_log.jsonl").read_text().splitlines()) < 50
+    deadline = time.monotonic() + 60  # a server told its parent is gone stops on its own
+    while group_left(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not group_left(process.pid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "run, made",
+    [
+        (["--env", "textarena", "--tasks", "Wordle-v0", "--lora"], "adapter_model.safetensors"),
+        (["--env", "textarena", "--tasks", "KuhnPoker-v0", "--opponent", "random"], "model.safetensors"),
+        (
+            ["--mix", "textarena:Wordle-v0", "--mix", "textarena:TicTacToe-v0", "--max-turns", "2"],
+            "model.safetensors",
+        ),
+    ],
+    ids=["lora", "opponent", "mix"],
+)
+def test_lora_mix_and_a_server_opponent_train_on_two_processes(tmp_path, run, made):
+    out = tmp_path / "run"
+    train = [sys.executable, "-m", "envharness.cli", "train", "--model", "tiny", "--processes", "2", "--threads", "1",
+             "--steps", "1", "--out", str(out), *run]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    done = subprocess.run(train, capture_output=True, text=True, timeout=500, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("trained 1 steps") == 1
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]  # each episode once
+    assert len((out / "train_log.jsonl").read_text().splitlines()) == 2  # step 1, then the summary
+    assert (out / "final" / made).exists()

@@ -64,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
         except TrainSetupError as exc:
             print(f"envharness train: {exc}", file=sys.stderr)
             return 2
+        except Exception as exc:
+            if not _stopped_with_the_others(exc, guard):
+                raise
+            print(f"envharness train: rank {os.environ['RANK']} stopped: {_first_line(exc)}", file=sys.stderr)
+            return guard.exit_code if guard.signum else 1
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
             return say_checkpoints_kept(
                 "train",
@@ -84,19 +89,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stopped_with_the_others(exc: Exception, guard: InterruptGuard) -> bool:
+    """Whether `exc` on a rank is only the echo of another rank's end: the launcher's SIGTERM
+    (it stops every rank once one failed) or a collective whose peer went away. That rank's
+    own words name the cause; this one says it in a line, not a traceback."""
+    if os.environ.get("WORLD_SIZE", "1") == "1":
+        return False
+    return guard.signum is not None or "closed by peer" in str(exc) or "reset by peer" in str(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
 def _launch(args: argparse.Namespace, config: TrainConfig) -> int:
     """The run again as `--processes` ranks under torch.distributed.run."""
-    from envharness.integrations.trl.ranks import launch
+    from envharness.integrations.trl.ranks import RankFailedError, launch
 
     try:
-        code = launch(list(args._argv), config.processes, config.device)
+        return launch(list(args._argv), config.processes, config.device)
     except ValueError as exc:
         print(f"envharness train: {exc}", file=sys.stderr)
         return 2
-    if code:
-        print(
-            f"envharness train: a process of {config.processes} failed (exit code {code}); "
-            "the launcher's report above names its rank, and the others were stopped",
-            file=sys.stderr,
-        )
-    return code
+    except RankFailedError as exc:
+        print(f"envharness train: {exc}", file=sys.stderr)
+        return 1

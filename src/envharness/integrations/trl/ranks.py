@@ -181,18 +181,29 @@ def flushing_records(rollout: Any, records: RankedRecords) -> Any:
 
 
 def launch(argv: list[str], processes: int, device: str | None) -> int:
-    """`envharness <argv>` again as `processes` ranks through torch.distributed.run (one
-    machine, its own rendezvous); returns the launcher's exit code. torchrun stops every rank
-    when one fails and names the one that did."""
-    import subprocess
-    import sys
-
+    """`envharness <argv>` again as `processes` ranks through torch.distributed.run's agent, run
+    in this process (one machine, its own rendezvous); returns 0, or 1 once a rank failed. The
+    agent stops every rank when one fails; this says which one did, in a line instead of the
+    launcher's traceback."""
     import torch
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
 
     if (device or "").startswith("cuda") or (device in (None, "auto") and torch.cuda.is_available()):
         gpus = torch.cuda.device_count()
         if processes > gpus:
             raise ValueError(f"--processes {processes}: this machine has {gpus} GPU(s), one process per GPU")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               "-m", "envharness.cli", *argv]  # fmt: skip
-    return subprocess.call(command)
+    try:
+        run(parse_args(["--standalone", f"--nproc-per-node={processes}", "-m", "envharness.cli", *argv]))
+    except ChildFailedError as exc:
+        failed, failure = exc.get_first_failure()
+        how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
+        raise RankFailedError(
+            f"rank {failed} of {processes} failed ({how}, pid {failure.pid}); the launcher stopped the other "
+            "rank(s). That rank's own output above says why."
+        ) from None
+    return 0
+
+
+class RankFailedError(RuntimeError):
+    """A rank of a `--processes N` run died; the others were stopped."""
