@@ -56,6 +56,16 @@ class KeepGradient:
         return Keep()
 
 
+def save_step(trainer, grads: dict, out: str) -> None:
+    """Rank 0 saves the weights after the step and the gradients it kept, for the comparison."""
+    from envharness.integrations.trl import ranks
+
+    if ranks.is_main():
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        weights = {n: p.detach().clone() for n, p in unwrapped.named_parameters()}
+        torch.save({"weights": weights, "grads": grads}, out)
+
+
 def main(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool = False) -> None:
     from trl import GRPOTrainer
 
@@ -84,10 +94,7 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool = F
     skip_batches_without_signal(trainer)  # then the logprob measurement, as `train` installs them
     measure_and_correct(trainer)
     trainer.train()
-    if ranks.is_main():
-        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        weights = {n: p.detach().clone() for n, p in unwrapped.named_parameters()}
-        torch.save({"weights": weights, "grads": grads}, out)
+    save_step(trainer, grads, out)
 
 
 if __name__ == "__main__":

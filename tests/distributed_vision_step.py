@@ -18,7 +18,7 @@ import torch
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from distributed_step import KeepGradient  # noqa: E402
+from distributed_step import KeepGradient, save_step  # noqa: E402
 
 
 def fixed_vision_rollout(processor, num_generations: int):
@@ -71,10 +71,7 @@ def main(out: str) -> None:
         callbacks=[KeepGradient(grads := {})],
     )
     trainer.train()
-    if ranks.is_main():
-        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        weights = {n: p.detach().clone() for n, p in unwrapped.named_parameters()}
-        torch.save({"weights": weights, "grads": grads}, out)
+    save_step(trainer, grads, out)
 
 
 if __name__ == "__main__":
