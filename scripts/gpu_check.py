@@ -19,7 +19,10 @@ trained here, bf16 weights as hub checkpoints are saved) and the environment is 
   sft         `envharness sft --env textarena` on scripted demonstrations, 2 steps.
   train       `envharness train --env textarena --reward success`: a random model's batches carry
               no signal (the batch that used to crash); then with a reward that has spread,
-              with the logprob gap of each step from train_log.jsonl.
+              with the logprob gap of each step from train_log.jsonl, and each step's split
+              (time/generate_s, time/env_s, time/train_s).
+  train_launcher  the same run started by torchrun (`--nproc-per-node 1`: the launcher's path on
+              the one GPU lent; more GPUs are not).
 
 Writes DIR/gpu_check.json and prints a summary table. Without CUDA it says so and exits 0
 (`--cpu` runs the same steps on the CPU with a tiny model, to check the check).
@@ -312,15 +315,23 @@ SPREAD_REWARD = (
 )
 
 
-def envharness_cli(args: list[str], timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess:
+def envharness_cli(
+    args: list[str], timeout: float, env: dict[str, str], launcher: list[str] = ()
+) -> subprocess.CompletedProcess:
+    """`envharness ARGS` with the spread reward registered; under `launcher` (torchrun's module and
+    its options) the same command as the launcher's worker script."""
     code = (
         SPREAD_REWARD
         + "import sys; from envharness.cli import main; sys.argv[0] = 'envharness'; sys.exit(main())"
     )
-    log("$ envharness " + " ".join(args))
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+    log("$ " + " ".join(["python", *launcher, "envharness", *args] if launcher else ["envharness", *args]))
+    if launcher:
+        script = PROFILE_DIR / "envharness_worker.py"  # a launcher starts a file, not `-c`
+        script.write_text(code.replace("; ", "\n"))
+        command = [sys.executable, *launcher, str(script), *args]
+    else:
+        command = [sys.executable, "-c", code, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"exit {done.returncode}: {(done.stdout + done.stderr)[-3000:]}")
     return done
@@ -434,8 +445,17 @@ def step_sft(path: Path, out: Path, device: str, env: dict[str, str]) -> dict[st
     }
 
 
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+
+
 def step_train(
-    path: Path, out: Path, device: str, rewards: list[str], name: str, env: dict[str, str]
+    path: Path,
+    out: Path,
+    device: str,
+    rewards: list[str],
+    name: str,
+    env: dict[str, str],
+    launcher: list[str] = (),
 ) -> dict[str, Any]:
     args = [
         "train",
@@ -459,12 +479,13 @@ def step_train(
         "2",
         "--save-steps",
         "100",
+        "--overwrite",  # the check run again in the same folder
         "--out",
         str(out / name),
     ]
     for reward in rewards:
         args += ["--reward", reward]
-    envharness_cli(args, 300, env)
+    envharness_cli(args, 300, env, launcher)
     lines = [
         json.loads(line) for line in (out / name / "train_log.jsonl").read_text().splitlines() if line.strip()
     ]
@@ -478,6 +499,7 @@ def step_train(
         "reward",
         "time/step_s",
         "time/generate_s",
+        "time/env_s",
         "time/train_s",
     )
     return {
@@ -517,6 +539,9 @@ def run_step(report: dict[str, Any], name: str, fn: Callable[..., Any], *args: A
         torch.cuda.empty_cache()
 
 
+SPLIT = ("time/step_s", "time/generate_s", "time/env_s", "time/train_s")  # a train step, in seconds
+
+
 def summary_table(report: dict[str, Any]) -> str:
     rows = ["| step | result |", "|---|---|"]
     for name, rec in report.items():
@@ -530,6 +555,13 @@ def summary_table(report: dict[str, Any]) -> str:
                 f"| logprobs: {arm} | abs diff mean {r['abs_diff_mean']:.2e} max {r['abs_diff_max']:.2e}; ratio "
                 f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f}, corrected {r['corrected_ratio_min']:.3f}-{r['corrected_ratio_max']:.3f} |"
             )
+    for name in ("train_signal", "train_launcher"):
+        for step in report.get(name, {}).get("steps", []):
+            split = ", ".join(
+                f"{k[5:]} {step[k]:.2f}" for k in SPLIT if isinstance(step.get(k), (int, float))
+            )
+            if split:
+                rows.append(f"| {name} step {step.get('step')} | {split} |")
     for key, value in report.get("generation", {}).items():
         if key not in ("ok", "seconds", "cuda_max_allocated_gib"):
             rows.append(f"| tokens/s {key} | {value} |")
@@ -585,6 +617,10 @@ def main() -> int:
     run_step(
         report, "train_signal", step_train, path, work, device, ["success", "spread"], "train-signal", env
     )
+    run_step(
+        report, "train_launcher", step_train, path, work, device, ["success", "spread"], "train-launcher", env,
+        TORCHRUN,
+    )  # fmt: skip
     report["seconds"] = round(time.monotonic() - T0, 1)
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     print(summary_table(report))

@@ -36,6 +36,7 @@ def main(out: Path, episodes: int, fail_rank: int) -> None:
     held_out = HeldOutEvaluation(evaluate, every=1, tasks=["a"], transfer=["b"], episodes=episodes, out=out)
     entry = held_out.run(LlamaForCausalLM(config), step=1)
     (out / f"rank{ranks.rank()}.json").write_text(json.dumps({"played": played, "entry": entry}))
+    ranks.leave()
 
 
 if __name__ == "__main__":

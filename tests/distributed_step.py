@@ -64,6 +64,7 @@ def save_step(trainer, grads: dict, out: str) -> None:
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         weights = {n: p.detach().clone() for n, p in unwrapped.named_parameters()}
         torch.save({"weights": weights, "grads": grads}, out)
+    ranks.leave()  # as `envharness train` ends: no rank exits while another still writes
 
 
 def main(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool = False) -> None:

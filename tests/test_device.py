@@ -197,7 +197,9 @@ def test_the_gpu_check_checks_itself_on_the_cpu_with_a_tiny_model(tmp_path):
         "sft",
         "train_no_signal",
         "train_signal",
+        "train_launcher",
     ]
+    assert report["train_launcher"]["steps"], report["train_launcher"]  # torchrun's worker trained
     assert report["device"] == "cpu"
     for arm in report["logprobs"].values():
         if isinstance(arm, dict) and "abs_diff_mean" in arm:

@@ -80,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
                     f"{count_step_records(config.output_dir, latest.step)} episode record(s)"
                 ),
             )
-    if os.environ.get("RANK", "0") != "0":  # rank 0 says what the run left
+    from envharness.integrations.trl import ranks
+
+    ranks.leave()  # every rank waits for rank 0's last files, then the group closes
+    if not ranks.is_main():  # rank 0 says what the run left
         return 0
     print(f"trained {result.steps} steps in {result.seconds:.0f}s")
     print(f"  model:        {result.final_model_dir}")

@@ -122,6 +122,17 @@ def barrier() -> None:
         dist.barrier()
 
 
+def leave() -> None:
+    """Close the process group once every rank is done. A rank that exits while another still
+    writes its files leaves gloo's threads running at interpreter exit, which aborts it (SIGABRT,
+    "terminate called without an active exception") and fails the whole run."""
+    if _joined():
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _collective_device() -> Any:
     """NCCL reduces tensors on the GPU; gloo on the CPU."""
     import torch
