@@ -133,3 +133,28 @@ def test_the_scripted_model_plays_the_strong_seat_players_from_its_conversation(
     assert ("TicTacToe-v0", "loss") not in outcomes, outcomes
     assert not any(r["verify_metrics"]["invalid_move"] for r in records), outcomes
     assert all(r["verify_metrics"]["outcome"] in ("win", "draw", "loss") for r in records)
+
+
+def test_the_servers_opponent_moves_are_recorded_and_shown_as_its_own_lines(tmp_path, capsys):
+    """`--opponent random|scripted` is played by the server: its moves reach the record (as the
+    agent's observations listed them, nothing the agent was not shown) and the report shows each
+    as its own line among the agent's steps; `replay` plays the run again identically."""
+    from envharness.replay import replay_run
+
+    out = tmp_path / "run"
+    assert _eval(out, "scripted", "random", "TicTacToe-v0", 2, 12) == 0, capsys.readouterr().err
+    records = _records(out)
+    html = (out / "report.html").read_text()
+    for record in records:
+        seat, moves = record["verify_metrics"]["seat"], record["env_opponent_moves"]
+        assert moves and record["opponent_moves"] is None  # not a model's moves: replay must not replay them
+        assert all(m["seat"] == 1 - seat for m in moves)
+        steps = [m["after_step"] for m in moves]
+        assert steps == sorted(steps) and steps[-1] <= len(record["steps"])
+        assert (steps[0] == 0) == (seat == 1)  # the opponent opens only where the agent is Player 1
+        seen = "\n".join(str(m["content"]) for m in record["messages"] if m["role"] != "assistant")
+        for move in moves:
+            assert move["move"] in seen  # the agent was told each of them
+            assert f"<b>Player {move['seat']}</b> (random) &middot; move <code>{move['move']}</code>" in html
+    report = replay_run(out)
+    assert report.identical == 2 and not report.skipped, report.to_json()

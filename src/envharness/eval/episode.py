@@ -79,6 +79,9 @@ class EpisodeTape:
     describe: Callable[[Any], tuple[str, str]] | None = None
     #: A model in the other seats (`--opponent self|<model>`): its moves, never the episode's messages.
     opponent_moves: list[dict[str, Any]] | None = None
+    #: The other seats' moves the environment played, as each observation's metadata listed them
+    #: (`opponent_moves`), each with the agent's moves before it (`after_step`).
+    env_opponent_moves: list[dict[str, Any]] = field(default_factory=list)
     _shots: int = 0
 
     def _save_screenshot(self, observation: Any) -> str | None:
@@ -109,10 +112,21 @@ class EpisodeTape:
             screenshot=shot,
         )
         self.final_screenshot = shot
+        self._note_env_moves(result)
         if step_elapsed_s is not None and self.steps and not self.steps[-1].executed:
             last = self.steps[-1]
             last.executed, last.env_s = True, step_elapsed_s
             last.reward, last.done, last.error = result.reward, bool(result.done), error
+
+    def _note_env_moves(self, result: Any) -> None:
+        metadata = getattr(result.observation, "metadata", None)
+        moves = metadata.get("opponent_moves") if isinstance(metadata, dict) else None
+        if self.opponent_moves is not None or not isinstance(moves, list):
+            return  # a model in the other seats records its own moves
+        noted = [dict(m, after_step=len(self.steps), done=False) for m in moves if isinstance(m, dict)]
+        if noted and result.done:
+            noted[-1]["done"] = True
+        self.env_opponent_moves.extend(noted)
 
     def note_action(self, action_str: str) -> None:
         if self.steps and not self.steps[-1].executed:

@@ -57,9 +57,10 @@ def _prompt_images(messages: list[dict[str, Any]], folder: RunFolder) -> list[st
 
 
 def _opponent_moves(record: dict[str, Any], after_step: int) -> list[dict[str, Any]]:
-    """A model opponent's moves made after the agent's `after_step`-th move (0: before its first)."""
+    """The other seats' moves made after the agent's `after_step`-th move (0: before its first):
+    a model opponent's (with its reply and what it was shown), or the server's."""
     name = (record.get("verify_metrics") or {}).get("opponent") or "opponent"
-    moves = record.get("opponent_moves") or []
+    moves = (record.get("opponent_moves") or []) + (record.get("env_opponent_moves") or [])
     return [m | {"name": name} for m in moves if int(m.get("after_step") or 0) == after_step]
 
 

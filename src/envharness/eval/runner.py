@@ -171,6 +171,8 @@ def episode_line(
     )
     if tape is not None and tape.opponent_moves is not None:
         record["opponent_moves"] = tape.opponent_moves
+    if tape is not None and tape.env_opponent_moves:  # played by the server: replay plays them again
+        record["env_opponent_moves"] = tape.env_opponent_moves
     return record
 
 

@@ -285,8 +285,19 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
                 "seed": self._state.seed,
                 "new_messages_from": start,
                 "num_players": self._state.num_players,
+                **({"opponent_moves": self._moves_seen(log[start:], viewer)} if self._table else {}),
             },
         )
+
+    @staticmethod
+    def _moves_seen(new: list[Any], viewer: int) -> list[dict[str, Any]]:
+        """The other seats' moves among what `viewer` was just shown (what the game told it, no
+        more): a report can show the server-played opponent's moves as its own lines."""
+        return [
+            {"seat": m.sender_id, "move": m.content}
+            for m in new
+            if m.category == "PLAYER_ACTION" and m.sender_id >= 0 and m.sender_id != viewer
+        ]
 
     @staticmethod
     def _snapshot(state: Any, done: bool) -> dict[str, Any]:
