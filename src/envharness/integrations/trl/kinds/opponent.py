@@ -144,7 +144,9 @@ class OpponentRun(TextRun):
                 request = GenerationRequest(messages=messages, sampling=SamplingParams.from_dict(sampling))
                 return (await batcher.generate(request)).text
 
-            factory = _SeatedFactory(inner, lambda: ModelSeats(name=config.opponent.strip(), generate=generate))
+            factory = _SeatedFactory(
+                inner, lambda: ModelSeats(name=config.opponent.strip(), generate=generate)
+            )
             played = build_trl_rollout_func(
                 factory,
                 tool_call_parser=harness.tool_call_parser,
