@@ -137,21 +137,26 @@ def test_the_rows_reward_is_the_trained_seats(tmp_path, seen):
     assert sum(map(sum, batch["env_mask"])) == 0
 
 
-def test_cli_trains_kuhn_poker_against_a_model_opponent_end_to_end(tmp_path, capsys):
+def test_cli_trains_kuhn_poker_against_a_model_opponent_end_to_end_and_replays_its_moves(tmp_path, capsys):
+    """Seat 0: the opponent opens, so every game records its moves; `replay` plays them again
+    from the record instead of sampling the opponent."""
     out = tmp_path / "train"
     code = cli_main(
         ["train", "--env", "textarena", "--tasks", "KuhnPoker-v0", "--model", "tiny", "--opponent", "tiny",
-         "--seat", "1", "--steps", "1", "--max-turns", "3", "--num-generations", "2", "--groups-per-step", "1",
+         "--seat", "0", "--steps", "1", "--max-turns", "3", "--num-generations", "2", "--groups-per-step", "1",
          "--max-new-tokens", "6", "--out", str(out)]
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
     records = _records(out)
     assert len(records) == 2 and all(r["error"] is None for r in records)
     assert all(
-        r["verify_metrics"]["opponent"] == "tiny" and r["verify_metrics"]["seat"] == 1 for r in records
+        r["verify_metrics"]["opponent"] == "tiny" and r["verify_metrics"]["seat"] == 0 for r in records
     )
-    assert all(r["tokens"]["model"] > 0 and isinstance(r["opponent_moves"], list) for r in records)
+    assert all(r["opponent_moves"] and {m["seat"] for m in r["opponent_moves"]} == {1} for r in records)
     assert json.loads((out / "train_config.json").read_text())["opponent"] == "tiny"
+    assert cli_main(["replay", str(out)]) == 0, capsys.readouterr().err
+    replayed = json.loads((out / "replay.json").read_text())
+    assert replayed["episodes"] == replayed["identical"] == 2
 
 
 @pytest.mark.parametrize(
