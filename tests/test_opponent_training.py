@@ -203,3 +203,29 @@ def test_processes_with_a_model_opponent_is_refused_before_any_rank_starts(capsy
     assert (
         "--opponent tiny trains on one process; it cannot run as --processes 2 yet" in capsys.readouterr().err
     )
+
+
+def test_an_opponent_served_over_openais_api_plays_its_seats(tmp_path):
+    """`--opponent openai:MODEL@URL`: a tiny model behind `/v1/chat/completions` on loopback, the
+    run on `--device cpu` (a device of the trained model's, not the remote opponent's); two steps,
+    each rollout on its own event loop, one HTTP client for the run."""
+    from _models_fixtures import chat_completions_app, serve
+
+    from envharness.models.embedded import tiny_test_model
+
+    served = TransformersBackend(*tiny_test_model(seed=1))
+    out = tmp_path / "run"
+    with serve(chat_completions_app(served)) as url:
+        spec = f"openai:tiny@{url}/v1"
+        config = TrainConfig(
+            env="textarena", tasks=["KuhnPoker-v0"], opponent=spec, seat="0", model="tiny", device="cpu",
+            output_dir=str(out), max_steps=2, num_generations=2, groups_per_step=1, max_completion_length=6,
+        )  # fmt: skip
+        train(config)
+    records = _records(out)
+    assert len(records) == 4 and all(r["error"] is None for r in records)
+    assert {r["metrics"]["train_step"] for r in records} == {0, 1}
+    assert all(r["verify_metrics"]["opponent"] == spec and r["verify_metrics"]["seat"] == 0 for r in records)
+    assert all(
+        len(r["opponent_moves"]) == 2 and all(m["reply"] for m in r["opponent_moves"]) for r in records
+    )

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import inspect
+import threading
 from typing import Any
 
 from envharness.harness.model_step import BatchingModelStep
@@ -51,10 +51,39 @@ def load_opponent(config: TrainConfig) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TrainSetupError(f"--opponent {spec}: cannot load it: {first}") from None
     model = getattr(backend, "model", None)
-    if model is not None:  # a local model: sampled only, never trained
+    if callable(getattr(model, "requires_grad_", None)):  # a local model: sampled only, never trained
         model.requires_grad_(False)
         model.eval()
     return backend
+
+
+class OpponentPlayer:
+    """The opponent's backend on an event loop of its own (a daemon thread) for the whole run.
+    Each rollout runs on a fresh event loop, and a backend may hold state bound to the loop it
+    first ran on (an HTTP client's connections): the opponent's calls all hop to this one."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.batcher = BatchingModelStep(backend, max_wait_s=0.05, send_tools=False)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="envharness-opponent", daemon=True
+        )
+        self._thread.start()
+
+    async def reply(self, messages: list[Message], sampling: dict[str, Any]) -> str:
+        request = GenerationRequest(messages=messages, sampling=SamplingParams.from_dict(sampling))
+        future = asyncio.run_coroutine_threadsafe(self.batcher.generate(request), self._loop)
+        return (await asyncio.wrap_future(future)).text
+
+    def close(self) -> None:
+        try:
+            asyncio.run_coroutine_threadsafe(self.backend.aclose(), self._loop).result(30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+            if not self._thread.is_alive():
+                self._loop.close()
 
 
 class _AsyncClient:
@@ -125,8 +154,8 @@ class OpponentRun(TextRun):
 
     def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
         config, harness = parts.config, parts.env.require_harness()
-        backend = load_opponent(config)
-        parts.stack.callback(functools.partial(_close, backend))
+        player = OpponentPlayer(load_opponent(config))
+        parts.stack.callback(player.close)
         options = prompt_options(config.prompt, parts.tokenizer, parts.env)
         if harness.reset_kwargs:
             options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
@@ -137,12 +166,10 @@ class OpponentRun(TextRun):
         )
 
         def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-            batcher = BatchingModelStep(backend, max_wait_s=0.05, send_tools=False)
             sampling = trainer_sampling(trainer)  # the opponent samples as the policy does
 
             async def generate(messages: list[Message]) -> str:
-                request = GenerationRequest(messages=messages, sampling=SamplingParams.from_dict(sampling))
-                return (await batcher.generate(request)).text
+                return await player.reply(messages, sampling)
 
             factory = _SeatedFactory(
                 inner, lambda: ModelSeats(name=config.opponent.strip(), generate=generate)
@@ -161,14 +188,8 @@ class OpponentRun(TextRun):
 
         rollout_func.records = parts.records  # type: ignore[attr-defined]
         rollout_func.last_metrics = {}  # type: ignore[attr-defined]
-        rollout_func.opponent_backend = backend  # type: ignore[attr-defined]
+        rollout_func.opponent_backend = player.backend  # type: ignore[attr-defined]
         return rollout_func
 
 
-def _close(backend: Any) -> None:
-    from envharness.harness.concurrency import run_coroutine_sync
-
-    run_coroutine_sync(backend.aclose())
-
-
-__all__ = ["OpponentRun", "load_opponent"]
+__all__ = ["OpponentPlayer", "OpponentRun", "load_opponent"]
