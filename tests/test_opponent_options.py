@@ -146,10 +146,10 @@ def test_opponent_on_servers_the_run_does_not_start_says_how_to_start_them():
     assert config.env_options == said
 
 
-def test_train_refuses_a_model_in_the_other_seats_eval_plays_it():
+def test_train_seats_a_model_in_the_other_seats_as_eval_does():
     EvalConfig(out="x", env="textarena", tasks=["KuhnPoker-v0"], opponent="tiny", model="tiny").check()
-    with pytest.raises(TrainSetupError, match="a model in the other seats is not supported yet in training"):
-        check_config(TrainConfig(env="textarena", tasks=["KuhnPoker-v0"], opponent="tiny", model="tiny"))
+    run = check_config(TrainConfig(env="textarena", tasks=["KuhnPoker-v0"], opponent="tiny", model="tiny"))
+    assert run.kind.name == "opponent" and "opponent" not in run.config.env_options  # the client seats it
 
 
 def test_sft_demonstrations_and_held_out_play_the_opponent_asked_for(tmp_path, capsys):

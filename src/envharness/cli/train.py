@@ -23,6 +23,7 @@ from envharness.cli import options
 from envharness.cli.declared import add_declared, from_args
 from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
 from envharness.core.declared import check_bounds
+from envharness.harness.opponents import is_model_spec
 from envharness.integrations.trl.config import TrainConfig
 
 
@@ -37,6 +38,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("--resume needs --out (the run folder to continue)")
     config = from_args(TrainConfig, args)
     check_bounds(config)
+    opponent = (config.opponent or "").strip()
+    if config.processes > 1 and opponent and is_model_spec(opponent):  # refused before any rank starts
+        raise ValueError(
+            f"--opponent {opponent} trains on one process; it cannot run as --processes {config.processes} yet"
+        )
     return config
 
 

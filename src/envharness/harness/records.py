@@ -118,6 +118,7 @@ def record_from_result(result: HarnessRolloutResult, *, include_tokens: bool = F
         timings=dict(result.timings),
         tokens=token_counts,
         observation_digests=_observation_digests(result),
+        opponent_moves=_jsonable(result.opponent_moves),
         token_ids=(
             {
                 "prompt_ids": result.prompt_ids,

@@ -150,3 +150,6 @@ class HarnessRolloutResult:
     #: Why the episode failed ("TypeName: message"); None when it ran to the end.
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    #: A model in the other seats of a game: its moves in order (`harness/seat_player.py`),
+    #: kept apart from the messages (never trained on). None: no model opponent.
+    opponent_moves: list[dict[str, Any]] | None = None

@@ -50,7 +50,7 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
         vision = hasattr(tokenizer, "image_processor")  # a VLM's processor, transformers' attribute
     kind = pick_run(config, vision)
     config, env = kind.resolve(config)
-    config = _seat_opponents(config, env)
+    config = _seat_opponents(config, env, kind)
     _check_schedule(config)
     _check_episodes(config, env, kind)
     _check_machine(config)
@@ -77,7 +77,7 @@ def sampler_options(config: TrainConfig) -> dict[str, Any]:
     return {"floor": config.curriculum_floor} if config.curriculum == "signal" else {}
 
 
-def _seat_opponents(config: TrainConfig, env: ResolvedEnv) -> TrainConfig:
+def _seat_opponents(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> TrainConfig:
     """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
     if config.mix and config.opponent:
         raise TrainSetupError("--opponent with --mix is not supported yet: train the game on its own")
@@ -88,26 +88,29 @@ def _seat_opponents(config: TrainConfig, env: ResolvedEnv) -> TrainConfig:
         check_running_servers(plan, config.opponent, config.env_options, running)
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
-    if plan.client_opponent == "self":
-        if config.agent:
-            raise TrainSetupError(
-                "--opponent self with --agent: an agent's own loop plays one seat; train without --agent"
-            )
-        if harness.seat_views is None:
-            raise TrainSetupError(
-                f"--opponent self: {harness.env} cannot show a game seat by seat for self-play"
-            )
-        if ranks.world_size() > 1:
-            raise TrainSetupError(
-                "--opponent self trains on one process; it cannot run as several processes yet"
-            )
-        return config
     if plan.client_opponent is not None:
-        raise TrainSetupError(
-            f"--opponent {config.opponent}: a model in the other seats is not supported yet in training; "
-            f"the server plays {' or '.join(harness.server_opponents)}"
-        )
+        _check_model_opponent(config, harness, plan.client_opponent, kind)
+        return config
     return replace(config, env_options={**config.env_options, **plan.server_options})
+
+
+def _check_model_opponent(config: TrainConfig, harness: Any, opponent: str, kind: RunKind) -> None:
+    """A model in the other seats (`self` or a model spec) is played by the run's client."""
+    flag = f"--opponent {config.opponent.strip()}"
+    if config.agent:
+        raise TrainSetupError(
+            f"{flag} with --agent: an agent's own loop plays one seat; train without --agent"
+        )
+    if ranks.world_size() > 1 or config.processes > 1:
+        raise TrainSetupError(
+            f"{flag} trains on one process; it cannot run as --processes {config.processes} yet"
+        )
+    if not kind.seats_models:
+        raise TrainSetupError(f"{flag}: a {kind.name} run cannot seat a model in the other seats")
+    if opponent == "self" and harness.seat_views is None:
+        raise TrainSetupError(f"{flag}: {harness.env} cannot show a game seat by seat for self-play")
+    if opponent != "self" and harness.seat_client is None:
+        raise TrainSetupError(f"{flag}: {harness.env} cannot seat a model in the other seats")
 
 
 def _check_schedule(config: TrainConfig) -> None:
@@ -146,7 +149,8 @@ def _check_episodes(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> Non
         )
     if config.eval_every and not kind.evaluates_held_out:
         raise TrainSetupError(
-            "--eval-every evaluates text policies played by the harness (not --agent, not vision)"
+            f"--eval-every is not available for a run of kind '{kind.name}': it evaluates text policies "
+            "the harness plays alone (not --agent, vision or --opponent with a model)"
         )
 
 

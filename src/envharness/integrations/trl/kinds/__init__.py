@@ -6,6 +6,7 @@
     mix.py     `MixRun`: several environments, one server and rollout each, one batch
     agent.py   `AgentRun`: an agent that owns its loop, through the policy endpoint
     self_play.py `SelfPlayRun`: every seat of a multi-player game played by the policy
+    opponent.py `OpponentRun`: the policy in one seat, a frozen model in the others
 
 A new kind (many processes, players with opponents) is one more class here, listed in
 `RUN_KINDS` before the kinds it narrows; `train()` does not change.
@@ -18,12 +19,13 @@ from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds.agent import AgentRun
 from envharness.integrations.trl.kinds.base import RunKind, RunParts
 from envharness.integrations.trl.kinds.mix import MixRun
+from envharness.integrations.trl.kinds.opponent import OpponentRun
 from envharness.integrations.trl.kinds.self_play import SelfPlayRun
 from envharness.integrations.trl.kinds.text import TextRun
 from envharness.integrations.trl.kinds.vision import VisionRun
 
 #: Asked in order; the first that applies runs. The text run applies to any text model.
-RUN_KINDS: list[type[RunKind]] = [MixRun, AgentRun, SelfPlayRun, VisionRun, TextRun]
+RUN_KINDS: list[type[RunKind]] = [MixRun, AgentRun, SelfPlayRun, OpponentRun, VisionRun, TextRun]
 
 
 def pick_run(config: TrainConfig, vision: bool) -> RunKind:
@@ -38,6 +40,7 @@ __all__ = [
     "RUN_KINDS",
     "AgentRun",
     "MixRun",
+    "OpponentRun",
     "RunKind",
     "RunParts",
     "SelfPlayRun",

@@ -64,6 +64,8 @@ class RunKind:
     name = "text"
     #: Whether it trains vision-language models (screenshots in the prompts).
     trains_vision = False
+    #: Whether it plays a model in the other seats of a game (`--opponent self|<model>`).
+    seats_models = False
     #: Whether `--eval-every` can play its held-out tasks (`evaluate_task`).
     evaluates_held_out = False
     #: The dataset prompt of one group: (task, seed) -> the prompt the rollout parses.

@@ -96,6 +96,7 @@ class _SeatFactory:
 class SelfPlayRun(TextRun):
     name = "self-play"
     evaluates_held_out = False
+    seats_models = True
 
     @classmethod
     def applies(cls, config: TrainConfig, vision: bool) -> bool:
