@@ -260,3 +260,30 @@ def test_lora_mix_and_a_server_opponent_train_on_two_processes(tmp_path, run, ma
     assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]  # each episode once
     assert len((out / "train_log.jsonl").read_text().splitlines()) == 2  # step 1, then the summary
     assert (out / "final" / made).exists()
+
+
+LAUNCHERS = {
+    "torchrun": ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+    # without a GPU, accelerate starts one process unless told --multi_gpu (its torchrun path, gloo here)
+    "accelerate": ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
+                   "1", "--mixed_precision", "no", "--dynamo_backend", "no"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_train_under_the_users_launcher_writes_each_file_once(tmp_path, launcher):
+    """`torchrun ... -m envharness.cli train` and `accelerate launch ... -m envharness.cli train`,
+    as the docs give them: two ranks, one batch, every episode once with its rank, one report."""
+    out = tmp_path / "run"
+    command = [sys.executable, *LAUNCHERS[launcher], "-m", "envharness.cli", "train", "--env", "textarena",
+               "--tasks", "Wordle-v0", "--model", "tiny", "--steps", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("trained 2 steps") == 1
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [r["metrics"]["train_step"] for r in records] == [s for s in range(2) for _ in range(8)]
+    assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1] * 2
+    steps = [json.loads(line).get("step") for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert steps[:-1] == [1, 2] and (out / "final" / "config.json").exists()
