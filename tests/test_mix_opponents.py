@@ -132,7 +132,7 @@ def test_self_play_in_a_mix_trains_both_seats_of_each_game_beside_the_browser(tm
 
 @pytest.mark.timeout(900)
 def test_a_model_opponent_in_a_mix_plays_the_games_other_seat(tmp_path, handed):
-    records, _ = _train(tmp_path, "tiny", groups=2)
+    records, out = _train(tmp_path, "tiny", groups=2)
     [(prompts, batch)] = handed
     rows = _rows(prompts, batch)
     assert sorted(r["env"] for r in rows) == ["browsergym"] * 2 + ["textarena"] * 2
@@ -144,6 +144,9 @@ def test_a_model_opponent_in_a_mix_plays_the_games_other_seat(tmp_path, handed):
     assert all(r["opponent_moves"] for r in game if r["verify_metrics"]["seat"] == 0)
     browsed = [r for r in records if r["metrics"]["env"] == "browsergym"]
     assert all(not r.get("opponent_moves") and "seat" not in r["verify_metrics"] for r in browsed)
+    # replay plays the opponent's recorded moves again, the browser's episodes on their own server
+    assert cli_main(["replay", str(out)]) == 0
+    assert json.loads((out / "replay.json").read_text())["identical"] == 4
 
 
 @pytest.mark.parametrize(
