@@ -33,7 +33,6 @@ class MixRun(RunKind):
     name = "mix"
     evaluates_held_out = True
     prompt_for = staticmethod(mix_prompt)
-
     seats_models = True
 
     def __init__(self) -> None:

@@ -4,10 +4,11 @@ trained, each seat's turns its own trajectory with its own reward.
 Advantages are per role, as SPIRAL's role-conditioned advantage estimation (arXiv 2506.24119):
 a GRPO group is one (task, seed, seat), the G trajectories of that seat from G games of that
 seed, so TRL's per-group baseline is that seat's and a seat's built-in edge (moving first) is
-not learning signal. The rollout pairs consecutive groups of a batch that play the same task:
-a pair plays its first group's seed, the first group is seat 0 and the second seat 1, and one
-set of G games feeds both. A group without a partner (an odd count) still plays G whole games, every seat by the
-policy, and keeps its own seat's trajectories. A step of N groups of G therefore plays
+not learning signal. The rollout pairs consecutive groups of a batch (in a mix, of the game's
+share of it, in batch order) that play the same task: a pair plays its first group's seed,
+the first group is seat 0 and the second seat 1, and one set of G games feeds both. A group
+without a partner (an odd count) still plays G whole games, every seat by the policy, and
+keeps its own seat's trajectories. A step of N groups of G therefore plays
 ceil(N/2) * G games of a two-player game, each seat's turns sampled by the trained model.
 
 The environment shows each game as one ordinary client per seat (`EnvHarness.seat_views`);
