@@ -164,7 +164,10 @@ def test_cli_trains_kuhn_poker_against_a_model_opponent_end_to_end_and_replays_i
     [
         ({"opponent": "/no/such/checkpoint"}, "--opponent /no/such/checkpoint: unknown"),
         ({"tasks": ["Wordle-v0"]}, "Wordle-v0 is a single-player game"),
-        ({"mix": {"textarena": ["KuhnPoker-v0"]}, "tasks": []}, "--opponent with --mix is not supported yet"),
+        (
+            {"mix": {"textarena": ["Wordle-v0"]}, "tasks": []},
+            "no environment of the mix has a multi-player task",
+        ),
         ({"agent": "examples.agents:x"}, "--opponent tiny with --agent"),
         ({"processes": 2}, "--opponent tiny trains on one process"),
         ({"eval_every": 1}, "not available for a run of kind .opponent."),

@@ -114,7 +114,10 @@ def test_cli_trains_kuhn_poker_by_self_play_end_to_end(tmp_path, capsys):
     [
         ({"tasks": ["Wordle-v0"]}, "Wordle-v0 is a single-player game"),
         ({"agent": "examples.agents:x"}, "--opponent self with --agent"),
-        ({"mix": {"textarena": ["KuhnPoker-v0"]}, "tasks": []}, "--opponent with --mix is not supported yet"),
+        (
+            {"mix": {"textarena": ["Wordle-v0"]}, "tasks": []},
+            "no environment of the mix has a multi-player task",
+        ),
     ],
 )
 def test_self_play_refuses_what_it_cannot_train_in_words(options, words):

@@ -81,6 +81,34 @@ def plan_seats(harness: EnvHarness, tasks: Sequence[str], opponent: str, seat: s
     raise ValueError(f"--opponent {opponent}: unknown; one of {', '.join(choices)}")
 
 
+def plan_mix_seats(
+    harnesses: Mapping[str, EnvHarness],
+    tasks: Mapping[str, Sequence[str]],
+    opponent: str,
+    seat: str = "alternate",
+) -> dict[str, SeatPlan]:
+    """`plan_seats` for each environment of a mix (name -> its harness, its tasks) with a task
+    of more than one player; the others play as ever and are left out. ValueError in words
+    where no environment has such a task (or as `plan_seats` says)."""
+    opponent = (opponent or "").strip()
+    if not opponent:
+        for harness in harnesses.values():
+            plan_seats(harness, [], "", seat)  # a seat without an opponent, refused
+        return {}
+    games = [name for name, harness in harnesses.items() if _has_games(harness, tasks.get(name, []))]
+    if not games:
+        listed = ", ".join(f"{name}:{task}" for name in harnesses for task in tasks.get(name, []))
+        raise ValueError(
+            f"--opponent {opponent}: no environment of the mix has a multi-player task "
+            f"({listed}: each played by one agent alone)"
+        )
+    return {name: plan_seats(harnesses[name], tasks[name], opponent, seat) for name in games}
+
+
+def _has_games(harness: EnvHarness, tasks: Sequence[str]) -> bool:
+    return harness.players is not None and any(harness.players(task)[1] >= 2 for task in tasks)
+
+
 def seated_options(
     harness: EnvHarness,
     tasks: Sequence[str],
@@ -118,6 +146,7 @@ __all__ = [
     "check_running_servers",
     "check_seat",
     "is_model_spec",
+    "plan_mix_seats",
     "plan_seats",
     "seated_options",
 ]

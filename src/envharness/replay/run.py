@@ -52,6 +52,9 @@ class RunConfig(BaseModel):
     actions: list[str] | None = None
     mix: dict[str, list[str]] | None = None
     agent: str | None = None
+    #: A mix's `--opponent` / `--seat` (one environment's run has them in `env_options`).
+    opponent: str = ""
+    seat: str = "alternate"
 
 
 def _config(path: Path, data: dict[str, Any]) -> RunConfig:
@@ -100,7 +103,7 @@ def read_run(folder: str | Path, *, env: str | None = None) -> RecordedRun:
     if not records:
         raise ReplaySetupError(f"{episodes} holds no episodes: nothing to replay")
     if config.mix and env is None:
-        return _mix_run(path, config.mix, records)
+        return _mix_run(path, config, records)
     tasks = config.tasks or []
     return _env_run(path, kind, env or config.env, dict(config.env_options),
                     tools=config.actions or None,
@@ -135,20 +138,23 @@ def _env_run(
     return RecordedRun(path, kind, env, options, tools, default_task, records)
 
 
-def _mix_run(path: Path, mix: dict[str, list[str]], records: list[EpisodeRecord]) -> RecordedRun:
-    """A `train --mix` run: each episode goes back to the environment it names (`metrics.env`)."""
+def _mix_run(path: Path, config: RunConfig, records: list[EpisodeRecord]) -> RecordedRun:
+    """A `train --mix` run: each episode goes back to the environment it names (`metrics.env`),
+    on a server with the seating `--opponent` gave that environment's."""
+    mix = config.mix or {}
     unnamed = [r.episode_id or f"{r.task} seed {r.seed}" for r in records if r.metrics.get("env") not in mix]
     if unnamed:
         raise ReplaySetupError(
             f"{path} was trained on a mix ({', '.join(mix)}) but {len(unnamed)} episode(s) name none of its "
             f"environments (first: {unnamed[0]})"
         )
+    seating = _mix_seating(path, config)
     parts = [
         _env_run(
             path,
             "train",
             env,
-            {},
+            seating.get(env, {}),
             tools=None,
             default_task=(tasks or [None])[0],
             records=[r for r in records if r.metrics.get("env") == env],
@@ -156,3 +162,22 @@ def _mix_run(path: Path, mix: dict[str, list[str]], records: list[EpisodeRecord]
         for env, tasks in mix.items()
     ]
     return RecordedRun(path, "train", "+".join(mix), {}, None, None, records, parts)
+
+
+def _mix_seating(path: Path, config: RunConfig) -> dict[str, dict[str, Any]]:
+    """The server options of each environment of the mix that `--opponent` seated."""
+    if not config.opponent:
+        return {}
+    from envharness.core.registry import env_harness
+    from envharness.harness.opponents import plan_mix_seats
+
+    try:
+        harnesses = {env: env_harness(env) for env in config.mix or {}}
+        tasks = {
+            env: harnesses[env].task_list().expand(t, harnesses[env].check_task)
+            for env, t in (config.mix or {}).items()
+        }
+        plans = plan_mix_seats(harnesses, tasks, config.opponent, config.seat)
+    except (ImportError, KeyError, AttributeError, ValueError) as exc:
+        raise ReplaySetupError(f"{path}: --opponent {config.opponent}: {exc}") from None
+    return {env: dict(plan.server_options) for env, plan in plans.items()}

@@ -16,7 +16,7 @@ from envharness.integrations.trl import ranks
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import loss_passes
-from envharness.integrations.trl.kinds import RunKind, pick_run
+from envharness.integrations.trl.kinds import MixRun, RunKind, pick_run
 from envharness.integrations.trl.loading import check_model_spec
 from envharness.integrations.trl.prompting import prompt_style, reward_functions
 from envharness.integrations.trl.resume import Checkpoint, plan_resume
@@ -79,8 +79,8 @@ def sampler_options(config: TrainConfig) -> dict[str, Any]:
 
 def _seat_opponents(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> TrainConfig:
     """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
-    if config.mix and config.opponent:
-        raise TrainSetupError("--opponent with --mix is not supported yet: train the game on its own")
+    if isinstance(kind, MixRun):
+        return _seat_mix_opponents(config, kind)
     harness = env.require_harness()
     try:
         plan = plan_seats(harness, config.tasks, config.opponent, config.seat)
@@ -92,6 +92,24 @@ def _seat_opponents(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> Tra
         _check_model_opponent(config, harness, plan.client_opponent, kind)
         return config
     return replace(config, env_options={**config.env_options, **plan.server_options})
+
+
+def _seat_mix_opponents(config: TrainConfig, kind: MixRun) -> TrainConfig:
+    """A mix seats each environment with multi-player tasks on its own (`MixRun.seat`); its
+    server's options stay its own, so the configuration is unchanged."""
+    try:
+        plans = kind.seat(config)
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    for name, plan in plans.items():
+        if plan.client_opponent is not None:
+            _check_model_opponent(config, kind.envs[name].require_harness(), plan.client_opponent, kind)
+            if config.eval_every:
+                raise TrainSetupError(
+                    f"--eval-every with --opponent {plan.client_opponent} in a mix: held-out evaluation "
+                    "plays one agent alone; leave out --eval-every"
+                )
+    return config
 
 
 def _check_model_opponent(config: TrainConfig, harness: Any, opponent: str, kind: RunKind) -> None:

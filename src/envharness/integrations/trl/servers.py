@@ -72,10 +72,17 @@ def agent_env_url(
 
 
 @contextlib.contextmanager
-def mix_clients(envs: dict[str, Any]) -> Iterator[dict[str, Callable[[], Any]]]:
-    """A client factory per environment of a mix, each on a server of its own (`env_clients`)."""
+def mix_clients(
+    envs: dict[str, Any], options: dict[str, dict[str, Any]] | None = None
+) -> Iterator[dict[str, Callable[[], Any]]]:
+    """A client factory per environment of a mix, each on a server of its own (`env_clients`),
+    started with that environment's `options` (an opponent the server plays) and no other's."""
+    options = options or {}
     with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(env_clients(env)) for name, env in envs.items()}
+        yield {
+            name: stack.enter_context(env_clients(env, env_options=options.get(name)))
+            for name, env in envs.items()
+        }
 
 
 @contextlib.contextmanager

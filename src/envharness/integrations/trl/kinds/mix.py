@@ -1,5 +1,10 @@
 """The mix run (`--mix ENV:TASKS ...`): one server, prompt and rollout per environment, one
-batch drawn across them (`integrations/trl/mix.py`); tasks are named ``env:task``."""
+batch drawn across them (`integrations/trl/mix.py`); tasks are named ``env:task``.
+
+`--opponent` seats the environments of the mix whose tasks are multi-player games (`seat`):
+an opponent their server plays (`random`, `scripted`) rides on that server's options alone; a
+model in the other seats (`self`, a model spec) makes that environment's share of the batch
+play through the self-play or model-opponent rollout. The other environments play as ever."""
 
 from __future__ import annotations
 
@@ -9,11 +14,14 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from envharness.core.registry import ResolvedEnv, resolve_environment
+from envharness.harness.opponents import SeatPlan, plan_mix_seats
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate_in_env
 from envharness.integrations.trl.held_out import EvaluateTask
 from envharness.integrations.trl.kinds.base import RunKind, RunParts
+from envharness.integrations.trl.kinds.opponent import build_opponent_rollout
+from envharness.integrations.trl.kinds.self_play import build_self_play_rollout
 from envharness.integrations.trl.mix import mix_key, mix_prompt, mixed_rollout, split_key
 from envharness.integrations.trl.prompting import prompt_options, train_prompt
 from envharness.integrations.trl.rewards import REWARD_FUNCS
@@ -25,9 +33,12 @@ class MixRun(RunKind):
     name = "mix"
     evaluates_held_out = True
     prompt_for = staticmethod(mix_prompt)
+    seats_models = True
 
     def __init__(self) -> None:
         self.envs: dict[str, ResolvedEnv] = {}
+        #: The seating of each environment `--opponent` applies to (`seat`).
+        self.plans: dict[str, SeatPlan] = {}
 
     @classmethod
     def applies(cls, config: TrainConfig, vision: bool) -> bool:
@@ -67,16 +78,32 @@ class MixRun(RunKind):
         except (ValueError, KeyError) as exc:
             raise TrainSetupError(f"{what}: {exc}") from None
 
+    def seat(self, config: TrainConfig) -> dict[str, SeatPlan]:
+        """`--opponent` / `--seat` for each environment of the mix with multi-player tasks
+        (`plan_mix_seats`); ValueError in words where no environment has one."""
+        tasks: dict[str, list[str]] = {name: [] for name in self.envs}
+        for key in config.tasks:
+            name, task = split_key(key)
+            tasks[name].append(task)
+        harnesses = {name: env.require_harness() for name, env in self.envs.items()}
+        self.plans = plan_mix_seats(harnesses, tasks, config.opponent, config.seat)
+        return self.plans
+
     def open(
         self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
     ) -> AbstractContextManager[Any]:
-        return mix_clients(self.envs)
+        return mix_clients(self.envs, {name: dict(p.server_options) for name, p in self.plans.items()})
 
     def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
         """Each environment's own rollout, prompt and parser, one batch across them."""
         rollouts = {}
         for name, tasks in parts.config.mix.items():
-            env = self.envs[name]
+            env, seated = self.envs[name], self.plans.get(name, SeatPlan()).client_opponent
+            if seated is not None:  # a model in the other seats: its game's rollout
+                build = build_self_play_rollout if seated == "self" else build_opponent_rollout
+                game = next(t for n, t in map(split_key, parts.config.tasks) if n == name)
+                rollouts[name] = build(parts, env, clients[name], default_task=game, prompt=train_prompt(env))
+                continue
             rollouts[name] = build_env_rollout_func(
                 env,
                 clients[name],

@@ -21,6 +21,7 @@ import inspect
 import threading
 from typing import Any
 
+from envharness.core.registry import ResolvedEnv
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.opponents import MODEL_PREFIXES, is_model_spec
 from envharness.harness.seat_player import ModelSeats
@@ -153,43 +154,52 @@ class OpponentRun(TextRun):
         return bool(spec) and spec != "self" and is_model_spec(spec) and not vision
 
     def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
-        config, harness = parts.config, parts.env.require_harness()
-        player = OpponentPlayer(load_opponent(config))
-        parts.stack.callback(player.close)
-        options = prompt_options(config.prompt, parts.tokenizer, parts.env)
-        if harness.reset_kwargs:
-            options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
-        inner = harness.session_factory(
-            lambda: harness.seat_client(_AsyncClient(clients()), _SEATS.get(), config.seat),
-            default_task=config.tasks[0],
-            **options,
+        return build_opponent_rollout(
+            parts, parts.env, clients, default_task=parts.config.tasks[0], prompt=parts.config.prompt
         )
 
-        def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-            sampling = trainer_sampling(trainer)  # the opponent samples as the policy does
 
-            async def generate(messages: list[Message]) -> str:
-                return await player.reply(messages, sampling)
+def build_opponent_rollout(
+    parts: RunParts, env: ResolvedEnv, clients: Any, *, default_task: str, prompt: str
+) -> RolloutFunc:
+    """TRL's `rollout_func` playing the policy in one seat of `env`'s games on `clients`'
+    server, the run's `--opponent` model in the others (`env` is the run's environment, or one
+    environment of a mix)."""
+    config, harness = parts.config, env.require_harness()
+    player = OpponentPlayer(load_opponent(config))
+    parts.stack.callback(player.close)
+    options = prompt_options(prompt, parts.tokenizer, env)
+    if harness.reset_kwargs:
+        options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
+    inner = harness.session_factory(
+        lambda: harness.seat_client(_AsyncClient(clients()), _SEATS.get(), config.seat),
+        default_task=default_task,
+        **options,
+    )
 
-            factory = _SeatedFactory(
-                inner, lambda: ModelSeats(name=config.opponent.strip(), generate=generate)
-            )
-            played = build_trl_rollout_func(
-                factory,
-                tool_call_parser=harness.tool_call_parser,
-                send_tools=False,
-                limits=parts.limits,
-                records=_WithOpponentMoves(parts.records, factory),
-                backend_factory=parts.backend_factory,
-            )
-            out = played(prompts, trainer)
-            rollout_func.last_metrics = played.last_metrics  # type: ignore[attr-defined]
-            return out
+    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        sampling = trainer_sampling(trainer)  # the opponent samples as the policy does
 
-        rollout_func.records = parts.records  # type: ignore[attr-defined]
-        rollout_func.last_metrics = {}  # type: ignore[attr-defined]
-        rollout_func.opponent_backend = player.backend  # type: ignore[attr-defined]
-        return rollout_func
+        async def generate(messages: list[Message]) -> str:
+            return await player.reply(messages, sampling)
+
+        factory = _SeatedFactory(inner, lambda: ModelSeats(name=config.opponent.strip(), generate=generate))
+        played = build_trl_rollout_func(
+            factory,
+            tool_call_parser=harness.tool_call_parser,
+            send_tools=False,
+            limits=parts.limits,
+            records=_WithOpponentMoves(parts.records, factory),
+            backend_factory=parts.backend_factory,
+        )
+        out = played(prompts, trainer)
+        rollout_func.last_metrics = played.last_metrics  # type: ignore[attr-defined]
+        return out
+
+    rollout_func.records = parts.records  # type: ignore[attr-defined]
+    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
+    rollout_func.opponent_backend = player.backend  # type: ignore[attr-defined]
+    return rollout_func
 
 
-__all__ = ["OpponentPlayer", "OpponentRun", "load_opponent"]
+__all__ = ["OpponentPlayer", "OpponentRun", "build_opponent_rollout", "load_opponent"]

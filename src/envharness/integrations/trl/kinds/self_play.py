@@ -4,10 +4,11 @@ trained, each seat's turns its own trajectory with its own reward.
 Advantages are per role, as SPIRAL's role-conditioned advantage estimation (arXiv 2506.24119):
 a GRPO group is one (task, seed, seat), the G trajectories of that seat from G games of that
 seed, so TRL's per-group baseline is that seat's and a seat's built-in edge (moving first) is
-not learning signal. The rollout pairs consecutive groups of a batch that play the same task:
-a pair plays its first group's seed, the first group is seat 0 and the second seat 1, and one
-set of G games feeds both. A group without a partner (an odd count) still plays G whole games, every seat by the
-policy, and keeps its own seat's trajectories. A step of N groups of G therefore plays
+not learning signal. The rollout pairs consecutive groups of a batch (in a mix, of the game's
+share of it, in batch order) that play the same task: a pair plays its first group's seed,
+the first group is seat 0 and the second seat 1, and one set of G games feeds both. A group
+without a partner (an odd count) still plays G whole games, every seat by the policy, and
+keeps its own seat's trajectories. A step of N groups of G therefore plays
 ceil(N/2) * G games of a two-player game, each seat's turns sampled by the trained model.
 
 The environment shows each game as one ordinary client per seat (`EnvHarness.seat_views`);
@@ -22,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from envharness.core.registry import ResolvedEnv
 from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.rollout import rollout_metrics, rollout_outputs, run_episodes
@@ -35,6 +37,7 @@ from envharness.integrations.trl.rollout import (
     RolloutFunc,
     _episode_fields,
     parse_task_prompt,
+    prompt_env,
     trainer_sampling,
 )
 
@@ -51,6 +54,8 @@ class SeatEpisode:
     seat: int
     game: str
     row: int | None
+    #: The environment a mix's prompt names (None outside a mix).
+    env: str | None = None
 
 
 def plan_episodes(prompts: list[Any], generations: int, players: int = 2) -> list[SeatEpisode]:
@@ -61,6 +66,7 @@ def plan_episodes(prompts: list[Any], generations: int, players: int = 2) -> lis
     first = 0
     while first < len(groups):
         task, seed = parse_task_prompt(groups[first][0])
+        env = prompt_env(groups[first][0])
         pair = [groups[first]]  # the next groups of the same task take the next seats
         while len(pair) < players and first + len(pair) < len(groups):
             if parse_task_prompt(groups[first + len(pair)][0])[0] != task:
@@ -71,7 +77,7 @@ def plan_episodes(prompts: list[Any], generations: int, players: int = 2) -> lis
             for seat in range(players):
                 in_batch = seat < len(pair) and g < len(pair[seat])
                 row = (first + seat) * generations + g if in_batch else None
-                episodes.append(SeatEpisode(str(task), seed, seat, game, row))
+                episodes.append(SeatEpisode(str(task), seed, seat, game, row, env))
         first += len(pair)
     return episodes
 
@@ -103,50 +109,63 @@ class SelfPlayRun(TextRun):
         return (config.opponent or "").strip() == "self" and not vision
 
     def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
-        harness = parts.env.require_harness()
-        options = prompt_options(parts.config.prompt, parts.tokenizer, parts.env)
-        inner = harness.session_factory(lambda: _VIEW.get(), default_task=parts.config.tasks[0], **options)
-        players = harness.players(parts.config.tasks[0])[0]
+        return build_self_play_rollout(
+            parts, parts.env, clients, default_task=parts.config.tasks[0], prompt=parts.config.prompt
+        )
 
-        def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-            generations = int(getattr(getattr(trainer, "args", None), "num_generations", 0) or 1)
-            episodes = plan_episodes(prompts, generations, players)
-            games = {e.game: harness.seat_views(clients(), players) for e in episodes}
-            batcher = BatchingModelStep(
-                parts.backend_factory(trainer), tool_call_parser=harness.tool_call_parser, send_tools=False
+
+def build_self_play_rollout(
+    parts: RunParts, env: ResolvedEnv, clients: Any, *, default_task: str, prompt: str
+) -> RolloutFunc:
+    """TRL's `rollout_func` playing `env`'s games seat by seat on `clients`' server, every seat
+    the policy (`env` is the run's environment, or one environment of a mix: the batch a mix
+    hands it is its own groups, in their order)."""
+    harness = env.require_harness()
+    options = prompt_options(prompt, parts.tokenizer, env)
+    inner = harness.session_factory(lambda: _VIEW.get(), default_task=default_task, **options)
+    players = harness.players(default_task)[0]
+
+    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        generations = int(getattr(getattr(trainer, "args", None), "num_generations", 0) or 1)
+        episodes = plan_episodes(prompts, generations, players)
+        games = {e.game: harness.seat_views(clients(), players) for e in episodes}
+        batcher = BatchingModelStep(
+            parts.backend_factory(trainer), tool_call_parser=harness.tool_call_parser, send_tools=False
+        )
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+        limits = dataclasses.replace(
+            parts.limits, sampling={**trainer_sampling(trainer), **parts.limits.sampling}
+        )
+
+        def on_result(index: int, result: HarnessRolloutResult) -> None:
+            episode = episodes[index]
+            result.task, result.seed = episode.task, episode.seed
+            result.metrics.update(train_step=step, seat=episode.seat, game=episode.game)
+            if episode.env is not None:  # a mix: records name the environment too
+                result.metrics["env"] = episode.env
+            result.metrics["trained"] = episode.row is not None
+            parts.records.write(result)
+
+        results = run_coroutine_sync(
+            run_episodes(
+                _SeatFactory(inner, games),
+                episodes,
+                model_step_builder=lambda _session: batcher.for_episode(),
+                limits=limits,
+                max_concurrency=len(episodes),  # every seat of a game at once: they take turns
+                seeds=[e.seed for e in episodes],
+                episode_ids=[f"{e.game}-seat{e.seat}" for e in episodes],
+                on_result=on_result,
             )
-            step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-            limits = dataclasses.replace(
-                parts.limits, sampling={**trainer_sampling(trainer), **parts.limits.sampling}
-            )
+        )
+        kept = sorted((e.row, r) for e, r in zip(episodes, results) if e.row is not None)
+        ordered = [r for _, r in kept]
+        rollout_func.last_metrics = rollout_metrics(results)  # type: ignore[attr-defined]
+        return {**rollout_outputs(ordered, trainer), **_episode_fields(ordered, False)}
 
-            def on_result(index: int, result: HarnessRolloutResult) -> None:
-                episode = episodes[index]
-                result.task, result.seed = episode.task, episode.seed
-                result.metrics.update(train_step=step, seat=episode.seat, game=episode.game)
-                result.metrics["trained"] = episode.row is not None
-                parts.records.write(result)
-
-            results = run_coroutine_sync(
-                run_episodes(
-                    _SeatFactory(inner, games),
-                    episodes,
-                    model_step_builder=lambda _session: batcher.for_episode(),
-                    limits=limits,
-                    max_concurrency=len(episodes),  # every seat of a game at once: they take turns
-                    seeds=[e.seed for e in episodes],
-                    episode_ids=[f"{e.game}-seat{e.seat}" for e in episodes],
-                    on_result=on_result,
-                )
-            )
-            kept = sorted((e.row, r) for e, r in zip(episodes, results) if e.row is not None)
-            ordered = [r for _, r in kept]
-            rollout_func.last_metrics = rollout_metrics(results)  # type: ignore[attr-defined]
-            return {**rollout_outputs(ordered, trainer), **_episode_fields(ordered, False)}
-
-        rollout_func.records = parts.records  # type: ignore[attr-defined]
-        rollout_func.last_metrics = {}  # type: ignore[attr-defined]
-        return rollout_func
+    rollout_func.records = parts.records  # type: ignore[attr-defined]
+    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
+    return rollout_func
 
 
-__all__ = ["SeatEpisode", "SelfPlayRun", "plan_episodes"]
+__all__ = ["SeatEpisode", "SelfPlayRun", "build_self_play_rollout", "plan_episodes"]
