@@ -157,3 +157,34 @@ def test_a_seat_whose_turns_run_out_ends_the_game_for_the_other_unfinished(tmp_p
     assert len(records) == 4 and all(r["error"] is None for r in records)
     assert all(r["verify_metrics"]["outcome"] == "unfinished" and r["env_reward"] == 0 for r in records)
     assert {r["tokens"]["model"] > 0 for r in records if r["metrics"]["seat"] == 1} == {False}
+
+
+def test_replay_plays_each_seat_of_a_self_play_game_against_the_other_seats_record(tmp_path, capsys):
+    """Every seat of a self-play game is its own record: replay plays each one again with the
+    other seat's recorded moves in the other seat, so the run's episodes come out identical."""
+    from envharness.replay import replay_run
+
+    out = tmp_path / "train"
+    code = cli_main(
+        ["train", "--env", "textarena", "--tasks", "TicTacToe-v0", "--model", "tiny", "--opponent", "self",
+         "--steps", "1", "--max-turns", "3", "--num-generations", "2", "--groups-per-step", "2",
+         "--max-new-tokens", "6", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    report = replay_run(out)
+    assert report.episodes and not report.skipped, report.to_json()
+    assert report.identical == len(report.episodes) == 4, report.to_json()
+    # a changed move of one seat shows in the replay of the other seat's episode
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    mover = next(i for i, r in enumerate(records) if r["tool_calls"])
+    call = records[mover]["tool_calls"][0]
+    call["arguments"]["message"] = "[4]" if call["arguments"].get("message") != "[4]" else "[5]"
+    lines[mover] = json.dumps(records[mover])
+    (out / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    partner = next(
+        r["episode_id"] for r in records
+        if r["metrics"]["game"] == records[mover]["metrics"]["game"] and r is not records[mover]
+    )  # fmt: skip
+    again = {e.episode_id: e for e in replay_run(out).episodes}
+    assert not again[partner].identical, again[partner]

@@ -60,7 +60,7 @@ class RecordedSeats:
         move = self.recorded[number - 1]
         if move.get("seat") != seat:
             self.differences.append((number, "the opponent's seat", move.get("seat"), seat))
-        if move.get("shown") != text:
+        if "shown" in move and move["shown"] != text:  # a self-play seat's record keeps its own view
             self.differences.append((number, "what the opponent was shown", move.get("shown"), text))
         reply = str(move.get("reply") or "")
         self.moves.append({"seat": seat, "shown": text, "reply": reply})

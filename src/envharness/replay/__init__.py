@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envharness.harness.records import EpisodeRecord
 from envharness.harness.seat_player import RecordedSeats
 from envharness.replay.episode import EpisodeReplay, Finding, replay_episode
 from envharness.replay.run import RecordedRun, ReplaySetupError, read_run
@@ -83,6 +84,25 @@ def _session_factory(
     ), harness
 
 
+def self_play_partner_moves(
+    records: list[EpisodeRecord], record: EpisodeRecord
+) -> list[dict[str, Any]] | None:
+    """In self-play every seat of a game is its own record (`metrics.game`, `metrics.seat`): the
+    other seat's moves, in its order, are the opponent that `record`'s seat played against. None
+    where `record` is not one seat of a two-seat game whose other seat was recorded."""
+    game, seat = record.metrics.get("game"), record.metrics.get("seat")
+    if game is None or seat is None:
+        return None
+    others = [r for r in records if r.metrics.get("game") == game and r.metrics.get("seat") != seat]
+    if len(others) != 1:
+        return None
+    other = others[0]
+    return [
+        {"seat": other.metrics["seat"], "reply": str((call.get("arguments") or {}).get("message", ""))}
+        for call in other.tool_calls
+    ]
+
+
 async def replay_run_async(
     folder: str | Path,
     *,
@@ -139,6 +159,9 @@ async def _replay_part(
                 opponent = str(record.verify_metrics.get("opponent") or "opponent")
                 seats = RecordedSeats(name=opponent, recorded=list(record.opponent_moves))
                 episode_factory, _ = _session_factory(run, url, seats, record.verify_metrics.get("seat"))
+            elif (moves := self_play_partner_moves(run.records, record)) is not None:
+                seats = RecordedSeats(name="self", recorded=moves)  # the other seat's own record
+                episode_factory, _ = _session_factory(run, url, seats, record.metrics["seat"])
             async with gate:
                 results[i] = await replay_episode(episode_factory, record, seats)
             if on_episode is not None:

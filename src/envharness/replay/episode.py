@@ -136,7 +136,7 @@ async def _replay_calls(session: Any, record: EpisodeRecord, replay: EpisodeRepl
 
 def _compare_opponent(replay: EpisodeReplay, record: EpisodeRecord, seats: RecordedSeats) -> None:
     """What the opponent was shown, move by move, and how many moves it made."""
-    recorded = record.opponent_moves or []
+    recorded = seats.recorded
     for number, what, was, now in seats.differences:
         step = int(recorded[number - 1].get("after_step") or 0) if number <= len(recorded) else replay.steps
         replay.findings.append(Finding(step, f"{what} at its move {number}", was, now))

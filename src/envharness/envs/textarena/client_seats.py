@@ -95,31 +95,12 @@ class ModelSeatedClient:
             info.update(
                 won=reward >= 1.0, opponent_invalid_move=bool(info.get("invalid_move")), invalid_move=False
             )
-            obs = self._own_final_view(obs).model_copy(update={"reward": reward, "info": info})
+            obs = own_final_view(self._own, obs, self.seat).model_copy(
+                update={"reward": reward, "info": info}
+            )
         obs = obs.model_copy(update={"seat": self.seat})
         self._own = obs
         return result.model_copy(update={"observation": obs, "reward": reward})
-
-    def _own_final_view(self, last: Any) -> Any:
-        """The end of a game the opponent's move ended, as the agent's seat sees it: its own
-        prompt and messages and how the game ended, never the opponent's view (its card)."""
-        own = self._own
-        messages = list(own.messages) if own is not None else []
-        reason = str((last.info or {}).get("reason") or "").strip()
-        if reason:
-            messages.append(TextArenaMessage(sender_id=GAME_SENDER, content=reason, category="GAME_ADMIN"))
-        prompt = own.prompt if own is not None else f"(the game ended before player {self.seat}'s first turn)"
-        metadata = dict(last.metadata or {}) | {
-            "new_messages_from": len(own.messages) if own is not None else 0
-        }
-        return last.model_copy(
-            update={
-                "prompt": prompt,
-                "messages": messages,
-                "current_player_id": self.seat,
-                "metadata": metadata,
-            }
-        )
 
     async def state(self) -> Any:
         state = await self.client.state()
@@ -127,6 +108,22 @@ class ModelSeatedClient:
 
     async def close(self) -> None:
         await self.client.close()
+
+
+def own_final_view(own: Any, last: Any, seat: int | None) -> Any:
+    """The end of a game another seat's move ended, as `seat` sees it (`own`: its latest view of
+    its own, None before its first turn): its own prompt and messages and how the game ended,
+    never the last mover's view (its prompt, its card). Self-play's seats and a seated model
+    opponent end games alike, so a self-play record replays against a recorded opponent."""
+    messages = list(own.messages) if own is not None else []
+    reason = str((last.info or {}).get("reason") or "").strip()
+    if reason:
+        messages.append(TextArenaMessage(sender_id=GAME_SENDER, content=reason, category="GAME_ADMIN"))
+    prompt = own.prompt if own is not None else f"(the game ended before player {seat}'s first turn)"
+    metadata = dict(last.metadata or {}) | {"new_messages_from": len(own.messages) if own is not None else 0}
+    return last.model_copy(
+        update={"prompt": prompt, "messages": messages, "current_player_id": seat, "metadata": metadata}
+    )
 
 
 def _move_of(reply: str) -> str:
@@ -143,4 +140,4 @@ def model_seated_client(client: Any, opponent: Any, seat: str) -> ModelSeatedCli
     return ModelSeatedClient(client, opponent, seat)
 
 
-__all__ = ["MAX_OPPONENT_MOVES", "ModelSeatedClient", "model_seated_client"]
+__all__ = ["MAX_OPPONENT_MOVES", "ModelSeatedClient", "model_seated_client", "own_final_view"]

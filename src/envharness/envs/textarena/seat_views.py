@@ -19,6 +19,7 @@ import asyncio
 import inspect
 from typing import Any
 
+from envharness.envs.textarena.client_seats import own_final_view
 from envharness.envs.textarena.models import TextArenaAction
 
 
@@ -97,6 +98,7 @@ class SeatView:
         self.game = game
         self.seat = seat
         self._closed = False
+        self._own: Any = None  # this seat's latest view of its own
 
     async def reset(self, **kwargs: Any) -> Any:
         await self.game.reset(**kwargs)
@@ -120,13 +122,17 @@ class SeatView:
                 {**info, "truncated": True, "reason": f"seat {game.abandoned_by} stopped playing"},
             )
             obs = obs.model_copy(update={"done": True, "reward": 0.0, "info": info, "messages": []})
-        elif done and obs.current_player_id != self.seat:
+        elif done and game.last_mover != self.seat:  # the last view is the last mover's
             rewards = list(info.get("rewards") or [])
             reward = float(rewards[self.seat]) if self.seat < len(rewards) else 0.0
-            mover_invalid = bool(info.get("invalid_move")) and game.last_mover != self.seat
-            info.update(won=reward >= 1.0, opponent_invalid_move=mover_invalid, invalid_move=False)
-            obs = obs.model_copy(update={"reward": reward, "info": info, "messages": _public(obs)})
+            info.update(
+                won=reward >= 1.0, opponent_invalid_move=bool(info.get("invalid_move")), invalid_move=False
+            )
+            obs = own_final_view(self._own, obs, self.seat).model_copy(
+                update={"reward": reward, "info": info}
+            )
         obs = obs.model_copy(update={"seat": self.seat})
+        self._own = obs
         return result.model_copy(update={"observation": obs, "reward": reward, "done": done})
 
     async def state(self) -> Any:
@@ -137,14 +143,6 @@ class SeatView:
         if not self._closed:
             self._closed = True
             await self.game.leave(self.seat)
-
-
-def _public(obs: Any) -> list[Any]:
-    """The last view at the end belongs to the seat that moved last: another seat is shown the
-    game's closing words only (after the last move), not that seat's private messages."""
-    messages = list(obs.messages or [])
-    last = max((i for i, m in enumerate(messages) if m.category == "PLAYER_ACTION"), default=-1)
-    return messages[last + 1 :]
 
 
 def seat_game(client: Any, players: int, opponent: str = "self") -> SeatGame:
