@@ -15,6 +15,7 @@ in a batch of its own (up to the float rounding of batched kernels, as in any ba
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from envharness.models.decoding import DecodingRow, decode_batch_step
 from envharness.models.prefix_cache import cache_layers, forward_with_cache
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+#: The longest an idle decoder waits for announced requests (`expect`) before it starts without them.
+_GATHER_BOUND_S = 0.25
 
 
 @dataclass
@@ -51,12 +55,18 @@ class ContinuousDecoder:
     `submit(prompts, sampling)` returns one `Future` per prompt, resolved with
     `(prompt, DecodingRow)` when that row is done. At most `capacity()` rows decode together;
     the others wait for a free row. The worker thread runs while there is work.
+
+    While any row decodes, the model stays in its sampling mode (eval, inference mode):
+    switching a model's modules at every token cost more than a small model's decode pass. Its
+    owner's mode is back before the last row's future resolves.
     """
 
     def __init__(self, backend: Any):
         self.backend = backend
         self._queue: list[_Request] = []
         self._guard = threading.Lock()
+        self._expected = 0  # requests their callers announced and are still rendering (`expect`)
+        self._arrived = threading.Condition(self._guard)
         self._thread: threading.Thread | None = None
         self.decode_steps = 0  # forward passes of the running batch, for stats and tests
         self.most_rows = 0  # the most rows one of them decoded together
@@ -70,9 +80,20 @@ class ContinuousDecoder:
                 self._thread.start()
         return [r.future for r in requests]
 
-    def _take(self, room: int) -> list[_Request]:
+    def expect(self, count: int) -> None:
+        """`count` requests are on their way (negative: they arrived or will not come). An idle
+        decoder waits for them before it prefills, so that requests made together start in one
+        prefill and decode in step, instead of one prefill and one lone decode pass per arrival."""
+        with self._arrived:
+            self._expected += count
+            if self._expected <= 0:
+                self._arrived.notify_all()
+
+    def _take(self, room: int, idle: bool) -> list[_Request]:
         """Up to `room` queued requests; with nothing queued and nothing decoding, the thread ends."""
-        with self._guard:
+        with self._arrived:
+            if idle and self._expected > 0:  # the bound only guards against a caller that never comes
+                self._arrived.wait_for(lambda: self._expected <= 0, timeout=_GATHER_BOUND_S)
             taken, self._queue = self._queue[:room], self._queue[room:]
             return taken
 
@@ -85,23 +106,28 @@ class ContinuousDecoder:
 
     def _run(self) -> None:
         batch = _Batch(self.backend)
+        mode = contextlib.ExitStack()  # the model's sampling mode, held while rows decode
         while True:
-            new = [r for r in self._take(max(0, self.backend.capacity() - len(batch.requests))) if _wanted(r)]
+            room = max(0, self.backend.capacity() - len(batch.requests))
+            new = [r for r in self._take(room, idle=not batch.requests) if _wanted(r)]
             finished: list[tuple[_Request, DecodingRow]] = []
             try:
-                with self.backend.sampling_mode():
-                    if new:
-                        batch.admit(new)
-                    if batch.requests:
-                        self.decode_steps += 1
-                        self.most_rows = max(self.most_rows, len(batch.requests))
-                        finished = batch.step()
+                if new and not batch.requests:
+                    mode.enter_context(self.backend.sampling_mode())
+                if new:
+                    batch.admit(new)
+                if batch.requests:
+                    self.decode_steps += 1
+                    self.most_rows = max(self.most_rows, len(batch.requests))
+                    finished = batch.step()
             except Exception as exc:  # every row in flight learns why; the queue goes on
                 for request in batch.requests + new:
                     if not request.future.done():
                         request.future.set_exception(exc)
                 batch = _Batch(self.backend)
-            for request, row in finished:  # after the model's mode is given back to its owner
+            if not batch.requests:  # the owner has its model's mode back before the last row returns
+                mode.close()
+            for request, row in finished:
                 if not request.future.done():
                     request.future.set_result((request.prompt, row))
             if not batch.requests and not new and self._finish_thread():

@@ -111,8 +111,12 @@ class TransformersBackend:
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Render, tokenize and sample every request; one `Generation` per request, in order.
         The requests join the rows decoding now and each returns as soon as it is done."""
-        prompts = await asyncio.to_thread(self._prompts, requests)
-        futures = self._submit(prompts, [r.sampling for r in requests])
+        self._decoder.expect(len(requests))  # an idle decoder waits for them: one prefill, not one each
+        try:
+            prompts = await asyncio.to_thread(self._prompts, requests)
+            futures = self._submit(prompts, [r.sampling for r in requests])
+        finally:
+            self._decoder.expect(-len(requests))
         done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return [self._generation(prompt, row) for prompt, row in done]
 
