@@ -29,9 +29,6 @@ from envharness.models.prefix_cache import cache_layers, forward_with_cache
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
-#: The longest an idle decoder waits for announced requests (`expect`) before it starts without them.
-_GATHER_BOUND_S = 0.25
-
 
 @dataclass
 class _Request:
@@ -65,8 +62,6 @@ class ContinuousDecoder:
         self.backend = backend
         self._queue: list[_Request] = []
         self._guard = threading.Lock()
-        self._expected = 0  # requests their callers announced and are still rendering (`expect`)
-        self._arrived = threading.Condition(self._guard)
         self._thread: threading.Thread | None = None
         self.decode_steps = 0  # forward passes of the running batch, for stats and tests
         self.most_rows = 0  # the most rows one of them decoded together
@@ -80,20 +75,9 @@ class ContinuousDecoder:
                 self._thread.start()
         return [r.future for r in requests]
 
-    def expect(self, count: int) -> None:
-        """`count` requests are on their way (negative: they arrived or will not come). An idle
-        decoder waits for them before it prefills, so that requests made together start in one
-        prefill and decode in step, instead of one prefill and one lone decode pass per arrival."""
-        with self._arrived:
-            self._expected += count
-            if self._expected <= 0:
-                self._arrived.notify_all()
-
-    def _take(self, room: int, idle: bool) -> list[_Request]:
+    def _take(self, room: int) -> list[_Request]:
         """Up to `room` queued requests; with nothing queued and nothing decoding, the thread ends."""
-        with self._arrived:
-            if idle and self._expected > 0:  # the bound only guards against a caller that never comes
-                self._arrived.wait_for(lambda: self._expected <= 0, timeout=_GATHER_BOUND_S)
+        with self._guard:
             taken, self._queue = self._queue[:room], self._queue[room:]
             return taken
 
@@ -108,8 +92,7 @@ class ContinuousDecoder:
         batch = _Batch(self.backend)
         mode = contextlib.ExitStack()  # the model's sampling mode, held while rows decode
         while True:
-            room = max(0, self.backend.capacity() - len(batch.requests))
-            new = [r for r in self._take(room, idle=not batch.requests) if _wanted(r)]
+            new = [r for r in self._take(max(0, self.backend.capacity() - len(batch.requests))) if _wanted(r)]
             finished: list[tuple[_Request, DecodingRow]] = []
             try:
                 if new and not batch.requests:

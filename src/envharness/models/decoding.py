@@ -58,7 +58,11 @@ def decode_batch_step(
         whole = len(members) == len(rows)
         index = None if whole else torch.tensor(members, dtype=torch.long, device=device)
         ids, picked = sample_with_logprobs(
-            logits if whole else logits[index], temperature, top_k, top_p, [rows[i].generator for i in members]
+            logits if whole else logits[index],
+            temperature,
+            top_k,
+            top_p,
+            [rows[i].generator for i in members],
         )
         if whole:
             next_ids, chosen = ids, picked

@@ -111,12 +111,8 @@ class TransformersBackend:
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Render, tokenize and sample every request; one `Generation` per request, in order.
         The requests join the rows decoding now and each returns as soon as it is done."""
-        self._decoder.expect(len(requests))  # an idle decoder waits for them: one prefill, not one each
-        try:
-            prompts = await asyncio.to_thread(self._prompts, requests)
-            futures = self._submit(prompts, [r.sampling for r in requests])
-        finally:
-            self._decoder.expect(-len(requests))
+        prompts = await asyncio.to_thread(self._prompts, requests)
+        futures = self._submit(prompts, [r.sampling for r in requests])
         done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return [self._generation(prompt, row) for prompt, row in done]
 
