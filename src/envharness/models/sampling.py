@@ -100,21 +100,20 @@ def _inverse_cdf(probs: torch.Tensor, block: int = 256) -> tuple[torch.Tensor, t
     """(draws, each row's total mass as a (rows, 1) float64). Two levels: the block holding the
     draw from per-block sums (256 entries summed in float32, the blocks' running sum in float64),
     then the token inside that block in float64, so the vocabulary is read once and nothing of
-    its size is written. A block without mass sums to exactly 0 and is never chosen."""
+    its size is written. A block without mass sums to exactly 0 and is never chosen. Few and
+    small operations: each one hands the interpreter to other threads for a moment."""
     rows, vocab = probs.shape
-    full = vocab // block * block
-    sums = probs[:, :full].reshape(rows, -1, block).sum(-1)
-    if full < vocab:
-        sums = torch.cat([sums, probs[:, full:].sum(-1, keepdim=True)], dim=1)
-    cdf = sums.double().cumsum(-1)
+    blocks = -(-vocab // block)
+    if blocks * block != vocab:  # zeros past the vocabulary: no mass
+        probs = torch.nn.functional.pad(probs, (0, blocks * block - vocab))
+    grid = probs.view(rows, blocks, block)
+    cdf = grid.sum(-1).double().cumsum_(-1)
     total = cdf[:, -1:]
-    u = _below(torch.rand((rows, 1), dtype=torch.float64, device=probs.device) * total, total)
+    u = _below(torch.rand((rows, 1), dtype=torch.float64, device=probs.device).mul_(total), total)
     # u < total, so the first block whose cdf passes u has mass, as does the token found in it
     chosen = torch.searchsorted(cdf, u, right=True)
-    before = torch.where(chosen > 0, cdf.gather(1, (chosen - 1).clamp(min=0)), torch.zeros_like(u))
-    index = chosen * block + torch.arange(block, device=probs.device)
-    inside = probs.gather(1, index.clamp(max=vocab - 1)).double() * (index < vocab)
-    local = inside.cumsum(-1)
+    before = torch.nn.functional.pad(cdf, (1, 0)).gather(1, chosen)
+    local = grid.gather(1, chosen[:, :, None].expand(rows, 1, block))[:, 0].double().cumsum_(-1)
     rest = _below(u - before, local[:, -1:])
     return (chosen * block + torch.searchsorted(local, rest, right=True))[:, 0], total
 
