@@ -43,7 +43,7 @@ DEFAULT_TASKS = {"browsergym": ["click-test", "enter-text"], "textarena": ["Word
 
 
 # -- the worker: one column, in its own process --------------------------------------------------
-def model_alone(model: Any, shape: dict[str, int], repeats: int = 3) -> float:
+def model_alone(model: Any, shape: dict[str, int], repeats: int = 7) -> float:
     """Seconds of the model's forward passes for one step's shape (median of `repeats`)."""
     import torch
 

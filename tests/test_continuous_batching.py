@@ -103,3 +103,54 @@ def test_unseeded_draws_follow_the_distribution_and_never_a_token_without_mass()
     assert not (p[0] == 0)[draws].any()
     frequency = torch.bincount(draws, minlength=300).double() / len(draws)
     assert (frequency - p[0].double()).abs().max().item() < 0.01  # ~7 standard deviations at most
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_short_road_draws_from_the_same_distribution_with_the_same_logprobs(temperature):
+    """Unseeded rows without top-k/top-p skip the full log_softmax: the logprob read for the drawn
+    token equals `processed_logprobs` there, and the draws follow its distribution."""
+    from envharness.models.sampling import processed_logprobs, sample_with_logprobs
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 300) * 3
+    logits[0, 100:290] = float("-inf")
+    rows = logits.expand(2000, -1).contiguous()
+    draws, logprobs = [], []
+    for _ in range(50):
+        ids, picked = sample_with_logprobs(rows, temperature, 0, 1.0, [None] * len(rows))
+        draws.append(ids)
+        logprobs.append(picked)
+    draws, logprobs = torch.cat(draws), torch.cat(logprobs)
+    expected = processed_logprobs(logits, temperature)[0]
+    torch.testing.assert_close(logprobs, expected[draws], rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(logprobs).all()  # never a token without mass
+    frequency = torch.bincount(draws, minlength=300).double() / len(draws)
+    assert (frequency - expected.exp().double()).abs().max().item() < 0.01
+
+
+async def test_the_model_mode_is_switched_once_per_batch_not_per_token(tiny):
+    """While rows decode, the model stays in eval mode; its owner's training mode is back when
+    the last row returns."""
+    switches = []
+    model = tiny.model
+    original = type(model).train
+
+    def counting_train(self, mode=True):
+        if self is model:
+            switches.append(mode)
+        return original(self, mode)
+
+    model.train()
+    type(model).train = counting_train
+    try:
+        await tiny.generate(
+            [
+                GenerationRequest(conversation("x"), sampling=SamplingParams(max_tokens=16, seed=s))
+                for s in range(3)
+            ]
+        )
+    finally:
+        type(model).train = original
+    assert model.training
+    assert 1 <= len(switches) <= 4, switches  # one eval and one train per batch, not one per token
+    model.eval()

@@ -229,3 +229,35 @@ async def test_bad_input_is_a_clear_error(tiny):
         tiny.generate_from_ids([[]], [SamplingParams()])
     with pytest.raises(ValueError, match="2 prompts but 1"):
         tiny.generate_from_ids([[1], [2]], [SamplingParams()])
+
+
+def test_a_cached_render_is_the_template_of_that_very_conversation(tiny):
+    """Renders are kept per tokenizer (a group's episodes share their first prompt): the same
+    conversation gives the template's text, a conversation that differs in a message, in its
+    tools or in the generation prompt gets its own, and a changed template is rendered anew."""
+    tokenizer = tiny.tokenizer
+    tools = [{"name": "click", "description": "Click", "inputSchema": {"type": "object", "properties": {}}}]
+    a, b = conversation("Click OK"), conversation("Click Cancel")
+
+    def direct(messages, tools=None, add_generation_prompt=True):
+        extra = {"tools": chat.to_openai_tools(tools)} if tools else {}
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
+        )
+
+    for _ in range(2):  # rendered, then served from the cache
+        assert chat.render(tokenizer, a) == direct(a)
+        assert chat.render(tokenizer, b) == direct(b) != direct(a)
+        assert chat.render(tokenizer, a, tools) == direct(a, tools)
+        assert chat.render(tokenizer, a, add_generation_prompt=False) == direct(
+            a, add_generation_prompt=False
+        )
+    assert direct(a, add_generation_prompt=False) != direct(a)
+    template = tokenizer.chat_template
+    try:
+        tokenizer.chat_template = template.replace("<|im_start|>", "<|im_start|> ")
+        assert chat.render(tokenizer, a) == direct(a) != ""
+        assert "<|im_start|> " in chat.render(tokenizer, a)
+    finally:
+        tokenizer.chat_template = template
+    assert chat.render(tokenizer, a) == direct(a)

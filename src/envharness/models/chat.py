@@ -12,6 +12,10 @@ the completion did not produce is added at the start of the difference.
 from __future__ import annotations
 
 import json
+import threading
+import time
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 from envharness.models.base import Message
@@ -85,7 +89,63 @@ def render(
     openai_tools = to_openai_tools(tools)
     if openai_tools:
         kwargs["tools"] = openai_tools
-    return tokenizer.apply_chat_template(_template_messages(messages), **kwargs)
+    templated = _template_messages(messages)
+    key = _render_key(tokenizer, templated, kwargs)
+    text = _RENDERED.get(tokenizer, key)
+    if text is None:
+        text = tokenizer.apply_chat_template(templated, **kwargs)
+        _RENDERED.put(tokenizer, key, text)
+    return text
+
+
+class _RenderCache:
+    """The last renders per tokenizer, keyed by the template and the conversation as JSON: the
+    episodes of a group render the same first prompt, and every later turn renders the template's
+    end-of-turn text again (a template costs milliseconds of Python per render)."""
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._lock = threading.Lock()  # renders run in worker threads
+        self._by_tokenizer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(self, tokenizer: Any, key: str | None) -> str | None:
+        if key is None:
+            return None
+        with self._lock:
+            entries = self._entries(tokenizer)
+            text = entries.get(key) if entries is not None else None
+            if text is not None:
+                entries.move_to_end(key)
+            return text
+
+    def put(self, tokenizer: Any, key: str | None, text: str) -> None:
+        with self._lock:
+            entries = self._entries(tokenizer)
+            if key is None or entries is None:
+                return
+            entries[key] = text
+            while len(entries) > self.size:
+                entries.popitem(last=False)
+
+    def _entries(self, tokenizer: Any) -> OrderedDict | None:
+        try:
+            return self._by_tokenizer.setdefault(tokenizer, OrderedDict())
+        except TypeError:  # a tokenizer that takes no weak reference: no cache
+            return None
+
+
+_RENDERED = _RenderCache()
+
+
+def _render_key(tokenizer: Any, messages: list[Message], kwargs: dict[str, Any]) -> str | None:
+    """What a render depends on, or None when the conversation is not plain JSON (not cached).
+    A template that reads the clock (`strftime_now`) is keyed by the day too."""
+    template = tokenizer.chat_template
+    day = time.strftime("%Y-%m-%d") if "strftime" in str(template) else ""
+    try:
+        return json.dumps([str(template), day, messages, kwargs], sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

@@ -15,6 +15,7 @@ in a batch of its own (up to the float rounding of batched kernels, as in any ba
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -51,6 +52,10 @@ class ContinuousDecoder:
     `submit(prompts, sampling)` returns one `Future` per prompt, resolved with
     `(prompt, DecodingRow)` when that row is done. At most `capacity()` rows decode together;
     the others wait for a free row. The worker thread runs while there is work.
+
+    While any row decodes, the model stays in its sampling mode (eval, inference mode):
+    switching a model's modules at every token cost more than a small model's decode pass. Its
+    owner's mode is back before the last row's future resolves.
     """
 
     def __init__(self, backend: Any):
@@ -85,23 +90,27 @@ class ContinuousDecoder:
 
     def _run(self) -> None:
         batch = _Batch(self.backend)
+        mode = contextlib.ExitStack()  # the model's sampling mode, held while rows decode
         while True:
             new = [r for r in self._take(max(0, self.backend.capacity() - len(batch.requests))) if _wanted(r)]
             finished: list[tuple[_Request, DecodingRow]] = []
             try:
-                with self.backend.sampling_mode():
-                    if new:
-                        batch.admit(new)
-                    if batch.requests:
-                        self.decode_steps += 1
-                        self.most_rows = max(self.most_rows, len(batch.requests))
-                        finished = batch.step()
+                if new and not batch.requests:
+                    mode.enter_context(self.backend.sampling_mode())
+                if new:
+                    batch.admit(new)
+                if batch.requests:
+                    self.decode_steps += 1
+                    self.most_rows = max(self.most_rows, len(batch.requests))
+                    finished = batch.step()
             except Exception as exc:  # every row in flight learns why; the queue goes on
                 for request in batch.requests + new:
                     if not request.future.done():
                         request.future.set_exception(exc)
                 batch = _Batch(self.backend)
-            for request, row in finished:  # after the model's mode is given back to its owner
+            if not batch.requests:  # the owner has its model's mode back before the last row returns
+                mode.close()
+            for request, row in finished:
                 if not request.future.done():
                     request.future.set_result((request.prompt, row))
             if not batch.requests and not new and self._finish_thread():

@@ -1,9 +1,9 @@
 """One sequence being decoded, and one sampling step of it: shared by the text and vision
 transformers backends, so both sample, stop and record logprobs the same way.
 
-A step draws the token from `processed_logprobs` (the distribution the caller asked for,
-see `sampling.py`) and records its logprob from that same tensor, which is what keeps
-sampling and scoring logprobs equal.
+A step draws the token from the distribution the caller asked for (`processed_logprobs`,
+see `sampling.py`) and records its logprob from that same distribution
+(`sample_with_logprobs`), which is what keeps sampling and scoring logprobs equal.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from envharness.models.base import SamplingParams
-from envharness.models.sampling import processed_logprobs, sample_tokens
+from envharness.models.sampling import sample_with_logprobs
 
 
 @dataclass
@@ -57,9 +57,13 @@ def decode_batch_step(
     for (temperature, top_k, top_p), members in groups.items():
         whole = len(members) == len(rows)
         index = None if whole else torch.tensor(members, dtype=torch.long, device=device)
-        logprobs = processed_logprobs(logits if whole else logits[index], temperature, top_k, top_p)
-        ids = sample_tokens(logprobs, temperature, [rows[i].generator for i in members])
-        picked = logprobs.gather(-1, ids[:, None])[:, 0]
+        ids, picked = sample_with_logprobs(
+            logits if whole else logits[index],
+            temperature,
+            top_k,
+            top_p,
+            [rows[i].generator for i in members],
+        )
         if whole:
             next_ids, chosen = ids, picked
         else:

@@ -62,27 +62,60 @@ def sample_tokens(
     return torch.argmax(probs / noise, dim=-1)
 
 
+def sample_with_logprobs(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generators: list[torch.Generator | None],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids, their processed logprobs) for rows of raw `logits`: the draw of `sample_tokens`
+    from `processed_logprobs`, and the logprob read at the drawn id.
+
+    Unseeded rows without top-k/top-p (what training samples) take a shorter road to the same
+    numbers: the logprob of the drawn token only, as `x - max - log(sum(exp(x - max)))`, which is
+    what `log_softmax` computes for every entry; the draw inverts the cumulative sum of the same
+    `exp(x - max)` (proportional to the probabilities). The vocabulary is read three times and
+    written once, instead of `log_softmax`, `exp` and the sums each passing over it."""
+    if temperature > 0 and top_k <= 0 and top_p >= 1.0 and all(g is None for g in generators):
+        x = logits.float()
+        x = x / temperature if temperature != 1.0 else x
+        top = torch.amax(x, dim=-1, keepdim=True)
+        ids, total = _inverse_cdf(torch.sub(x, top).exp_())
+        picked = x.gather(-1, ids[:, None]) - top - total.log().to(x.dtype)
+        return ids, picked[:, 0]
+    logprobs = processed_logprobs(logits, temperature, top_k, top_p)
+    ids = sample_tokens(logprobs, temperature, generators)
+    return ids, logprobs.gather(-1, ids[:, None])[:, 0]
+
+
 def inverse_cdf(probs: torch.Tensor, block: int = 256) -> torch.Tensor:
-    """One draw per row of `probs` (rows x vocab, non-negative) by inverting its cumulative sum
-    at one uniform number: token i with probability probs[i] / sum(probs), exactly as
-    `torch.multinomial(probs, 1)`. Sums in float64 (rounding far below float32's), in two
-    levels: the block holding the draw from per-block sums, then the token inside that block,
-    so the vocabulary is read once and nothing of its size is written."""
+    """One draw per row of `probs` (rows x vocab, non-negative, not necessarily normalised) by
+    inverting its cumulative sum at one uniform number: token i with probability
+    probs[i] / sum(probs), exactly as `torch.multinomial(probs, 1)`."""
+    return _inverse_cdf(probs, block)[0]
+
+
+def _inverse_cdf(probs: torch.Tensor, block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """(draws, each row's total mass as a (rows, 1) float64). Two levels: the block holding the
+    draw from per-block sums (256 entries summed in float32, the blocks' running sum in float64),
+    then the token inside that block in float64, so the vocabulary is read once and nothing of
+    its size is written. A block without mass sums to exactly 0 and is never chosen. Few and
+    small operations: each one hands the interpreter to other threads for a moment."""
     rows, vocab = probs.shape
-    full = vocab // block * block
-    sums = probs[:, :full].reshape(rows, -1, block).sum(-1, dtype=torch.float64)
-    if full < vocab:
-        sums = torch.cat([sums, probs[:, full:].sum(-1, keepdim=True, dtype=torch.float64)], dim=1)
-    cdf = sums.cumsum(-1)
-    u = _below(torch.rand((rows, 1), dtype=torch.float64, device=probs.device) * cdf[:, -1:], cdf[:, -1:])
+    blocks = -(-vocab // block)
+    if blocks * block != vocab:  # zeros past the vocabulary: no mass
+        probs = torch.nn.functional.pad(probs, (0, blocks * block - vocab))
+    grid = probs.view(rows, blocks, block)
+    cdf = grid.sum(-1).double().cumsum_(-1)
+    total = cdf[:, -1:]
+    u = _below(torch.rand((rows, 1), dtype=torch.float64, device=probs.device).mul_(total), total)
     # u < total, so the first block whose cdf passes u has mass, as does the token found in it
     chosen = torch.searchsorted(cdf, u, right=True)
-    before = torch.where(chosen > 0, cdf.gather(1, (chosen - 1).clamp(min=0)), torch.zeros_like(u))
-    index = chosen * block + torch.arange(block, device=probs.device)
-    inside = probs.gather(1, index.clamp(max=vocab - 1)).double() * (index < vocab)
-    local = inside.cumsum(-1)
+    before = torch.nn.functional.pad(cdf, (1, 0)).gather(1, chosen)
+    local = grid.gather(1, chosen[:, :, None].expand(rows, 1, block))[:, 0].double().cumsum_(-1)
     rest = _below(u - before, local[:, -1:])
-    return (chosen * block + torch.searchsorted(local, rest, right=True))[:, 0]
+    return (chosen * block + torch.searchsorted(local, rest, right=True))[:, 0], total
 
 
 def _below(value: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
