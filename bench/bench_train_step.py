@@ -109,6 +109,29 @@ async def environment_alone(env: str, clients: Any, records: list[Any]) -> float
     return seconds
 
 
+def parts_after_each_step(env: str, clients: Any, records_path: Path) -> Any:
+    """A callback that times each step's parts (model alone, environment alone, on that step's
+    records) right after the step, so a step and its parts share the machine's load of the
+    moment: `times[step] = (model_s, env_s)`."""
+    from transformers import TrainerCallback
+
+    from envharness.harness.records import read_records
+
+    class PartsAfterEachStep(TrainerCallback):
+        times: dict[int, tuple[float, float]] = {}
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            step = state.global_step
+            records = [
+                r for r in read_records(records_path) if int(r.metrics.get("train_step", -1)) == step - 1
+            ]
+            if model is not None and records:
+                model_s = model_alone(model, step_shape(records), repeats=3)
+                self.times[step] = (model_s, asyncio.run(environment_alone(env, clients, records)))
+
+    return PartsAfterEachStep()
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """Train, then time the parts alone; the medians over the steps after the first."""
     import torch
@@ -135,7 +158,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         report_to="none",
     )
     with env_clients(args.env) as clients:
-        result = train(config, client_factory=clients)
+        paired = parts_after_each_step(args.env, clients, out / "episodes.jsonl")
+        result = train(config, client_factory=clients, callbacks=[paired])
         logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         logs = [entry for entry in logs if "time/step_s" in entry][1:]  # the first step warms up
         records = read_records(out / "episodes.jsonl")
@@ -153,6 +177,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "train_s": statistics.median(e["time/train_s"] for e in logs),
         "model_alone_s": model_s,
         "env_alone_s": statistics.median(env_s),
+        # each step against its own parts, timed right after it
+        "paired_ratio": statistics.median(
+            e["time/step_s"] / sum(paired.times[e["step"]]) for e in logs if e["step"] in paired.times
+        ),
         "shape": shape,
     }
 
@@ -177,19 +205,19 @@ def run_column(argv: list[str], env: dict[str, str] | None, timeout: float) -> d
 
 
 def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
-    keys = ("step_s", "generate_s", "rollout_env_s", "model_alone_s", "env_alone_s")
+    keys = ("step_s", "generate_s", "rollout_env_s", "model_alone_s", "env_alone_s", "paired_ratio")
     print(
         "\n| code | step (s) | in the step: generation | in the step: rest of rollout | model alone (s) "
-        "| environment alone (s) | rest (s) | step / (model + env) |"
+        "| environment alone (s) | rest (s) | step / (model + env) | the same, each step against its parts |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, runs in columns.items():
         m = {k: statistics.median(r[k] for r in runs) for k in keys}
         parts = m["model_alone_s"] + m["env_alone_s"]
         print(
             f"| {name} | {m['step_s']:.2f} | {m['generate_s']:.2f} | {m['rollout_env_s']:.2f} | "
             f"{m['model_alone_s']:.2f} | {m['env_alone_s']:.2f} | {m['step_s'] - parts:.2f} | "
-            f"{m['step_s'] / parts:.2f}x |"
+            f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x |"
         )
     shape = next(iter(columns.values()))[0]["shape"]
     print(f"\nshape of a step: {shape}")

@@ -92,14 +92,18 @@ def test_each_seat_of_a_self_play_game_is_its_own_trajectory_with_its_own_reward
     assert all(sum(mask) > 0 for mask in batch["env_mask"][:2] + batch["env_mask"][4:])
 
 
-def test_cli_trains_kuhn_poker_by_self_play_end_to_end(tmp_path, capsys):
-    out = tmp_path / "train"
-    code = cli_main(
-        ["train", "--env", "textarena", "--tasks", "KuhnPoker-v0", "--model", "tiny", "--opponent", "self",
+def _train_self_play(out, task: str) -> int:
+    """`envharness train --opponent self`, one small step of 2 groups x 2 with the tiny model."""
+    return cli_main(
+        ["train", "--env", "textarena", "--tasks", task, "--model", "tiny", "--opponent", "self",
          "--steps", "1", "--max-turns", "3", "--num-generations", "2", "--groups-per-step", "2",
          "--max-new-tokens", "6", "--out", str(out)]
     )  # fmt: skip
-    assert code == 0, capsys.readouterr().err
+
+
+def test_cli_trains_kuhn_poker_by_self_play_end_to_end(tmp_path, capsys):
+    out = tmp_path / "train"
+    assert _train_self_play(out, "KuhnPoker-v0") == 0, capsys.readouterr().err
     records = _records(out)
     assert len(records) == 4 and {r["metrics"]["seat"] for r in records} == {0, 1}
     assert all(r["verify_metrics"]["opponent"] == "self" for r in records)
@@ -165,12 +169,7 @@ def test_replay_plays_each_seat_of_a_self_play_game_against_the_other_seats_reco
     from envharness.replay import replay_run
 
     out = tmp_path / "train"
-    code = cli_main(
-        ["train", "--env", "textarena", "--tasks", "TicTacToe-v0", "--model", "tiny", "--opponent", "self",
-         "--steps", "1", "--max-turns", "3", "--num-generations", "2", "--groups-per-step", "2",
-         "--max-new-tokens", "6", "--out", str(out)]
-    )  # fmt: skip
-    assert code == 0, capsys.readouterr().err
+    assert _train_self_play(out, "TicTacToe-v0") == 0, capsys.readouterr().err
     report = replay_run(out)
     assert report.episodes and not report.skipped, report.to_json()
     assert report.identical == len(report.episodes) == 4, report.to_json()
