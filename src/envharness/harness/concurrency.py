@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import inspect
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -30,6 +31,17 @@ async def run_sync(fn: Any, *args: Any, **kwargs: Any) -> Any:
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     return await loop.run_in_executor(_executor.get(), call)
+
+
+async def call_maybe_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Await `fn` if it is async; otherwise run it in a worker thread (then await its result
+    if it returned an awaitable, as OpenEnv 0.10's dual-mode clients do)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args, **kwargs)
+    result = await run_sync(fn, *args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 @contextlib.contextmanager

@@ -16,11 +16,11 @@ will never come.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from typing import Any
 
 from envharness.envs.textarena.client_seats import own_final_view
 from envharness.envs.textarena.models import TextArenaAction
+from envharness.harness.concurrency import call_maybe_async
 
 
 class SeatGame:
@@ -39,10 +39,7 @@ class SeatGame:
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The client's `method`, awaited (an async client) or in a thread (a sync one)."""
-        fn = getattr(self.client, method)
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await call_maybe_async(getattr(self.client, method), *args, **kwargs)
 
     async def reset(self, **kwargs: Any) -> Any:
         """The game's one reset, whichever seat asks first (every seat asks with the same game

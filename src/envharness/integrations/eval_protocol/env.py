@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from envharness.harness.concurrency import run_sync
+from envharness.harness.concurrency import call_maybe_async
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +56,6 @@ def is_transient(exc: BaseException) -> bool:
     except ImportError:  # pragma: no cover - websockets is a dependency
         pass
     return False
-
-
-async def call_maybe_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Await `fn` if it is async; otherwise run it in a worker thread (then await its result
-    if it returned an awaitable, as OpenEnv 0.10's dual-mode clients do)."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args, **kwargs)
-    result = await run_sync(fn, *args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 class EpisodeEnv:

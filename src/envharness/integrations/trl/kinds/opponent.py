@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import threading
 from typing import Any
 
 from envharness.core.registry import ResolvedEnv
+from envharness.harness.concurrency import call_maybe_async
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.opponents import MODEL_PREFIXES, is_model_spec
 from envharness.harness.seat_player import ModelSeats
@@ -94,10 +94,7 @@ class _AsyncClient:
         self.client = client
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self.client, method)
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await call_maybe_async(getattr(self.client, method), *args, **kwargs)
 
     async def reset(self, **kwargs: Any) -> Any:
         return await self._call("reset", **kwargs)
