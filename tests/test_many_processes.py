@@ -27,7 +27,8 @@ def one_step(tmp_path: Path, processes: int, *args: str, script: Path = STEP) ->
     out = tmp_path / f"{script.stem}-p{processes}-{'-'.join(args)}.pt"
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
     command = [sys.executable, *(launcher if processes > 1 else []), str(script), str(out), *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a rank that aborts shows where
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out)
 

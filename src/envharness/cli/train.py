@@ -88,13 +88,12 @@ def run(args: argparse.Namespace) -> int:
             )
     from envharness.integrations.trl import ranks
 
-    ranks.leave()  # every rank waits for rank 0's last files, then the group closes
-    if not ranks.is_main():  # rank 0 says what the run left
-        return 0
-    print(f"trained {result.steps} steps in {result.seconds:.0f}s")
-    print(f"  model:        {result.final_model_dir}")
-    print(f"  episodes:     {result.records_path}")
-    print(f"  reward curve: {result.reward_curve_path or '(nothing logged)'}")
+    if ranks.is_main():  # rank 0 says what the run left
+        print(f"trained {result.steps} steps in {result.seconds:.0f}s")
+        print(f"  model:        {result.final_model_dir}")
+        print(f"  episodes:     {result.records_path}")
+        print(f"  reward curve: {result.reward_curve_path or '(nothing logged)'}")
+    ranks.leave(0)  # under a launcher: every rank waits for rank 0's last files, and ends here
     return 0
 
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -122,15 +123,25 @@ def barrier() -> None:
         dist.barrier()
 
 
-def leave() -> None:
-    """Close the process group once every rank is done. A rank that exits while another still
-    writes its files leaves gloo's threads running at interpreter exit, which aborts it (SIGABRT,
-    "terminate called without an active exception") and fails the whole run."""
-    if _joined():
-        import torch.distributed as dist
+def leave(code: int = 0) -> None:
+    """End this rank of a many-process run with `code`, once every rank is done: wait for the
+    others, close the process group, run Python's exit handlers, and end the process without the
+    interpreter's teardown. That teardown frees the trainer's C++ objects (DDP's reducer, gloo's
+    pairs and threads) in no set order, and now and then one aborts ("terminate called without an
+    active exception", SIGABRT) after a good run, which the launcher reports as a failed run.
+    One process returns and ends as usual."""
+    if not _joined():
+        return
+    import atexit
 
-        dist.barrier()
-        dist.destroy_process_group()
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+    atexit._run_exitfuncs()  # servers this process started, logging
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _collective_device() -> Any:
