@@ -203,3 +203,22 @@ def test_models_with_sliding_windows_keep_the_two_dimensional_mask():
     eager = qwen2()
     eager.config._attn_implementation = "eager"
     assert not prepared_mask_fits(eager)
+
+
+async def test_the_decoder_thread_serves_the_next_turn_and_ends_when_idle(tiny, monkeypatch):
+    """A request that comes while the decoder waits for work is served by the same thread (no
+    thread start per turn); with nothing more to do, the thread ends."""
+    import envharness.models.continuous as continuous
+
+    monkeypatch.setattr(continuous, "_IDLE_S", 30.0)  # generous: the second turn comes well before
+    decoder = tiny._decoder
+    turn = [GenerationRequest(conversation("Hi"), sampling=SamplingParams(max_tokens=2, seed=0))]
+    await tiny.generate(turn)
+    first = decoder._thread
+    assert first is not None and first.is_alive()  # done, and waiting for more
+    await tiny.generate(turn)
+    assert decoder._thread is first
+    monkeypatch.setattr(continuous, "_IDLE_S", 0.01)
+    await tiny.generate(turn)  # wakes it; once idle again it waits only briefly
+    first.join(timeout=60)
+    assert not first.is_alive() and decoder._thread is None

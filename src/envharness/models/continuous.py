@@ -29,6 +29,9 @@ from envharness.models.prefix_cache import cache_layers, forward_with_cache
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
+#: Seconds an idle decoder thread waits for new requests before it ends.
+_IDLE_S = 1.0
+
 
 @dataclass
 class _Request:
@@ -62,6 +65,7 @@ class ContinuousDecoder:
         self.backend = backend
         self._queue: list[_Request] = []
         self._guard = threading.Lock()
+        self._arrived = threading.Condition(self._guard)
         self._thread: threading.Thread | None = None
         self.decode_steps = 0  # forward passes of the running batch, for stats and tests
         self.most_rows = 0  # the most rows one of them decoded together
@@ -73,6 +77,8 @@ class ContinuousDecoder:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="envharness-decoder", daemon=True)
                 self._thread.start()
+            else:
+                self._arrived.notify()
         return [r.future for r in requests]
 
     def _take(self, room: int) -> list[_Request]:
@@ -82,7 +88,12 @@ class ContinuousDecoder:
             return taken
 
     def _finish_thread(self) -> bool:
+        """With nothing left to decode, wait a moment for more before the thread ends: the
+        next turn's requests come back from the environment within milliseconds, and starting
+        a thread waits for the interpreter lock (several milliseconds while others run)."""
         with self._guard:
+            if not self._queue:
+                self._arrived.wait(timeout=_IDLE_S)  # `submit` wakes it at once
             if self._queue:
                 return False
             self._thread = None
