@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,29 +113,40 @@ async def environment_alone(env: str, clients: Any, records: list[Any]) -> float
     return seconds
 
 
-def thread_cpu_seconds(name: str) -> list[float]:
-    """A running total of the CPU seconds spent by ended threads called `name` (the decoder's
-    worker thread ends whenever it has nothing to decode): what moves less than wall time with
-    the machine's load. Bench instrumentation, patched into `threading.Thread.run`."""
+def thread_cpu_seconds(name: str) -> Callable[[], float]:
+    """A clock of the CPU seconds spent so far by every thread called `name` (the decoder's
+    worker thread), ended or running: what moves less than wall time with the machine's load.
+    Bench instrumentation, patched into `threading.Thread.run`."""
     import threading
 
-    total = [0.0]
+    ended = [0.0]
+    running: dict[int, int] = {}  # thread ident -> its CPU clock
     run = threading.Thread.run
 
     def timed_run(self: threading.Thread) -> None:
         if self.name != name:
             return run(self)
-        started = time.thread_time()
+        running[threading.get_ident()] = time.pthread_getcpuclockid(threading.get_ident())
         try:
             run(self)
         finally:
-            total[0] += time.thread_time() - started
+            ended[0] += time.thread_time()
+            running.pop(threading.get_ident(), None)
+
+    def clock() -> float:
+        total = ended[0]
+        for clock_id in list(running.values()):
+            with contextlib.suppress(OSError):  # ended since: counted in `ended`
+                total += time.clock_gettime(clock_id)
+        return total
 
     threading.Thread.run = timed_run  # type: ignore[method-assign]
-    return total
+    return clock
 
 
-def parts_after_each_step(env: str, clients: Any, records_path: Path, decoder_cpu: list[float]) -> Any:
+def parts_after_each_step(
+    env: str, clients: Any, records_path: Path, decoder_cpu: Callable[[], float]
+) -> Any:
     """A callback that times each step's parts (model alone, environment alone, on that step's
     records) right after the step, so a step and its parts share the machine's load of the
     moment: `times[step] = (model_s, env_s)`."""
@@ -146,11 +159,11 @@ def parts_after_each_step(env: str, clients: Any, records_path: Path, decoder_cp
         decoder_cpu_s: dict[int, float] = {}  # the decoding thread's CPU seconds in each step
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self._cpu_before = decoder_cpu[0]
+            self._cpu_before = decoder_cpu()
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
-            self.decoder_cpu_s[step] = decoder_cpu[0] - self._cpu_before
+            self.decoder_cpu_s[step] = decoder_cpu() - self._cpu_before
             records = [
                 r for r in read_records(records_path) if int(r.metrics.get("train_step", -1)) == step - 1
             ]
