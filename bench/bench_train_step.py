@@ -16,7 +16,9 @@ process and on the same server:
   episodes in one batch; no sampling, no Python per token;
 - **environment alone**: each step's recorded episodes played again on the same server, all at
   once, without a model (`replay_episode`: reset, the same tool calls, verify);
-- **rest** = step - model alone - environment alone; **ratio** = step / (model + environment).
+- **rest** = step - model alone - environment alone; **ratio** = step / (model + environment);
+- **decoding thread's CPU per step**: `time.thread_time` of the decoder's worker thread in each
+  step (median), which moves less with the machine's load than any wall time.
 
     PYTHONPATH=src PLAYWRIGHT_BROWSERS_PATH=.venv/ms-playwright python bench/bench_train_step.py [--before d80ae1c]
     ... --env textarena --tasks Wordle-v0            # a TextArena game instead of the browser
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +113,40 @@ async def environment_alone(env: str, clients: Any, records: list[Any]) -> float
     return seconds
 
 
-def parts_after_each_step(env: str, clients: Any, records_path: Path) -> Any:
+def thread_cpu_seconds(name: str) -> Callable[[], float]:
+    """A clock of the CPU seconds spent so far by every thread called `name` (the decoder's
+    worker thread), ended or running: what moves less than wall time with the machine's load.
+    Bench instrumentation, patched into `threading.Thread.run`."""
+    import threading
+
+    ended = [0.0]
+    running: dict[int, int] = {}  # thread ident -> its CPU clock
+    run = threading.Thread.run
+
+    def timed_run(self: threading.Thread) -> None:
+        if self.name != name:
+            return run(self)
+        running[threading.get_ident()] = time.pthread_getcpuclockid(threading.get_ident())
+        try:
+            run(self)
+        finally:
+            ended[0] += time.thread_time()
+            running.pop(threading.get_ident(), None)
+
+    def clock() -> float:
+        total = ended[0]
+        for clock_id in list(running.values()):
+            with contextlib.suppress(OSError):  # ended since: counted in `ended`
+                total += time.clock_gettime(clock_id)
+        return total
+
+    threading.Thread.run = timed_run  # type: ignore[method-assign]
+    return clock
+
+
+def parts_after_each_step(
+    env: str, clients: Any, records_path: Path, decoder_cpu: Callable[[], float]
+) -> Any:
     """A callback that times each step's parts (model alone, environment alone, on that step's
     records) right after the step, so a step and its parts share the machine's load of the
     moment: `times[step] = (model_s, env_s)`."""
@@ -119,9 +156,14 @@ def parts_after_each_step(env: str, clients: Any, records_path: Path) -> Any:
 
     class PartsAfterEachStep(TrainerCallback):
         times: dict[int, tuple[float, float]] = {}
+        decoder_cpu_s: dict[int, float] = {}  # the decoding thread's CPU seconds in each step
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._cpu_before = decoder_cpu()
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
+            self.decoder_cpu_s[step] = decoder_cpu() - self._cpu_before
             records = [
                 r for r in read_records(records_path) if int(r.metrics.get("train_step", -1)) == step - 1
             ]
@@ -158,7 +200,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         report_to="none",
     )
     with env_clients(args.env) as clients:
-        paired = parts_after_each_step(args.env, clients, out / "episodes.jsonl")
+        decoder_cpu = thread_cpu_seconds("envharness-decoder")
+        paired = parts_after_each_step(args.env, clients, out / "episodes.jsonl", decoder_cpu)
         result = train(config, client_factory=clients, callbacks=[paired])
         logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
         logs = [entry for entry in logs if "time/step_s" in entry][1:]  # the first step warms up
@@ -181,6 +224,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "paired_ratio": statistics.median(
             e["time/step_s"] / sum(paired.times[e["step"]]) for e in logs if e["step"] in paired.times
         ),
+        "decoder_cpu_s": statistics.median(paired.decoder_cpu_s[e["step"]] for e in logs),
         "shape": shape,
     }
 
@@ -205,19 +249,23 @@ def run_column(argv: list[str], env: dict[str, str] | None, timeout: float) -> d
 
 
 def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
-    keys = ("step_s", "generate_s", "rollout_env_s", "model_alone_s", "env_alone_s", "paired_ratio")
+    keys = (
+        "step_s", "generate_s", "rollout_env_s", "model_alone_s", "env_alone_s", "paired_ratio",
+        "decoder_cpu_s",
+    )  # fmt: skip
     print(
         "\n| code | step (s) | in the step: generation | in the step: rest of rollout | model alone (s) "
-        "| environment alone (s) | rest (s) | step / (model + env) | the same, each step against its parts |"
+        "| environment alone (s) | rest (s) | step / (model + env) | the same, each step against its parts "
+        "| decoding thread's CPU per step (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, runs in columns.items():
         m = {k: statistics.median(r[k] for r in runs) for k in keys}
         parts = m["model_alone_s"] + m["env_alone_s"]
         print(
             f"| {name} | {m['step_s']:.2f} | {m['generate_s']:.2f} | {m['rollout_env_s']:.2f} | "
             f"{m['model_alone_s']:.2f} | {m['env_alone_s']:.2f} | {m['step_s'] - parts:.2f} | "
-            f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x |"
+            f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x | {m['decoder_cpu_s']:.2f} |"
         )
     shape = next(iter(columns.values()))[0]["shape"]
     print(f"\nshape of a step: {shape}")

@@ -4,13 +4,16 @@ returns at its own last token, with the exact tokens and logprobs of the model."
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 import torch
 from test_models_transformers import conversation, forward_logprobs
 
 from envharness.models.base import GenerationRequest, SamplingParams
+from envharness.models.continuous import prepared_mask_fits
 from envharness.models.embedded import tiny_test_model
+from envharness.models.prefix_cache import forward_with_cache
 from envharness.models.transformers_backend import TransformersBackend
 
 
@@ -154,3 +157,68 @@ async def test_the_model_mode_is_switched_once_per_batch_not_per_token(tiny):
     assert model.training
     assert 1 <= len(switches) <= 4, switches  # one eval and one train per batch, not one per token
     model.eval()
+
+
+def test_a_prepared_decode_mask_gives_the_logits_of_the_two_dimensional_one(tiny):
+    """A decode pass over right-aligned rows of different widths: the 4-D boolean mask the
+    decoder passes gives the logits transformers' own mask gives, and later decode passes
+    agree too."""
+    assert prepared_mask_fits(tiny.model)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [20, 21, 22], [30, 31, 32, 33, 34, 35]]
+    with tiny.sampling_mode():
+        prefilled = tiny.prefill(prompts)
+        runs = {}
+        for prepared in (False, True):
+            past, mask, ids = copy.deepcopy(prefilled.past), prefilled.mask, torch.tensor([[40], [41], [42]])
+            logits = []
+            for _ in range(3):
+                positions = mask.sum(-1, keepdim=True)
+                mask = torch.cat([mask, mask.new_ones((3, 1))], dim=-1)
+                result, past = forward_with_cache(
+                    tiny.model,
+                    past,
+                    input_ids=ids,
+                    attention_mask=mask[:, None, None, :].bool() if prepared else mask,
+                    position_ids=positions,
+                    logits_to_keep=1,
+                )
+                logits.append(result.logits[:, -1])
+                ids = result.logits[:, -1].argmax(-1, keepdim=True)
+            runs[prepared] = torch.stack(logits)
+    torch.testing.assert_close(runs[True], runs[False], rtol=1e-5, atol=1e-5)
+
+
+def test_models_with_sliding_windows_keep_the_two_dimensional_mask():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    def qwen2(**kwargs):
+        config = Qwen2Config(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, attn_implementation="sdpa", **kwargs,
+        )  # fmt: skip
+        return Qwen2ForCausalLM(config)
+
+    assert prepared_mask_fits(qwen2())
+    assert not prepared_mask_fits(qwen2(use_sliding_window=True, sliding_window=8, max_window_layers=1))
+    eager = qwen2()
+    eager.config._attn_implementation = "eager"
+    assert not prepared_mask_fits(eager)
+
+
+async def test_the_decoder_thread_serves_the_next_turn_and_ends_when_idle(tiny, monkeypatch):
+    """A request that comes while the decoder waits for work is served by the same thread (no
+    thread start per turn); with nothing more to do, the thread ends."""
+    import envharness.models.continuous as continuous
+
+    monkeypatch.setattr(continuous, "_IDLE_S", 30.0)  # generous: the second turn comes well before
+    decoder = tiny._decoder
+    turn = [GenerationRequest(conversation("Hi"), sampling=SamplingParams(max_tokens=2, seed=0))]
+    await tiny.generate(turn)
+    first = decoder._thread
+    assert first is not None and first.is_alive()  # done, and waiting for more
+    await tiny.generate(turn)
+    assert decoder._thread is first
+    monkeypatch.setattr(continuous, "_IDLE_S", 0.01)
+    await tiny.generate(turn)  # wakes it; once idle again it waits only briefly
+    first.join(timeout=60)
+    assert not first.is_alive() and decoder._thread is None

@@ -9,6 +9,7 @@ can be checked exactly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -33,6 +34,7 @@ from envharness.harness import (
     tool_spec,
     write_records,
 )
+from envharness.harness.concurrency import run_sync, worker_threads
 from envharness.models.base import Generation, GenerationRequest
 
 
@@ -450,3 +452,39 @@ async def test_a_hanging_episode_times_out_alone():
     )
     assert [r.env_reward for r in results] == [1.0, 0.0, 3.0]
     assert results[1].error == "TimeoutError: episode took longer than 2.0 s"
+
+
+def _threads_of_a_block(hold: threading.Event | None = None) -> set[threading.Thread]:
+    """The threads of one `worker_threads(4)` block: 4 calls that wait for each other, so they
+    run on 4 threads at once; with `hold`, a call abandoned by its timeout is still running
+    as the block ends."""
+    barrier = threading.Barrier(4, timeout=30)
+
+    def meet() -> threading.Thread:  # the thread itself: an ident may be reused once it ends
+        barrier.wait()
+        return threading.current_thread()
+
+    async def block() -> set[threading.Thread]:
+        with worker_threads(4):
+            idents = await asyncio.gather(*(run_sync(meet) for _ in range(4)))
+            if hold is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(run_sync(hold.wait), timeout=0.05)
+        return set(idents)
+
+    return asyncio.run(block())
+
+
+def test_worker_threads_serve_the_next_rollout_unless_one_is_left_busy():
+    """A rollout per training step must not start a thread per episode each step: an idle
+    block's threads serve the next block of its size; a block that leaves a call running (a
+    stuck session) gives its threads up, so no later block queues behind it."""
+    first = _threads_of_a_block()
+    assert len(first) == 4
+    assert _threads_of_a_block() == first  # the same threads again, none started
+    stuck = threading.Event()
+    try:
+        assert _threads_of_a_block(hold=stuck) == first
+        assert not (_threads_of_a_block() & first)  # a fresh pool: the busy one was given up
+    finally:
+        stuck.set()

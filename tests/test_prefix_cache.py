@@ -3,6 +3,8 @@ and the logprobs stay those of one plain forward pass over the whole sequence.""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -123,3 +125,21 @@ def test_a_new_page_reuses_the_shared_start_of_earlier_prompts(model_and_tokeniz
     assert shared > 16 and backend.prefill_tokens - before == len(b.prompt_ids) - shared
     want = reference_logprobs(model, b.prompt_ids, b.completion_ids)
     assert torch.allclose(torch.tensor(b.logprobs), want, atol=1e-4)
+
+
+@pytest.mark.parametrize("change", ["replaced", "wrapped"])
+def test_replaced_or_wrapped_layers_drop_the_cache(change):
+    """The probed parameters are found by name once: a layer replaced by a copy (new parameter
+    objects under the same names) or wrapped (the names move) is still noticed."""
+    model, tokenizer = tiny_test_model(seed=1)
+    backend = TransformersBackend(model, tokenizer)
+    first, _ = two_turns(backend)
+    g = first[0]
+    prompt = g.prompt_ids + g.completion_ids + [g.completion_ids[0]]
+    assert backend.prefix_cache.lookup(prompt) is not None
+    layers = model.model.layers
+    for i, layer in enumerate(layers):
+        layers[i] = (
+            copy.deepcopy(layer) if change == "replaced" else torch.nn.Sequential(copy.deepcopy(layer))
+        )
+    assert backend.prefix_cache.lookup(prompt) is None

@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 #: Executor for sync calls, set by `run_episodes` so that `max_concurrency` episodes never
 #: queue behind asyncio's default thread pool (5 + cores threads).
-_executor: contextvars.ContextVar[Executor | None] = contextvars.ContextVar(
+_executor: contextvars.ContextVar[Executor | _Pool | None] = contextvars.ContextVar(
     "envharness_executor", default=None
 )
 
@@ -30,7 +30,11 @@ async def run_sync(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Run a blocking call in the harness's worker threads (context variables included)."""
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    return await loop.run_in_executor(_executor.get(), call)
+    pool = _executor.get()
+    if isinstance(pool, _Pool):
+        pool.enter()
+        return await loop.run_in_executor(pool.executor, pool.counted, call)
+    return await loop.run_in_executor(pool, call)
 
 
 async def call_maybe_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -44,16 +48,57 @@ async def call_maybe_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) ->
     return result
 
 
+class _Pool:
+    """A thread pool that counts the calls sent to it and not yet returned (queued or running),
+    so it is reused only when idle."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix="envharness")
+        self._guard = threading.Lock()
+        self.running = 0
+
+    def enter(self) -> None:
+        with self._guard:
+            self.running += 1
+
+    def counted(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        finally:
+            with self._guard:
+                self.running -= 1
+
+
+#: Pools whose block ended with nothing left running, by size: the next block of that size
+#: takes one (a rollout per training step would otherwise start a thread per episode each step).
+_idle_pools: dict[int, list[_Pool]] = {}
+_idle_guard = threading.Lock()
+
+
 @contextlib.contextmanager
 def worker_threads(count: int) -> Iterator[None]:
-    """Give `run_sync` calls made inside this block (and tasks started in it) `count` threads."""
-    pool = ThreadPoolExecutor(max_workers=max(1, count), thread_name_prefix="envharness")
+    """Give `run_sync` calls made inside this block (and tasks started in it) `count` threads.
+
+    The threads outlive the block when it ends with none of them busy, and serve the next
+    block of the same size; a block that leaves a call running (a stuck session, an error)
+    gives its pool up, as before, so a later block never waits behind it."""
+    count = max(1, count)
+    with _idle_guard:
+        idle = _idle_pools.get(count)
+        pool = idle.pop() if idle else _Pool(count)
     token = _executor.set(pool)
+    clean = False
     try:
         yield
+        clean = True
     finally:
         _executor.reset(token)
-        pool.shutdown(wait=False, cancel_futures=True)
+        if clean and pool.running == 0:
+            with _idle_guard:
+                _idle_pools.setdefault(count, []).append(pool)
+        else:
+            pool.executor.shutdown(wait=False, cancel_futures=True)
 
 
 def run_coroutine_sync(awaitable: Awaitable[T]) -> T:

@@ -29,6 +29,9 @@ from envharness.models.prefix_cache import cache_layers, forward_with_cache
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
+#: Seconds an idle decoder thread waits for new requests before it ends.
+_IDLE_S = 1.0
+
 
 @dataclass
 class _Request:
@@ -62,6 +65,7 @@ class ContinuousDecoder:
         self.backend = backend
         self._queue: list[_Request] = []
         self._guard = threading.Lock()
+        self._arrived = threading.Condition(self._guard)
         self._thread: threading.Thread | None = None
         self.decode_steps = 0  # forward passes of the running batch, for stats and tests
         self.most_rows = 0  # the most rows one of them decoded together
@@ -73,6 +77,8 @@ class ContinuousDecoder:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="envharness-decoder", daemon=True)
                 self._thread.start()
+            else:
+                self._arrived.notify()
         return [r.future for r in requests]
 
     def _take(self, room: int) -> list[_Request]:
@@ -82,7 +88,12 @@ class ContinuousDecoder:
             return taken
 
     def _finish_thread(self) -> bool:
+        """With nothing left to decode, wait a moment for more before the thread ends: the
+        next turn's requests come back from the environment within milliseconds, and starting
+        a thread waits for the interpreter lock (several milliseconds while others run)."""
         with self._guard:
+            if not self._queue:
+                self._arrived.wait(timeout=_IDLE_S)  # `submit` wakes it at once
             if self._queue:
                 return False
             self._thread = None
@@ -132,6 +143,7 @@ class _Batch:
         self.past: Any = None
         self.mask: torch.Tensor | None = None
         self.logits: torch.Tensor | None = None
+        self.prepared_mask = prepared_mask_fits(backend.model)
 
     def admit(self, new: list[_Request]) -> None:
         """Prefill `new` and append them to the batch (their first token is sampled next)."""
@@ -176,7 +188,7 @@ class _Batch:
             backend.model,
             self.past,
             input_ids=ids[:, None],
-            attention_mask=self.mask,
+            attention_mask=self.mask[:, None, None, :].bool() if self.prepared_mask else self.mask,
             position_ids=positions,
             logits_to_keep=1,
         )
@@ -191,6 +203,30 @@ class _Batch:
             layers = [(k[:, :, start:], v[:, :, start:]) for k, v in cache_layers(self.past)]
             self.past = _cache(self.backend.model, layers)
             self.mask = self.mask[:, start:]
+
+
+#: Models whose decoder layers all attend causally over the whole cache (no sliding windows,
+#: chunks or bidirectional spans), checked further by `prepared_mask_fits`.
+_FULL_CAUSAL_MODELS = {"llama", "qwen2", "qwen3"}
+
+
+def prepared_mask_fits(model: Any) -> bool:
+    """Whether a decode pass may take its attention mask already in the 4-D form SDPA reads.
+
+    For one new token per row, that form is the rows' 2-D mask as booleans (a causal mask lets
+    the last position see every earlier one; padding hides the rest): what transformers would
+    build from the 2-D mask at every pass, with a dozen small operations and their Python. Only
+    for full causal attention under SDPA; any other model gets the 2-D mask, as before."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is None or getattr(text, "model_type", None) not in _FULL_CAUSAL_MODELS:
+        return False
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        return all(kind == "full_attention" for kind in layer_types)
+    return not getattr(text, "use_sliding_window", False) and not getattr(text, "sliding_window", None)
 
 
 def _merge(model: Any, past: Any, mask: torch.Tensor, new_past: Any, new_mask: torch.Tensor) -> tuple:

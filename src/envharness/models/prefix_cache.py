@@ -39,11 +39,21 @@ class PrefixCache:
         self._entries: OrderedDict[tuple[int, ...], CachedPrefix] = OrderedDict()
         self._tokens = 0
         self._version: tuple[int, ...] | None = None
+        self._probe: list[str] = []  # names of the parameters probed (found at the first check)
         self.hits = 0  # prompt tokens served from the cache, for stats
 
     def _weights_version(self) -> tuple[int, ...]:
-        params = list(self._model.parameters())
-        probe = params[:1] + params[len(params) // 2 : len(params) // 2 + 1] + params[-1:]
+        """The probed parameters' in-place versions and identities. The probe's names are
+        found once (walking every module at each lookup cost more than the lookup); a name
+        that no longer resolves (a wrapped or replaced layer) finds them again."""
+        try:
+            probe = [self._model.get_parameter(name) for name in self._probe]
+        except AttributeError:
+            probe = []
+        if not probe:
+            names = [name for name, _ in self._model.named_parameters()]
+            self._probe = names[:1] + names[len(names) // 2 : len(names) // 2 + 1] + names[-1:]
+            probe = [self._model.get_parameter(name) for name in self._probe]
         return tuple(p._version for p in probe) + tuple(id(p) for p in probe)
 
     def _check_weights(self) -> None:

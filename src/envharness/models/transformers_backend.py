@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -111,7 +113,7 @@ class TransformersBackend:
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Render, tokenize and sample every request; one `Generation` per request, in order.
         The requests join the rows decoding now and each returns as soon as it is done."""
-        prompts = await asyncio.to_thread(self._prompts, requests)
+        prompts = await asyncio.get_running_loop().run_in_executor(_render_pool(), self._prompts, requests)
         futures = self._submit(prompts, [r.sampling for r in requests])
         done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return [self._generation(prompt, row) for prompt, row in done]
@@ -240,6 +242,13 @@ class TransformersBackend:
             finish_reason=row.finish_reason or "length",
             metadata=metadata,
         )
+
+
+@functools.cache
+def _render_pool() -> ThreadPoolExecutor:
+    """Threads for rendering and tokenizing prompts, kept for the process: a rollout per training
+    step runs on a new event loop, whose own pool would start its threads again every step."""
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="envharness-render")
 
 
 def _left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
