@@ -18,7 +18,9 @@ process and on the same server:
   once, without a model (`replay_episode`: reset, the same tool calls, verify);
 - **rest** = step - model alone - environment alone; **ratio** = step / (model + environment);
 - **decoding thread's CPU per step**: `time.thread_time` of the decoder's worker thread in each
-  step (median), which moves less with the machine's load than any wall time.
+  step (median), which moves less with the machine's load than any wall time; beside it the
+  **trainer thread's CPU per step** (the rollout's event loop, sessions and records, and the loss),
+  which takes the interpreter lock from the decoder whenever it runs Python.
 
     PYTHONPATH=src PLAYWRIGHT_BROWSERS_PATH=.venv/ms-playwright python bench/bench_train_step.py [--before d80ae1c]
     ... --env textarena --tasks Wordle-v0            # a TextArena game instead of the browser
@@ -157,13 +159,16 @@ def parts_after_each_step(
     class PartsAfterEachStep(TrainerCallback):
         times: dict[int, tuple[float, float]] = {}
         decoder_cpu_s: dict[int, float] = {}  # the decoding thread's CPU seconds in each step
+        trainer_cpu_s: dict[int, float] = {}  # the trainer's own thread (rollout loop, records, loss)
 
         def on_step_begin(self, args, state, control, **kwargs):
             self._cpu_before = decoder_cpu()
+            self._trainer_before = time.thread_time()
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step = state.global_step
             self.decoder_cpu_s[step] = decoder_cpu() - self._cpu_before
+            self.trainer_cpu_s[step] = time.thread_time() - self._trainer_before
             records = [
                 r for r in read_records(records_path) if int(r.metrics.get("train_step", -1)) == step - 1
             ]
@@ -225,6 +230,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             e["time/step_s"] / sum(paired.times[e["step"]]) for e in logs if e["step"] in paired.times
         ),
         "decoder_cpu_s": statistics.median(paired.decoder_cpu_s[e["step"]] for e in logs),
+        "trainer_cpu_s": statistics.median(paired.trainer_cpu_s[e["step"]] for e in logs),
         "shape": shape,
     }
 
@@ -251,21 +257,21 @@ def run_column(argv: list[str], env: dict[str, str] | None, timeout: float) -> d
 def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
     keys = (
         "step_s", "generate_s", "rollout_env_s", "model_alone_s", "env_alone_s", "paired_ratio",
-        "decoder_cpu_s",
+        "decoder_cpu_s", "trainer_cpu_s",
     )  # fmt: skip
     print(
         "\n| code | step (s) | in the step: generation | in the step: rest of rollout | model alone (s) "
         "| environment alone (s) | rest (s) | step / (model + env) | the same, each step against its parts "
-        "| decoding thread's CPU per step (s) |"
+        "| decoding thread's CPU per step (s) | trainer thread's CPU per step (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, runs in columns.items():
         m = {k: statistics.median(r[k] for r in runs) for k in keys}
         parts = m["model_alone_s"] + m["env_alone_s"]
         print(
             f"| {name} | {m['step_s']:.2f} | {m['generate_s']:.2f} | {m['rollout_env_s']:.2f} | "
             f"{m['model_alone_s']:.2f} | {m['env_alone_s']:.2f} | {m['step_s'] - parts:.2f} | "
-            f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x | {m['decoder_cpu_s']:.2f} |"
+            f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x | {m['decoder_cpu_s']:.2f} | {m['trainer_cpu_s']:.3f} |"
         )
     shape = next(iter(columns.values()))[0]["shape"]
     print(f"\nshape of a step: {shape}")

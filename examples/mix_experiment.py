@@ -54,25 +54,32 @@ def start(argv: list[str], done: Path, log: Path) -> subprocess.Popen | None:
 
 
 def run_all(stages: list[tuple[list[str], Path, Path]], parallel: int) -> None:
-    """Run the stages, `parallel` at a time; stop at the first that fails."""
+    """Run the stages, `parallel` at a time; stop at the first that fails. Each finished stage's
+    wall time goes to `stage_times.json` beside its log (by the log's name)."""
     pending, running = list(stages), []
     while pending or running:
         while pending and len(running) < parallel:
             argv, done, log = pending.pop(0)
             proc = start(argv, done, log)
             if proc is not None:
-                running.append((proc, argv, log))
+                running.append((proc, argv, log, time.monotonic()))
         finished = [r for r in running if r[0].poll() is not None]
         if running and not finished:
             time.sleep(1)
-        for proc, argv, log in finished:  # a free slot takes the next stage at once
-            running.remove((proc, argv, log))
+        for entry in finished:  # a free slot takes the next stage at once
+            running.remove(entry)
+            proc, argv, log, started = entry
             if proc.returncode:
                 for other, *_ in running:
                     other.terminate()
                 raise SystemExit(
                     f"stage failed (exit {proc.returncode}, see {log}): envharness {shlex.join(argv)}"
                 )
+            times = log.parent / "stage_times.json"
+            seconds = json.loads(times.read_text()) if times.exists() else {}
+            times.write_text(
+                json.dumps({**seconds, log.stem: round(time.monotonic() - started, 1)}, indent=1)
+            )
 
 
 def eval_stages(
@@ -137,6 +144,43 @@ def table(args: argparse.Namespace, models: list[str]) -> str:
         lines.append(f"| **{name}** | " + " | ".join(
             f"{100 * statistics.mean(cols[m][t]['successes'] / cols[m][t]['episodes'] for t in group):.1f} %"
             for m in models) + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def sft_stage(args: argparse.Namespace) -> str:
+    """Markdown of stage 1 on its own: each SFT epoch on validation seeds, then scripted, base and
+    the chosen SFT model on held-out seeds, and what each part cost (wall time on this machine)."""
+    choice = json.loads((args.out / "sft-choice.json").read_text())
+    epochs = [int(e) for e in choice["validation_mean"]]
+    val = {e: success(args.out / f"val-sft-epoch-{e}" / "summary.json") for e in epochs}
+    log = [
+        json.loads(line) for line in (args.out / "sft" / "train_log.jsonl").read_text().splitlines() if line
+    ]
+    at_epoch = {e: next((r for r in log if r.get("epoch", 0) >= e - 1e-6), log[-1]) for e in epochs}
+    times = (
+        json.loads((args.out / "stage_times.json").read_text())
+        if (args.out / "stage_times.json").exists()
+        else {}
+    )
+    lines = [f"| validation success, seeds 100-{100 + args.validation_episodes - 1} | "
+             + " | ".join(f"{e} epoch{'s' * (e > 1)} (step {at_epoch[e]['step']}, {at_epoch[e]['elapsed_s'] / 60:.0f} min)"
+                          for e in epochs) + " |",
+             "|---|" + "---:|" * len(epochs)]  # fmt: skip
+    for task in args.tasks.split(","):
+        lines.append(f"| {task} | " + " | ".join(
+            f"{val[e][task]['successes']}/{val[e][task]['episodes']}" for e in epochs) + " |")  # fmt: skip
+    lines.append("| **mean** | " + " | ".join(
+        f"{100 * choice['validation_mean'][str(e)]:.1f} %" for e in epochs) + " |")  # fmt: skip
+    lines += ["", f"Chosen: {choice['chosen_epochs']} epoch(s).", ""]
+    lines.append(table(args, ["scripted", "base", "sft"]).replace(
+        "| sft |", f"| SFT ({choice['chosen_epochs']} epochs) |", 1))  # fmt: skip
+    spent = {
+        k: v
+        for k, v in times.items()
+        if k.startswith(("val-sft", "heldout-base", "heldout-sft", "heldout-scripted"))
+    }
+    lines.append("Wall time: SFT " + f"{log[-1]['elapsed_s'] / 60:.0f} min ({log[-1]['step']} steps); "
+                 + ", ".join(f"{k} {v / 60:.1f} min" for k, v in sorted(spent.items())) + ".")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -237,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     every_task = f"{args.tasks},{args.transfer}".strip(",")
 
     out = args.out / "sft"
-    run_all([(["sft", "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes),
+    # a stopped SFT goes on from its last epoch
+    resume = ["--resume"] if any(out.glob("checkpoint-*")) else []
+    run_all([(["sft", *resume, "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes),
                "--epochs", str(max(args.sft_epochs)), "--save-epochs", "--batch-size", "8", "--lr", "5e-5",
                "--prompt", "compact", "--max-turns", str(args.max_turns), "--threads", str(args.threads),
                "--out", str(out)],
@@ -247,8 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         args.parallel)  # fmt: skip
     sft = choose_sft(args)
     run_all([*eval_stages(args, args.model, "heldout-base", seed=0, episodes=args.episodes, tasks=every_task),
-             *eval_stages(args, sft, "heldout-sft", seed=0, episodes=args.episodes, tasks=every_task)],
+             *eval_stages(args, sft, "heldout-sft", seed=0, episodes=args.episodes, tasks=every_task),
+             *eval_stages(args, "scripted", "heldout-scripted", seed=0, episodes=args.episodes, tasks=every_task)],
             args.parallel)  # fmt: skip
+    (args.out / "sft-stage.md").write_text(sft_stage(args))  # stage 1's table, before any GRPO
+    print((args.out / "sft-stage.md").read_text(), flush=True)
 
     runs, arms = [], []
     for seed in args.seeds.split(","):  # each pair of runs at once: one of each curriculum

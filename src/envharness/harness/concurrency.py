@@ -104,15 +104,16 @@ def worker_threads(count: int) -> Iterator[None]:
 def run_coroutine_sync(awaitable: Awaitable[T]) -> T:
     """Run `awaitable` to completion from sync code, even when called inside a running loop
     (then it runs on a private loop in a helper thread, so the caller's loop is not re-entered)."""
+    box: dict[str, Any] = {}
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_as_coroutine(awaitable))
-    box: dict[str, Any] = {}
+        asyncio.run(_into(box, awaitable))
+        return box["value"]
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(_as_coroutine(awaitable))
+            asyncio.run(_into(box, awaitable))
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
@@ -124,5 +125,9 @@ def run_coroutine_sync(awaitable: Awaitable[T]) -> T:
     return box["value"]
 
 
-async def _as_coroutine(awaitable: Awaitable[T]) -> T:
-    return await awaitable
+async def _into(box: dict[str, Any], awaitable: Awaitable[Any]) -> None:
+    """Await `awaitable` into `box["value"]`; the main task's own result stays None. In the main
+    thread `asyncio.run` ends with `signal.getsignal(SIGINT)`, which formats its handler (a
+    partial holding the main task) with `%r`: a task holding a rollout's results would print
+    every episode's messages and tokens there, once per step, for nothing."""
+    box["value"] = await awaitable
