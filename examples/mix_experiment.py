@@ -168,12 +168,12 @@ def sft_stage(args: argparse.Namespace) -> str:
              "|---|" + "---:|" * len(epochs)]  # fmt: skip
     for task in args.tasks.split(","):
         lines.append(f"| {task} | " + " | ".join(
-            f"{val[e][task]['successes']}/{val[e][task]['episodes']}" for e in epochs) + " |")  # fmt: skip
+            f"{r['successes']}/{r['episodes']}" if (r := val[e].get(task)) else "-" for e in epochs) + " |")  # fmt: skip
     lines.append("| **mean** | " + " | ".join(
         f"{100 * choice['validation_mean'][str(e)]:.1f} %" for e in epochs) + " |")  # fmt: skip
     lines += ["", f"Chosen: {choice['chosen_epochs']} epoch(s).", ""]
     lines.append(table(args, ["scripted", "base", "sft"]).replace(
-        "| sft |", f"| SFT ({choice['chosen_epochs']} epochs) |", 1))  # fmt: skip
+        "| sft |", f"| SFT ({choice['chosen_epochs']} epoch{'s' * (choice['chosen_epochs'] > 1)}) |", 1))  # fmt: skip
     spent = {
         k: v
         for k, v in times.items()
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         args, str(args.out / name / "final"), f"heldout-{name}", seed=0, episodes=args.episodes, tasks=every_task)],
         args.parallel)  # fmt: skip
 
-    models = ["base", "sft", *runs]
+    models = ["scripted", "base", "sft", *runs]
     curves = plot_curves(args, runs)
     text = table(args, models)
     (args.out / "results.md").write_text(
