@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--until", choices=["sft", "all"], default="all", help="sft: stop after stage 1's table")
     p.add_argument(
         "--curves-skip", type=lambda s: set(s.split(",")), default=set(), help="tasks left out of curves.png"
     )
@@ -298,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             args.parallel)  # fmt: skip
     (args.out / "sft-stage.md").write_text(sft_stage(args))  # stage 1's table, before any GRPO
     print((args.out / "sft-stage.md").read_text(), flush=True)
+    if args.until == "sft":
+        return 0
 
     runs, arms = [], []
     for seed in args.seeds.split(","):  # each pair of runs at once: one of each curriculum
