@@ -88,15 +88,26 @@ def eval_stages(
     """Greedy evals of `model`: the browser tasks, and Wordle unless `tasks` is a validation set."""
     common = ["--model", model, "--temperature", "0", "--max-turns", str(args.max_turns),
               "--max-new-tokens", str(args.max_new_tokens), "--seed", str(seed), "--episodes", str(episodes),
-              "--no-progress", "--threads", str(args.threads)]  # fmt: skip
+              "--no-progress", "--threads", str(side_by_side_threads(args))]  # fmt: skip
     out = args.out / name
-    stages = [(["eval", "--prompt", "compact", "--tasks", tasks, *common, "--out", str(out)],
+    stages = [(["eval", "--prompt", "compact", "--tasks", tasks, *common, *resumed(out), "--out", str(out)],
                out / "summary.json", out.with_suffix(".log"))]  # fmt: skip
     if name.startswith("heldout-") and args.game:
         game = args.out / f"{name}-{GAME.lower()}"
-        stages.append((["eval", "--env", "textarena", "--tasks", GAME, *common, "--out", str(game)],
+        stages.append((["eval", "--env", "textarena", "--tasks", GAME, *common, *resumed(game), "--out", str(game)],
                        game / "summary.json", game.with_suffix(".log")))  # fmt: skip
     return stages
+
+
+def side_by_side_threads(args: argparse.Namespace) -> int:
+    """Threads for each of `--parallel` stages at once: `--threads` shared, so that torch's
+    threads do not outnumber the cores (oversubscribed, they slow every stage down several times)."""
+    return max(1, args.threads // args.parallel)
+
+
+def resumed(out: Path) -> list[str]:
+    """`--resume` for an eval that a stopped experiment left half done (its episodes are kept)."""
+    return ["--resume"] if (out / "episodes.jsonl").exists() else []
 
 
 def success(summary: Path) -> dict[str, dict]:
@@ -272,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validation-episodes", type=int, default=16, help="validation seeds 100.. per task")
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=24)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads of the SFT run, shared by --parallel stages"
+    )
     p.add_argument("--until", choices=["sft", "all"], default="all", help="sft: stop after stage 1's table")
     p.add_argument(
         "--curves-skip", type=lambda s: set(s.split(",")), default=set(), help="tasks left out of curves.png"
@@ -316,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                           "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens),
                           "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
                           "--eval-tasks", ",".join(f"browsergym:{t}" for t in args.transfer.split(",") if t),
-                          "--threads", str(args.threads), "--out", str(out)],
+                          "--threads", str(side_by_side_threads(args)), "--out", str(out)],
                          out / "final" / "config.json", out.with_suffix(".log")))  # fmt: skip
     run_all(arms, args.parallel)
     run_all([s for name in runs for s in eval_stages(
