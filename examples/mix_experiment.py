@@ -53,10 +53,16 @@ def start(argv: list[str], done: Path, log: Path) -> subprocess.Popen | None:
     return subprocess.Popen([*envharness(), *argv], stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
-def run_all(stages: list[tuple[list[str], Path, Path]], parallel: int) -> None:
-    """Run the stages, `parallel` at a time; stop at the first that fails. Each finished stage's
-    wall time goes to `stage_times.json` beside its log (by the log's name)."""
-    pending, running = list(stages), []
+def run_all(
+    stages: list[tuple[list[str], Path, Path]], parallel: int, threads: int, even: bool = False
+) -> None:
+    """Run the stages, `parallel` at a time; stop at the first that fails. The stages that run
+    share `threads` torch threads (oversubscribed, torch's threads slow every stage down several
+    times); `even`: each gets `threads / parallel` even when fewer are left to run (runs that are
+    compared must have had the same). Each finished stage's wall time goes to `stage_times.json`."""
+    undone = sum(not done.exists() for _, done, _ in stages)
+    each = ["--threads", str(max(1, threads // max(1, parallel if even else min(parallel, undone))))]
+    pending, running = [(argv + each, done, log) for argv, done, log in stages], []
     while pending or running:
         while pending and len(running) < parallel:
             argv, done, log = pending.pop(0)
@@ -88,7 +94,7 @@ def eval_stages(
     """Greedy evals of `model`: the browser tasks, and Wordle unless `tasks` is a validation set."""
     common = ["--model", model, "--temperature", "0", "--max-turns", str(args.max_turns),
               "--max-new-tokens", str(args.max_new_tokens), "--seed", str(seed), "--episodes", str(episodes),
-              "--no-progress", "--threads", str(side_by_side_threads(args))]  # fmt: skip
+              "--no-progress"]  # fmt: skip
     out = args.out / name
     stages = [(["eval", "--prompt", "compact", "--tasks", tasks, *common, *resumed(out), "--out", str(out)],
                out / "summary.json", out.with_suffix(".log"))]  # fmt: skip
@@ -97,12 +103,6 @@ def eval_stages(
         stages.append((["eval", "--env", "textarena", "--tasks", GAME, *common, *resumed(game), "--out", str(game)],
                        game / "summary.json", game.with_suffix(".log")))  # fmt: skip
     return stages
-
-
-def side_by_side_threads(args: argparse.Namespace) -> int:
-    """Threads for each of `--parallel` stages at once: `--threads` shared, so that torch's
-    threads do not outnumber the cores (oversubscribed, they slow every stage down several times)."""
-    return max(1, args.threads // args.parallel)
 
 
 def resumed(out: Path) -> list[str]:
@@ -299,17 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     resume = ["--resume"] if any(out.glob("checkpoint-*")) else []
     run_all([(["sft", *resume, "--model", args.model, "--tasks", args.tasks, "--episodes", str(args.demo_episodes),
                "--epochs", str(max(args.sft_epochs)), "--save-epochs", "--batch-size", "8", "--lr", "5e-5",
-               "--prompt", "compact", "--max-turns", str(args.max_turns), "--threads", str(args.threads),
-               "--out", str(out)],
-              out / "final" / "config.json", out.with_suffix(".log"))], 1)  # fmt: skip
+               "--prompt", "compact", "--max-turns", str(args.max_turns), "--out", str(out)],
+              out / "final" / "config.json", out.with_suffix(".log"))], 1, args.threads)  # fmt: skip
     run_all([s for epoch, model in epoch_models(args).items() for s in eval_stages(
         args, model, f"val-sft-epoch-{epoch}", seed=100, episodes=args.validation_episodes, tasks=args.tasks)],
-        args.parallel)  # fmt: skip
+        args.parallel, args.threads)  # fmt: skip
     sft = choose_sft(args)
     run_all([*eval_stages(args, args.model, "heldout-base", seed=0, episodes=args.episodes, tasks=every_task),
              *eval_stages(args, sft, "heldout-sft", seed=0, episodes=args.episodes, tasks=every_task),
              *eval_stages(args, "scripted", "heldout-scripted", seed=0, episodes=args.episodes, tasks=every_task)],
-            args.parallel)  # fmt: skip
+            args.parallel, args.threads)  # fmt: skip
     (args.out / "sft-stage.md").write_text(sft_stage(args))  # stage 1's table, before any GRPO
     print((args.out / "sft-stage.md").read_text(), flush=True)
     if args.until == "sft":
@@ -329,12 +328,12 @@ def main(argv: list[str] | None = None) -> int:
                           "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens),
                           "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
                           "--eval-tasks", ",".join(f"browsergym:{t}" for t in args.transfer.split(",") if t),
-                          "--threads", str(side_by_side_threads(args)), "--out", str(out)],
+                          "--out", str(out)],
                          out / "final" / "config.json", out.with_suffix(".log")))  # fmt: skip
-    run_all(arms, args.parallel)
+    run_all(arms, args.parallel, args.threads, even=True)
     run_all([s for name in runs for s in eval_stages(
         args, str(args.out / name / "final"), f"heldout-{name}", seed=0, episodes=args.episodes, tasks=every_task)],
-        args.parallel)  # fmt: skip
+        args.parallel, args.threads)  # fmt: skip
 
     models = ["scripted", "base", "sft", *runs]
     curves = plot_curves(args, runs)
