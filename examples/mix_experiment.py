@@ -5,14 +5,15 @@
     python examples/mix_experiment.py --model tiny --sft-epochs 1 --demo-episodes 2 --minutes 0.2 --seeds 1 ...   # smoke
 
 Stages (each is the CLI's own command, printed before it runs; a stage whose output exists is
-skipped, so a stopped experiment continues where it was):
+skipped and a half-done SFT or eval resumes, so a stopped experiment continues where it was):
 
 1. `sft` from the base model over whole epochs of scripted demonstrations of the trained browser
    tasks (seeds 1000 up), keeping the model at the end of each epoch (`--save-epochs`), then
    greedy `eval` of each of `--sft-epochs` on validation seeds 100..: the SFT model is the epoch
    with the best validation mean (ties: fewer epochs), never a handful of steps;
-2. greedy `eval` of base and SFT on held-out seeds 0..31 of the trained tasks, the transfer
-   tasks (never demonstrated, never trained) and Wordle;
+2. greedy `eval` of the scripted policy, base and SFT on held-out seeds 0..31 of the trained
+   tasks, the transfer tasks (never demonstrated, never trained) and Wordle; `sft-stage.md` gets
+   stages 1 and 2's table with their times (`--until sft` stops here);
 3. `train --mix` from the SFT model, once per curriculum (signal, uniform) and training seed,
    `--parallel` runs at a time, each with `--eval-every` held-out checks during training;
 4. the same greedy `eval` of every run's final model.
