@@ -97,6 +97,9 @@ def eval_stages(
               "--max-new-tokens", str(args.max_new_tokens), "--seed", str(seed), "--episodes", str(episodes),
               "--no-progress"]  # fmt: skip
     out = args.out / name
+    for folder, count in ((out, len(tasks.split(","))), (args.out / f"{name}-{GAME.lower()}", 1)):
+        if (folder / "summary.json").exists() and scored(folder) < count * episodes:
+            (folder / "summary.json").unlink()  # episodes lost to a dead server: resume them
     stages = [(["eval", "--prompt", "compact", "--tasks", tasks, *common, *resumed(out), "--out", str(out)],
                out / "summary.json", out.with_suffix(".log"))]  # fmt: skip
     if name.startswith("heldout-") and args.game:
@@ -104,6 +107,11 @@ def eval_stages(
         stages.append((["eval", "--env", "textarena", "--tasks", GAME, *common, *resumed(game), "--out", str(game)],
                        game / "summary.json", game.with_suffix(".log")))  # fmt: skip
     return stages
+
+
+def scored(folder: Path) -> int:
+    """Episodes an eval's summary scored (the ones lost to a dead server are left out of it)."""
+    return sum(r["episodes"] for r in success(folder / "summary.json").values())
 
 
 def resumed(out: Path) -> list[str]:
