@@ -265,7 +265,7 @@ def plot_curves(args: argparse.Namespace, runs: list[str]) -> Path | None:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="embedded")
     p.add_argument("--tasks", default=BROWSER_TASKS, help="trained (and demonstrated) browser tasks")
@@ -299,7 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--curves-skip", type=lambda s: set(s.split(",")), default=set(), help="tasks left out of curves.png"
     )
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     every_task = f"{args.tasks},{args.transfer}".strip(",")
 
