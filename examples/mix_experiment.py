@@ -322,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
              *eval_stages(args, sft, "heldout-sft", seed=0, episodes=args.episodes, tasks=every_task),
              *eval_stages(args, "scripted", "heldout-scripted", seed=0, episodes=args.episodes, tasks=every_task)],
             args.parallel, args.threads)  # fmt: skip
-    (args.out / "sft-stage.md").write_text(sft_stage(args))  # stage 1's table, before any GRPO
-    print((args.out / "sft-stage.md").read_text(), flush=True)
+    stage_one = sft_stage(args)  # stage 1's table, before any GRPO
+    (args.out / "sft-stage.md").write_text(stage_one)
+    print(stage_one, flush=True)
     if args.until == "sft":
         return 0
 
