@@ -176,3 +176,59 @@ def test_sft_stops_in_words_at_a_pass_that_would_not_fit(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert code == 2, err
     assert "a loss pass over 2 episode(s)" in err and "--micro-batch 1, in sft too" in err
+
+
+_HEAP_PROBE = """
+import os, torch
+from envharness.integrations.trl.loss_memory import release_freed_heap
+def rss(): return int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+big = torch.ones(16 * 2**20 // 4); del big  # a pass's big tensor: glibc's mmap threshold rises to it
+keep, drop = [], []
+for i in range(200):  # 2 MB tensors from the heap now, every other one freed (a hole between live ones)
+    (keep if i % 2 else drop).append(torch.ones(2**20 // 2))
+del drop
+before = rss()
+print(release_freed_heap(), before - rss())
+"""
+
+
+def test_freed_heap_memory_goes_back_to_the_system():
+    """What a pass freed between live tensors stays in glibc's heap until it is trimmed: the
+    trim hands it back (in a fresh process, whose heap holds nothing else)."""
+    import subprocess
+    import sys
+
+    if loss_memory._malloc_trim() is None:
+        pytest.skip("no glibc malloc_trim here")
+    out = subprocess.run(
+        [sys.executable, "-c", _HEAP_PROBE], capture_output=True, text=True, check=True
+    ).stdout
+    trimmed, returned = out.split()
+    assert trimmed == "True"
+    assert int(returned) > 100 * 2**20  # of the 200 MB freed
+
+
+def test_a_pass_is_refused_only_after_freed_memory_went_back(monkeypatch):
+    """A process's own freed-but-held memory counts as free: the check trims before it refuses."""
+    trims = []
+    monkeypatch.setattr(loss_memory, "release_freed_heap", lambda: trims.append(1) or True)
+    monkeypatch.setattr(loss_memory, "free_bytes", lambda device: 8 * 2**30 if trims else 2**20)
+    smol = loss_memory.ModelShape(
+        layers=30, hidden=576, mlp=1536, vocab=49152, heads=9, eager_attention=False
+    )
+    loss_memory.check_pass(smol, 2, 500, 400, "cpu")  # fits once the heap is trimmed
+    assert trims == [1]
+
+
+def test_every_training_step_trims_the_heap(tmp_path, monkeypatch):
+    """A real run (tiny model, echo environment): the heap is trimmed at the end of each step."""
+    from envharness.integrations.trl.training import train
+
+    trims = []
+    monkeypatch.setattr(loss_memory, "release_freed_heap", lambda: trims.append(1) or True)
+    config = TrainConfig(
+        env="echo", model="tiny", output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2,
+        groups_per_step=1, max_completion_length=4, skip_no_signal=False,
+    )  # fmt: skip
+    train(config)
+    assert len(trims) >= 2

@@ -12,10 +12,18 @@ attention) with peak RSS measured around one forward and backward: 2.8-3.1 MB pe
 about 10 hidden-size and 5 MLP-size values per layer, and 6.5 float32 copies of the
 vocabulary-size logits per completion token (logits, temperature scaling, log-softmax and
 their gradients). Eager attention adds its score matrices.
+
+On a CPU the memory a pass frees is not free for the system yet: glibc keeps it in its arenas
+(one per thread that allocated), and tensors whose sizes change every step leave it there. Two
+GRPO runs of the embedded model side by side held 10 GB each after ten minutes, 4.5 GB of it
+live, until one refused its next pass. `release_freed_heap` hands that memory back
+(`malloc_trim`) at the end of every step, and once more before a pass is refused.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +113,23 @@ def free_bytes(device: Any) -> int | None:
     return None
 
 
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
+    except OSError:
+        return None
+
+
+def release_freed_heap() -> bool:
+    """Give the C heap's freed pages back to the system; False where the C library cannot."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(ctypes.c_size_t(0))
+    return True
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -148,7 +173,10 @@ def check_pass(
     needed = loss_pass_bytes(
         shape, rows, width, completion_width, activation_bytes=activation_bytes, checkpointing=checkpointing
     )
-    check_fits(needed, free_bytes(device), rows=rows, width=width)
+    free = free_bytes(device)
+    if free is not None and needed > USABLE_SHARE * free and release_freed_heap():
+        free = free_bytes(device)  # on a CPU, what this process held freed is free now
+    check_fits(needed, free, rows=rows, width=width)
 
 
 def guard_loss_memory(trainer: Any) -> ModelShape:
@@ -179,4 +207,17 @@ def guard_loss_memory(trainer: Any) -> ModelShape:
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer.compute_loss = checked_compute_loss
+    trainer.add_callback(release_heap_callback())
     return shape
+
+
+def release_heap_callback() -> Any:
+    """A `TrainerCallback` that trims the C heap after each optimizer step, when the step's
+    passes have been freed."""
+    from transformers import TrainerCallback
+
+    class ReleaseFreedHeap(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            release_freed_heap()
+
+    return ReleaseFreedHeap()
