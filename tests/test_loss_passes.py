@@ -208,8 +208,8 @@ def test_freed_heap_memory_goes_back_to_the_system():
     assert int(returned) > 100 * 2**20  # of the 200 MB freed
 
 
-def test_a_pass_is_refused_only_after_freed_memory_went_back(monkeypatch):
-    """A process's own freed-but-held memory counts as free: the check trims before it refuses."""
+def test_a_pass_is_checked_after_freed_memory_went_back(monkeypatch):
+    """A process's own freed-but-held memory counts as free: the check trims before it reads."""
     trims = []
     monkeypatch.setattr(loss_memory, "release_freed_heap", lambda: trims.append(1) or True)
     monkeypatch.setattr(loss_memory, "free_bytes", lambda device: 8 * 2**30 if trims else 2**20)

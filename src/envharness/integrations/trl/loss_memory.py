@@ -17,7 +17,7 @@ On a CPU the memory a pass frees is not free for the system yet: glibc keeps it 
 (one per thread that allocated), and tensors whose sizes change every step leave it there. Two
 GRPO runs of the embedded model side by side held 10 GB each after ten minutes, 4.5 GB of it
 live, until one refused its next pass. `release_freed_heap` hands that memory back
-(`malloc_trim`) at the end of every step, and once more before a pass is refused.
+(`malloc_trim`) before every pass and at the end of every step.
 """
 
 from __future__ import annotations
@@ -173,10 +173,8 @@ def check_pass(
     needed = loss_pass_bytes(
         shape, rows, width, completion_width, activation_bytes=activation_bytes, checkpointing=checkpointing
     )
-    free = free_bytes(device)
-    if free is not None and needed > USABLE_SHARE * free and release_freed_heap():
-        free = free_bytes(device)  # on a CPU, what this process held freed is free now
-    check_fits(needed, free, rows=rows, width=width)
+    release_freed_heap()  # on a CPU, what the rollout and the last pass freed is free again
+    check_fits(needed, free_bytes(device), rows=rows, width=width)
 
 
 def guard_loss_memory(trainer: Any) -> ModelShape:
