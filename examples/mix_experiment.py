@@ -25,6 +25,7 @@ skipped and a half-done SFT or eval resumes, so a stopped experiment continues w
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import shlex
 import statistics
@@ -164,6 +165,25 @@ def table(args: argparse.Namespace, models: list[str]) -> str:
         lines.append(f"| **{name}** | " + " | ".join(
             f"{100 * statistics.mean(cols[m][t]['successes'] / cols[m][t]['episodes'] for t in group):.1f} %"
             for m in models) + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def runs_table(args: argparse.Namespace, runs: list[str]) -> str:
+    """Markdown: each GRPO run's steps, the steps whose group disagreed (a loss pass ran), and
+    the groups each task was drawn for (its `train_log.jsonl`)."""
+    trained = [
+        *(f"browsergym:{t}" for t in args.tasks.split(",")),
+        *([f"textarena:{GAME}"] if args.game else []),
+    ]
+    lines = [f"| run | steps in {args.minutes:g} min | steps with signal | groups drawn: "
+             + ", ".join(t.split(":")[-1] for t in trained) + " |", "|---|---:|---:|---|"]  # fmt: skip
+    for run in runs:
+        log = args.out / run / "train_log.jsonl"
+        steps = [e for line in log.read_text().splitlines() if "curriculum/drawn" in (e := json.loads(line))]
+        drawn = collections.Counter(task for e in steps for task in e["curriculum/drawn"])
+        signal = sum(e.get("frac_reward_zero_std", 1) < 1 for e in steps)
+        lines.append(f"| {run} | {len(steps)} | {signal} ({100 * signal / max(1, len(steps)):.0f} %) | "
+                     + ", ".join(str(drawn[t]) for t in trained) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -351,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
 
     models = ["scripted", "base", "sft", *runs]
     curves = plot_curves(args, runs)
-    text = table(args, models)
+    text = runs_table(args, runs) + "\n" + table(args, models)
     (args.out / "results.md").write_text(
         text + (f"\n![held-out success during training]({curves.name})\n" if curves else "")
     )
