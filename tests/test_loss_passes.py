@@ -208,10 +208,11 @@ def test_freed_heap_memory_goes_back_to_the_system():
     assert int(returned) > 100 * 2**20  # of the 200 MB freed
 
 
-def test_a_pass_is_checked_after_freed_memory_went_back(monkeypatch):
-    """A process's own freed-but-held memory counts as free: the check trims before it reads."""
+def test_a_pass_is_refused_only_after_freed_memory_went_back(monkeypatch):
+    """A process's own freed-but-held memory counts as free: the check trims before it refuses."""
     trims = []
     monkeypatch.setattr(loss_memory, "release_freed_heap", lambda: trims.append(1) or True)
+    monkeypatch.setattr(loss_memory, "release_freed_heap_if_grown", lambda: False)  # not grown
     monkeypatch.setattr(loss_memory, "free_bytes", lambda device: 8 * 2**30 if trims else 2**20)
     smol = loss_memory.ModelShape(
         layers=30, hidden=576, mlp=1536, vocab=49152, heads=9, eager_attention=False
@@ -220,15 +221,37 @@ def test_a_pass_is_checked_after_freed_memory_went_back(monkeypatch):
     assert trims == [1]
 
 
-def test_every_training_step_trims_the_heap(tmp_path, monkeypatch):
-    """A real run (tiny model, echo environment): the heap is trimmed at the end of each step."""
+def test_the_heap_is_trimmed_once_the_process_grew(monkeypatch):
+    """A trim costs milliseconds even with nothing to give back: it runs once the process grew
+    `TRIM_AFTER_GROWTH` since the last one."""
+    if loss_memory._malloc_trim() is None:
+        pytest.skip("no glibc malloc_trim here")
+    resident = {"bytes": 2**30}
+    monkeypatch.setattr(loss_memory, "_resident_bytes", lambda: resident["bytes"])
+    monkeypatch.setattr(loss_memory, "_trimmed_at", [0])
+    assert loss_memory.release_freed_heap_if_grown()  # the first one
+    resident["bytes"] += loss_memory.TRIM_AFTER_GROWTH - 1
+    assert not loss_memory.release_freed_heap_if_grown()
+    resident["bytes"] += 1
+    assert loss_memory.release_freed_heap_if_grown()
+
+
+def test_every_training_step_trims_a_grown_heap(tmp_path, monkeypatch):
+    """A real run (tiny model, echo environment) whose process grows 1 GB a reading: the heap
+    is trimmed at the end of every step (and before its pass)."""
     from envharness.integrations.trl.training import train
 
-    trims = []
+    trims, resident = [], {"bytes": 0}
+
+    def growing() -> int:
+        resident["bytes"] += 2**30
+        return resident["bytes"]
+
+    monkeypatch.setattr(loss_memory, "_resident_bytes", growing)
     monkeypatch.setattr(loss_memory, "release_freed_heap", lambda: trims.append(1) or True)
     config = TrainConfig(
         env="echo", model="tiny", output_dir=str(tmp_path / "run"), max_steps=2, num_generations=2,
         groups_per_step=1, max_completion_length=4, skip_no_signal=False,
     )  # fmt: skip
     train(config)
-    assert len(trims) >= 2
+    assert len(trims) >= 4  # 2 steps x (one pass + the step's end)
