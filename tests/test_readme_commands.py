@@ -117,8 +117,8 @@ COVERED: dict[str, Run | Serve | Make] = {
     "envharness replay runs/mine": Run(expect=("runs/mine/replay.json",), says="episodes identical"),
     # training on many tasks: demonstrations, then GRPO on a mix of two environments
     "envharness sft --tasks click-button,click-checkboxes,click-dialog,focus-text,enter-text,login-user "
-    "--episodes 64 --steps 4 --prompt compact --max-turns 4 --out runs/sft": Run(
-        {"--model": "tiny", "--episodes": "1", "--steps": "1", "--max-turns": "2", "--threads": "1"},
+    "--epochs 1 --lr 5e-5 --prompt compact --max-turns 4 --out runs/sft": Run(
+        {"--model": "tiny", "--episodes": "1", "--epochs": "1", "--max-turns": "2", "--threads": "1"},
         expect=("runs/sft/final/config.json",),
     ),
     "envharness train --model runs/sft/final --mix browsergym:click-button,click-checkboxes,click-dialog,"
