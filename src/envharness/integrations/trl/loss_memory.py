@@ -123,7 +123,7 @@ def free_bytes(device: Any) -> int | None:
 def _malloc_trim() -> Any:
     try:
         return getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
-    except OSError:
+    except (OSError, TypeError):  # no C library to open by name (Windows)
         return None
 
 
