@@ -22,7 +22,10 @@ BEFORE_TASK_SWITCH = "9be0095"
 
 def before_env(rev: str = BEFORE_ISSUE_25) -> dict[str, str] | None:
     """Environment variables for a server running `rev`'s code; None when git cannot give it
-    (a shallow clone, no git), so that the benchmark can leave the column out."""
+    (a shallow clone, no git), so that the benchmark can leave the column out. `rev` may also be
+    a folder holding an unpacked ``src/`` (a machine with no git, such as the GPU check's)."""
+    if (Path(rev) / "src").is_dir():
+        return {"PYTHONPATH": str((Path(rev) / "src").resolve())}
     try:
         archive = subprocess.run(
             ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"], capture_output=True, check=True

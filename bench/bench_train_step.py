@@ -74,7 +74,10 @@ def model_alone(model: Any, shape: dict[str, int], repeats: int = 7) -> float:
             torch.cuda.synchronize()
         return time.perf_counter() - started
 
-    with torch.inference_mode():
+    # on a GPU `train` keeps float32 weights and runs the model under bf16 autocast (precision.py)
+    autocast = device.type == "cuda" and next(model.parameters()).dtype == torch.float32
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with torch.inference_mode(), amp:
         once()  # warm-up
         seconds = statistics.median(once() for _ in range(repeats))
     model.train(was_training)
@@ -231,6 +234,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         ),
         "decoder_cpu_s": statistics.median(paired.decoder_cpu_s[e["step"]] for e in logs),
         "trainer_cpu_s": statistics.median(paired.trainer_cpu_s[e["step"]] for e in logs),
+        # the decoder's own split (absent in code before it was logged)
+        "decoder": {
+            k[8:]: statistics.median(e[k] for e in logs) for k in logs[0] if k.startswith("decoder/")
+        },
         "shape": shape,
     }
 
@@ -273,8 +280,28 @@ def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
             f"{m['model_alone_s']:.2f} | {m['env_alone_s']:.2f} | {m['step_s'] - parts:.2f} | "
             f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x | {m['decoder_cpu_s']:.2f} | {m['trainer_cpu_s']:.3f} |"
         )
+    print_decoder_split(columns)
     shape = next(iter(columns.values()))[0]["shape"]
     print(f"\nshape of a step: {shape}")
+
+
+def print_decoder_split(columns: dict[str, list[dict[str, Any]]]) -> None:
+    """The decoding thread's split of a step (train_log's `decoder/...`), where a column has it."""
+    keys = ("forwards", "admissions", "forward_s", "admit_s", "sample_s", "finish_s")
+    logged = {name: runs for name, runs in columns.items() if runs[0].get("decoder")}
+    if not logged:
+        return
+    print(
+        "\n| code | decode passes per step | admissions (prefill passes) | decode passes (s) | admissions (s) "
+        "| sampling and stop checks (s) | finished rows (s) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, runs in logged.items():
+        m = {k: statistics.median(r["decoder"].get(k, 0) for r in runs) for k in keys}
+        print(
+            f"| {name} | {m['forwards']:.0f} | {m['admissions']:.0f} | {m['forward_s']:.3f} | "
+            f"{m['admit_s']:.3f} | {m['sample_s']:.3f} | {m['finish_s']:.3f} |"
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

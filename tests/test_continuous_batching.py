@@ -43,6 +43,21 @@ async def _joined(tiny: TransformersBackend, first_user: str, second_user: str) 
     return first, short, still_decoding
 
 
+def test_the_decoder_counts_its_passes_and_where_its_time_went(tiny):
+    """A lone request of n tokens: one admission (its prefill gives the first token), n - 1
+    decode passes, and seconds in every part that ran."""
+    before = tiny._decoder.stats.as_dict()
+    [g] = tiny.generate_blocking(
+        [GenerationRequest(conversation("Hi"), sampling=SamplingParams(max_tokens=6, seed=3))]
+    )
+    after = tiny._decoder.stats.as_dict()
+    grew = {k: after[k] - before[k] for k in after}
+    assert grew["admissions"] == 1
+    assert grew["forwards"] == len(g.completion_ids) - 1
+    assert grew["admit_s"] > 0 and grew["sample_s"] > 0 and grew["finish_s"] >= 0
+    assert (grew["forward_s"] > 0) == (len(g.completion_ids) > 1)
+
+
 @pytest.mark.parametrize(
     "first_user, second_user",
     [

@@ -177,7 +177,7 @@ def test_the_gpu_check_without_a_gpu_says_so_and_on_one_samples_there(tmp_path):
 @pytest.mark.timeout(1200)
 def test_the_gpu_check_checks_itself_on_the_cpu_with_a_tiny_model(tmp_path):
     """`--cpu`: every step of the GPU check (logprobs, sampling, generation, eval, policy, sft,
-    train) on the CPU with a tiny model, each one ok; on any machine."""
+    train, the train step's split) on the CPU with a tiny model, each one ok; on any machine."""
     done = subprocess.run(
         [sys.executable, "scripts/gpu_check.py", "--cpu", "--out", str(tmp_path)],
         capture_output=True,
@@ -198,8 +198,11 @@ def test_the_gpu_check_checks_itself_on_the_cpu_with_a_tiny_model(tmp_path):
         "train_no_signal",
         "train_signal",
         "train_launcher",
+        "step_split",
     ]
     assert report["train_launcher"]["steps"], report["train_launcher"]  # torchrun's worker trained
+    split = (tmp_path / "train_step_split.md").read_text()  # the bench's tables: step and decoder split
+    assert "| after (this tree) |" in split and "decode passes per step" in split
     assert report["device"] == "cpu"
     for arm in report["logprobs"].values():
         if isinstance(arm, dict) and "abs_diff_mean" in arm:

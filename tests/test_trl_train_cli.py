@@ -60,6 +60,11 @@ def test_train_two_steps_leaves_checkpoints_curve_and_every_episode(tmp_path, ca
     for log in steps:  # exploration along the curve: zero-variance and all-failed groups, with their errors
         assert "frac_reward_zero_std" in log and log["sampled_nll"] > 0
         assert 0 <= log["groups/all_failed"] <= 1 and isinstance(log["groups/all_failed_errors"], list)
+    for log in steps:  # the decoder's split of the step: 4 episodes of one turn of at most 8 tokens
+        assert 1 <= log["decoder/admissions"] <= 4  # each arrival prefilled once, alone or together
+        assert 1 <= log["decoder/forwards"] <= 7 * log["decoder/admissions"]  # the prefill gives token 1
+        parts = sum(log[f"decoder/{k}"] for k in ("admit_s", "forward_s", "sample_s", "finish_s"))
+        assert 0 < parts <= log["time/generate_s"] + 0.02  # the decoder works while a request waits
 
     records = read_records(out / "episodes.jsonl")  # the shared records format, every episode of every step
     assert sorted(r.metrics["train_step"] for r in records) == [0, 0, 0, 0, 1, 1, 1, 1]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -38,6 +39,24 @@ class _Request:
     prompt: list[int]
     params: SamplingParams
     future: Future
+
+
+@dataclass
+class DecoderStats:
+    """Where the decoding thread's time goes, summed since it was made: what separates a
+    rollout's generation time from its model's forward passes (`train` logs each step's share
+    as `decoder/...`). Seconds are wall time in the thread; on a GPU a forward pass's seconds are
+    its launches, and the wait for the GPU lands in `sample_s` (ids come to the host there)."""
+
+    admissions: int = 0  # prefills of newly arrived requests, each its own forward pass
+    forwards: int = 0  # decode passes of the running batch
+    admit_s: float = 0.0  # prefill, prefix-cache reuse and the merge into the running batch
+    forward_s: float = 0.0  # decode passes
+    sample_s: float = 0.0  # drawing each row's token and logprob, stop checks
+    finish_s: float = 0.0  # keeping finished rows for later turns, dropping them from the batch
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
 
 
 @dataclass
@@ -69,6 +88,7 @@ class ContinuousDecoder:
         self._thread: threading.Thread | None = None
         self.decode_steps = 0  # forward passes of the running batch, for stats and tests
         self.most_rows = 0  # the most rows one of them decoded together
+        self.stats = DecoderStats()
 
     def submit(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Future]:
         requests = [_Request(list(p), s, Future()) for p, s in zip(prompts, sampling)]
@@ -100,7 +120,7 @@ class ContinuousDecoder:
             return True
 
     def _run(self) -> None:
-        batch = _Batch(self.backend)
+        batch = _Batch(self.backend, self.stats)
         mode = contextlib.ExitStack()  # the model's sampling mode, held while rows decode
         while True:
             new = [r for r in self._take(max(0, self.backend.capacity() - len(batch.requests))) if _wanted(r)]
@@ -118,7 +138,7 @@ class ContinuousDecoder:
                 for request in batch.requests + new:
                     if not request.future.done():
                         request.future.set_exception(exc)
-                batch = _Batch(self.backend)
+                batch = _Batch(self.backend, self.stats)
             if not batch.requests:  # the owner has its model's mode back before the last row returns
                 mode.close()
             for request, row in finished:
@@ -136,8 +156,9 @@ def _wanted(request: _Request) -> bool:
 class _Batch:
     """The rows decoding now: their requests, rows, cache, mask and the logits to sample next."""
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Any, stats: DecoderStats):
         self.backend = backend
+        self.stats = stats
         self.requests: list[_Request] = []
         self.rows: list[DecodingRow] = []
         self.past: Any = None
@@ -147,6 +168,7 @@ class _Batch:
 
     def admit(self, new: list[_Request]) -> None:
         """Prefill `new` and append them to the batch (their first token is sampled next)."""
+        started = time.perf_counter()
         device = self.backend.device
         prefilled = self.backend.prefill([r.prompt for r in new])
         rows = [DecodingRow.start(r.params, device) for r in new]
@@ -159,14 +181,19 @@ class _Batch:
             self.logits = torch.cat([self.logits, prefilled.logits])
         self.requests += new
         self.rows += rows
+        self.stats.admissions += 1
+        self.stats.admit_s += time.perf_counter() - started
 
     def step(self) -> list[tuple[_Request, DecodingRow]]:
         """Sample a token for every row, run the unfinished ones one token on; returns the finished."""
-        backend = self.backend
+        backend, stats = self.backend, self.stats
+        started = time.perf_counter()
         for request, row in zip(self.requests, self.rows):
             if request.future.cancelled() and not row.finish_reason:
                 row.finish_reason = "cancelled"
         ids = decode_batch_step(self.rows, self.logits, backend.tokenizer, backend.eos_ids, backend.pad_id)
+        sampled = time.perf_counter()
+        stats.sample_s += sampled - started
         done = [i for i, row in enumerate(self.rows) if row.finish_reason]
         finished = [(self.requests[i], self.rows[i]) for i in done]
         if done:
@@ -177,11 +204,14 @@ class _Batch:
             self.rows = [self.rows[i] for i in keep]
             if not keep:
                 self.past = self.mask = self.logits = None
+                stats.finish_s += time.perf_counter() - sampled
                 return finished
             index = torch.tensor(keep, dtype=torch.long, device=ids.device)
             self.past.reorder_cache(index)
             self.mask, ids = self.mask[index], ids[index]
             self._trim()
+        forward_started = time.perf_counter()
+        stats.finish_s += forward_started - sampled
         positions = self.mask.sum(-1, keepdim=True)  # the new token follows every real one
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=-1)
         result, self.past = forward_with_cache(
@@ -193,6 +223,8 @@ class _Batch:
             logits_to_keep=1,
         )
         self.logits = result.logits[:, -1, :]
+        stats.forwards += 1
+        stats.forward_s += time.perf_counter() - forward_started
         return finished
 
     def _trim(self) -> None:

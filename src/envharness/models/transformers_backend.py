@@ -105,6 +105,10 @@ class TransformersBackend:
     def device(self) -> torch.device:
         return model_device(self.model)
 
+    def decoder_stats(self) -> dict[str, float]:
+        """The decoding thread's counts and seconds so far (`continuous.DecoderStats`)."""
+        return self._decoder.stats.as_dict()
+
     def capacity(self) -> int:
         """Rows decoded together: `max_batch_size`, else 32 on a CPU (where a bigger batch only
         adds latency) and 256 on a GPU (where a decode step costs about the same for 32 or 256)."""

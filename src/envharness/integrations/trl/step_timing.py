@@ -9,7 +9,10 @@ prefill and decoding), `time/env_s` (the rest of the rollout, when no request is
 model: resets, browser actions, harness; environment steps that overlap decoding count as
 generation), `time/train_s`
 (the rest of the step: TRL's loss forward, backward, optimizer), `time/step_s` and
-`tokens/prefill` (prompt tokens run through the model after shared-prompt reuse).
+`tokens/prefill` (prompt tokens run through the model after shared-prompt reuse). A local
+transformers model adds its decoder's split (`decoder/forwards`, `decoder/admissions`,
+`decoder/forward_s`, `decoder/admit_s`, `decoder/sample_s`, `decoder/finish_s`: see
+`models/continuous.DecoderStats`), which says what of `time/generate_s` is the model's passes.
 Measured, not estimated: the backend call and the rollout call are timed where they happen.
 """
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback
@@ -27,8 +30,18 @@ from transformers import TrainerCallback
 class _Totals:
     generate_s: float = 0.0
     rollout_s: float = 0.0
-    prefill_tokens: int = 0
     step_started: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)  # the backend's, added up in the step
+
+
+def backend_counters(backend: Any) -> dict[str, float]:
+    """What a backend has counted so far: prompt tokens it prefilled, its decoder's split."""
+    counters: dict[str, float] = {}
+    if hasattr(backend, "prefill_tokens"):
+        counters["tokens/prefill"] = backend.prefill_tokens
+    if callable(getattr(backend, "decoder_stats", None)):
+        counters.update({f"decoder/{k}": v for k, v in backend.decoder_stats().items()})
+    return counters
 
 
 class _TimedBackend:
@@ -41,12 +54,12 @@ class _TimedBackend:
         self.continuous = getattr(inner, "continuous", False)
         self._in_flight = 0
         self._since = 0.0
-        self._prefill_before = 0
+        self._before: dict[str, float] = {}
 
     async def generate(self, requests: list[Any]) -> list[Any]:
         if self._in_flight == 0:
             self._since = time.perf_counter()
-            self._prefill_before = getattr(self._inner, "prefill_tokens", 0)
+            self._before = backend_counters(self._inner)
         self._in_flight += 1
         try:
             return await self._inner.generate(requests)
@@ -54,9 +67,9 @@ class _TimedBackend:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._totals.generate_s += time.perf_counter() - self._since
-                self._totals.prefill_tokens += (
-                    getattr(self._inner, "prefill_tokens", 0) - self._prefill_before
-                )
+                counters = self._totals.counters
+                for key, value in backend_counters(self._inner).items():
+                    counters[key] = counters.get(key, 0) + value - self._before.get(key, 0)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -99,7 +112,7 @@ class _StepTimingCallback(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.timer.totals = t = self.timer.totals
         t.generate_s = t.rollout_s = 0.0
-        t.prefill_tokens = 0
+        t.counters = {}
         t.step_started = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -110,7 +123,8 @@ class _StepTimingCallback(TrainerCallback):
             "time/generate_s": round(t.generate_s, 2),
             "time/env_s": round(t.rollout_s - t.generate_s, 2),
             "time/train_s": round(step_s - t.rollout_s, 2),
-            "tokens/prefill": t.prefill_tokens,
+            "tokens/prefill": t.counters.get("tokens/prefill", 0),
+            **{k: round(v, 3) for k, v in t.counters.items() if k.startswith("decoder/")},
         }
         self.timer.history.append(self._last)
 
