@@ -182,6 +182,50 @@ def parts_after_each_step(
     return PartsAfterEachStep()
 
 
+def profile_decoder(out: Path) -> Callable[[], None]:
+    """Profile the decoding thread in this process (both profilers see only the thread they
+    start in): Python functions over every run of the thread (cProfile), and torch's operator
+    table, with CUDA time on a GPU, of its longest run. Returns the function that writes both."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from envharness.models import continuous
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    python = cProfile.Profile()
+    longest: dict[str, Any] = {"seconds": 0.0, "table": ""}
+    run = continuous.ContinuousDecoder._run
+
+    def profiled(self: Any) -> None:
+        started = time.perf_counter()
+        with profile(activities=activities) as prof:
+            python.enable()
+            try:
+                run(self)
+            finally:
+                python.disable()
+        if time.perf_counter() - started > longest["seconds"]:
+            longest["seconds"] = time.perf_counter() - started
+            longest["table"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+
+    continuous.ContinuousDecoder._run = profiled  # type: ignore[method-assign]
+
+    def write() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        text = io.StringIO()
+        pstats.Stats(python, stream=text).sort_stats("cumulative").print_stats(60)
+        (out / "decoder_python.txt").write_text(text.getvalue())
+        (out / "decoder_ops.txt").write_text(
+            f"longest decoder run: {longest['seconds']:.2f}s\n{longest['table']}"
+        )
+
+    return write
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """Train, then time the parts alone; the medians over the steps after the first."""
     import torch
@@ -207,6 +251,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         output_dir=str(out),
         report_to="none",
     )
+    write_profile = profile_decoder(Path(args.profile)) if args.profile else None
     with env_clients(args.env) as clients:
         decoder_cpu = thread_cpu_seconds("envharness-decoder")
         paired = parts_after_each_step(args.env, clients, out / "episodes.jsonl", decoder_cpu)
@@ -221,6 +266,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         env_s = [asyncio.run(environment_alone(args.env, clients, by_step[s])) for s in steps]
         shape = step_shape(by_step[steps[-1]])
         model_s = model_alone(result.model, shape)
+    if write_profile is not None:
+        write_profile()
     return {
         "step_s": statistics.median(e["time/step_s"] for e in logs),
         "generate_s": statistics.median(e["time/generate_s"] for e in logs),
@@ -321,6 +368,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--before", default="d80ae1c", help="git revision for the 'before' column ('' for none)"
     )
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument(
+        "--profile", default="", help="folder for profiles of the decoding thread (one more run of this tree)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -331,6 +381,12 @@ def main() -> int:
         print(json.dumps(worker(args)), flush=True)
         return 0
     argv = [a for a in sys.argv[1:] if a not in ("--worker",)]
+    if args.profile:  # a run of its own after the table: profilers slow a step
+        argv = [
+            a
+            for i, a in enumerate(argv)
+            if not a.startswith("--profile") and argv[i - 1 : i] != ["--profile"]
+        ]
     variants: list[tuple[str, dict[str, str] | None]] = [("after (this tree)", None)]
     if args.before:
         env = before_env(args.before)
@@ -345,6 +401,9 @@ def main() -> int:
             columns[name].append(run_column(argv, env, args.timeout))
             print(f"run {repeat} {name}: {json.dumps(columns[name][-1])}", flush=True)
     print_table(columns)
+    if args.profile:
+        run_column([*argv, "--profile", args.profile], None, args.timeout)
+        print(f"\nthe decoding thread of one more run of this tree, profiled: {args.profile}/decoder_*.txt")
     print(
         f"{args.env} {args.tasks or DEFAULT_TASKS[args.env]}, model {args.model} on {args.device}, "
         f"{args.threads} thread(s), medians of {args.repeats} run(s) x {args.steps - 1} step(s); "

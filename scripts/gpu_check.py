@@ -25,7 +25,8 @@ trained here, bf16 weights as hub checkpoints are saved) and the environment is 
               the one GPU lent; more GPUs are not).
   step_split  bench/bench_train_step.py on the model: a `train` step against the model's own
               forward passes and the environment's work alone, before (.gpu-check/before, or
-              git's d80ae1c) and after, in one run (train_step_split.md).
+              git's d80ae1c) and after, in one run (train_step_split.md); then the decoding thread of
+              one more run, profiled (decoder_python.txt, decoder_ops.txt).
 
 Writes DIR/gpu_check.json and prints a summary table. Without CUDA it says so and exits 0
 (`--cpu` runs the same steps on the CPU with a tiny model, to check the check).
@@ -521,7 +522,7 @@ def step_split(path: Path, out: Path, device: str, env: dict[str, str], timeout:
         before = ""  # checking the check: the "after" column is enough
     command = [
         sys.executable, "bench/bench_train_step.py", "--env", "textarena", "--tasks", "Wordle-v0",
-        "--model", str(path), "--device", device, "--steps", "4", "--repeats", "1", "--before", before,
+        "--model", str(path), "--device", device, "--steps", "4", "--repeats", "1", "--before", before, "--profile", str(out),
     ]  # fmt: skip
     log("$ " + " ".join(command[1:]))
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
