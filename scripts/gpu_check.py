@@ -555,6 +555,8 @@ def run_step(report: dict[str, Any], name: str, fn: Callable[..., Any], *args: A
         }
         log(f"!! {name} failed: {report[name]['error'][-600:]}")
     report[name]["seconds"] = round(time.monotonic() - started, 1)
+    # written after every step: a check stopped by its time limit keeps what it found
+    (PROFILE_DIR / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     import torch
 
     if torch.cuda.is_available():

@@ -42,4 +42,4 @@ else
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRL_EXPERIMENTAL_SILENCE=1 \
   PYTHONUNBUFFERED=1 WANDB_MODE=disabled
-exec timeout -k 10 "${GPU_CHECK_TIMEOUT_S:-480}" $PY scripts/gpu_check.py "$@"
+exec timeout -k 10 "${GPU_CHECK_TIMEOUT_S:-900}" $PY scripts/gpu_check.py "$@"
