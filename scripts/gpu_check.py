@@ -25,7 +25,7 @@ trained here, bf16 weights as hub checkpoints are saved) and the environment is 
               the one GPU lent; more GPUs are not).
   step_split  bench/bench_train_step.py on the model: a `train` step against the model's own
               forward passes and the environment's work alone, before (.gpu-check/before, or
-              git's d80ae1c) and after, in one run (train_step_split.md); then the decoding thread of
+              the bench's revision through git) and after, in one run (train_step_split.md); then the decoding thread of
               one more run, profiled (decoder_python.txt, decoder_ops.txt).
 
 Writes DIR/gpu_check.json and prints a summary table. Without CUDA it says so and exits 0
@@ -517,12 +517,14 @@ def step_train(
 
 def step_split(path: Path, out: Path, device: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
     """The train-step bench's table (step, model alone, environment alone, rest), before and after."""
-    before = ".gpu-check/before" if Path(".gpu-check/before/src").is_dir() else "d80ae1c"
+    before = []  # the bench's own "before" revision, through git
+    if Path(".gpu-check/before/src").is_dir():
+        before = ["--before", ".gpu-check/before"]  # carried by --prepare: no git on a GPU machine
     if device == "cpu":
-        before = ""  # checking the check: the "after" column is enough
+        before = ["--before", ""]  # checking the check: the "after" column is enough
     command = [
         sys.executable, "bench/bench_train_step.py", "--env", "textarena", "--tasks", "Wordle-v0",
-        "--model", str(path), "--device", device, "--steps", "4", "--repeats", "1", "--before", before, "--profile", str(out),
+        "--model", str(path), "--device", device, "--steps", "4", "--repeats", "1", *before, "--profile", str(out),
     ]  # fmt: skip
     log("$ " + " ".join(command[1:]))
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -602,7 +604,10 @@ def main() -> int:
         "--cpu", action="store_true", help="run the steps on the CPU with a tiny model (checks the check)"
     )
     parser.add_argument(
-        "--split-timeout", type=float, default=300, help="seconds for the step split's bench (2 runs)"
+        "--split-timeout",
+        type=float,
+        default=300,
+        help="seconds for the step split's bench (2 runs and a profiled one)",
     )
     args = parser.parse_args()
     import torch
