@@ -252,7 +252,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from envharness.integrations.trl.training import train
 
     torch.set_num_threads(args.threads)
-    out = Path(tempfile.mkdtemp(prefix="bench-train-step-"))
+    folder = tempfile.TemporaryDirectory(prefix="bench-train-step-")  # the run's checkpoints go with it
+    out = Path(folder.name)
     config = TrainConfig(
         env=args.env,
         tasks=args.tasks or DEFAULT_TASKS[args.env],
@@ -284,6 +285,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         model_s = model_alone(result.model, shape)
     if write_profile is not None:
         write_profile()
+    folder.cleanup()
     return {
         "step_s": statistics.median(e["time/step_s"] for e in logs),
         "generate_s": statistics.median(e["time/generate_s"] for e in logs),
