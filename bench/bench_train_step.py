@@ -236,6 +236,7 @@ def profile_decoder(out: Path) -> Callable[[], None]:
         if state["python"] is not None:
             state["python"].stream = text
             state["python"].sort_stats("cumulative").print_stats(60)
+            state["python"].dump_stats(out / "decoder_python.prof")  # for pstats' callers and callees
         (out / "decoder_python.txt").write_text(text.getvalue())
         (out / "decoder_ops.txt").write_text(state["table"])
 
