@@ -329,7 +329,7 @@ def run_column(argv: list[str], env: dict[str, str] | None, timeout: float) -> d
 
 def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
     keys = (
-        "step_s", "generate_s", "rollout_env_s", "model_alone_s", "env_alone_s", "paired_ratio",
+        "step_s", "generate_s", "rollout_env_s", "train_s", "model_alone_s", "env_alone_s", "paired_ratio",
         "decoder_cpu_s", "trainer_cpu_s",
     )  # fmt: skip
     print(
@@ -337,13 +337,13 @@ def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
         "| environment alone (s) | rest (s) | step / (model + env) | the same, each step against its parts "
         "| decoding thread's CPU per step (s) | trainer thread's CPU per step (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, runs in columns.items():
         m = {k: statistics.median(r[k] for r in runs) for k in keys}
         parts = m["model_alone_s"] + m["env_alone_s"]
         print(
-            f"| {name} | {m['step_s']:.2f} | {m['generate_s']:.2f} | {m['rollout_env_s']:.2f} | "
-            f"{m['model_alone_s']:.2f} | {m['env_alone_s']:.2f} | {m['step_s'] - parts:.2f} | "
+            f"| {name} | {m['step_s']:.3f} | {m['generate_s']:.3f} | {m['rollout_env_s']:.3f} | {m['train_s']:.3f} | "
+            f"{m['model_alone_s']:.3f} | {m['env_alone_s']:.3f} | {m['step_s'] - parts:.3f} | "
             f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x | {m['decoder_cpu_s']:.2f} | {m['trainer_cpu_s']:.3f} |"
         )
     print_decoder_split(columns)

@@ -119,10 +119,10 @@ class _StepTimingCallback(TrainerCallback):
         t = self.timer.totals
         step_s = time.perf_counter() - t.step_started
         self._last = {
-            "time/step_s": round(step_s, 2),
-            "time/generate_s": round(t.generate_s, 2),
-            "time/env_s": round(t.rollout_s - t.generate_s, 2),
-            "time/train_s": round(step_s - t.rollout_s, 2),
+            "time/step_s": round(step_s, 3),
+            "time/generate_s": round(t.generate_s, 3),
+            "time/env_s": round(t.rollout_s - t.generate_s, 3),
+            "time/train_s": round(step_s - t.rollout_s, 3),
             "tokens/prefill": t.counters.get("tokens/prefill", 0),
             **{k: round(v, 3) for k, v in t.counters.items() if k.startswith("decoder/")},
         }
