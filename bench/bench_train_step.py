@@ -333,7 +333,7 @@ def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
         "decoder_cpu_s", "trainer_cpu_s",
     )  # fmt: skip
     print(
-        "\n| code | step (s) | in the step: generation | in the step: rest of rollout | model alone (s) "
+        "\n| code | step (s) | in the step: generation | in the step: rest of rollout | in the step: loss pass | model alone (s) "
         "| environment alone (s) | rest (s) | step / (model + env) | the same, each step against its parts "
         "| decoding thread's CPU per step (s) | trainer thread's CPU per step (s) |"
     )

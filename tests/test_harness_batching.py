@@ -15,6 +15,7 @@ from test_harness_tokens import CountingTransformersBackend, assert_exact_turns,
 
 from envharness.envs.echo.client import AsyncEchoEnv
 from envharness.harness import (
+    ArrivingSessions,
     BatchingModelStep,
     HarnessRunLimits,
     MCPHarnessAdapter,
@@ -139,3 +140,54 @@ async def test_a_bad_request_fails_alone(tiny_backend):
     assert isinstance(out[1], ValueError) and "prefix_ids" in str(out[1])
     assert out[0].completion_ids and out[2].completion_ids
     assert batcher.batch_sizes == [3, 1, 1, 1]
+
+
+def test_episodes_that_start_together_go_to_an_idle_decoder_together(tiny_backend, echo_factory, monkeypatch):
+    """Sessions made through `ArrivingSessions` count as live from the start of their reset, and
+    an idle continuous backend's first request waits for the live episodes: every turn of 8
+    episodes that reset together is one prefill (one admission), and they decode in step. (The
+    wait's bound is raised so that a slow machine cannot split a turn; seeded rows, so that no
+    episode's turn ends early at an end-of-sequence token.)"""
+    from envharness.harness import model_step
+
+    monkeypatch.setattr(model_step, "IDLE_CONTINUOUS_WAIT_S", 2.0)
+    batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False, max_wait_s=2.0)
+    limits = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0, "seed": 3})
+    stats = tiny_backend._decoder.stats
+    admissions, forwards = stats.admissions, stats.forwards
+    rollout_func = build_harness_rollout_func(
+        session_factory=ArrivingSessions(echo_factory, batcher),
+        harness_adapter=MCPHarnessAdapter(),
+        model_step_builder=lambda trainer, session: batcher.for_episode(),
+        limits=limits,
+        max_concurrency=8,
+    )
+    out = rollout_func([f"w{i}" for i in range(8)], None)
+
+    assert len(out["completion_ids"]) == 8 and batcher._live == 0
+    assert stats.admissions - admissions == TURNS  # one prefill per turn for all 8 episodes
+    assert stats.forwards - forwards == TURNS * 4  # 5 tokens a turn: the prefill samples the first
+    assert batcher.batch_sizes == [8] * TURNS
+
+
+async def test_an_episode_whose_reset_fails_is_not_waited_for(tiny_backend, echo_server, monkeypatch):
+    """`ArrivingSessions` stops counting an episode whose session cannot be created: the other
+    episodes' turns do not wait for it (with a bound of a minute, a wait would stall them)."""
+    from envharness.harness import model_step
+
+    monkeypatch.setattr(model_step, "IDLE_CONTINUOUS_WAIT_S", 60.0)
+
+    class OneFails(EchoSessionFactory):
+        def create(self, task, seed=None, episode_id=None):
+            if task == "broken":
+                raise ConnectionError("no server for this one")
+            return super().create(task, seed, episode_id)
+
+    batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False, max_wait_s=60.0)
+    factory = ArrivingSessions(OneFails(lambda: AsyncEchoEnv(echo_server.base_url)), batcher)
+    results = await asyncio.wait_for(
+        run_episodes(factory, ["w0", "broken", "w1"], backend=batcher, limits=LIMITS, max_concurrency=3), 30
+    )
+    assert [r.error is None for r in results] == [True, False, True]
+    assert "no server for this one" in results[1].error
+    assert batcher._live == 0

@@ -16,7 +16,13 @@ only its imports changed. The map:
 from envharness.harness.adapter import HarnessAdapter, MCPHarnessAdapter, tool_message_content
 from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.define import define_environment
-from envharness.harness.model_step import BatchingModelStep, EpisodeModelStep, ModelStep, call_model_step
+from envharness.harness.model_step import (
+    ArrivingSessions,
+    BatchingModelStep,
+    EpisodeModelStep,
+    ModelStep,
+    call_model_step,
+)
 from envharness.harness.records import (
     RECORD_VERSION,
     EpisodeRecord,
@@ -59,6 +65,7 @@ from envharness.harness.types import (
 __all__ = [
     "RECORD_VERSION",
     "RESERVED_TOOL_NAMES",
+    "ArrivingSessions",
     "BatchingModelStep",
     "define_environment",
     "EpisodeModelStep",

@@ -7,8 +7,11 @@ tokens so the backend only tokenizes new messages), and the steps of all waiting
 are served by ONE `backend.generate(batch)` call. A batch is sent as soon as every live
 episode is waiting (or `max_wait_s` after its first request, so one slow environment does
 not stall the rest); while it generates, new requests queue up for the next batch. A backend
-that batches continuously (`backend.continuous`, e.g. `TransformersBackend`) gets every request
-at once instead: it joins the rows the backend is decoding and returns at its own last token.
+that batches continuously (`backend.continuous`, e.g. `TransformersBackend`) gets a request at
+once while it decodes others of this batcher: it joins the rows being decoded and returns at its
+own last token. With nothing decoding, the first request waits as a batch does (for the live
+episodes, at most `max_wait_s`): the turns of a step's episodes then start as one prefill and
+decode in step, instead of one episode ahead and the others prefilled and merged after it.
 A backend error fails the episodes of its batch, or only the offending one when the
 backend refused a request (ValueError/TypeError: the batch is retried request by
 request); a cancelled episode simply drops out of its batch. No request is left hanging.
@@ -17,7 +20,9 @@ request); a cancelled episode simply drops out of its batch. No request is left 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from envharness.harness.concurrency import run_sync
@@ -25,6 +30,9 @@ from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed, pa
 from envharness.harness.tools import as_mcp_dict
 from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
 from envharness.models.base import Generation, GenerationRequest, ModelBackend, SamplingParams
+
+#: How long the first request to an idle continuous backend waits for the other live episodes.
+IDLE_CONTINUOUS_WAIT_S = 0.02
 
 
 class ModelStep(Protocol):
@@ -87,7 +95,7 @@ class BatchingModelStep:
         self._worker: asyncio.Task | None = None
         self._changed: asyncio.Event | None = None
         self._in_flight: list[tuple[GenerationRequest, asyncio.Future]] = []  # the batch being generated
-        self._live = 0  # episodes between for_episode() and their step's close()
+        self._live = 0  # episodes between for_episode() and their step's close(), or arriving()
         #: A backend that batches continuously takes each request as it comes (no waiting for
         #: the other episodes, no batch waiting for the one before it).
         self._continuous = bool(getattr(backend, "continuous", False))
@@ -112,13 +120,16 @@ class BatchingModelStep:
         return sum(1 for _, fut, _ in self._pending if not fut.done())
 
     async def _wait_for_live_episodes(self) -> None:
-        """Until every live episode is waiting, or `max_wait_s` after the oldest request."""
+        """Until every live episode is waiting, or `max_wait_s` after the oldest request (for
+        an idle continuous backend, at most `IDLE_CONTINUOUS_WAIT_S`: a late episode joins the
+        decoding rows anyway, at the cost of one more prefill)."""
         loop = asyncio.get_running_loop()
+        bound = min(self.max_wait_s, IDLE_CONTINUOUS_WAIT_S) if self._continuous else self.max_wait_s
         await asyncio.sleep(0)  # whoever is ready in this tick joins at no cost
         while (
             self._pending
             and self._waiting() < self._live
-            and (remaining := self._pending[0][2] + self.max_wait_s - loop.time()) > 0
+            and (remaining := self._pending[0][2] + bound - loop.time()) > 0
         ):
             assert self._changed is not None
             self._changed.clear()
@@ -142,8 +153,8 @@ class BatchingModelStep:
 
     async def _drain_batches(self) -> None:
         while self._pending:
-            if self._continuous:
-                await asyncio.sleep(0)  # whoever is ready in this tick joins at no cost
+            if self._continuous and self._serving:
+                await asyncio.sleep(0)  # whoever is ready in this tick joins the rows decoding
             else:
                 await self._wait_for_live_episodes()
             size = self.max_batch_size or len(self._pending)
@@ -194,9 +205,37 @@ class BatchingModelStep:
         self._live += 1
         return EpisodeModelStep(self)
 
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Around an episode's session creation (its reset): batches wait for it as for a live
+        episode, since its first request follows at once; released whether or not it starts."""
+        self._live += 1
+        try:
+            yield
+        finally:
+            self._release()
+
     def _release(self) -> None:
         self._live -= 1
         self._notify()
+
+
+class ArrivingSessions:
+    """A session factory whose episodes count for `batcher` from the start of their creation
+    (`BatchingModelStep.arriving`): the first turn's requests of a batch of episodes, whose
+    resets end a few milliseconds apart, then go to the model together."""
+
+    def __init__(self, inner: Any, batcher: BatchingModelStep):
+        self.inner = inner
+        self.batcher = batcher
+
+    async def create_async(
+        self, task: Any = None, seed: int | None = None, episode_id: str | None = None
+    ) -> Any:
+        from envharness.harness.session import create_session
+
+        with self.batcher.arriving():
+            return await create_session(self.inner, task, seed, episode_id)
 
 
 def _settle(batch: list[tuple[GenerationRequest, asyncio.Future]], exc: BaseException) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envharness.harness.model_step import BatchingModelStep
+from envharness.harness.model_step import ArrivingSessions, BatchingModelStep
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import build_harness_rollout_func
 from envharness.harness.success import episode_success as verdict_of
@@ -279,7 +279,7 @@ def build_trl_rollout_func(
                 writer.write(result)
 
         inner = build_harness_rollout_func(
-            session_factory=factory,
+            session_factory=ArrivingSessions(factory, batcher),
             harness_adapter=harness_adapter,
             model_step_builder=lambda _trainer, _session: batcher.for_episode(),
             limits=episode_limits,
