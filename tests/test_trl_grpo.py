@@ -14,6 +14,7 @@ import os
 
 import pytest
 import torch
+from _grpo_helpers import distinct_rewards
 
 from envharness.harness import HarnessRunLimits, read_records
 from envharness.integrations.trl import build_env_rollout_func, task_dataset
@@ -36,11 +37,6 @@ def tiny():
     from envharness.models.embedded import tiny_test_model
 
     return tiny_test_model(seed=0)
-
-
-def reply_length(completions, **kwargs):
-    """Gives the group different rewards even when no episode succeeds (a random model)."""
-    return [float(len(c)) for c in completions]
 
 
 def forward_logprobs(model, prompt_ids, completion_ids, temperature):
@@ -92,7 +88,7 @@ def test_one_grpo_step_on_click_test_is_exact_and_changes_the_weights(server_url
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
-        reward_funcs=[reward_success, reward_sum, reply_length],
+        reward_funcs=[reward_success, reward_sum, distinct_rewards],
         args=grpo_config(config, save_strategy="no"),
         train_dataset=task_dataset(["click-test"], 4),
         rollout_func=spy,

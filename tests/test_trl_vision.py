@@ -16,6 +16,7 @@ import os
 
 import pytest
 import torch
+from _grpo_helpers import distinct_rewards
 
 from envharness.harness import HarnessRunLimits
 from envharness.integrations.trl import task_dataset
@@ -29,11 +30,6 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 @pytest.fixture(scope="module")
 def server_url(browser_server):
     return browser_server.base_url
-
-
-def reply_length(completions, **kwargs):
-    """Different rewards within a group even when no episode succeeds (a random model)."""
-    return [float(len(c)) for c in completions]
 
 
 def run_one_step(trainer_cls, server_url, tmp_path, arch="qwen2-vl"):
@@ -67,7 +63,7 @@ def run_one_step(trainer_cls, server_url, tmp_path, arch="qwen2-vl"):
     trainer = trainer_cls(
         model=model,
         processing_class=processor,
-        reward_funcs=[reward_success, reply_length],
+        reward_funcs=[reward_success, distinct_rewards],
         args=grpo_config(config, save_strategy="no"),
         train_dataset=task_dataset(["click-test"], 4),
         rollout_func=spy_rollout,
