@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from _grpo_helpers import distinct_rewards
 
 from envharness.integrations.trl import loss_memory
 from envharness.integrations.trl.training import TrainConfig, TrainSetupError, grpo_config, loss_passes
@@ -58,13 +59,10 @@ def step_gradient(micro_batch: int, loss_type: str, tmp_path) -> tuple[dict[str,
                 {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
             )
 
-    def by_length(completions, **kwargs):  # rewards that differ within each group
-        return [float(len(c)) for c in completions]
-
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
-        reward_funcs=[by_length],
+        reward_funcs=[distinct_rewards],
         args=grpo_config(config, save_strategy="no", max_grad_norm=0.0),
         train_dataset=task_dataset(["click-test", "click-button"], 2, seed=0),
         rollout_func=fixed_rollout(tokenizer),
