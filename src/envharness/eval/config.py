@@ -88,11 +88,13 @@ class EvalConfig:
         from_cli=lambda seconds: seconds or None,
     )
     #: None: 2 s for backends that tokenize and batch (a full batch costs little more than one
-    #: request), 0.05 s for the others (remote chat APIs, scripted).
+    #: request), 0.05 s for the others (remote chat APIs, scripted). A backend that batches
+    #: continuously (a local transformers model) waits only while idle, at most 0.02 s.
     batch_wait_s: float | None = option(
         None,
         "seconds a batch of model calls waits for episodes still busy in the environment "
-        "(default: 2 for local models, 0.05 for remote/scripted)",
+        "(default: 2 for local models, 0.05 for remote/scripted; a model that batches continuously "
+        "waits only while idle, at most 0.02)",
         flags=("--batch-wait",),
         type=float,
         minimum=0,
