@@ -7,7 +7,9 @@ before the editable install). Same machine, same Chromium, same moment: only the
 
 from __future__ import annotations
 
+import atexit
 import io
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -33,6 +35,7 @@ def before_env(rev: str = BEFORE_ISSUE_25) -> dict[str, str] | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     folder = Path(tempfile.mkdtemp(prefix=f"envharness-{rev}-"))
+    atexit.register(shutil.rmtree, folder, True)  # the benchmark's processes have ended by then
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
     return {"PYTHONPATH": str(folder / "src")}
