@@ -10,7 +10,7 @@ not stall the rest); while it generates, new requests queue up for the next batc
 that batches continuously (`backend.continuous`, e.g. `TransformersBackend`) gets a request at
 once while it decodes others of this batcher: it joins the rows being decoded and returns at its
 own last token. With nothing decoding, the first request waits as a batch does (for the live
-episodes, at most `max_wait_s`): the turns of a step's episodes then start as one prefill and
+episodes, at most `IDLE_CONTINUOUS_WAIT_S`): the turns of a step's episodes then start as one prefill and
 decode in step, instead of one episode ahead and the others prefilled and merged after it.
 A backend error fails the episodes of its batch, or only the offending one when the
 backend refused a request (ValueError/TypeError: the batch is retried request by
@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from envharness.harness.concurrency import run_sync
+from envharness.harness.session import create_session
 from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed, parse_json_tool_calls
 from envharness.harness.tools import as_mcp_dict
 from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
@@ -96,8 +97,8 @@ class BatchingModelStep:
         self._changed: asyncio.Event | None = None
         self._in_flight: list[tuple[GenerationRequest, asyncio.Future]] = []  # the batch being generated
         self._live = 0  # episodes between for_episode() and their step's close(), or arriving()
-        #: A backend that batches continuously takes each request as it comes (no waiting for
-        #: the other episodes, no batch waiting for the one before it).
+        #: A backend that batches continuously takes each request as it comes while it decodes
+        #: (no batch waits for the one before it); only an idle one waits for the live episodes.
         self._continuous = bool(getattr(backend, "continuous", False))
         self._serving: set[asyncio.Task] = set()
 
@@ -232,8 +233,6 @@ class ArrivingSessions:
     async def create_async(
         self, task: Any = None, seed: int | None = None, episode_id: str | None = None
     ) -> Any:
-        from envharness.harness.session import create_session
-
         with self.batcher.arriving():
             return await create_session(self.inner, task, seed, episode_id)
 
