@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from envharness.models import load_backend
-from envharness.models.device import DeviceError, resolve, resolve_device, resolve_dtype
+from envharness.models.device import DeviceError, decoding_attention, resolve, resolve_device, resolve_dtype
 
 CUDA = torch.cuda.is_available()
 
@@ -82,6 +82,26 @@ def test_gpu_rules(one_old_gpu):
     with pytest.raises(DeviceError, match="has 1 GPU"):
         resolve("cuda:1", "auto")
     assert resolve("cuda:0", "float16").dtype == torch.float16
+
+
+def test_decoding_on_a_gpu_leaves_cudnn_attention_out_and_puts_it_back():
+    """cuDNN's attention plans every new cache length anew (milliseconds of CPU per layer and
+    token): decoding uses the other kernels, and the choice is back as it was afterwards."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    kernels = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled())
+    with decoding_attention(torch.device("cuda", 0)):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()) == (
+            True,
+            True,
+        )
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    assert (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()) == kernels
+    with decoding_attention(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before  # the CPU has no cuDNN kernel to avoid
+    backend = load_backend("tiny", device="cpu")
+    with backend.sampling_mode():
+        assert torch.is_inference_mode_enabled() and not backend.model.training
 
 
 def test_load_backend_places_the_model_and_reports_it():

@@ -30,7 +30,7 @@ from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.continuous import ContinuousDecoder, Prefilled
 from envharness.models.decoding import DecodingRow, eos_ids, model_device, row_text
-from envharness.models.device import Placement, model_placement, place, resolve
+from envharness.models.device import Placement, decoding_attention, model_placement, place, resolve
 from envharness.models.images import refuse_images
 from envharness.models.prefix_cache import (
     PrefixCache,
@@ -147,11 +147,12 @@ class TransformersBackend:
 
     @contextlib.contextmanager
     def sampling_mode(self) -> Iterator[None]:
-        """No gradients and no dropout while sampling; a trainer's model goes back to training after."""
+        """No gradients and no dropout while sampling, attention kernels fit for decoding; a
+        trainer's model goes back to training after."""
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), decoding_attention(self.device):
                 yield
         finally:
             self.model.train(was_training)

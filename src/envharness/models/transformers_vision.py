@@ -30,7 +30,7 @@ from transformers import LogitsProcessor, StoppingCriteria
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest, SamplingParams
 from envharness.models.decoding import DecodingRow, decode_batch_step, eos_ids, row_text
-from envharness.models.device import Placement, model_placement, place, resolve
+from envharness.models.device import Placement, decoding_attention, model_placement, place, resolve
 from envharness.models.images import messages_images
 from envharness.models.sampling import processed_logprobs
 from envharness.models.vision_processors import (
@@ -209,12 +209,13 @@ class TransformersVisionBackend:
         )
         self.model.eval()
         try:
-            self.model.generate(
-                **inputs,
-                generation_config=config,
-                logits_processor=LogitsProcessorList([sampler]),
-                stopping_criteria=StoppingCriteriaList([_RowsDone(rows)]),
-            )
+            with decoding_attention(self.placement.device):
+                self.model.generate(
+                    **inputs,
+                    generation_config=config,
+                    logits_processor=LogitsProcessorList([sampler]),
+                    stopping_criteria=StoppingCriteriaList([_RowsDone(rows)]),
+                )
         finally:
             owner.generation_config = saved_config
             self.model.train(was_training)
