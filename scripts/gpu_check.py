@@ -35,7 +35,6 @@ Writes DIR/gpu_check.json and prints a summary table. Without CUDA it says so an
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -174,23 +173,22 @@ def step_logprobs(path: Path, device: str, n: int, new_tokens: int) -> dict[str,
     }
     for name, (dtype, autocast) in arms.items():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-        amp = (
-            torch.autocast(device_type=torch.device(device).type, dtype=autocast)
-            if autocast
-            else contextlib.nullcontext()
-        )
-        with amp:
-            gens = TransformersBackend(model, tokenizer).generate_blocking(requests(n, new_tokens))
-            sampled, recomputed = [], []
-            with torch.no_grad():
-                for g in gens:  # a plain forward of prompt + completion, one sequence, no cache, no padding
-                    ids = torch.tensor([g.prompt_ids + g.completion_ids], device=device)
-                    logits = model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1].float()
-                    lp = torch.log_softmax(logits, -1).gather(
-                        -1, torch.tensor(g.completion_ids, device=device)[:, None]
-                    )[:, 0]
-                    recomputed.append(lp)
-                    sampled.append(torch.tensor(g.logprobs, device=device))
+        if autocast:  # around the forward, as Accelerate patches it in `train`: autocast is
+            # thread-local, and the backend samples in its own decoding thread
+            model.forward = torch.autocast(device_type=torch.device(device).type, dtype=autocast)(
+                model.forward
+            )
+        gens = TransformersBackend(model, tokenizer).generate_blocking(requests(n, new_tokens))
+        sampled, recomputed = [], []
+        with torch.no_grad():
+            for g in gens:  # a plain forward of prompt + completion, one sequence, no cache, no padding
+                ids = torch.tensor([g.prompt_ids + g.completion_ids], device=device)
+                logits = model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1].float()
+                lp = torch.log_softmax(logits, -1).gather(
+                    -1, torch.tensor(g.completion_ids, device=device)[:, None]
+                )[:, 0]
+                recomputed.append(lp)
+                sampled.append(torch.tensor(g.logprobs, device=device))
         rec, smp = torch.cat(recomputed), torch.cat(sampled)
         diff = (rec - smp).abs()
         raw = torch.exp(rec - smp)

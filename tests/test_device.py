@@ -96,7 +96,10 @@ def test_decoding_on_a_gpu_leaves_cudnn_attention_out_and_puts_it_back():
             True,
         )
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
-    assert (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()) == kernels
+    assert (
+        torch.backends.cuda.flash_sdp_enabled(),
+        torch.backends.cuda.mem_efficient_sdp_enabled(),
+    ) == kernels
     with decoding_attention(torch.device("cpu")):
         assert torch.backends.cuda.cudnn_sdp_enabled() == before  # the CPU has no cuDNN kernel to avoid
     backend = load_backend("tiny", device="cpu")

@@ -209,3 +209,14 @@ async def test_an_episode_whose_reset_fails_is_not_waited_for(tiny_backend, echo
     assert [r.error is None for r in results] == [True, False, True]
     assert "no server for this one" in results[1].error
     assert batcher._live == 0
+
+
+def test_the_step_timer_keeps_rendering_ahead(tiny_backend):
+    """`train`'s timed backend offers the inner backend's `prepare_request` (and none where the
+    inner backend has none), so timing a step does not move rendering back behind the batch."""
+    from envharness.integrations.trl.step_timing import StepTimer
+
+    timed = StepTimer().backend_factory(None, lambda _trainer: tiny_backend)
+    assert timed.prepare_request == tiny_backend.prepare_request
+    bare = StepTimer().backend_factory(None, lambda _trainer: _RendersInBatches(tiny_backend))
+    assert getattr(bare, "prepare_request", None) is None

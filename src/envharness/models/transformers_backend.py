@@ -121,7 +121,9 @@ class TransformersBackend:
         if all(r.prompt_ids is not None for r in requests):  # rendered ahead (`prepare_request`)
             prompts = [list(r.prompt_ids) for r in requests]
         else:
-            prompts = await asyncio.get_running_loop().run_in_executor(_render_pool(), self._prompts, requests)
+            prompts = await asyncio.get_running_loop().run_in_executor(
+                _render_pool(), self._prompts, requests
+            )
         futures = self._submit(prompts, [r.sampling for r in requests])
         done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return [self._generation(prompt, row) for prompt, row in done]
