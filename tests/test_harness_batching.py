@@ -125,25 +125,11 @@ async def test_a_cancelled_step_leaves_its_batch_alone(tiny_backend):
     assert again.completion_ids and tiny_backend.calls == [2, 2, 1]
 
 
-class _RendersInBatches:
-    """The tiny backend without `prepare_request`: it renders a batch's prompts in `generate`."""
-
-    continuous = True
-
-    def __init__(self, inner):
-        self.inner, self.name = inner, inner.name
-
-    async def generate(self, requests):
-        return await self.inner.generate(requests)
-
-
-@pytest.mark.parametrize("renders_ahead", [True, False], ids=["rendered-ahead", "rendered-in-the-batch"])
-async def test_a_bad_request_fails_alone(tiny_backend, renders_ahead):
+async def test_a_bad_request_fails_alone(tiny_backend):
     """A request the backend refuses (ValueError: here prefix_ids for a conversation with no
-    previous turn) fails only its own episode: refused while it is prepared, before any batch,
-    or, for a backend that renders in `generate`, when the batch is retried request by request."""
+    previous turn) fails only its own episode: the batch is retried request by request."""
     tiny_backend.calls.clear()
-    batcher = BatchingModelStep(tiny_backend if renders_ahead else _RendersInBatches(tiny_backend))
+    batcher = BatchingModelStep(tiny_backend)
     good = GenerationRequest(
         messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=3)
     )
@@ -153,11 +139,7 @@ async def test_a_bad_request_fails_alone(tiny_backend, renders_ahead):
     )
     assert isinstance(out[1], ValueError) and "prefix_ids" in str(out[1])
     assert out[0].completion_ids and out[2].completion_ids
-    if renders_ahead:  # the bad one never reached the model; the good ones once each
-        assert sum(batcher.batch_sizes) == 2
-    else:
-        assert batcher.batch_sizes == [3, 1, 1, 1]
-    assert out[0].prompt_ids == tiny_backend.generate_blocking([good])[0].prompt_ids  # the same tokens
+    assert batcher.batch_sizes == [3, 1, 1, 1]
 
 
 def test_episodes_that_start_together_go_to_an_idle_decoder_together(tiny_backend, echo_factory, monkeypatch):
@@ -209,14 +191,3 @@ async def test_an_episode_whose_reset_fails_is_not_waited_for(tiny_backend, echo
     assert [r.error is None for r in results] == [True, False, True]
     assert "no server for this one" in results[1].error
     assert batcher._live == 0
-
-
-def test_the_step_timer_keeps_rendering_ahead(tiny_backend):
-    """`train`'s timed backend offers the inner backend's `prepare_request` (and none where the
-    inner backend has none), so timing a step does not move rendering back behind the batch."""
-    from envharness.integrations.trl.step_timing import StepTimer
-
-    timed = StepTimer().backend_factory(None, lambda _trainer: tiny_backend)
-    assert timed.prepare_request == tiny_backend.prepare_request
-    bare = StepTimer().backend_factory(None, lambda _trainer: _RendersInBatches(tiny_backend))
-    assert getattr(bare, "prepare_request", None) is None

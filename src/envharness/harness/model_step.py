@@ -100,15 +100,10 @@ class BatchingModelStep:
         #: A backend that batches continuously takes each request as it comes while it decodes
         #: (no batch waits for the one before it); only an idle one waits for the live episodes.
         self._continuous = bool(getattr(backend, "continuous", False))
-        self._prepare = getattr(backend, "prepare_request", None)
         self._serving: set[asyncio.Task] = set()
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        """Queue one request; resolves when the batch holding it has been generated. A backend
-        that prepares requests ahead (`ModelBackend.prepare_request`) gets it first: the batch
-        waits for this episode meanwhile, as for one still in its environment."""
-        if self._prepare is not None:
-            request = await self._prepare(request)
+        """Queue one request; resolves when the batch holding it has been generated."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._pending.append((request, future, loop.time()))

@@ -54,9 +54,6 @@ class GenerationRequest:
     tools: list[dict[str, Any]] | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prefix_ids: list[int] | None = None
-    #: The prompt's exact tokens, when the backend that will sample it rendered them ahead
-    #: (its `prepare_request`); None: the backend renders the messages itself.
-    prompt_ids: list[int] | None = None
 
     @property
     def images(self) -> list[Any]:
@@ -87,12 +84,7 @@ class Generation:
 
 @runtime_checkable
 class ModelBackend(Protocol):
-    """What every backend implements. `generate` is async; batches may have any size >= 1.
-
-    A backend may also offer `async prepare_request(request) -> GenerationRequest`: the work
-    it can do on one request before the batch holding it is sent (rendering and tokenizing the
-    conversation), which the harness then runs as each request comes, while other episodes are
-    still in their environment, instead of for the whole batch once the last one arrived."""
+    """What every backend implements. `generate` is async; batches may have any size >= 1."""
 
     name: str
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -118,12 +117,7 @@ class TransformersBackend:
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Render, tokenize and sample every request; one `Generation` per request, in order.
         The requests join the rows decoding now and each returns as soon as it is done."""
-        if all(r.prompt_ids is not None for r in requests):  # rendered ahead (`prepare_request`)
-            prompts = [list(r.prompt_ids) for r in requests]
-        else:
-            prompts = await asyncio.get_running_loop().run_in_executor(
-                _render_pool(), self._prompts, requests
-            )
+        prompts = await asyncio.get_running_loop().run_in_executor(_render_pool(), self._prompts, requests)
         futures = self._submit(prompts, [r.sampling for r in requests])
         done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return [self._generation(prompt, row) for prompt, row in done]
@@ -136,25 +130,10 @@ class TransformersBackend:
         """Sample continuations of already-tokenized prompts (used by servers built on this backend)."""
         return [self._generation(*f.result()) for f in self._submit(prompts, sampling)]
 
-    async def prepare_request(self, request: GenerationRequest) -> GenerationRequest:
-        """`request` with its prompt tokens, rendered now in the rendering threads: a harness
-        calls this as each episode's request comes, so rendering overlaps the environment steps
-        of the episodes still to come instead of following the last of them."""
-        if request.prompt_ids is not None:
-            return request
-        ids = await asyncio.get_running_loop().run_in_executor(_render_pool(), self._prompts, [request])
-        return dataclasses.replace(request, prompt_ids=ids[0])
-
     def _prompts(self, requests: list[GenerationRequest]) -> list[list[int]]:
         for r in requests:
-            if r.prompt_ids is None:
-                refuse_images(self.name, r.messages)  # a text model: never drop images silently
-        return [
-            list(r.prompt_ids)
-            if r.prompt_ids is not None
-            else chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids)
-            for r in requests
-        ]
+            refuse_images(self.name, r.messages)  # a text model: never drop images silently
+        return [chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids) for r in requests]
 
     def _submit(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Any]:
         if len(prompts) != len(sampling):

@@ -74,13 +74,6 @@ class _TimedBackend:
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    def __getattr__(self, name: str) -> Any:
-        """What the harness may ask beyond `generate` (`prepare_request`): the inner backend's.
-        Rendering ahead overlaps the environment, so it is not counted as generation."""
-        if name == "prepare_request":
-            return getattr(self._inner, name)
-        raise AttributeError(name)
-
 
 class StepTimer:
     """Collects one GRPO step's time split; see the module docstring."""
