@@ -173,6 +173,20 @@ register_environment(
 )
 
 
+#: What is registered when envharness is imported: a fresh process (a server started with
+#: `envharness serve NAME`) knows it too; what a program registers or replaces later it does not.
+_BUILT_IN: dict[str, EnvSpec] = dict(ENVIRONMENTS)
+
+
+def servable_elsewhere(name: str) -> bool:
+    """Whether a new Python process can serve `name` as this one would: registered when
+    envharness is imported (and not replaced since), or a `module:attribute` (importable there
+    with this process's `sys.path`)."""
+    if name in ENVIRONMENTS:
+        return ENVIRONMENTS[name] is _BUILT_IN.get(name)
+    return ":" in name
+
+
 def get_spec(name: str) -> EnvSpec:
     """The spec of a registered name, or of ``module:attribute`` (an `EnvSpec` there is
     used as it is; anything else is the server-side target of a spec with no other parts)."""
@@ -269,4 +283,5 @@ __all__ = [
     "make_factory",
     "register_environment",
     "resolve",
+    "servable_elsewhere",
 ]

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from envharness.core.client import sync_client_class
 from envharness.core.client_pool import ClientPool
-from envharness.core.registry import DEFAULT_ENV, resolved
+from envharness.core.registry import DEFAULT_ENV, resolved, servable_elsewhere
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.prompting import EnvRef
 
@@ -91,7 +93,44 @@ def _server_url(name: str, options: dict[str, Any]) -> Iterator[str]:
         yield server.base_url
 
 
-def _local_server(name: str, options: dict[str, Any]) -> Any:
-    from envharness.core.launchers import LocalServer  # the server's stack (uvicorn), only when started here
+#: Server settings among a run's server options, as `envharness serve` takes them (the other
+#: options configure the environment).
+_SERVE_FLAGS = {
+    "max_sessions": "--max-sessions",
+    "idle_timeout_s": "--idle-timeout",
+    "max_message_bytes": "--max-message-bytes",
+}
 
-    return LocalServer(name, **options)
+
+def _local_server(name: str, options: dict[str, Any]) -> Any:
+    """A server of `name` on loopback for this run, as a context manager with `base_url`: a
+    process of its own where a new process can serve `name` (`servable_elsewhere`), so that
+    the environment's Python work (game logic, observations, the browser's driver) never holds
+    the interpreter lock that the decoding thread and the rollout's event loop need; else (an
+    environment the program registered itself) a thread of this process."""
+    from envharness.core import launchers  # the server's stack (uvicorn), only when started here
+
+    if not servable_elsewhere(name) or {"token", "mcp", "web"} & set(options):
+        return launchers.LocalServer(name, **options)
+    return _server_process(name, options)
+
+
+def _environment_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k not in _SERVE_FLAGS}
+
+
+@contextlib.contextmanager
+def _server_process(name: str, options: dict[str, Any]) -> Iterator[Any]:
+    from envharness.core.launchers import ServerProcess
+
+    flags = [
+        str(part) for key, flag in _SERVE_FLAGS.items() if key in options for part in (flag, options[key])
+    ]
+    path = os.pathsep.join(p for p in sys.path if p)  # a `module:attribute` imports there as here
+    server = ServerProcess(
+        name, options=_environment_options(options), server_args=flags, env_vars={"PYTHONPATH": path}
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
