@@ -63,6 +63,16 @@ def wait_for_health(
     raise LaunchError(f"{base_url}/health did not answer 200 within {timeout_s:.0f}s (last: {last})")
 
 
+#: The server's own settings among a server's options (the others configure the environment),
+#: and the `envharness serve` flag of each that a child process is given on its command line.
+SERVER_SETTINGS = ("max_sessions", "idle_timeout_s", "token", "max_message_bytes", "mcp", "web")
+SERVE_FLAGS = {
+    "max_sessions": "--max-sessions",
+    "idle_timeout_s": "--idle-timeout",
+    "max_message_bytes": "--max-message-bytes",
+}
+
+
 # -- in-process -----------------------------------------------------------------------
 class LocalServer:
     """uvicorn in a background thread on a free loopback port, for tests and embedding.
@@ -85,11 +95,7 @@ class LocalServer:
         if isinstance(app, str):
             from envharness.core.registry import make_factory
 
-            settings = {
-                k: options.pop(k)
-                for k in ("max_sessions", "idle_timeout_s", "token", "max_message_bytes", "mcp", "web")
-                if k in options
-            }
+            settings = {k: options.pop(k) for k in SERVER_SETTINGS if k in options}
             app = create_app(make_factory(app, **options), name=app, **settings)
         elif options:
             raise TypeError(

@@ -93,43 +93,30 @@ def _server_url(name: str, options: dict[str, Any]) -> Iterator[str]:
         yield server.base_url
 
 
-#: Server settings among a run's server options, as `envharness serve` takes them (the other
-#: options configure the environment).
-_SERVE_FLAGS = {
-    "max_sessions": "--max-sessions",
-    "idle_timeout_s": "--idle-timeout",
-    "max_message_bytes": "--max-message-bytes",
-}
-
-
 def _local_server(name: str, options: dict[str, Any]) -> Any:
     """A server of `name` on loopback for this run, as a context manager with `base_url`: a
     process of its own where a new process can serve `name` (`servable_elsewhere`), so that
     the environment's Python work (game logic, observations, the browser's driver) never holds
     the interpreter lock that the decoding thread and the rollout's event loop need; else (an
-    environment the program registered itself) a thread of this process."""
+    environment the program registered itself, or settings only a thread takes) a thread."""
     from envharness.core import launchers  # the server's stack (uvicorn), only when started here
 
-    if not servable_elsewhere(name) or {"token", "mcp", "web"} & set(options):
+    settings = {k for k in options if k in launchers.SERVER_SETTINGS}
+    if not servable_elsewhere(name) or settings - set(launchers.SERVE_FLAGS):
         return launchers.LocalServer(name, **options)
     return _server_process(name, options)
 
 
-def _environment_options(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if k not in _SERVE_FLAGS}
-
-
 @contextlib.contextmanager
 def _server_process(name: str, options: dict[str, Any]) -> Iterator[Any]:
-    from envharness.core.launchers import ServerProcess
+    from envharness.core.launchers import SERVE_FLAGS, SERVER_SETTINGS, ServerProcess
 
     flags = [
-        str(part) for key, flag in _SERVE_FLAGS.items() if key in options for part in (flag, options[key])
+        str(part) for key, flag in SERVE_FLAGS.items() if key in options for part in (flag, options[key])
     ]
+    environment = {k: v for k, v in options.items() if k not in SERVER_SETTINGS}
     path = os.pathsep.join(p for p in sys.path if p)  # a `module:attribute` imports there as here
-    server = ServerProcess(
-        name, options=_environment_options(options), server_args=flags, env_vars={"PYTHONPATH": path}
-    )
+    server = ServerProcess(name, options=environment, server_args=flags, env_vars={"PYTHONPATH": path})
     try:
         yield server
     finally:
