@@ -277,6 +277,23 @@ def test_many_frames_in_flight_are_answered_in_order(echo_server):
         assert [r["data"]["observation"]["metadata"]["step"] for r in replies] == list(range(1, 21))
 
 
+def test_step_and_state_is_one_exchange_with_the_answers_of_two_calls(echo_server):
+    """The pipelined pair answers as `step` then `state` would; a refused step raises, and the
+    state reply sent with it does not pair with the next call."""
+    with EchoEnv(echo_server.base_url) as env:
+        with pytest.raises(EnvServerError) as info:
+            env.step_and_state(EchoAction(message="early"))
+        assert info.value.code == "NOT_RESET"
+        first, state = env.reset_and_state(episode_id="ep-9")
+        assert first.observation.echoed_message == "Echo environment ready!"
+        assert state.episode_id == "ep-9" and state.step_count == 0
+        result, state = env.step_and_state(EchoAction(message="hello"))
+        assert result.observation.echoed_message == "hello" and result.reward == pytest.approx(0.5)
+        assert state.step_count == 1
+        assert env.step(EchoAction(message="again")).observation.echoed_message == "again"
+        assert env.state().step_count == 2
+
+
 async def test_message_timeout_on_the_client():
     with LocalServer(create_app(SlowEcho)) as server:
         async with AsyncEnvClient(

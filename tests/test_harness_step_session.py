@@ -56,9 +56,23 @@ def say(messages, tools, sampling):
     )
 
 
-@pytest.mark.parametrize("client", ["sync", "async"])
+class FourMethods:
+    """A client with OpenEnv's four names only (no `step_and_state`): the state is read apart."""
+
+    def __init__(self, url):
+        self._inner = EchoEnv(base_url=url)
+        self.reset, self.step, self.state, self.close = (
+            self._inner.reset, self._inner.step, self._inner.state, self._inner.close,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("client", ["sync", "async", "four-methods"])
 def test_echo_episodes_forward_the_env_reward(echo_url, client):
-    make = (lambda: EchoEnv(base_url=echo_url)) if client == "sync" else (lambda: AsyncEchoEnv(echo_url))
+    make = {
+        "sync": lambda: EchoEnv(base_url=echo_url),
+        "async": lambda: AsyncEchoEnv(echo_url),
+        "four-methods": lambda: FourMethods(echo_url),
+    }[client]
     results = run_coroutine_sync(
         run_episodes(
             EchoSessionFactory(make),

@@ -78,6 +78,11 @@ def websocket_url(base_url: str) -> str:
     return url if url.endswith("/ws") else url + "/ws"
 
 
+def _error_code(reply: dict[str, Any]) -> str | None:
+    """An error frame's code (None for any other frame)."""
+    return str((reply.get("data") or {}).get("code", "UNKNOWN")) if reply.get("type") == "error" else None
+
+
 class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     """One environment session on a server, over one WebSocket (opened on first use)."""
 
@@ -143,6 +148,17 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
     async def state(self) -> StateT:
         return self._parse_state(await self._request("state", {}))
 
+    async def reset_and_state(self, **kwargs: Any) -> tuple[StepResult[ObsT], StateT]:
+        """`reset`, then `state`, in one round trip: both frames go out before either reply
+        is read (the server answers a session's messages in order)."""
+        result, state = await self._exchange([("reset", kwargs), ("state", {})])
+        return self._parse_result(result), self._parse_state(state)
+
+    async def step_and_state(self, action: ActT) -> tuple[StepResult[ObsT], StateT]:
+        """`step`, then `state`, in one round trip (see `reset_and_state`)."""
+        result, state = await self._exchange([("step", self._step_payload(action)), ("state", {})])
+        return self._parse_result(result), self._parse_state(state)
+
     async def close(self) -> None:
         """End the session (the server closes its environment) and stop an owned server."""
         ws, self._ws = self._ws, None
@@ -167,36 +183,48 @@ class AsyncEnvClient(Generic[ActT, ObsT, StateT]):
         await self.close()
 
     async def _request(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-        async with self._lock:  # one request in flight per session: replies come in order
+        return (await self._exchange([(kind, data)]))[0]
+
+    async def _exchange(self, requests: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Send every request, then read their replies in order; the first error frame is
+        raised once every reply is in (so the next exchange pairs with its own replies)."""
+        async with self._lock:  # one exchange in flight per session: replies come in order
             await self.connect()
             ws = self._ws
             assert ws is not None
-            try:
-                # OpenEnv's servers reject a `data` field on state messages
-                await ws.send(json.dumps({"type": kind} if kind == "state" else {"type": kind, "data": data}))
-            except ConnectionClosed:
-                pass  # a refusal (capacity, token) is queued before the close: read it below
-            try:
-                reply = json.loads(await asyncio.wait_for(ws.recv(), self.message_timeout_s))
-            except (TimeoutError, asyncio.CancelledError) as exc:
-                self._drop(ws)  # a late reply would pair with the next request
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                raise TimeoutError(
-                    f"No reply to {kind!r} from {self.ws_url} within {self.message_timeout_s}s"
-                ) from None
-            except ConnectionClosed as exc:
-                self._drop(ws)
-                raise ConnectionError(
-                    f"The server closed the connection ({exc}); the session is gone"
-                ) from None
-        if reply.get("type") == "error":
-            data = reply.get("data") or {}
-            error = ActionRefused(data) if data.get("invalid_action") else EnvServerError(data)
+            for kind, data in requests:
+                try:  # OpenEnv's servers reject a `data` field on state messages
+                    await ws.send(
+                        json.dumps({"type": kind} if kind == "state" else {"type": kind, "data": data})
+                    )
+                except ConnectionClosed:
+                    break  # a refusal (capacity, token) is queued before the close: read it below
+            replies = []
+            for kind, _ in requests:
+                replies.append(await self._reply(ws, kind))
+                if _error_code(replies[-1]) in _SESSION_ENDING:
+                    break  # the server has closed the connection: nothing more comes
+        errors = [reply.get("data") or {} for reply in replies if reply.get("type") == "error"]
+        if errors:
+            error = ActionRefused(errors[0]) if errors[0].get("invalid_action") else EnvServerError(errors[0])
             if error.code in _SESSION_ENDING:
                 self._drop(ws)
             raise error
-        return reply.get("data") or {}
+        return [reply.get("data") or {} for reply in replies]
+
+    async def _reply(self, ws: ClientConnection, kind: str) -> dict[str, Any]:
+        try:
+            return json.loads(await asyncio.wait_for(ws.recv(), self.message_timeout_s))
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            self._drop(ws)  # a late reply would pair with the next request
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise TimeoutError(
+                f"No reply to {kind!r} from {self.ws_url} within {self.message_timeout_s}s"
+            ) from None
+        except ConnectionClosed as exc:
+            self._drop(ws)
+            raise ConnectionError(f"The server closed the connection ({exc}); the session is gone") from None
 
     def _drop(self, ws: ClientConnection) -> None:
         """Forget a socket now and close it in the background (`close()` waits for that)."""
@@ -386,6 +414,12 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
 
     def state(self) -> StateT:
         return self._loop.run(self.async_client.state())
+
+    def reset_and_state(self, **kwargs: Any) -> tuple[StepResult[ObsT], StateT]:
+        return self._loop.run(self.async_client.reset_and_state(**kwargs))
+
+    def step_and_state(self, action: ActT) -> tuple[StepResult[ObsT], StateT]:
+        return self._loop.run(self.async_client.step_and_state(action))
 
     def close(self) -> None:
         try:

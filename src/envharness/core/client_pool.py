@@ -70,20 +70,29 @@ class PooledClient:
         self._client: Any = None
 
     def reset(self, **kwargs: Any) -> Any:
-        if self._client is None:
-            self._client = self._pool._take()
-        try:
-            return self._client.reset(**kwargs)
-        except Exception:
-            self._pool._discard(self._client)
-            self._client = self._pool._new()
-            return self._client.reset(**kwargs)
+        return self._reset("reset", kwargs)
+
+    def reset_and_state(self, **kwargs: Any) -> Any:
+        return self._reset("reset_and_state", kwargs)
 
     def step(self, action: Any) -> Any:
         return self._leased().step(action)
 
+    def step_and_state(self, action: Any) -> Any:
+        return self._leased().step_and_state(action)
+
     def state(self) -> Any:
         return self._leased().state()
+
+    def _reset(self, method: str, kwargs: dict[str, Any]) -> Any:
+        if self._client is None:
+            self._client = self._pool._take()
+        try:
+            return getattr(self._client, method)(**kwargs)
+        except Exception:
+            self._pool._discard(self._client)
+            self._client = self._pool._new()
+            return getattr(self._client, method)(**kwargs)
 
     def close(self) -> None:
         if self._client is not None:

@@ -57,10 +57,17 @@ class AsyncFleetLease:
 
     async def reset(self, **kwargs: Any) -> Any:
         """Start an episode; on a dead server, retry on another one (`reset_attempts`)."""
+        return await self._reset("reset", kwargs)
+
+    async def reset_and_state(self, **kwargs: Any) -> Any:
+        """`reset`, then `state`, in one round trip (`AsyncEnvClient.reset_and_state`)."""
+        return await self._reset("reset_and_state", kwargs)
+
+    async def _reset(self, method: str, kwargs: dict[str, Any]) -> Any:
         router, tried, last = self._router, set(), None
         if self._client is not None:  # a second episode on this lease: keep its server if it is still there
             try:
-                return await self._client.reset(**kwargs)
+                return await getattr(self._client, method)(**kwargs)
             except Exception as exc:
                 if not connection_lost(exc):
                     raise
@@ -74,7 +81,7 @@ class AsyncFleetLease:
             attempts += 1
             server, client, reused = await router.acquire(tried, self._reuse)
             try:
-                result = await client.reset(**kwargs)
+                result = await getattr(client, method)(**kwargs)
             except Exception as exc:
                 if not connection_lost(exc):
                     self._server, self._client = server, client  # the session is fine; the request was not
@@ -100,6 +107,9 @@ class AsyncFleetLease:
 
     async def step(self, action: Any) -> Any:
         return await self._call("step", action)
+
+    async def step_and_state(self, action: Any) -> Any:
+        return await self._call("step_and_state", action)
 
     async def state(self) -> Any:
         return await self._call("state")
@@ -150,6 +160,12 @@ class FleetLease:
 
     def step(self, action: Any) -> Any:
         return self._router.run(self._lease.step(action))
+
+    def reset_and_state(self, **kwargs: Any) -> Any:
+        return self._router.run(self._lease.reset_and_state(**kwargs))
+
+    def step_and_state(self, action: Any) -> Any:
+        return self._router.run(self._lease.step_and_state(action))
 
     def state(self) -> Any:
         return self._router.run(self._lease.state())

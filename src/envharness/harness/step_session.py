@@ -119,8 +119,8 @@ class StepEnvSessionAdapter(ResourceSession):
         self.observation_digests: list[str] = []
         if not self._is_async:
             try:
-                self._initial_result = self._observed(client.reset(**self._reset_payload))
-                self._last_state = self._read_state()
+                self._initial_result, self._last_state = self._with_state("reset", **self._reset_payload)
+                self._observed(self._initial_result)
             except Exception:
                 self.close()
                 raise
@@ -143,6 +143,14 @@ class StepEnvSessionAdapter(ResourceSession):
     def _read_state(self) -> Any:
         state = getattr(self._client, "state", None)
         return state() if callable(state) else None
+
+    def _with_state(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """(`reset` or `step`'s result, the state after it): in one round trip where the client
+        offers it (`step_and_state`), else two calls."""
+        both = getattr(self._client, f"{method}_and_state", None)
+        if callable(both):
+            return both(*args, **kwargs)
+        return getattr(self._client, method)(*args, **kwargs), self._read_state()
 
     def _observed(self, result: Any) -> Any:
         self.observation_digests.append(
@@ -173,8 +181,8 @@ class StepEnvSessionAdapter(ResourceSession):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         self._require_sync()
         action = self._action_for(name, arguments)
-        self._last_result = self._observed(self._client.step(action))
-        self._last_state = self._read_state()
+        self._last_result, self._last_state = self._with_state("step", action)
+        self._observed(self._last_result)
         return self._tool_result_builder(name, dict(arguments), self._last_result, self._last_state)
 
     def verify(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
@@ -198,10 +206,18 @@ class StepEnvSessionAdapter(ResourceSession):
         state = getattr(self._client, "state", None)
         return await state() if callable(state) else None
 
+    async def _with_state_async(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        both = getattr(self._client, f"{method}_and_state", None)
+        if callable(both):
+            return await both(*args, **kwargs)
+        return await getattr(self._client, method)(*args, **kwargs), await self._read_state_async()
+
     async def _ensure_reset(self) -> None:
         if self._initial_result is None:
-            self._initial_result = self._observed(await self._client.reset(**self._reset_payload))
-            self._last_state = await self._read_state_async()
+            self._initial_result, self._last_state = await self._with_state_async(
+                "reset", **self._reset_payload
+            )
+            self._observed(self._initial_result)
 
     async def initial_messages_async(self) -> list[Message]:
         if not self._is_async:
@@ -217,8 +233,8 @@ class StepEnvSessionAdapter(ResourceSession):
             return await super().call_tool_async(name, arguments)
         await self._ensure_reset()
         action = self._action_for(name, arguments)
-        self._last_result = self._observed(await self._client.step(action))
-        self._last_state = await self._read_state_async()
+        self._last_result, self._last_state = await self._with_state_async("step", action)
+        self._observed(self._last_result)
         return self._tool_result_builder(name, dict(arguments), self._last_result, self._last_state)
 
     async def verify_async(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
