@@ -123,10 +123,12 @@ def test_unseeded_draws_follow_the_distribution_and_never_a_token_without_mass()
     assert (frequency - p[0].double()).abs().max().item() < 0.01  # ~7 standard deviations at most
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_the_short_road_draws_from_the_same_distribution_with_the_same_logprobs(temperature):
+def test_the_short_road_draws_from_the_same_distribution_with_the_same_logprobs(temperature, overwrite):
     """Unseeded rows without top-k/top-p skip the full log_softmax: the logprob read for the drawn
-    token equals `processed_logprobs` there, and the draws follow its distribution."""
+    token equals `processed_logprobs` there, and the draws follow its distribution; the same
+    when the decoder lets it work in the logits' own memory (`overwrite`)."""
     from envharness.models.sampling import processed_logprobs, sample_with_logprobs
 
     torch.manual_seed(0)
@@ -135,7 +137,10 @@ def test_the_short_road_draws_from_the_same_distribution_with_the_same_logprobs(
     rows = logits.expand(2000, -1).contiguous()
     draws, logprobs = [], []
     for _ in range(50):
-        ids, picked = sample_with_logprobs(rows, temperature, 0, 1.0, [None] * len(rows))
+        given = rows.clone() if overwrite else rows
+        ids, picked = sample_with_logprobs(
+            given, temperature, 0, 1.0, [None] * len(rows), overwrite=overwrite
+        )
         draws.append(ids)
         logprobs.append(picked)
     draws, logprobs = torch.cat(draws), torch.cat(logprobs)

@@ -143,3 +143,56 @@ def test_replaced_or_wrapped_layers_drop_the_cache(change):
             copy.deepcopy(layer) if change == "replaced" else torch.nn.Sequential(copy.deepcopy(layer))
         )
     assert backend.prefix_cache.lookup(prompt) is None
+
+
+def test_lookup_finds_the_longest_shared_start_of_many_stored_sequences():
+    """Against a brute-force scan: whole stored sequences (a later turn), partial ones (a
+    sibling's reply that diverges), and none, over many random cases."""
+    import random
+
+    from envharness.models.prefix_cache import PrefixCache
+
+    rng = random.Random(0)
+    layer = (torch.zeros(1, 300, 1), torch.zeros(1, 300, 1))
+    for _ in range(200):
+        cache = PrefixCache(torch.nn.Linear(1, 1), max_tokens=100_000)
+        start = [rng.randrange(3) for _ in range(rng.randrange(1, 40))]
+        stored = [
+            start + [rng.randrange(3) for _ in range(rng.randrange(0, 40))]
+            for _ in range(rng.randrange(1, 12))
+        ]
+        for tokens in stored:
+            cache.store(tokens, [(layer[0][:, : len(tokens)], layer[1][:, : len(tokens)])])
+        prompt = rng.choice(stored + [start])[: rng.randrange(1, 80)] + [
+            rng.randrange(3) for _ in range(rng.randrange(1, 20))
+        ]
+        expected = 0
+        for tokens in stored:
+            n = 0
+            while n < min(len(tokens), len(prompt) - 1) and tokens[n] == prompt[n]:
+                n += 1
+            expected = max(expected, n)
+        found = cache.lookup(prompt)
+        assert (0 if found is None else len(found.tokens)) == expected
+        if found is not None:
+            assert list(found.tokens) == prompt[:expected]
+
+
+def test_a_groups_first_turn_is_rendered_once(model_and_tokenizer, monkeypatch):
+    """The episodes of a GRPO group ask with one conversation: its prompt is rendered once, and
+    every request still gets its own prompt tokens."""
+    from envharness.models import chat
+
+    renders = []
+    original = chat.prompt_ids
+    monkeypatch.setattr(chat, "prompt_ids", lambda *a, **k: renders.append(1) or original(*a, **k))
+    backend = TransformersBackend(*model_and_tokenizer)
+    pages = ["Goal: click OK"] * 3 + ["Goal: type hello"] * 2
+    out = backend.generate_blocking(
+        [
+            GenerationRequest(conversation(p), sampling=SamplingParams(max_tokens=2, seed=i))
+            for i, p in enumerate(pages)
+        ]
+    )
+    assert len(renders) == 2
+    assert [g.prompt_ids for g in out] == [original(backend.tokenizer, conversation(p)) for p in pages]

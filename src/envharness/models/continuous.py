@@ -191,7 +191,9 @@ class _Batch:
         for request, row in zip(self.requests, self.rows):
             if request.future.cancelled() and not row.finish_reason:
                 row.finish_reason = "cancelled"
-        ids = decode_batch_step(self.rows, self.logits, backend.tokenizer, backend.eos_ids, backend.pad_id)
+        ids = decode_batch_step(
+            self.rows, self.logits, backend.tokenizer, backend.eos_ids, backend.pad_id, consume_logits=True
+        )  # the next pass brings new logits
         sampled = time.perf_counter()
         stats.sample_s += sampled - started
         done = [i for i, row in enumerate(self.rows) if row.finish_reason]

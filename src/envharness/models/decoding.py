@@ -34,10 +34,16 @@ class DecodingRow:
 
 
 def decode_batch_step(
-    rows: list[DecodingRow], logits: torch.Tensor, tokenizer: Any, eos: set[int], pad_id: int
+    rows: list[DecodingRow],
+    logits: torch.Tensor,
+    tokenizer: Any,
+    eos: set[int],
+    pad_id: int,
+    consume_logits: bool = False,
 ) -> torch.Tensor:
     """Sample one token for every row still decoding, from `logits` (rows x vocab) where they
     are; returns the ids to feed next (`pad_id` for finished rows), on the same device.
+    `consume_logits=True`: the caller is done with `logits`, which sampling may overwrite.
 
     Rows that ask for the same distribution are processed together, and the ids and logprobs
     come to the host in one transfer per step (the stop checks need them there): no per-row
@@ -63,6 +69,7 @@ def decode_batch_step(
             top_k,
             top_p,
             [rows[i].generator for i in members],
+            overwrite=consume_logits or not whole,  # a subset of the rows is a copy already
         )
         if whole:
             next_ids, chosen = ids, picked

@@ -56,7 +56,9 @@ class PrefixCache:
             probe = [self._model.get_parameter(name) for name in self._probe]
         return tuple(p._version for p in probe) + tuple(id(p) for p in probe)
 
-    def _check_weights(self) -> None:
+    def check_weights(self) -> None:
+        """Drop everything if the weights moved since the last check (each lookup and store
+        checks, unless its caller has just done so for a batch of them: `checked=True`)."""
         version = self._weights_version()
         if version != self._version:
             self.clear()
@@ -66,17 +68,19 @@ class PrefixCache:
         self._entries.clear()
         self._tokens = 0
 
-    def lookup(self, prompt: list[int]) -> CachedPrefix | None:
+    def lookup(self, prompt: list[int], *, checked: bool = False) -> CachedPrefix | None:
         """The longest run of tokens `prompt` shares with a stored sequence, as a prefix whose
         keys/values can be reused (at least one token of `prompt` is left to run), or None.
         A shared start is enough: causal attention makes the keys/values of the first n tokens
         depend on those n tokens only."""
-        self._check_weights()
+        if not checked:
+            self.check_weights()
         best, best_n = None, 0
-        for key, entry in self._entries.items():
-            n = _common_length(key, prompt, min(len(key), len(prompt) - 1))
+        wanted = tuple(prompt)
+        for key in reversed(self._entries):  # the most recent first: the longest match, most often
+            n = _common_length(key, wanted, min(len(key), len(wanted) - 1), longer_than=best_n)
             if n > best_n:
-                best, best_n = entry, n
+                best, best_n = self._entries[key], n
         if best is None:
             return None
         self._entries.move_to_end(best.tokens)
@@ -87,15 +91,19 @@ class PrefixCache:
 
     def covered(self, tokens: list[int]) -> int:
         """How many leading tokens of `tokens` a stored sequence already holds."""
-        return max(
-            (_common_length(key, tokens, min(len(key), len(tokens))) for key in self._entries), default=0
-        )
+        wanted, most = tuple(tokens), 0
+        for key in self._entries:
+            most = max(most, _common_length(key, wanted, min(len(key), len(wanted)), longer_than=most))
+        return most
 
-    def store(self, tokens: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def store(
+        self, tokens: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]], *, checked: bool = False
+    ) -> None:
         """Keep `layers` (already sliced to `tokens`, cloned off the batch) for later lookups."""
         if not tokens or len(tokens) > self.max_tokens:
             return
-        self._check_weights()
+        if not checked:
+            self.check_weights()
         key = tuple(tokens)
         if key in self._entries:
             self._entries.move_to_end(key)
@@ -107,14 +115,17 @@ class PrefixCache:
             self._tokens -= len(old.tokens)
 
 
-def _common_length(a: tuple[int, ...] | list[int], b: list[int], limit: int) -> int:
-    """Length of the common start of `a` and `b`, at most `limit`."""
-    if limit <= 0 or a[0] != b[0]:
+def _common_length(a: tuple[int, ...], b: tuple[int, ...], limit: int, longer_than: int = 0) -> int:
+    """Length of the common start of `a` and `b`, at most `limit`; 0 when it is not longer than
+    `longer_than` (a lookup's best so far: one comparison rules most sequences out)."""
+    if limit <= longer_than or a[: longer_than + 1] != b[: longer_than + 1]:
         return 0
-    lo, hi = 0, limit  # bisect on slice equality: C-speed comparisons, log(limit) of them
+    if a[:limit] == b[:limit]:  # the whole of it: a later turn of a stored sequence
+        return limit
+    lo, hi = longer_than + 1, limit - 1  # bisect on slice equality: C-speed comparisons
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if tuple(a[:mid]) == tuple(b[:mid]):
+        if a[:mid] == b[:mid]:
             lo = mid
         else:
             hi = mid - 1
@@ -123,11 +134,11 @@ def _common_length(a: tuple[int, ...] | list[int], b: list[int], limit: int) -> 
 
 def common_prefix(prompts: list[list[int]]) -> list[int]:
     """The tokens every prompt starts with."""
-    first = prompts[0]
+    first = tuple(prompts[0])
     n = min(len(p) for p in prompts)
     for p in prompts[1:]:
-        n = _common_length(first, p, n)
-    return first[:n]
+        n = _common_length(first, tuple(p), n)
+    return list(first[:n])
 
 
 @functools.cache

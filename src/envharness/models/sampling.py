@@ -68,9 +68,11 @@ def sample_with_logprobs(
     top_k: int,
     top_p: float,
     generators: list[torch.Generator | None],
+    overwrite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(token ids, their processed logprobs) for rows of raw `logits`: the draw of `sample_tokens`
-    from `processed_logprobs`, and the logprob read at the drawn id.
+    from `processed_logprobs`, and the logprob read at the drawn id. `overwrite=True`: `logits`
+    is the caller's scratch, which the short road below may overwrite.
 
     Unseeded rows without top-k/top-p (what training samples) take a shorter road to the same
     numbers: the logprob of the drawn token only, as `x - max - log(sum(exp(x - max)))`, which is
@@ -82,10 +84,19 @@ def sample_with_logprobs(
     (within 1e-6 of float64's `log_softmax`, as before)."""
     if temperature > 0 and top_k <= 0 and top_p >= 1.0 and all(g is None for g in generators):
         x = logits.float()
-        x = x / temperature if temperature != 1.0 else x
         top = torch.amax(x, dim=-1, keepdim=True)
-        ids, total = _inverse_cdf(torch.sub(x, top).mul_(_LOG2E).exp2_())  # exp(x - max), see below
-        picked = x.gather(-1, ids[:, None]) - top - total.log().to(x.dtype)
+        if overwrite:  # no new tensor of the vocabulary's size: a fresh one costs its page faults
+            weights = x.sub_(top).mul_(_LOG2E / temperature).exp2_()  # exp((x - max) / T), see below
+            ids, total = _inverse_cdf(weights)
+            # log(exp((x - max) / T)) read back: within float32's rounding of (x - max) / T for any
+            # token that can be drawn (one whose weight is below float32's normal range has a
+            # probability under 1e-38)
+            picked = weights.gather(-1, ids[:, None]).log() - total.log().to(x.dtype)
+            return ids, picked[:, 0]
+        scaled = x / temperature if temperature != 1.0 else x
+        top = top / temperature if temperature != 1.0 else top
+        ids, total = _inverse_cdf(torch.sub(scaled, top).mul_(_LOG2E).exp2_())  # exp(x - max), see below
+        picked = scaled.gather(-1, ids[:, None]) - top - total.log().to(x.dtype)
         return ids, picked[:, 0]
     logprobs = processed_logprobs(logits, temperature, top_k, top_p)
     ids = sample_tokens(logprobs, temperature, generators)

@@ -117,8 +117,9 @@ class TransformersBackend:
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Render, tokenize and sample every request; one `Generation` per request, in order.
         The requests join the rows decoding now and each returns as soon as it is done."""
-        prompts = await asyncio.get_running_loop().run_in_executor(_render_pool(), self._prompts, requests)
-        futures = self._submit(prompts, [r.sampling for r in requests])
+        futures = await asyncio.get_running_loop().run_in_executor(
+            _render_pool(), self._render_and_submit, requests
+        )
         done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return [self._generation(prompt, row) for prompt, row in done]
 
@@ -130,10 +131,24 @@ class TransformersBackend:
         """Sample continuations of already-tokenized prompts (used by servers built on this backend)."""
         return [self._generation(*f.result()) for f in self._submit(prompts, sampling)]
 
+    def _render_and_submit(self, requests: list[GenerationRequest]) -> list[Any]:
+        """In a render thread: the decoder gets the prompts from there, not after a hop back
+        to the event loop."""
+        return self._submit(self._prompts(requests), [r.sampling for r in requests])
+
     def _prompts(self, requests: list[GenerationRequest]) -> list[list[int]]:
+        """Each request's prompt tokens; the requests of one conversation (a GRPO group's first
+        turn) are rendered once."""
+        rendered: list[tuple[GenerationRequest, list[int]]] = []
+        prompts = []
         for r in requests:
             refuse_images(self.name, r.messages)  # a text model: never drop images silently
-        return [chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids) for r in requests]
+            same = next((ids for seen, ids in rendered if _same_conversation(seen, r)), None)
+            if same is None:
+                same = chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids)
+                rendered.append((r, same))
+            prompts.append(list(same))
+        return prompts
 
     def _submit(self, prompts: list[list[int]], sampling: list[SamplingParams]) -> list[Any]:
         if len(prompts) != len(sampling):
@@ -166,9 +181,14 @@ class TransformersBackend:
         distinct: dict[tuple[int, ...], int] = {}
         owner = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         unique = [list(p) for p in distinct]
-        if self.prefix_cache is not None and len(unique) > 1:
-            self._prefill_shared_start(unique)
-        cached = [self.prefix_cache.lookup(p) if self.prefix_cache is not None else None for p in unique]
+        if self.prefix_cache is not None:
+            self.prefix_cache.check_weights()  # once for the batch's lookups and stores
+            if len(unique) > 1:
+                self._prefill_shared_start(unique)
+        cached = [
+            self.prefix_cache.lookup(p, checked=True) if self.prefix_cache is not None else None
+            for p in unique
+        ]
         hits = [len(c.tokens) if c is not None else 0 for c in cached]
         input_ids, mask = _left_padded([p[n:] for p, n in zip(unique, hits)], self._pad_id)
         self.prefill_tokens += int(mask.sum())
@@ -191,7 +211,7 @@ class TransformersBackend:
         )
         logits = result.logits[:, -1, :]
         for i, prompt in enumerate(unique):  # a group's or a turn's later arrival prefills only the rest
-            self._store_row(prompt, past, mask[i], i)
+            self._store_row(prompt, past, mask[i], i, checked=True)
         if len(unique) < len(prompts):  # one row per request from now on
             expand = torch.tensor(owner, dtype=torch.long, device=device)
             past.reorder_cache(expand)
@@ -208,7 +228,7 @@ class TransformersBackend:
         _, past = forward_with_cache(self.model, None, input_ids=ids, logits_to_keep=1)
         self.prefill_tokens += len(shared)
         try:
-            self.prefix_cache.store(shared, [(k[0], v[0]) for k, v in cache_layers(past)])
+            self.prefix_cache.store(shared, [(k[0], v[0]) for k, v in cache_layers(past)], checked=True)
         except TypeError:
             self.prefix_cache = None  # a cache layout we do not know: decode without reuse
 
@@ -220,7 +240,9 @@ class TransformersBackend:
         fed = max(len(row.tokens) - 1, 0)
         self._store_row(prompt + row.tokens[:fed], past, mask, index)
 
-    def _store_row(self, tokens: list[int], past: Any, mask: torch.Tensor, index: int) -> None:
+    def _store_row(
+        self, tokens: list[int], past: Any, mask: torch.Tensor, index: int, checked: bool = False
+    ) -> None:
         """Store row `index` of `past` (its columns where `mask` is 1) as the keys/values of
         `tokens`: kept as soon as a prompt is prefilled, so an episode of the same group or
         turn that arrives while this one still decodes prefills only what is its own."""
@@ -234,7 +256,9 @@ class TransformersBackend:
         cols = mask.nonzero().flatten()
         if len(cols) != len(tokens):
             return
-        self.prefix_cache.store(tokens, [(k[index][:, cols], v[index][:, cols]) for k, v in layers])
+        self.prefix_cache.store(
+            tokens, [(k[index][:, cols], v[index][:, cols]) for k, v in layers], checked=checked
+        )
 
     def _generation(self, prompt: list[int], row: DecodingRow) -> Generation:
         text = row_text(row, self.tokenizer)
@@ -247,6 +271,10 @@ class TransformersBackend:
             finish_reason=row.finish_reason or "length",
             metadata=metadata,
         )
+
+
+def _same_conversation(a: GenerationRequest, b: GenerationRequest) -> bool:
+    return a.prefix_ids == b.prefix_ids and a.messages == b.messages and a.tools == b.tools
 
 
 @functools.cache
