@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,7 @@ async def test_a_dead_browser_ends_only_its_sessions_and_the_next_reset_lands_on
         assert set(held) == {n.address for n in nodes}, held  # spread by load
         victim = nodes[0]
         victim.kill()
+        assert not Path(victim.scratch).exists()  # its Chromium profile goes with it
         results = await asyncio.wait_for(
             asyncio.gather(
                 *(env.step_async(BrowserGymAction(action_str="noop()")) for env in envs),

@@ -418,6 +418,15 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
     def reset_and_state(self, **kwargs: Any) -> tuple[StepResult[ObsT], StateT]:
         return self._loop.run(self.async_client.reset_and_state(**kwargs))
 
+    async def call_async(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Await `async_client.<method>(...)` from another event loop: one hop to this client's
+        loop thread and back, with no worker thread blocked in between (`ClientPool`'s async
+        leases call their clients so)."""
+        if not self._loop.thread.is_alive():
+            raise RuntimeError("This client is closed")
+        coro = getattr(self.async_client, method)(*args, **kwargs)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
+
     def step_and_state(self, action: ActT) -> tuple[StepResult[ObsT], StateT]:
         return self._loop.run(self.async_client.step_and_state(action))
 

@@ -12,10 +12,15 @@ is visible to the next but what the environment itself keeps across an in-place 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from envharness.core.client import EnvClient
 
 
 class ClientPool:
@@ -31,6 +36,11 @@ class ClientPool:
 
     def __call__(self) -> PooledClient:
         return PooledClient(self)
+
+    def async_lease(self) -> AsyncPooledClient:
+        """One episode's lease with the async client's names, for a caller on an event loop
+        (`ClientSessionFactory.create_async` takes it when the pool offers it)."""
+        return AsyncPooledClient(self)
 
     def _take(self) -> Any:
         with self._lock:
@@ -79,7 +89,7 @@ class PooledClient:
         return self._leased().step(action)
 
     def step_and_state(self, action: Any) -> Any:
-        return self._leased().step_and_state(action)
+        return _invoke(self._leased(), "step_and_state", action)
 
     def state(self) -> Any:
         return self._leased().state()
@@ -88,11 +98,11 @@ class PooledClient:
         if self._client is None:
             self._client = self._pool._take()
         try:
-            return getattr(self._client, method)(**kwargs)
+            return _invoke(self._client, method, **kwargs)
         except Exception:
             self._pool._discard(self._client)
             self._client = self._pool._new()
-            return getattr(self._client, method)(**kwargs)
+            return _invoke(self._client, method, **kwargs)
 
     def close(self) -> None:
         if self._client is not None:
@@ -103,3 +113,75 @@ class PooledClient:
         if self._client is None:
             raise RuntimeError("reset() first: this pooled client holds no session")
         return self._client
+
+
+class AsyncPooledClient:
+    """One episode's lease on a pooled client with the async client's names. A call hops once
+    to the client's own loop thread and back (`EnvClient.call_async`), where a sync lease called
+    from an event loop would hold a worker thread for it, a second hop each way; a client that
+    is not an `EnvClient` is called in a worker thread."""
+
+    def __init__(self, pool: ClientPool):
+        self._pool = pool
+        self._client: Any = None
+
+    async def reset(self, **kwargs: Any) -> Any:
+        return await self._reset("reset", kwargs)
+
+    async def reset_and_state(self, **kwargs: Any) -> Any:
+        return await self._reset("reset_and_state", kwargs)
+
+    async def step(self, action: Any) -> Any:
+        return await _call(self._leased(), "step", action)
+
+    async def step_and_state(self, action: Any) -> Any:
+        return await _call(self._leased(), "step_and_state", action)
+
+    async def state(self) -> Any:
+        return await _call(self._leased(), "state")
+
+    async def close(self) -> None:
+        if self._client is not None:
+            self._pool._give_back(self._client)
+            self._client = None
+
+    async def _reset(self, method: str, kwargs: dict[str, Any]) -> Any:
+        if self._client is None:
+            self._client = await run_sync(self._pool._take)
+        try:
+            return await _call(self._client, method, **kwargs)
+        except Exception:
+            await run_sync(self._pool._discard, self._client)
+            self._client = await run_sync(self._pool._new)
+            return await _call(self._client, method, **kwargs)
+
+    def _leased(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("reset() first: this pooled client holds no session")
+        return self._client
+
+
+def _invoke(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """`client.<method>(...)`; `reset_and_state` / `step_and_state` as two calls where the client
+    has no such method (OpenEnv's clients, a user's)."""
+    if method.endswith("_and_state") and not callable(getattr(client, method, None)):
+        return getattr(client, method.removesuffix("_and_state"))(*args, **kwargs), client.state()
+    return getattr(client, method)(*args, **kwargs)
+
+
+async def _call(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    if isinstance(client, EnvClient):
+        return await client.call_async(method, *args, **kwargs)
+    return await run_sync(_invoke, client, method, *args, **kwargs)
+
+
+async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A blocking call (another kind of client, a client's close) in a worker thread of the
+    pools', sized for many episodes at once rather than asyncio's default (5 + cores)."""
+    call = functools.partial(fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_blocking_calls(), call)
+
+
+@functools.cache
+def _blocking_calls() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="envharness-pool")

@@ -106,7 +106,8 @@ class ClientSessionFactory(ResourceSessionFactory[SessionT]):
     async def create_async(
         self, task: Any = None, seed: int | None = None, episode_id: str | None = None
     ) -> SessionT:
-        client = await run_sync(self._client_factory)
+        lease = getattr(self._client_factory, "async_lease", None)  # a pool's, for this loop
+        client = lease() if callable(lease) else await run_sync(self._client_factory)
         if inspect.isawaitable(client):
             client = await client
         try:

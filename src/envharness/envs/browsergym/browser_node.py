@@ -115,7 +115,15 @@ class BrowserNode(ServerProcess):
             ",".join(allowed_hosts),
             *self._parent_death_args(),
         ]
-        self._launch(args, dict(os.environ), "envharness browser", startup_timeout_s, threading.Event())
+        #: the node's Chromium profile is made in this folder: a node killed outright (its host
+        #: gone) cannot remove it, so `kill()` and `stop()` do
+        self.scratch = tempfile.mkdtemp(prefix="envharness-node-")
+        env = {**os.environ, "TMPDIR": self.scratch}
+        try:
+            self._launch(args, env, "envharness browser", startup_timeout_s, threading.Event())
+        except BaseException:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
 
     @property
     def address(self) -> str:
@@ -135,9 +143,13 @@ class BrowserNode(ServerProcess):
         except OSError:
             pass
         self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        super().stop(timeout_s)
+        try:
+            super().stop(timeout_s)
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         self.kill()  # whatever is left of its process group
 
 
