@@ -170,8 +170,8 @@ def _invoke(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
 
 
 async def _call(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-    if isinstance(client, EnvClient):
-        return await client.call_async(method, *args, **kwargs)
+    if isinstance(client, EnvClient) and getattr(type(client), method) is getattr(EnvClient, method):
+        return await client.call_async(method, *args, **kwargs)  # not a subclass's own sync form
     return await run_sync(_invoke, client, method, *args, **kwargs)
 
 
