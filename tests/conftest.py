@@ -114,6 +114,19 @@ async def wait_until_async(
     return value
 
 
+class FourMethods:
+    """An echo client with OpenEnv's four names only (`reset`, `step`, `state`, `close`), not
+    envharness's `EnvClient`: what a user's or OpenEnv's own client offers."""
+
+    def __init__(self, url: str):
+        from envharness.envs.echo import EchoEnv
+
+        self._inner = EchoEnv(base_url=url)
+        self.reset, self.step, self.state, self.close = (
+            self._inner.reset, self._inner.step, self._inner.state, self._inner.close,
+        )  # fmt: skip
+
+
 def health(server: LocalServer, **headers: str) -> dict[str, Any]:
     reply = httpx.get(f"{server.base_url}/health", headers=headers)
     assert reply.status_code == 200, reply.text

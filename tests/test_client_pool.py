@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import health
+from conftest import FourMethods, health
 
 from envharness.core.client_pool import ClientPool
 from envharness.core.launchers import LocalServer
@@ -60,16 +60,6 @@ async def test_a_pooled_client_that_died_is_replaced_at_the_next_reset(server):
             await pool.async_lease().step(EchoAction(message="x"))
     finally:
         pool.close()
-
-
-class FourMethods:
-    """A client that is not envharness's `EnvClient` (OpenEnv's, a user's): called in a thread."""
-
-    def __init__(self, url):
-        self._inner = EchoEnv(base_url=url)
-        self.reset, self.step, self.state, self.close = (
-            self._inner.reset, self._inner.step, self._inner.state, self._inner.close,
-        )  # fmt: skip
 
 
 async def test_sessions_made_on_an_event_loop_take_the_async_lease(server):

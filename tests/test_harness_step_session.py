@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import FourMethods
 
 from envharness.core.launchers import LocalServer
 from envharness.envs.echo.client import AsyncEchoEnv, EchoEnv
@@ -54,16 +55,6 @@ def say(messages, tools, sampling):
             content=text, tool_calls=[ToolCall(id=f"c{turn}", name="echo", args={"message": text})]
         )
     )
-
-
-class FourMethods:
-    """A client with OpenEnv's four names only (no `step_and_state`): the state is read apart."""
-
-    def __init__(self, url):
-        self._inner = EchoEnv(base_url=url)
-        self.reset, self.step, self.state, self.close = (
-            self._inner.reset, self._inner.step, self._inner.state, self._inner.close,
-        )  # fmt: skip
 
 
 @pytest.mark.parametrize("client", ["sync", "async", "four-methods"])
