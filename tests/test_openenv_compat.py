@@ -159,6 +159,11 @@ def test_envharness_client_drives_an_openenv_server(openenv_server):
         assert result.metadata == {"step": 1}
         state = env.state()
         assert state.episode_id == "ours" and state.step_count == 1
+        # both frames before either reply: OpenEnv's server answers them in order too
+        result, state = env.step_and_state(EchoAction(message="again"))
+        assert result.observation.echoed_message == "again" and state.step_count == 2
+        first, state = env.reset_and_state(episode_id="again")
+        assert first.observation.echoed_message == "ready" and state.episode_id == "again"
 
 
 async def test_envharness_async_client_drives_an_openenv_server(openenv_server):
