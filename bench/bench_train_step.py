@@ -15,7 +15,9 @@ process and on the same server:
   turns before) with ``logits_to_keep=1``, then one decode pass per further completion token, all
   episodes in one batch; no sampling, no Python per token;
 - **environment alone**: each step's recorded episodes played again on the same server, all at
-  once, without a model (`replay_episode`: reset, the same tool calls, verify);
+  once, without a model (`replay_episode`: reset, the same tool calls, verify); beside it the
+  same **turn by turn** (every reset, then every first call, ...: the rollout's own schedule,
+  where each round waits for its slowest episode while the model decodes in between);
 - **rest** = step - model alone - environment alone; **ratio** = step / (model + environment);
 - **decoding thread's CPU per step**: `time.thread_time` of the decoder's worker thread in each
   step (median), which moves less with the machine's load than any wall time; beside it the
@@ -117,6 +119,38 @@ async def environment_alone(env: str, clients: Any, records: list[Any]) -> float
     if broken:
         raise RuntimeError(f"replay could not play {len(broken)} episode(s): {broken[0].skipped}")
     return seconds
+
+
+async def environment_turn_by_turn(env: str, clients: Any, records: list[Any]) -> float:
+    """Seconds to play `records` again turn by turn, as the rollout's schedule has it: every
+    episode's reset, then every episode's first tool call, ... each round waiting for its
+    slowest episode (the model decodes between rounds in the step). What the environment costs
+    the step when the model costs nothing; `environment_alone` lets each episode run free."""
+    from envharness.core.registry import env_harness
+    from envharness.harness.adapter import call_tool_checked
+    from envharness.harness.session import call_session, create_session
+    from envharness.harness.tools import tool_name
+
+    harness = env_harness(env)
+    factory = harness.session_factory(
+        clients, default_task=records[0].task, reset_kwargs=dict(harness.reset_kwargs)
+    )
+    started = time.perf_counter()
+    sessions = await asyncio.gather(*(create_session(factory, r.task, r.seed, None) for r in records))
+    await asyncio.gather(*(call_session(s, "initial_messages") for s in sessions))
+    tools = [{tool_name(t): t for t in await call_session(s, "list_tools")} for s in sessions]
+    for turn in range(max(len(r.tool_calls) for r in records)):
+        calls = [
+            call_tool_checked(
+                s, by_name, str(r.tool_calls[turn]["name"]), dict(r.tool_calls[turn].get("arguments") or {})
+            )
+            for s, by_name, r in zip(sessions, tools, records)
+            if turn < len(r.tool_calls)
+        ]
+        await asyncio.gather(*calls)
+    await asyncio.gather(*(call_session(s, "verify", [], None) for s in sessions))
+    await asyncio.gather(*(call_session(s, "close") for s in sessions))
+    return time.perf_counter() - started
 
 
 def thread_cpu_seconds(name: str) -> Callable[[], float]:
@@ -282,6 +316,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             by_step.setdefault(int(record.metrics.get("train_step", 0)), []).append(record)
         steps = sorted(by_step)[1:]
         env_s = [asyncio.run(environment_alone(args.env, clients, by_step[s])) for s in steps]
+        env_turns_s = [asyncio.run(environment_turn_by_turn(args.env, clients, by_step[s])) for s in steps]
         shape = step_shape(by_step[steps[-1]])
         model_s = model_alone(result.model, shape)
     if write_profile is not None:
@@ -294,6 +329,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "train_s": statistics.median(e["time/train_s"] for e in logs),
         "model_alone_s": model_s,
         "env_alone_s": statistics.median(env_s),
+        "env_turns_s": statistics.median(env_turns_s),
         # each step against its own parts, timed right after it
         "paired_ratio": statistics.median(
             e["time/step_s"] / sum(paired.times[e["step"]]) for e in logs if e["step"] in paired.times
@@ -332,6 +368,7 @@ def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
         "step_s", "generate_s", "rollout_env_s", "train_s", "model_alone_s", "env_alone_s", "paired_ratio",
         "decoder_cpu_s", "trainer_cpu_s",
     )  # fmt: skip
+    turns = all("env_turns_s" in r for runs in columns.values() for r in runs)  # absent in old runs
     print(
         "\n| code | step (s) | in the step: generation | in the step: rest of rollout | in the step: loss pass | model alone (s) "
         "| environment alone (s) | rest (s) | step / (model + env) | the same, each step against its parts "
@@ -346,9 +383,28 @@ def print_table(columns: dict[str, list[dict[str, Any]]]) -> None:
             f"{m['model_alone_s']:.3f} | {m['env_alone_s']:.3f} | {m['step_s'] - parts:.3f} | "
             f"{m['step_s'] / parts:.2f}x | {m['paired_ratio']:.2f}x | {m['decoder_cpu_s']:.2f} | {m['trainer_cpu_s']:.3f} |"
         )
+    if turns:
+        print_turn_by_turn(columns)
     print_decoder_split(columns)
     shape = next(iter(columns.values()))[0]["shape"]
     print(f"\nshape of a step: {shape}")
+
+
+def print_turn_by_turn(columns: dict[str, list[dict[str, Any]]]) -> None:
+    """The step against the environment played on the rollout's own schedule (turn by turn)."""
+    print(
+        "\n| code | environment alone, free (s) | environment alone, turn by turn (s) | step / (model + env turn by turn) |"
+    )
+    print("|---|---|---|---|")
+    for name, runs in columns.items():
+        m = {
+            k: statistics.median(r[k] for r in runs)
+            for k in ("step_s", "model_alone_s", "env_alone_s", "env_turns_s")
+        }
+        print(
+            f"| {name} | {m['env_alone_s']:.3f} | {m['env_turns_s']:.3f} | "
+            f"{m['step_s'] / (m['model_alone_s'] + m['env_turns_s']):.2f}x |"
+        )
 
 
 def print_decoder_split(columns: dict[str, list[dict[str, Any]]]) -> None:
