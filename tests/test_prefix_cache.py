@@ -196,3 +196,20 @@ def test_a_groups_first_turn_is_rendered_once(model_and_tokenizer, monkeypatch):
     )
     assert len(renders) == 2
     assert [g.prompt_ids for g in out] == [original(backend.tokenizer, conversation(p)) for p in pages]
+
+
+def test_an_update_of_the_trained_parameters_alone_drops_the_cache():
+    """With most weights frozen (an adapter's training), an update of the few trained ones is
+    seen: the probe looks at the parameters that change."""
+    model, tokenizer = tiny_test_model(seed=1)
+    trained = model.model.layers[0].mlp.up_proj.weight  # neither first, middle nor last of all
+    for param in model.parameters():
+        param.requires_grad_(param is trained)
+    backend = TransformersBackend(model, tokenizer)
+    first, _ = two_turns(backend)
+    g = first[0]
+    prompt = g.prompt_ids + g.completion_ids + [g.completion_ids[0]]
+    assert backend.prefix_cache.lookup(prompt) is not None
+    with torch.no_grad():
+        trained.add_(0.01)
+    assert backend.prefix_cache.lookup(prompt) is None

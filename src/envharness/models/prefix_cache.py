@@ -50,8 +50,9 @@ class PrefixCache:
             probe = [self._model.get_parameter(name) for name in self._probe]
         except AttributeError:
             probe = []
-        if not probe:
-            names = [name for name, _ in self._model.named_parameters()]
+        if not probe:  # the trained ones where some are frozen (an adapter's): those are what change
+            named = list(self._model.named_parameters())
+            names = [name for name, p in named if p.requires_grad] or [name for name, _ in named]
             self._probe = names[:1] + names[len(names) // 2 : len(names) // 2 + 1] + names[-1:]
             probe = [self._model.get_parameter(name) for name in self._probe]
         return tuple(p._version for p in probe) + tuple(id(p) for p in probe)
