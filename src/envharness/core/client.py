@@ -418,6 +418,9 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
     def reset_and_state(self, **kwargs: Any) -> tuple[StepResult[ObsT], StateT]:
         return self._loop.run(self.async_client.reset_and_state(**kwargs))
 
+    def step_and_state(self, action: ActT) -> tuple[StepResult[ObsT], StateT]:
+        return self._loop.run(self.async_client.step_and_state(action))
+
     async def call_async(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Await `async_client.<method>(...)` from another event loop: one hop to this client's
         loop thread and back, with no worker thread blocked in between (`ClientPool`'s async
@@ -426,9 +429,6 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
             raise RuntimeError("This client is closed")
         coro = getattr(self.async_client, method)(*args, **kwargs)
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
-
-    def step_and_state(self, action: ActT) -> tuple[StepResult[ObsT], StateT]:
-        return self._loop.run(self.async_client.step_and_state(action))
 
     def close(self) -> None:
         try:
@@ -470,6 +470,26 @@ class EnvClient(Generic[ActT, ObsT, StateT]):
             client._loop.stop()
             raise
         return client
+
+
+def with_state(client: Any, method: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """(`client.reset` or `client.step`'s result, the state after it): in one round trip where
+    the client offers it (`step_and_state`), else two calls (OpenEnv's clients, a user's; None
+    for the state of a client without `state`)."""
+    both = getattr(client, f"{method}_and_state", None)
+    if callable(both):
+        return both(*args, **kwargs)
+    result, state = getattr(client, method)(*args, **kwargs), getattr(client, "state", None)
+    return result, state() if callable(state) else None
+
+
+async def with_state_async(client: Any, method: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """`with_state` for an async client."""
+    both = getattr(client, f"{method}_and_state", None)
+    if callable(both):
+        return await both(*args, **kwargs)
+    result, state = await getattr(client, method)(*args, **kwargs), getattr(client, "state", None)
+    return result, await state() if callable(state) else None
 
 
 def sync_client_class(async_class: type[AsyncEnvClient]) -> type[EnvClient]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envharness.core.client import EnvClient
+from envharness.core.client import EnvClient, with_state
 
 
 class ClientPool:
@@ -72,12 +72,26 @@ class ClientPool:
                 client.close()
 
 
-class PooledClient:
-    """One episode's lease on a pooled client (the sync client's names)."""
+class _Lease:
+    """One episode's hold on a pooled client: which one, and giving it back."""
 
     def __init__(self, pool: ClientPool):
         self._pool = pool
         self._client: Any = None
+
+    def _leased(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("reset() first: this pooled client holds no session")
+        return self._client
+
+    def _release(self) -> None:
+        if self._client is not None:
+            self._pool._give_back(self._client)
+            self._client = None
+
+
+class PooledClient(_Lease):
+    """One episode's lease on a pooled client (the sync client's names)."""
 
     def reset(self, **kwargs: Any) -> Any:
         return self._reset("reset", kwargs)
@@ -94,6 +108,9 @@ class PooledClient:
     def state(self) -> Any:
         return self._leased().state()
 
+    def close(self) -> None:
+        self._release()
+
     def _reset(self, method: str, kwargs: dict[str, Any]) -> Any:
         if self._client is None:
             self._client = self._pool._take()
@@ -104,26 +121,12 @@ class PooledClient:
             self._client = self._pool._new()
             return _invoke(self._client, method, **kwargs)
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._pool._give_back(self._client)
-            self._client = None
 
-    def _leased(self) -> Any:
-        if self._client is None:
-            raise RuntimeError("reset() first: this pooled client holds no session")
-        return self._client
-
-
-class AsyncPooledClient:
+class AsyncPooledClient(_Lease):
     """One episode's lease on a pooled client with the async client's names. A call hops once
     to the client's own loop thread and back (`EnvClient.call_async`), where a sync lease called
     from an event loop would hold a worker thread for it, a second hop each way; a client that
     is not an `EnvClient` is called in a worker thread."""
-
-    def __init__(self, pool: ClientPool):
-        self._pool = pool
-        self._client: Any = None
 
     async def reset(self, **kwargs: Any) -> Any:
         return await self._reset("reset", kwargs)
@@ -141,9 +144,7 @@ class AsyncPooledClient:
         return await _call(self._leased(), "state")
 
     async def close(self) -> None:
-        if self._client is not None:
-            self._pool._give_back(self._client)
-            self._client = None
+        self._release()
 
     async def _reset(self, method: str, kwargs: dict[str, Any]) -> Any:
         if self._client is None:
@@ -155,17 +156,12 @@ class AsyncPooledClient:
             self._client = await run_sync(self._pool._new)
             return await _call(self._client, method, **kwargs)
 
-    def _leased(self) -> Any:
-        if self._client is None:
-            raise RuntimeError("reset() first: this pooled client holds no session")
-        return self._client
-
 
 def _invoke(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-    """`client.<method>(...)`; `reset_and_state` / `step_and_state` as two calls where the client
-    has no such method (OpenEnv's clients, a user's)."""
-    if method.endswith("_and_state") and not callable(getattr(client, method, None)):
-        return getattr(client, method.removesuffix("_and_state"))(*args, **kwargs), client.state()
+    """`client.<method>(...)`; `reset_and_state` / `step_and_state` through `with_state`, which
+    makes two calls of a client without them."""
+    if method.endswith("_and_state"):
+        return with_state(client, method.removesuffix("_and_state"), *args, **kwargs)
     return getattr(client, method)(*args, **kwargs)
 
 

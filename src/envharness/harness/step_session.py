@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from envharness.core.client import with_state, with_state_async
 from envharness.harness.session import ResourceSession
 from envharness.harness.tools import RESERVED_TOOL_NAMES, tool_name
 from envharness.harness.types import Message, Tool, ToolResult, VerifyResult
@@ -119,7 +120,9 @@ class StepEnvSessionAdapter(ResourceSession):
         self.observation_digests: list[str] = []
         if not self._is_async:
             try:
-                self._initial_result, self._last_state = self._with_state("reset", **self._reset_payload)
+                self._initial_result, self._last_state = with_state(
+                    self._client, "reset", **self._reset_payload
+                )
                 self._observed(self._initial_result)
             except Exception:
                 self.close()
@@ -139,18 +142,6 @@ class StepEnvSessionAdapter(ResourceSession):
             raise TypeError(
                 "this session wraps an async client; use the *_async methods (the harness runtime does)"
             )
-
-    def _read_state(self) -> Any:
-        state = getattr(self._client, "state", None)
-        return state() if callable(state) else None
-
-    def _with_state(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """(`reset` or `step`'s result, the state after it): in one round trip where the client
-        offers it (`step_and_state`), else two calls."""
-        both = getattr(self._client, f"{method}_and_state", None)
-        if callable(both):
-            return both(*args, **kwargs)
-        return getattr(self._client, method)(*args, **kwargs), self._read_state()
 
     def _observed(self, result: Any) -> Any:
         self.observation_digests.append(
@@ -181,7 +172,7 @@ class StepEnvSessionAdapter(ResourceSession):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         self._require_sync()
         action = self._action_for(name, arguments)
-        self._last_result, self._last_state = self._with_state("step", action)
+        self._last_result, self._last_state = with_state(self._client, "step", action)
         self._observed(self._last_result)
         return self._tool_result_builder(name, dict(arguments), self._last_result, self._last_state)
 
@@ -202,20 +193,10 @@ class StepEnvSessionAdapter(ResourceSession):
             self._client.close()
 
     # -- async API (async clients natively; sync clients in a worker thread) ----------
-    async def _read_state_async(self) -> Any:
-        state = getattr(self._client, "state", None)
-        return await state() if callable(state) else None
-
-    async def _with_state_async(self, method: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        both = getattr(self._client, f"{method}_and_state", None)
-        if callable(both):
-            return await both(*args, **kwargs)
-        return await getattr(self._client, method)(*args, **kwargs), await self._read_state_async()
-
     async def _ensure_reset(self) -> None:
         if self._initial_result is None:
-            self._initial_result, self._last_state = await self._with_state_async(
-                "reset", **self._reset_payload
+            self._initial_result, self._last_state = await with_state_async(
+                self._client, "reset", **self._reset_payload
             )
             self._observed(self._initial_result)
 
@@ -233,7 +214,7 @@ class StepEnvSessionAdapter(ResourceSession):
             return await super().call_tool_async(name, arguments)
         await self._ensure_reset()
         action = self._action_for(name, arguments)
-        self._last_result, self._last_state = await self._with_state_async("step", action)
+        self._last_result, self._last_state = await with_state_async(self._client, "step", action)
         self._observed(self._last_result)
         return self._tool_result_builder(name, dict(arguments), self._last_result, self._last_state)
 

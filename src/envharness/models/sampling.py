@@ -83,20 +83,17 @@ def sample_with_logprobs(
     faster than its `exp` (0.05 against 0.25 ms for 8 x 49,152), and the logprobs are as exact
     (within 1e-6 of float64's `log_softmax`, as before)."""
     if temperature > 0 and top_k <= 0 and top_p >= 1.0 and all(g is None for g in generators):
-        x = logits.float()
+        x = logits.float()  # `logits` itself when already float32
+        if x is logits and not overwrite:
+            x = x.clone()  # the caller's logits stay as they were
         top = torch.amax(x, dim=-1, keepdim=True)
-        if overwrite:  # no new tensor of the vocabulary's size: a fresh one costs its page faults
-            weights = x.sub_(top).mul_(_LOG2E / temperature).exp2_()  # exp((x - max) / T), see below
-            ids, total = _inverse_cdf(weights)
-            # log(exp((x - max) / T)) read back: within float32's rounding of (x - max) / T for any
-            # token that can be drawn (one whose weight is below float32's normal range has a
-            # probability under 1e-38)
-            picked = weights.gather(-1, ids[:, None]).log() - total.log().to(x.dtype)
-            return ids, picked[:, 0]
-        scaled = x / temperature if temperature != 1.0 else x
-        top = top / temperature if temperature != 1.0 else top
-        ids, total = _inverse_cdf(torch.sub(scaled, top).mul_(_LOG2E).exp2_())  # exp(x - max), see below
-        picked = scaled.gather(-1, ids[:, None]) - top - total.log().to(x.dtype)
+        # in place: no further tensor of the vocabulary's size (a fresh one costs its page faults)
+        weights = x.sub_(top).mul_(_LOG2E / temperature).exp2_()  # exp((x - max) / T), see below
+        ids, total = _inverse_cdf(weights)
+        # log(exp((x - max) / T)) read back: within float32's rounding of (x - max) / T for any
+        # token that can be drawn (one whose weight is below float32's normal range has a
+        # probability under 1e-38)
+        picked = weights.gather(-1, ids[:, None]).log() - total.log().to(x.dtype)
         return ids, picked[:, 0]
     logprobs = processed_logprobs(logits, temperature, top_k, top_p)
     ids = sample_tokens(logprobs, temperature, generators)

@@ -139,14 +139,15 @@ class TransformersBackend:
     def _prompts(self, requests: list[GenerationRequest]) -> list[list[int]]:
         """Each request's prompt tokens; the requests of one conversation (a GRPO group's first
         turn) are rendered once."""
-        rendered: list[tuple[GenerationRequest, list[int]]] = []
+        rendered: dict[tuple, list[tuple[GenerationRequest, list[int]]]] = {}  # compared within a shape
         prompts = []
         for r in requests:
             refuse_images(self.name, r.messages)  # a text model: never drop images silently
-            same = next((ids for seen, ids in rendered if _same_conversation(seen, r)), None)
+            alike = rendered.setdefault(_shape(r), [])
+            same = next((ids for seen, ids in alike if _same_conversation(seen, r)), None)
             if same is None:
                 same = chat.prompt_ids(self.tokenizer, r.messages, r.tools, r.prefix_ids)
-                rendered.append((r, same))
+                alike.append((r, same))
             prompts.append(list(same))
         return prompts
 
@@ -271,6 +272,12 @@ class TransformersBackend:
             finish_reason=row.finish_reason or "length",
             metadata=metadata,
         )
+
+
+def _shape(request: GenerationRequest) -> tuple:
+    """What two requests of one conversation share, cheap to read: the lengths of its parts (a
+    batch of many distinct conversations is not compared pair by pair)."""
+    return (len(request.prefix_ids or ()), *(len(str(m.get("content"))) for m in request.messages))
 
 
 def _same_conversation(a: GenerationRequest, b: GenerationRequest) -> bool:
