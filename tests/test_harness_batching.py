@@ -8,8 +8,10 @@ tests see how many model calls served how many model steps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
+import torch
 from test_harness_step_session import EchoSessionFactory
 from test_harness_tokens import CountingTransformersBackend, assert_exact_turns, echo_text
 
@@ -22,7 +24,9 @@ from envharness.harness import (
     build_harness_rollout_func,
     run_episodes,
 )
+from envharness.harness.session import create_session
 from envharness.models.base import GenerationRequest, SamplingParams
+from envharness.models.transformers_backend import IDLE_WAIT_CPU_S
 
 TURNS = 3
 LIMITS = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0})
@@ -140,6 +144,93 @@ async def test_a_bad_request_fails_alone(tiny_backend):
     assert isinstance(out[1], ValueError) and "prefix_ids" in str(out[1])
     assert out[0].completion_ids and out[2].completion_ids
     assert batcher.batch_sizes == [3, 1, 1, 1]
+
+
+@contextlib.contextmanager
+def idle_wait(backend, seconds):
+    """`backend.idle_wait_s` set to `seconds` for the block (the fixture's backend is shared)."""
+    backend.idle_wait_s = seconds
+    try:
+        yield
+    finally:
+        backend.idle_wait_s = None
+
+
+class SlowResets:
+    """Echo sessions whose resets end `delays[task]` seconds late, as a browser's resets of one
+    step end apart."""
+
+    def __init__(self, inner, delays):
+        self.inner, self.delays = inner, delays
+
+    async def create_async(self, task=None, seed=None, episode_id=None):
+        await asyncio.sleep(self.delays[task])
+        return await create_session(self.inner, task, seed, episode_id)
+
+
+@pytest.mark.parametrize("wait", [None, 0.02])
+def test_an_idle_decoder_on_a_cpu_waits_for_independent_episodes(tiny_backend, echo_factory, wait):
+    """Resets that end 0, 0.15 and 0.3 s apart: a CPU backend's first request waits for the other
+    independent episodes (its default, `IDLE_WAIT_CPU_S`), so each turn of the three is one
+    prefill and they decode in step; with a GPU's 20 ms the first turn starts alone and the
+    others join it."""
+    assert tiny_backend.idle_wait_s == IDLE_WAIT_CPU_S  # on this CPU, unless set
+    batcher = BatchingModelStep(
+        tiny_backend, tool_call_parser=echo_text, send_tools=False, independent_episodes=True
+    )
+    limits = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0, "seed": 3})
+    stats = tiny_backend._decoder.stats
+    admissions = stats.admissions
+    factory = SlowResets(echo_factory, {"w0": 0.0, "w1": 0.15, "w2": 0.3})
+    rollout_func = build_harness_rollout_func(
+        session_factory=ArrivingSessions(factory, batcher),
+        harness_adapter=MCPHarnessAdapter(),
+        model_step_builder=lambda trainer, session: batcher.for_episode(),
+        limits=limits,
+        max_concurrency=3,
+    )
+    with idle_wait(tiny_backend, wait):
+        out = rollout_func(["w0", "w1", "w2"], None)
+
+    assert len(out["completion_ids"]) == 3 and batcher._live == 0
+    if wait is None:
+        assert batcher.batch_sizes == [3] * TURNS
+        assert stats.admissions - admissions == TURNS
+    else:
+        assert batcher.batch_sizes[0] == 1  # the first episode back went alone
+        assert stats.admissions - admissions > TURNS
+
+
+def test_how_long_an_idle_decoder_waits(tiny_backend, monkeypatch):
+    """Independent episodes: what the backend asks (half a second on this CPU, 20 ms on a GPU,
+    where a pass takes no core from the environment), within the caller's `max_wait_s`. Episodes
+    that may wait on each other (a game's seats, whose moves come in turn): 20 ms, as any wait
+    for one of them may be a wait for a request that follows this one's answer."""
+    from envharness.models import transformers_backend
+
+    def bound(**options):
+        return BatchingModelStep(tiny_backend, **options)._wait_bound()
+
+    assert bound(independent_episodes=True) == IDLE_WAIT_CPU_S == 0.5
+    assert bound(independent_episodes=True, max_wait_s=0.1) == 0.1
+    assert bound() == bound(max_wait_s=2.0) == 0.02
+    with idle_wait(tiny_backend, 0.3):
+        assert bound(independent_episodes=True) == 0.3
+    gpu = transformers_backend.Placement(torch.device("cuda"), torch.float32)
+    monkeypatch.setattr(transformers_backend, "model_placement", lambda model: gpu)
+    assert bound(independent_episodes=True) == transformers_backend.IDLE_WAIT_GPU_S == 0.02
+
+
+def test_trains_timer_passes_the_backends_wait_on(tiny_backend):
+    """`train` times generation through a wrapper, and its rollout's episodes are independent:
+    the batcher still sees the backend's own wait."""
+    from envharness.integrations.trl.step_timing import StepTimer
+
+    timed = StepTimer().backend_factory(None, lambda trainer: tiny_backend)
+    assert timed is not tiny_backend and timed.continuous
+    assert BatchingModelStep(timed, independent_episodes=True)._wait_bound() == IDLE_WAIT_CPU_S
+    with idle_wait(tiny_backend, 0.1):
+        assert BatchingModelStep(timed, independent_episodes=True)._wait_bound() == 0.1
 
 
 def test_episodes_that_start_together_go_to_an_idle_decoder_together(tiny_backend, echo_factory, monkeypatch):

@@ -9,8 +9,10 @@ episode is waiting (or `max_wait_s` after its first request, so one slow environ
 not stall the rest); while it generates, new requests queue up for the next batch. A backend
 that batches continuously (`backend.continuous`, e.g. `TransformersBackend`) gets a request at
 once while it decodes others of this batcher: it joins the rows being decoded and returns at its
-own last token. With nothing decoding, the first request waits as a batch does (for the live
-episodes, at most `IDLE_CONTINUOUS_WAIT_S`): the turns of a step's episodes then start as one prefill and
+own last token. With nothing decoding, the first request waits as a batch does for the live
+episodes, at most 20 ms, or, where no episode's environment waits on another's model turn
+(`independent_episodes`: not a game's seats), as long as the backend asks (`backend.idle_wait_s`;
+on a CPU up to half a second). The turns of a step's episodes then start as one prefill and
 decode in step, instead of one episode ahead and the others prefilled and merged after it.
 A backend error fails the episodes of its batch, or only the offending one when the
 backend refused a request (ValueError/TypeError: the batch is retried request by
@@ -32,8 +34,11 @@ from envharness.harness.tools import as_mcp_dict
 from envharness.harness.types import LLMResponse, Message, ModelStepResult, Tool
 from envharness.models.base import Generation, GenerationRequest, ModelBackend, SamplingParams
 
-#: How long the first request to an idle continuous backend waits for the other live episodes.
+#: How long the first request to an idle continuous backend waits for the other live episodes
+#: (for independent episodes, what the backend asks: `backend.idle_wait_s`).
 IDLE_CONTINUOUS_WAIT_S = 0.02
+#: How long a batch waits for the live episodes where `max_wait_s` is not given.
+DEFAULT_WAIT_S = 0.02
 
 
 class ModelStep(Protocol):
@@ -71,7 +76,11 @@ class BatchingModelStep:
     `tool_call_parser(text)` turns the model's text into tool calls (default: JSON tool calls;
     an environment's own is its `EnvHarness.tool_call_parser`). `max_batch_size` caps one call;
     `max_wait_s` bounds how long a batch waits for live episodes still busy in their
-    environment (0: send whoever is waiting now). `send_tools=False` keeps tool specs out of
+    environment (0: send whoever is waiting now). `independent_episodes=True` says that no
+    episode's environment call waits on another episode's model turn (single-agent episodes;
+    not the seats of one game): an idle continuous backend's first request may then wait for
+    them as long as the backend asks (`backend.idle_wait_s`), within `max_wait_s` when it is
+    given. `send_tools=False` keeps tool specs out of
     the chat template (for text-action prompts).
     """
 
@@ -81,13 +90,15 @@ class BatchingModelStep:
         *,
         tool_call_parser: ToolCallParser = parse_json_tool_calls,
         max_batch_size: int | None = None,
-        max_wait_s: float = 0.02,
+        max_wait_s: float | None = None,
         send_tools: bool = True,
+        independent_episodes: bool = False,
     ):
         self.backend = backend
         self.tool_call_parser = tool_call_parser
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
+        self.independent_episodes = independent_episodes
         self.send_tools = send_tools
         self.batch_sizes: list[int] = []  # one entry per backend call, for stats and tests
         self._pending: list[
@@ -120,12 +131,21 @@ class BatchingModelStep:
     def _waiting(self) -> int:
         return sum(1 for _, fut, _ in self._pending if not fut.done())
 
+    def _wait_bound(self) -> float:
+        """`max_wait_s` (20 ms when not given); for a continuous backend, which is idle when this
+        is asked, at most 20 ms, or what it asks for independent episodes: a late episode joins
+        the decoding rows anyway, at the cost of one more prefill."""
+        if not self._continuous:
+            return DEFAULT_WAIT_S if self.max_wait_s is None else self.max_wait_s
+        asked = IDLE_CONTINUOUS_WAIT_S
+        if self.independent_episodes:
+            asked = getattr(self.backend, "idle_wait_s", IDLE_CONTINUOUS_WAIT_S)
+        return asked if self.max_wait_s is None else min(self.max_wait_s, asked)
+
     async def _wait_for_live_episodes(self) -> None:
-        """Until every live episode is waiting, or `max_wait_s` after the oldest request (for
-        an idle continuous backend, at most `IDLE_CONTINUOUS_WAIT_S`: a late episode joins the
-        decoding rows anyway, at the cost of one more prefill)."""
+        """Until every live episode is waiting, or `_wait_bound()` after the oldest request."""
         loop = asyncio.get_running_loop()
-        bound = min(self.max_wait_s, IDLE_CONTINUOUS_WAIT_S) if self._continuous else self.max_wait_s
+        bound = self._wait_bound()
         await asyncio.sleep(0)  # whoever is ready in this tick joins at no cost
         while (
             self._pending

@@ -42,6 +42,10 @@ from envharness.models.prefix_cache import (
 
 #: A shared start shorter than this is not worth its own forward pass.
 _MIN_SHARED_START = 16
+#: How long a first request to the idle decoder may wait for more rows, on a CPU and on a GPU
+#: (`TransformersBackend.idle_wait_s`).
+IDLE_WAIT_CPU_S = 0.5
+IDLE_WAIT_GPU_S = 0.02
 
 
 class TransformersBackend:
@@ -58,6 +62,7 @@ class TransformersBackend:
         name: str | None = None,
         max_batch_size: int | None = None,
         prefix_cache_tokens: int = 8192,
+        idle_wait_s: float | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -71,6 +76,7 @@ class TransformersBackend:
         self.prefill_tokens = 0  # prompt tokens run through the model (after sharing), for stats
         #: Keys/values of earlier turns, so turn N+1 prefills only its new tokens (0 turns it off).
         self.prefix_cache = PrefixCache(model, prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self._idle_wait_s = idle_wait_s
 
     @property
     def placement(self) -> Placement:
@@ -113,6 +119,23 @@ class TransformersBackend:
         """Rows decoded together: `max_batch_size`, else 32 on a CPU (where a bigger batch only
         adds latency) and 256 on a GPU (where a decode step costs about the same for 32 or 256)."""
         return self.max_batch_size or (256 if self.placement.on_gpu else 32)
+
+    @property
+    def idle_wait_s(self) -> float:
+        """How long a first request to the idle decoder may wait for the other episodes of its
+        `BatchingModelStep` (where they are independent); set it, or pass `idle_wait_s`, to
+        choose. On a CPU, half a second: the decoder's passes share the cores with the
+        environment, so passes for the first episodes back slow the environment calls still
+        running, and cost about what passes for all of them would; a step ends with its last
+        episode anyway. On a GPU, 20 ms: a pass takes no core from the environment, and the late
+        episodes join the rows decoding."""
+        if self._idle_wait_s is not None:
+            return self._idle_wait_s
+        return IDLE_WAIT_GPU_S if self.placement.on_gpu else IDLE_WAIT_CPU_S
+
+    @idle_wait_s.setter
+    def idle_wait_s(self, seconds: float | None) -> None:
+        self._idle_wait_s = seconds
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         """Render, tokenize and sample every request; one `Generation` per request, in order.

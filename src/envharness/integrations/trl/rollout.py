@@ -264,8 +264,11 @@ def build_trl_rollout_func(
     factory = TaskPromptSessionFactory(session_factory)
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        batcher = BatchingModelStep(
-            backend_factory(trainer), tool_call_parser=tool_call_parser, send_tools=send_tools
+        batcher = BatchingModelStep(  # one episode per prompt: none waits on another's turn
+            backend_factory(trainer),
+            tool_call_parser=tool_call_parser,
+            send_tools=send_tools,
+            independent_episodes=True,
         )
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
         episode_limits = dataclasses.replace(

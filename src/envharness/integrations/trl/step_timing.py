@@ -25,6 +25,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from envharness.harness.model_step import IDLE_CONTINUOUS_WAIT_S
+
 
 @dataclass
 class _Totals:
@@ -55,6 +57,11 @@ class _TimedBackend:
         self._in_flight = 0
         self._since = 0.0
         self._before: dict[str, float] = {}
+
+    @property
+    def idle_wait_s(self) -> float:
+        """The wrapped backend's own (`BatchingModelStep` asks the backend it is given)."""
+        return getattr(self._inner, "idle_wait_s", IDLE_CONTINUOUS_WAIT_S)
 
     async def generate(self, requests: list[Any]) -> list[Any]:
         if self._in_flight == 0:
