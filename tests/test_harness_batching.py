@@ -168,6 +168,18 @@ class SlowResets:
         return await create_session(self.inner, task, seed, episode_id)
 
 
+def arriving_rollout(batcher, factory, episodes):
+    """TRL's shape of rollout on `batcher`: episodes live from their reset (`ArrivingSessions`),
+    seeded rows, so that no episode's turn ends early at an end-of-sequence token."""
+    return build_harness_rollout_func(
+        session_factory=ArrivingSessions(factory, batcher),
+        harness_adapter=MCPHarnessAdapter(),
+        model_step_builder=lambda trainer, session: batcher.for_episode(),
+        limits=HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0, "seed": 3}),
+        max_concurrency=episodes,
+    )
+
+
 @pytest.mark.parametrize("wait", [None, 0.02])
 def test_an_idle_decoder_on_a_cpu_waits_for_independent_episodes(tiny_backend, echo_factory, wait):
     """Resets that end 0, 0.15 and 0.3 s apart: a CPU backend's first request waits for the other
@@ -178,17 +190,9 @@ def test_an_idle_decoder_on_a_cpu_waits_for_independent_episodes(tiny_backend, e
     batcher = BatchingModelStep(
         tiny_backend, tool_call_parser=echo_text, send_tools=False, independent_episodes=True
     )
-    limits = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0, "seed": 3})
     stats = tiny_backend._decoder.stats
     admissions = stats.admissions
-    factory = SlowResets(echo_factory, {"w0": 0.0, "w1": 0.15, "w2": 0.3})
-    rollout_func = build_harness_rollout_func(
-        session_factory=ArrivingSessions(factory, batcher),
-        harness_adapter=MCPHarnessAdapter(),
-        model_step_builder=lambda trainer, session: batcher.for_episode(),
-        limits=limits,
-        max_concurrency=3,
-    )
+    rollout_func = arriving_rollout(batcher, SlowResets(echo_factory, {"w0": 0.0, "w1": 0.15, "w2": 0.3}), 3)
     with idle_wait(tiny_backend, wait):
         out = rollout_func(["w0", "w1", "w2"], None)
 
@@ -243,16 +247,9 @@ def test_episodes_that_start_together_go_to_an_idle_decoder_together(tiny_backen
 
     monkeypatch.setattr(model_step, "IDLE_CONTINUOUS_WAIT_S", 2.0)
     batcher = BatchingModelStep(tiny_backend, tool_call_parser=echo_text, send_tools=False, max_wait_s=2.0)
-    limits = HarnessRunLimits(max_turns=TURNS, sampling={"max_tokens": 5, "temperature": 1.0, "seed": 3})
     stats = tiny_backend._decoder.stats
     admissions, forwards = stats.admissions, stats.forwards
-    rollout_func = build_harness_rollout_func(
-        session_factory=ArrivingSessions(echo_factory, batcher),
-        harness_adapter=MCPHarnessAdapter(),
-        model_step_builder=lambda trainer, session: batcher.for_episode(),
-        limits=limits,
-        max_concurrency=8,
-    )
+    rollout_func = arriving_rollout(batcher, echo_factory, 8)
     out = rollout_func([f"w{i}" for i in range(8)], None)
 
     assert len(out["completion_ids"]) == 8 and batcher._live == 0
