@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from envharness.harness.concurrency import run_coroutine_sync
+from envharness.core.concurrency import run_coroutine_sync
 from envharness.harness.records import EpisodeRecord, record_from_result
 from envharness.harness.types import HarnessRolloutResult, RolloutEvent, ToolResult, ToolTraceEntry
 

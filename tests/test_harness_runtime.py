@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from envharness.core.concurrency import run_sync, worker_threads
 from envharness.harness import (
     BatchingModelStep,
     HarnessRunLimits,
@@ -34,7 +35,6 @@ from envharness.harness import (
     tool_spec,
     write_records,
 )
-from envharness.harness.concurrency import run_sync, worker_threads
 from envharness.models.base import Generation, GenerationRequest
 
 

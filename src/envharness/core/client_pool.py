@@ -12,15 +12,13 @@ is visible to the next but what the environment itself keeps across an in-place 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envharness.core.client import EnvClient, with_state
+from envharness.core.concurrency import run_sync
 
 
 class ClientPool:
@@ -169,15 +167,3 @@ async def _call(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     if isinstance(client, EnvClient) and getattr(type(client), method) is getattr(EnvClient, method):
         return await client.call_async(method, *args, **kwargs)  # not a subclass's own sync form
     return await run_sync(_invoke, client, method, *args, **kwargs)
-
-
-async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A blocking call (another kind of client, a client's close) in a worker thread of the
-    pools', sized for many episodes at once rather than asyncio's default (5 + cores)."""
-    call = functools.partial(fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_blocking_calls(), call)
-
-
-@functools.cache
-def _blocking_calls() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="envharness-pool")

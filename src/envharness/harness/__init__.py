@@ -13,8 +13,8 @@ only its imports changed. The map:
 - `define.py`: `define_environment`, a playable environment from its `Environment` class.
 """
 
+from envharness.core.concurrency import run_coroutine_sync
 from envharness.harness.adapter import HarnessAdapter, MCPHarnessAdapter, tool_message_content
-from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.define import define_environment
 from envharness.harness.model_step import (
     ArrivingSessions,

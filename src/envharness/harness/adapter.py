@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from envharness.harness.concurrency import run_coroutine_sync
+from envharness.core.concurrency import run_coroutine_sync
 from envharness.harness.failures import note_failure
 from envharness.harness.model_step import ModelStep, call_model_step
 from envharness.harness.session import call_session

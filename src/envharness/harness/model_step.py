@@ -27,7 +27,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from envharness.harness.concurrency import run_sync
+from envharness.core.concurrency import run_sync
 from envharness.harness.session import create_session
 from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed, parse_json_tool_calls
 from envharness.harness.tools import as_mcp_dict

@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envharness.core.concurrency import run_coroutine_sync, run_sync, worker_threads
 from envharness.harness.adapter import HarnessAdapter, MCPHarnessAdapter
-from envharness.harness.concurrency import run_coroutine_sync, run_sync, worker_threads
 from envharness.harness.failures import INFRA_FAILURE_KEY, is_infra_failure, note_failure
 from envharness.harness.model_step import BatchingModelStep, ModelStep
 from envharness.harness.session import call_session, create_session

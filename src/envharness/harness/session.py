@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from envharness.harness.concurrency import run_sync
+from envharness.core.concurrency import run_sync
 from envharness.harness.types import Message, Tool, ToolResult, VerifyResult
 
 

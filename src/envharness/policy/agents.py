@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envharness.core.concurrency import run_sync
 from envharness.core.registry import load_target
-from envharness.harness.concurrency import run_sync
 from envharness.policy.traces import RolloutTrace
 
 AGENT_ARGUMENTS = ("base_url", "mcp_url", "api_key", "model", "task", "seed", "rollout_id")

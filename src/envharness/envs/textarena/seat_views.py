@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from envharness.core.concurrency import call_maybe_async
 from envharness.envs.textarena.client_seats import own_final_view
 from envharness.envs.textarena.models import TextArenaAction
-from envharness.harness.concurrency import call_maybe_async
 
 
 class SeatGame:

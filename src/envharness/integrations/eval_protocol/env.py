@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from envharness.harness.concurrency import call_maybe_async
+from envharness.core.concurrency import call_maybe_async
 
 logger = logging.getLogger(__name__)
 

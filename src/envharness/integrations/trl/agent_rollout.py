@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envharness.harness.concurrency import run_coroutine_sync
+from envharness.core.concurrency import run_coroutine_sync
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import rollout_metrics, rollout_outputs
 from envharness.harness.success import judge

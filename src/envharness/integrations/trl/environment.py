@@ -41,8 +41,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from envharness.core.concurrency import run_coroutine_sync
 from envharness.harness.adapter import call_tool_checked, tool_message_content
-from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.rollout import resolve_env_reward
 from envharness.harness.tools import as_mcp_dict, tool_name, tool_schema
 from envharness.harness.types import HarnessRolloutResult, RolloutEvent, Tool, ToolTraceEntry

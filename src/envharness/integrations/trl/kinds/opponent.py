@@ -20,8 +20,8 @@ import contextvars
 import threading
 from typing import Any
 
+from envharness.core.concurrency import call_maybe_async
 from envharness.core.registry import ResolvedEnv
-from envharness.harness.concurrency import call_maybe_async
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.opponents import MODEL_PREFIXES, is_model_spec
 from envharness.harness.seat_player import ModelSeats

@@ -23,8 +23,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from envharness.core.concurrency import run_coroutine_sync
 from envharness.core.registry import ResolvedEnv
-from envharness.harness.concurrency import run_coroutine_sync
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.rollout import rollout_metrics, rollout_outputs, run_episodes
 from envharness.harness.session import create_session
