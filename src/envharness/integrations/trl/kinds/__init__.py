@@ -8,8 +8,9 @@
     self_play.py `SelfPlayRun`: every seat of a multi-player game played by the policy
     opponent.py `OpponentRun`: the policy in one seat, a frozen model in the others
 
-A new kind (many processes, players with opponents) is one more class here, listed in
-`RUN_KINDS` before the kinds it narrows; `train()` does not change.
+A new kind is one more class here, listed in `RUN_KINDS` before the kinds it narrows;
+`train()` does not change. Many processes are not a kind: every kind runs under a launcher
+(`ranks.py`).
 """
 
 from __future__ import annotations
