@@ -270,3 +270,21 @@ def test_generic_modules_speak_no_environments_words():
                 continue
             bad.append(f"{relative}:{token.start[0]} {token.string[:50]}")
     assert bad == []
+
+
+def test_one_load_model_and_the_light_adapter_loads_no_torch():
+    """`load_model` is one function wherever it is imported from (the one from `training` used to
+    refuse `tools=`), and the environment adapter imports nothing heavy to load."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from envharness.integrations.trl.environment import load_model\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules)\n"
+        "from envharness.integrations.trl.training import load_model as from_training\n"
+        "import inspect\n"
+        "print(heavy, load_model is from_training, 'tools' in inspect.signature(from_training).parameters)\n"
+    )
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "True", "True"], out.stdout + out.stderr

@@ -48,6 +48,7 @@ from envharness.harness.tools import as_mcp_dict, tool_name, tool_schema
 from envharness.harness.types import HarnessRolloutResult, RolloutEvent, Tool, ToolTraceEntry
 from envharness.integrations.trl.environment_log import EpisodeLog, GroupSeeds, close_at_train_end
 from envharness.integrations.trl.environment_rewards import message_text as _text, named_reward, reward_funcs
+from envharness.integrations.trl.loading import load_model
 from envharness.integrations.trl.rollout import episode_success, parse_task_prompt
 from envharness.integrations.trl.tool_opening import OpeningFunction, compose_opening
 
@@ -384,19 +385,6 @@ def _session_options(
         raise ValueError(f"{env}: prompt style {style!r} has no sessions of its own; leave style out")
     options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
     return options, harness.session_factory
-
-
-def load_model(spec: str, *, tools: bool = True, placement: Any = None) -> tuple[Any, Any]:
-    """(model, tokenizer) as `envharness train` loads them (`embedded`, `tiny`, a directory);
-    with `tools`, the shipped models' tokenizer gets a chat template that can call tools
-    (`models/tool_template.py`), which TRL's tool loop needs."""
-    from envharness.integrations.trl.training import load_model as load_for_training
-    from envharness.models.tool_template import with_tool_template
-
-    model, tokenizer = load_for_training(spec, placement)
-    if tools and spec in ("embedded", "tiny"):
-        with_tool_template(tokenizer)
-    return model, tokenizer
 
 
 def environment_dataset(

@@ -42,9 +42,13 @@ def check_model_spec(spec: str) -> None:
         )
 
 
-def load_model(spec: str, placement: Any = None) -> tuple[Any, Any]:
+def load_model(spec: str, placement: Any = None, *, tools: bool = False) -> tuple[Any, Any]:
     """(model, tokenizer) for `TrainConfig.model`, with float32 weights on `placement`'s device
-    (default: the CPU; the trainer's mixed precision is the placement's dtype, see precision.py)."""
+    (default: the CPU; the trainer's mixed precision is the placement's dtype, see precision.py).
+
+    With `tools`, the shipped models' tokenizer gets a chat template that can call tools
+    (`models/tool_template.py`), which TRL's `environment_factory` loop needs; a saved directory
+    keeps the template it was saved with."""
     placement = placement or resolve("cpu")
     if spec == "embedded":
         model, tokenizer = embedded.load_model()
@@ -52,6 +56,10 @@ def load_model(spec: str, placement: Any = None) -> tuple[Any, Any]:
         model, tokenizer = embedded.tiny_test_model()
     else:
         model, tokenizer = _from_pretrained(spec)
+    if tools and spec in ("embedded", "tiny"):
+        from envharness.models.tool_template import with_tool_template
+
+        with_tool_template(tokenizer)
     return master_weights(model, placement), tokenizer
 
 
