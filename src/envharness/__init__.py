@@ -4,6 +4,8 @@ What an environment's author needs, from one place (resolved on first use, so th
 stays light):
 
     from envharness import Action, Environment, InvalidAction, Observation, State, define_environment
+
+and `ToolCall`, what a `tool_call_parser` of your own returns.
 """
 
 from envharness.core.lazy import lazy_exports
@@ -16,6 +18,7 @@ _EXPORTS = {
     "State": "core.types",
     "Environment": "core.environment",
     "InvalidAction": "core.errors",
+    "ToolCall": "harness.types",
     "define_environment": "harness.define",
     "register_environment": "core.registry",
 }

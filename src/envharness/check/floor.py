@@ -147,9 +147,27 @@ def action_properties(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def tool_branches(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(tool name, its arguments' schema) of an action schema with one branch per tool
+    (`core/tool_actions.py`: ``{"tool_name": ..., "arguments": {...}}``); [] for any other."""
+    out = []
+    for branch in schema.get("oneOf") or []:
+        props = (branch.get("properties") or {}) if isinstance(branch, dict) else {}
+        name = (props.get("tool_name") or {}).get("const")
+        if isinstance(name, str):
+            out.append((name, props.get("arguments") or {}))
+    return out
+
+
 def schema_action(schema: dict[str, Any], observation: Any, rng: random.Random) -> dict[str, Any]:
-    """A random wire action that fits the server's action schema (its required fields)."""
+    """A random wire action that fits the server's action schema (its required fields; a call
+    of a random tool with random arguments when the schema has one branch per tool)."""
     tokens = Tokens.of(str(observation))
+    branches = tool_branches(schema)
+    if branches:
+        name, arguments = rng.choice(branches)
+        tool = {"name": name, "inputSchema": arguments}
+        return {"tool_name": name, "arguments": random_arguments(tool, tokens, rng)}
     required = set(schema.get("required") or [])
     return {k: random_value(p, tokens, rng) for k, p in action_properties(schema).items() if k in required}
 
@@ -296,6 +314,18 @@ def bad_payloads(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     if strings:
         out.append(("enormous strings", {k: enormous_value(p) for k, p in strings.items()}))
         out += [(f"injection {s[:30]!r}", {k: s for k in strings}) for s in INJECTIONS[:4]]
+    return out + tool_payloads(schema)
+
+
+def tool_payloads(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """For an action schema with one branch per tool: an unknown tool, and each tool's
+    arguments of the wrong types (every tool checked on the wire)."""
+    branches = tool_branches(schema)
+    out = [("an unknown tool", {"tool_name": "__import__", "arguments": {"name": "os"}})] if branches else []
+    for name, arguments in branches:
+        props = action_properties(arguments)
+        wrong = {k: wrong_type_value(p) for k, p in props.items()} or {"__no_such_argument__": 1}
+        out.append((f"{name} with wrong argument types", {"tool_name": name, "arguments": wrong}))
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import Coroutine
@@ -492,8 +493,10 @@ async def with_state_async(client: Any, method: str, *args: Any, **kwargs: Any) 
     return result, await state() if callable(state) else None
 
 
+@functools.cache
 def sync_client_class(async_class: type[AsyncEnvClient]) -> type[EnvClient]:
-    """The sync client over `async_class` (an environment that names only its async client)."""
+    """The sync client over `async_class` (an environment that names only its async client);
+    one class per async class."""
     return type(
         async_class.__name__.removeprefix("Async") or "SyncClient",
         (EnvClient,),

@@ -60,6 +60,20 @@ class EnvSpec:
     #: `add_arguments(parser)` and `run(args)` (the browser's `envharness browser` node).
     commands: tuple[tuple[str, str, str], ...] = ()
 
+    @property
+    def sync_client(self) -> Any:
+        """The synchronous client (`EnvClient` over `client`): what TRL's `environment_factory`
+        and a script without an event loop use, e.g. ``functools.partial(SPEC.sync_client,
+        base_url=url)``."""
+        from envharness.core.client import sync_client_class
+
+        client = self.load("client")
+        return (
+            client
+            if not inspect.iscoroutinefunction(getattr(client, "reset", None))
+            else sync_client_class(client)
+        )
+
     def load(self, part: str) -> Any:
         """The object a part names (None when the spec leaves it out)."""
         target = getattr(self, part)

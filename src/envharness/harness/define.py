@@ -3,8 +3,9 @@
 
 Everything else is derived: the tool from the action type (its name from the class, its
 arguments and their descriptions from the pydantic fields, its description from the
-docstring), the client from the observation type, the session factory, the task checks
-from the task list, a parser that reads a plain reply as the tool's one argument, and a
+docstring), or, with `tools=`, one tool per typed method (`core/tool_actions.py`); the client
+from the observation type, the session factory, the task checks from the task list, a parser
+that reads a JSON tool call (or a plain reply as a one-argument tool's argument), and a
 conversation prompt from the observation's text. The long form (an `EnvSpec` naming a
 session factory, prompt styles and a parser of your own: `examples/custom_env/`) stays
 available for environments that need more.
@@ -22,8 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from envharness.core.client import AsyncEnvClient
+from envharness.core.environment import Environment
 from envharness.core.registry import EnvSpec
+from envharness.core.tool_actions import ToolCallAction, tool_environment
 from envharness.core.types import Action, Observation
+from envharness.harness.define_tools import tools_opening, tools_web_info
 from envharness.harness.env_harness import EnvHarness, ScriptedPolicy, TaskList
 from envharness.harness.prompt_style import Message, PromptStyle
 from envharness.harness.session import ClientSessionFactory
@@ -73,18 +77,34 @@ def observation_as_text(observation: Any) -> str:
     return "\n".join(f"{k}: {v}" for k, v in fields.items())
 
 
-def reply_parser(tool: Tool) -> Callable[[str], ToolCall | list[ToolCall] | None]:
-    """A model's plain reply as a call of `tool`: a JSON tool call when it wrote one, else the
-    reply as the tool's one required argument (an integer argument takes the first integer)."""
-    properties = tool["inputSchema"]["properties"]
-    required = tool["inputSchema"].get("required", [])
+def action_tools(action_type: type[Action]) -> list[Tool]:
+    """The tools an action type offers: each of a `ToolCallAction`'s, else the one it is."""
+    if issubclass(action_type, ToolCallAction):
+        return action_type.tool_specs()
+    return [action_tool(action_type)]
+
+
+def action_builder(action_type: type[Action]) -> Callable[[str, dict[str, Any]], Action]:
+    """(tool name, arguments) -> the wire action that calls it."""
+    if issubclass(action_type, ToolCallAction):
+        return lambda name, arguments: action_type(tool_name=name, arguments=arguments)
+    return lambda name, arguments: action_type(**arguments)
+
+
+def reply_parser(tools: Tool | Sequence[Tool]) -> Callable[[str], ToolCall | list[ToolCall] | None]:
+    """A model's plain reply as tool calls: the JSON tool calls it wrote (the chat template's
+    `<tool_call>` form included), else, for an environment whose one tool takes one required
+    argument, the reply as that argument (an integer argument takes the first integer)."""
+    tools = [tools] if isinstance(tools, dict) else list(tools)
+    tool = tools[0] if len(tools) == 1 else None
+    required = tool["inputSchema"].get("required", []) if tool is not None else []
     argument = required[0] if len(required) == 1 else None
 
     def parse(text: str) -> ToolCall | list[ToolCall] | None:
         calls = parse_json_tool_calls(text)
-        if calls or argument is None:
+        if calls or argument is None or tool is None:
             return calls
-        kind = properties[argument].get("type")
+        kind = tool["inputSchema"]["properties"][argument].get("type")
         if kind in ("integer", "number"):
             found = re.search(r"-?\d+(?:\.\d+)?" if kind == "number" else r"-?\d+", text)
             if found is None:
@@ -103,7 +123,7 @@ def reply_parser(tool: Tool) -> Callable[[str], ToolCall | list[ToolCall] | None
 
 
 class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
-    """One client and one session per episode; the action type's tool becomes the action."""
+    """One client and one session per episode; a tool call becomes the action type's action."""
 
     def __init__(
         self,
@@ -123,14 +143,14 @@ class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
         super().__init__(client_factory)
         self.action_type = action_type
         #: The tools every session offers (known without a session).
-        self.tool_specs = [action_tool(action_type)]
+        self.tool_specs = action_tools(action_type)
         names = [t["name"] for t in self.tool_specs]
         unknown = [t for t in (tools or ()) if t not in names]
         if unknown:
             raise ValueError(f"unknown tool(s) {unknown}; this environment's: {', '.join(names)}")
         self.tasks, self.default_task = tuple(tasks), default_task
         self.reset_kwargs = dict(reset_kwargs or {})
-        self.prompt_builder = prompt_builder or default_opening
+        self.prompt_builder = prompt_builder or opening_for(self.tool_specs)
         self.observation_text = observation_text or observation_as_text
         self.verify = functools.partial(_verify, full_score=full_score, rule=success)
 
@@ -145,7 +165,7 @@ class ActionSessionFactory(ClientSessionFactory[StepEnvSessionAdapter]):
             seed=seed,
             episode_id=episode_id,
             tool_specs=self.tool_specs,
-            action_builder=lambda name, arguments: self.action_type(**arguments),
+            action_builder=action_builder(self.action_type),
             initial_messages_builder=lambda result, task: self.prompt_builder(
                 result.observation, task, names
             ),
@@ -186,6 +206,13 @@ def default_opening(observation: Any, task: Any, tool_names: list[str]) -> list[
     ]
 
 
+def opening_for(tools: Sequence[Tool]) -> Callable[[Any, Any, list[str]], list[Message]]:
+    """The default opening: one tool's, or the tools with their arguments and the call's form."""
+    if len(tools) == 1:
+        return default_opening
+    return functools.partial(tools_opening, tools=tuple(tools), text=observation_as_text)
+
+
 @dataclass(frozen=True)
 class _TaskCheck:
     tasks: tuple[str, ...]
@@ -199,6 +226,7 @@ class _TaskCheck:
 def define_environment(
     environment: type[Any],
     *,
+    tools: Sequence[str | Callable[..., Any]] | None = None,
     tasks: Iterable[str] | None = None,
     default_tasks: Sequence[str] | None = None,
     splits: dict[str, Sequence[str]] | None = None,
@@ -210,33 +238,40 @@ def define_environment(
     reward_range: tuple[float, float] = (0.0, FULL_SCORE),
     success: SuccessRule | None = None,
 ) -> EnvSpec:
-    """The `EnvSpec` of an `Environment` subclass (its `action_type` and `observation_type`
-    set). `tasks`: the names its `reset(task=...)` takes (None: it takes no task, and plays
-    one named after it). `opening` / `observation_text`: how the first observation and each
-    later one read (default: the observation's text). `reward_range`: every reward lies in it
-    (`check` verifies), its top is the task's full score. `success(reward, final_observation)`:
-    what a success is (default: the full score); a positive reward short of it is partial
-    credit. Serve it as ``module:ATTRIBUTE``."""
+    """The `EnvSpec` of an `Environment` subclass: its `observation_type` set, and either an
+    `action_type` and `step` (one tool), or `tools`: the names of its typed methods (or functions
+    taking the environment first), one tool each (`core/tool_actions.py`). `tasks`: the names
+    its `reset(task=...)` takes (None: it takes no task, and plays one named after it).
+    `opening` / `observation_text`: how the first observation and each later one read (default:
+    the observation's text). `tool_call_parser`: a reply's text -> `ToolCall`(s) or None.
+    `reward_range`: every reward lies in it (`check` verifies), its top is the task's full
+    score. `success(reward, final_observation)`: what a success is (default: the full score);
+    a positive reward short of it is partial credit. Serve it as ``module:ATTRIBUTE``."""
     low, high = reward_range
     if not low < high:
         raise ValueError(
             f"reward_range must be (lowest, full score) with lowest < full score, not {reward_range}"
         )
-    action_type, observation_type = environment.action_type, environment.observation_type
+    if tool_call_parser is not None and not callable(tool_call_parser):
+        raise TypeError(
+            "tool_call_parser must be a function: reply text -> ToolCall, a list of them, or None"
+        )
+    served = _served(environment, tools)
+    specs = action_tools(served.action_type)
     task_names = tuple(tasks) if tasks is not None else ()
     playable = task_names or (_snake(environment.__name__.removesuffix("Environment")) or "episode",)
     defaults = tuple(default_tasks or playable[:1])
-    tool = action_tool(action_type)
     client = type(
         f"Async{environment.__name__.removesuffix('Environment')}Env",
         (AsyncEnvClient,),
-        {"observation_type": observation_type, "__module__": environment.__module__},
+        {"observation_type": served.observation_type, "__module__": environment.__module__},
     )
+    opening = opening or opening_for(specs)
     styles = {
         "default": PromptStyle(
             "default",
             "the observation's text, then each step's",
-            opening=opening or default_opening,
+            opening=opening,
             observation_text=observation_text,
         )
     }
@@ -244,7 +279,7 @@ def define_environment(
         env="",
         session_factory=functools.partial(
             ActionSessionFactory,
-            action_type=action_type,
+            action_type=served.action_type,
             tasks=task_names,
             default_task=defaults[0] if task_names else None,
             prompt_builder=opening,
@@ -252,7 +287,7 @@ def define_environment(
             full_score=float(high),
             success=success,
         ),
-        tool_call_parser=tool_call_parser or reply_parser(tool),
+        tool_call_parser=tool_call_parser or reply_parser(specs),
         task_list=lambda: TaskList(
             tasks=playable, splits={"default": defaults, **{k: tuple(v) for k, v in (splits or {}).items()}}
         ),
@@ -264,15 +299,38 @@ def define_environment(
     )
     return EnvSpec(
         name="",
-        environment=environment,
+        environment=served,
         client=client,
         harness=harness,
+        web_info=functools.partial(tools_web_info, tuple(specs), defaults[0]) if tools else None,
         summary=summary or _first_line(environment),
     )
+
+
+def _served(environment: type[Any], tools: Sequence[Any] | None) -> type[Environment]:
+    """The class the server runs: the environment itself, or with `tools`, its tool-calling form."""
+    if not (isinstance(environment, type) and issubclass(environment, Environment)):
+        raise TypeError(f"define_environment takes an Environment subclass, not {environment!r}")
+    if tools is not None:
+        return tool_environment(environment, tools)
+    if environment.action_type is Action:
+        raise ValueError(
+            f"{environment.__name__} has no action_type: set one (and step), or name its tool methods "
+            "with tools=[...]"
+        )
+    return environment
 
 
 def _first_line(obj: Any) -> str:
     return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
 
 
-__all__ = ["ActionSessionFactory", "action_tool", "define_environment", "observation_as_text", "reply_parser"]
+__all__ = [
+    "ActionSessionFactory",
+    "action_builder",
+    "action_tool",
+    "action_tools",
+    "define_environment",
+    "observation_as_text",
+    "reply_parser",
+]

@@ -140,7 +140,9 @@ class StepEnvSessionAdapter(ResourceSession):
     def _require_sync(self) -> None:
         if self._is_async:
             raise TypeError(
-                "this session wraps an async client; use the *_async methods (the harness runtime does)"
+                "this session wraps an async client: call its *_async methods (the harness runtime does), "
+                "or make its sessions with a sync client (an environment's SPEC.sync_client; "
+                "envharness.core.client.sync_client_class(AsyncClient))"
             )
 
     def _observed(self, result: Any) -> Any:

@@ -79,9 +79,18 @@ def parse_json_tool_calls(text: str) -> list[ToolCall]:
 
 
 def normalize_parsed(value: ToolCall | list[ToolCall] | None) -> list[ToolCall]:
-    """A parser's result as a list (parsers may return one call, a list, or None)."""
+    """A parser's result as a list (parsers may return one call, a list, or None); anything
+    else is refused in words, at the first reply it reads."""
     if value is None:
         return []
     if isinstance(value, ToolCall):
         return [value]
-    return list(value)
+    calls = list(value) if isinstance(value, list | tuple) else [value]
+    wrong = next((c for c in calls if not isinstance(c, ToolCall)), None)
+    if wrong is not None:
+        raise TypeError(
+            f"the tool_call_parser returned {type(wrong).__name__} ({wrong!r:.80}); it must return a "
+            "ToolCall, a list of ToolCall, or None: from envharness import ToolCall; "
+            "ToolCall(id='call_0', name=TOOL, args={...})"
+        )
+    return calls

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from envharness.core.protocol import ProtocolError, serialize_observation
 from envharness.core.sessions import EnvDescription
+from envharness.core.tool_actions import ToolCallAction
 from envharness.core.types import Observation
 from envharness.mcp.handle import EnvSessionHandle
 
@@ -63,7 +64,8 @@ async def run_tool(
 
 
 class StepToolset(EnvToolset):
-    """Any environment: `reset`, `step` (the action's fields as arguments) and `state`."""
+    """Any environment: `reset`, `step` (the action's fields as arguments) and `state`; an
+    environment of several tools has each of its tools instead of `step`."""
 
     def __init__(self, description: EnvDescription) -> None:
         self.description = description
@@ -86,11 +88,7 @@ class StepToolset(EnvToolset):
                     "additionalProperties": True,
                 },
             ),
-            types.Tool(
-                name="step",
-                description=f"Take one action ({description.action_type.__name__}).",
-                inputSchema=action_schema,
-            ),
+            *action_tools(description.action_type, action_schema),
             types.Tool(
                 name="state",
                 description="The episode's state (step count, episode id, ...).",
@@ -108,10 +106,23 @@ class StepToolset(EnvToolset):
             return observation_result(await handle.reset(arguments))
         if name == "step":
             return observation_result(await handle.step(arguments))
+        if name != "state":  # one of the environment's own tools (`core/tool_actions.py`)
+            return observation_result(await handle.step({"tool_name": name, "arguments": arguments}))
         state = (await handle.state()).model_dump(mode="json")
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(state))], structuredContent=state
         )
+
+
+def action_tools(action_type: type, action_schema: dict[str, Any]) -> list[types.Tool]:
+    """`step` with the action's schema; for an environment of several tools, each of its tools."""
+    if issubclass(action_type, ToolCallAction):
+        return [types.Tool(**spec) for spec in action_type.tool_specs()]
+    return [
+        types.Tool(
+            name="step", description=f"Take one action ({action_type.__name__}).", inputSchema=action_schema
+        )
+    ]
 
 
 def observation_result(observation: Observation) -> types.CallToolResult:

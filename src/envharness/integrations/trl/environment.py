@@ -34,6 +34,7 @@ every tool result are content blocks, ``[{"type": "text", ...}, {"type": "image"
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import time
@@ -343,6 +344,7 @@ def environment_factory(
     from envharness.core.registry import env_harness
 
     harness = env_harness(env)
+    client_factory = sync_clients(env, client_factory)
     task = task or harness.default_tasks[0]
     options, make_sessions = _session_options(env, harness, style, tools, session_options)
     reward_of = None if reward == "env" else named_reward(env, reward)
@@ -363,6 +365,30 @@ def environment_factory(
         return cls(factory, task=task, env=env, opening=opening_of, seeds=seeds, reward=reward_of, log=log)
 
     return ToolEnvironmentFactory(env, make)
+
+
+def _async_advice(env: str, what: str) -> str:
+    return (
+        f"environment_factory needs a synchronous client (TRL calls the tools without an event loop), "
+        f"and {what} is async: pass functools.partial(SPEC.sync_client, base_url=...) for {env} "
+        "(SPEC: its EnvSpec, e.g. envharness.core.registry.get_spec(name))"
+    )
+
+
+def sync_clients(env: str, client_factory: Callable[[], Any]) -> Callable[[], Any]:
+    """`client_factory`, refused at once when it makes async clients (a class or a partial of
+    one), and checked on each client it makes (TRL's path cannot await)."""
+    made = client_factory.func if isinstance(client_factory, functools.partial) else client_factory
+    if inspect.isclass(made) and inspect.iscoroutinefunction(getattr(made, "reset", None)):
+        raise TypeError(_async_advice(env, made.__name__))
+
+    def make() -> Any:
+        client = client_factory()
+        if inspect.iscoroutinefunction(getattr(client, "reset", None)):
+            raise TypeError(_async_advice(env, type(client).__name__))
+        return client
+
+    return make
 
 
 def _session_options(
