@@ -3,13 +3,17 @@ same way as by one process, one decision where ranks could disagree, every file 
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -236,6 +240,49 @@ def test_a_rank_that_dies_stops_the_run_in_words_and_leaves_nothing_running(tmp_
     assert not group_left(process.pid)
 
 
+def listening(pid: int) -> set[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket of process `pid` and its descendants, read
+    from the sockets themselves (psutil), never by connecting."""
+    try:
+        tree = [psutil.Process(pid)]
+        tree += tree[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    found = set()
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            for sock in process.net_connections(kind="tcp"):
+                if sock.status == psutil.CONN_LISTEN:
+                    found.add((process.pid, sock.laddr.ip, sock.laddr.port))
+    return found
+
+
+def run_watching_sockets(command: list[str], env: dict) -> tuple[subprocess.CompletedProcess, set]:
+    """`command` run to its end, and (pid, address, port) of the sockets its process tree listened on
+    meanwhile (pid 0 stands for the command's own process)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)  # fmt: skip
+    seen: set[tuple[int, str, int]] = set()
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.wait(0.2):
+            seen.update(
+                (0 if pid == process.pid else pid, ip, port) for pid, ip, port in listening(process.pid)
+            )
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        stdout, stderr = process.communicate(timeout=500)
+    finally:
+        finished.set()
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+    watcher.join(timeout=60)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), seen
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "run, made",
@@ -254,9 +301,15 @@ def test_lora_mix_and_a_server_opponent_train_on_two_processes(tmp_path, run, ma
     train = [sys.executable, "-m", "envharness.cli", "train", "--model", "tiny", "--processes", "2", "--threads", "1",
              "--steps", "1", "--out", str(out), *run]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    done = subprocess.run(train, capture_output=True, text=True, timeout=500, env=env)
+    done, sockets = run_watching_sockets(train, env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("trained 1 steps") == 1
+    # the rendezvous (the launcher's stores), the ranks' gloo pairs and the environment servers
+    # all listen on loopback: nothing of the run is reachable from another machine
+    assert len([ip for pid, ip, _ in sockets if pid == 0]) >= 2, (
+        sockets
+    )  # the launcher's two stores were seen
+    assert not [ip for _, ip, _ in sockets if not ipaddress.ip_address(ip).is_loopback], sockets
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]  # each episode once
     assert len((out / "train_log.jsonl").read_text().splitlines()) == 2  # step 1, then the summary

@@ -22,6 +22,7 @@ from typing import Any
 
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.types import HarnessRolloutResult
+from envharness.integrations.trl import rendezvous
 
 
 def world_size() -> int:
@@ -204,7 +205,7 @@ def flushing_records(rollout: Any, records: RankedRecords) -> Any:
 
 def launch(argv: list[str], processes: int, device: str | None) -> int:
     """`envharness <argv>` again as `processes` ranks through torch.distributed.run's agent, run
-    in this process (one machine, its own rendezvous); returns 0, or 1 once a rank failed. The
+    in this process (one machine, its own rendezvous on loopback); returns 0, or 1 once a rank failed. The
     agent stops every rank when one fails; this says which one did, in a line instead of the
     launcher's traceback."""
     import torch
@@ -215,8 +216,10 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
         gpus = torch.cuda.device_count()
         if processes > gpus:
             raise ValueError(f"--processes {processes}: this machine has {gpus} GPU(s), one process per GPU")
+    rendezvous.register()
+    os.environ.update(rendezvous.loopback_sockets_env())  # the ranks inherit the agent's environment
     try:
-        run(parse_args(["--standalone", f"--nproc-per-node={processes}", "-m", "envharness.cli", *argv]))
+        run(parse_args([*rendezvous.launcher_args(processes), "-m", "envharness.cli", *argv]))
     except ChildFailedError as exc:
         failed, failure = exc.get_first_failure()
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
