@@ -14,7 +14,7 @@ import pytest
 from envharness.envs.browsergym.engine import CHROMIUM_ARGS, DEFAULT_CHROMIUM
 from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.models import BrowserGymAction
-from envharness.envs.browsergym.urls import InvalidURL, parse_url
+from envharness.envs.browsergym.urls import InvalidURL, parse_url, resolve_url
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TASK_URL = "http://miniwob.local/miniwob/click-test.html"
@@ -57,6 +57,32 @@ SPELLINGS = {
     "http://0x/": "0.0.0.0",
 }
 
+#: A redirect's Location (or a link) against an http page -> the host Chromium goes to, where
+#: `urljoin` keeps the page's host for the first six.
+BASE = "http://127.0.0.1:8000/dir/page?q"
+RELATIVE = {
+    "/\\localhost:1/": "localhost",  # any two of / and \ start a new authority
+    "\\\\localhost:1/": "localhost",
+    "\\/localhost:1/": "localhost",
+    "http:\\\\localhost:1/": "localhost",  # the base's scheme: relative to it, then the same
+    "/\t/localhost:1/": "localhost",  # tabs and newlines removed first
+    "https:localhost:1/x": "localhost",  # another special scheme: its host, any slashes
+    "http:path": "127.0.0.1",
+    "/\\": None,  # an empty host
+    "\\path": "127.0.0.1",  # one is a path
+    "path\\x?a\\b": "127.0.0.1",
+    "//miniwob.local/x": "miniwob.local",
+    " /x ": "127.0.0.1",
+    "?z": "127.0.0.1",
+}
+
+
+def resolved_host(reference: str) -> str | None:
+    try:
+        return parse_url(resolve_url(BASE, reference)).host.split(":")[0]
+    except InvalidURL:
+        return None
+
 
 def parsed_host(url: str) -> str | None:
     try:
@@ -82,19 +108,33 @@ async def test_the_parser_and_chromium_agree():
         read = "u => { try { return new URL(u).host.replace(/:\\d+$/, '') } catch (e) { return null } }"
         for url, host in SPELLINGS.items():
             assert await page.evaluate(read, url) == host, url  # the table is Chromium's reading
+        resolve = "([u, b]) => { try { return new URL(u, b).hostname } catch (e) { return null } }"
+        for reference, host in RELATIVE.items():
+            assert await page.evaluate(resolve, [reference, BASE]) == host, reference
         await browser.close()
+
+
+async def test_references_resolve_as_the_standard_says():
+    for reference, host in RELATIVE.items():
+        assert resolved_host(reference) == host, reference
+    assert resolve_url(BASE, "path\\x?a\\b") == "http://127.0.0.1:8000/dir/path/x?a\\b"
 
 
 def A(text: str) -> BrowserGymAction:
     return BrowserGymAction(action_str=text)
 
 
+#: Where the allowed host's page redirects: a blocked host, spelled as Chromium reads it.
+REDIRECTS = ["http://localhost:1/", "/\\localhost:1/", "\\\\localhost:1/", "http:\\\\localhost:1/",
+             "/\t/localhost:1/", "https:localhost:1/"]  # fmt: skip
+
+
 class _Redirect(http.server.BaseHTTPRequestHandler):
-    """An allowed host whose page redirects to a blocked one (the browser's own check stops it)."""
+    """An allowed host whose page `/redirect/N` redirects to `REDIRECTS[N]` (a blocked host)."""
 
     def do_GET(self):  # noqa: N802
         self.send_response(302)
-        self.send_header("Location", "http://localhost:1/")
+        self.send_header("Location", REDIRECTS[int(self.path.rsplit("/", 1)[-1] or 0)])
         self.end_headers()
 
     def log_message(self, *args):
@@ -129,9 +169,8 @@ async def test_a_redirect_to_a_blocked_host_keeps_the_page_and_the_episode():
     env = factory()
     try:
         port = server.server_port
-        await blocked_steps_keep_the_page(
-            env, [f"http://127.0.0.1:{port}/redirect", f"http://localhost:{port}\\@127.0.0.1/"]
-        )
+        redirects = [f"http://127.0.0.1:{port}/redirect/{n}" for n in range(len(REDIRECTS))]
+        await blocked_steps_keep_the_page(env, [*redirects, f"http://localhost:{port}\\@127.0.0.1/"])
     finally:
         await env.close_async()
         await factory.aclose()

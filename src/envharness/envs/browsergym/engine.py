@@ -21,10 +21,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 from envharness.envs.browsergym.miniwob import MINIWOB_HOST, serve_miniwob_request
-from envharness.envs.browsergym.urls import InvalidURL, parse_host, parse_url
+from envharness.envs.browsergym.urls import InvalidURL, parse_host, parse_url, resolve_url
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +164,10 @@ class HostGuard:
         response = await route.fetch(max_redirects=0)
         location = response.headers.get("location")
         if 300 <= response.status < 400 and location:
-            target = urljoin(route.request.url, location)
+            try:  # the browser's rules, not urljoin's: `/\host` is another host to Chromium
+                target = resolve_url(route.request.url, location)
+            except InvalidURL:
+                target = location  # a redirect Chromium cannot follow: refused as not http(s)
             if not self.allows(target):
                 await self._block(route, target)
                 return

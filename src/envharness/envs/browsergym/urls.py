@@ -17,10 +17,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urljoin
 
 SPECIAL_SCHEMES = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21, "file": None}
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+_SLASHES = "/\\"  # both end an http(s) URL's authority and start one
 _FORBIDDEN_HOST = set("\0\t\n\r #/:<>?@[\\]^|")
 _FORBIDDEN_DOMAIN = _FORBIDDEN_HOST | {chr(c) for c in range(0x20)} | {"%", "\x7f"}
 
@@ -42,10 +43,39 @@ class ParsedURL:
         return self.host[1:-1] if self.host.startswith("[") else self.host
 
 
+def _clean(url: str) -> str:
+    """The standard's first steps: C0 controls and spaces stripped, tabs and newlines removed."""
+    text = url.strip("".join(chr(c) for c in range(0x21)))
+    return text.replace("\t", "").replace("\n", "").replace("\r", "")
+
+
+def resolve_url(base: str, reference: str) -> str:
+    """`reference` (a redirect's `Location`, a link) resolved against `base` as the standard's
+    parser does, far enough that `parse_url` of the result reads the host Chromium will go to.
+
+    `urljoin` keeps `/\\host`, `\\\\host` and `http:\\\\host` on the base's host; against an
+    http(s) base the standard reads any two of `/` and `\\` as the start of a new authority,
+    `http:path` as relative to the base and `https:host` (another special scheme) as a host."""
+    text, base_scheme = _clean(reference), parse_url(base).scheme
+    if base_scheme not in SPECIAL_SCHEMES or base_scheme == "file":
+        return urljoin(base, text)
+    match = _SCHEME.match(text)
+    if match is not None:
+        scheme = match.group(1).lower()
+        if scheme not in SPECIAL_SCHEMES or scheme == "file":
+            return text  # an absolute URL of its own kind
+        if scheme != base_scheme:
+            return f"{scheme}://{text[match.end() :].lstrip(_SLASHES)}"
+        text = text[match.end() :]  # the base's own scheme: relative to it
+    if len(text) >= 2 and text[0] in _SLASHES and text[1] in _SLASHES:
+        return f"{base_scheme}://{text.lstrip(_SLASHES)}"
+    cut = min((i for i in (text.find("?"), text.find("#")) if i >= 0), default=len(text))
+    return urljoin(base, text[:cut].replace("\\", "/") + text[cut:])  # same host: the path's backslashes
+
+
 def parse_url(url: str) -> ParsedURL:
     """Scheme, host and port of `url` as Chromium reads them; raises `InvalidURL`."""
-    text = url.strip("".join(chr(c) for c in range(0x21)))
-    text = text.replace("\t", "").replace("\n", "").replace("\r", "")
+    text = _clean(url)
     match = _SCHEME.match(text)
     if match is None:
         raise InvalidURL(f"{url[:100]!r} has no scheme")
