@@ -436,11 +436,12 @@ async def check_unknown_task(pg: Playground, plays: list[Play]) -> tuple[str, st
 # -- all of them ------------------------------------------------------------------------
 async def _guarded(report: CheckReport, name: str, run: Callable[[], Awaitable[tuple[str, str]]]) -> None:
     """One check; an exception in it (the server refused, a timeout) fails it with the reason."""
+    raised = False
     try:
         status, reason = await run()
     except Exception as exc:
-        status, reason = FAIL, f"{type(exc).__name__}: {exc}"
-    report.add(name, status, reason)
+        status, reason, raised = FAIL, f"{type(exc).__name__}: {exc}", True
+    report.add(name, status, reason, raised=raised)
 
 
 async def check_environment_async(

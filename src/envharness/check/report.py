@@ -6,6 +6,7 @@ Plain dataclasses, so a test or a CI script reads the same numbers the command p
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from statistics import mean
 from typing import Any
@@ -25,6 +26,20 @@ CHECKLIST = {
     "task_list": "task names",
     "unknown_task": "task names",
 }
+#: A failure that names a thread is an object used off the thread that made it (sqlite's
+#: connection), whichever check met it: its item is "one thread", not the check's own.
+_THREAD_WORDS = re.compile(r"\bthreads?\b", re.IGNORECASE)
+
+
+def checklist_item(name: str, reason: str, *, raised: bool = False) -> str | None:
+    """The checklist item a failed check names: "one thread" for an object used off its thread,
+    "errors" for an exception the environment raised where the check expected an answer, else
+    the check's own item."""
+    if _THREAD_WORDS.search(reason):
+        return "one thread"
+    if raised and "EXECUTION_ERROR" in reason:
+        return "errors"
+    return CHECKLIST.get(name)
 
 
 @dataclass
@@ -34,9 +49,11 @@ class CheckResult:
     name: str
     status: str
     reason: str = ""
+    #: The checklist item a failure names (`checklist_item`); None: the check's own.
+    item: str | None = None
 
     def line(self) -> str:
-        item = CHECKLIST.get(self.name) if self.status == FAIL else None
+        item = (self.item or CHECKLIST.get(self.name)) if self.status == FAIL else None
         return (
             f"{self.status}  {self.name}"
             + (f": {self.reason}" if self.reason else "")
@@ -55,8 +72,10 @@ class CheckReport:
     #: How many tasks the environment lists (more than `tasks`: only some were checked).
     listed: int = 0
 
-    def add(self, name: str, status: str, reason: str = "") -> CheckResult:
-        result = CheckResult(name, status, reason)
+    def add(self, name: str, status: str, reason: str = "", *, raised: bool = False) -> CheckResult:
+        """Note one check; `raised`: it failed by an exception (the server's error, a timeout)."""
+        item = checklist_item(name, reason, raised=raised) if status == FAIL else None
+        result = CheckResult(name, status, reason, item)
         self.results.append(result)
         return result
 

@@ -3,14 +3,15 @@
 Like Gymnasium's `Env`, it is small: `reset`, `step`, `state`, `close`. The server
 creates one instance per session. Environments that do I/O (a browser) implement the
 `*_async` methods natively; simple ones implement the sync methods and inherit async
-variants that call them. Never implement both directions by calling each other.
+variants that call them, each instance's on one thread of its own. Never implement both directions by calling each other.
 """
 
 from __future__ import annotations
 
-import asyncio
+import weakref
 from typing import Any, ClassVar, Generic, TypeVar
 
+from envharness.core.session_threads import SessionThread
 from envharness.core.types import Action, EnvironmentMetadata, Observation, State
 
 
@@ -20,6 +21,7 @@ class InvalidOptions(ValueError):
 
 
 ActT = TypeVar("ActT", bound=Action)
+_THREAD = "_envharness_session_thread"
 ObsT = TypeVar("ObsT", bound=Observation)
 
 
@@ -57,19 +59,42 @@ class Environment(Generic[ActT, ObsT]):
         """Free everything the environment holds. Safe to call twice."""
 
     # -- async API (what the server calls) --------------------------------------------
+    # The sync methods of one instance (one session) all run on one thread of their own
+    # (`core/session_threads.py`): what `reset` makes, `step`, `state` and `close` may use, a
+    # sqlite connection included. `__init__` runs where the server makes the instance (its
+    # event loop), so open thread-bound things in `reset`.
     async def reset_async(
         self, seed: int | None = None, episode_id: str | None = None, **options: Any
     ) -> ObsT:
-        return await asyncio.to_thread(self.reset, seed, episode_id, **options)
+        return await self._session_thread().run(self.reset, seed, episode_id, **options)
 
     async def step_async(self, action: ActT) -> ObsT:
-        return await asyncio.to_thread(self.step, action)
+        return await self._session_thread().run(self.step, action)
 
     async def state_async(self) -> State:
-        return self.state
+        thread = self.__dict__.get(_THREAD)
+        if thread is None:  # no sync call yet: nothing of this session lives on a thread
+            return self.state
+        return await thread.run(lambda: self.state)
 
     async def close_async(self) -> None:
-        self.close()
+        thread = self.__dict__.pop(_THREAD, None)
+        if thread is None:
+            self.close()
+            return
+        try:
+            await thread.run(self.close)
+        finally:
+            thread.release()
+
+    def _session_thread(self) -> SessionThread:
+        """This instance's thread, leased on its first sync call (given back at close, or when
+        the instance is collected unclosed)."""
+        thread = self.__dict__.get(_THREAD)
+        if thread is None:
+            thread = self.__dict__[_THREAD] = SessionThread()
+            weakref.finalize(self, thread.release)
+        return thread
 
     # -- description ------------------------------------------------------------------
     def metadata(self) -> EnvironmentMetadata:

@@ -23,7 +23,6 @@ reward in ``info["rewards"]`` (index = player id) and ``reward`` the mover's own
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import uuid
 from dataclasses import dataclass, field
@@ -318,7 +317,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         to a worker thread does. Resets, which may
         build a game (seconds for the word games' dictionaries), stay in a thread."""
         if self._table is not None and self._table.model is not None:  # a model's turn takes seconds
-            return await asyncio.to_thread(self.step, action)
+            return await super().step_async(action)  # on the session's thread, as its resets
         return self.step(action)
 
     @property
