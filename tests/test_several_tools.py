@@ -12,6 +12,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -144,28 +145,30 @@ def test_the_forms_of_a_reply_the_docs_show_are_read():
     assert GUESS.harness.tool_call_parser("I think 42").args == {"number": 42}
 
 
-def test_toolcall_is_exported_and_a_parser_returning_dicts_is_refused_in_words(tmp_path):
+def test_toolcall_is_exported_from_envharness():
     import envharness
     from envharness.harness.types import ToolCall
 
     assert envharness.ToolCall is ToolCall and "ToolCall" in envharness.__all__
 
-    from guess import GuessEnvironment, bisect
 
-    from envharness import define_environment
-
-    spec = define_environment(
-        GuessEnvironment,
-        tasks=["guess-10"],
-        scripted_policy=bisect,
-        tool_call_parser=lambda text: [{"name": "guess"}],
+def test_a_parser_returning_dicts_is_refused_in_words_at_the_first_reply(tmp_path, monkeypatch, capsys):
+    (tmp_path / "dict_parser.py").write_text(
+        "from guess import GuessEnvironment, bisect\n"
+        "from envharness import define_environment\n"
+        "SPEC = define_environment(GuessEnvironment, tasks=['guess-10'], scripted_policy=bisect,\n"
+        "    tool_call_parser=lambda text: [{'name': 'guess', 'arguments': {'number': 5}}])\n"
     )
-    from envharness.harness.tool_parsing import normalize_parsed
-
-    with pytest.raises(
-        TypeError, match=r"the tool_call_parser returned dict .*from envharness import ToolCall"
-    ):
-        normalize_parsed(spec.harness.tool_call_parser("5"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    argv = ["eval", "--env", "dict_parser:SPEC", "--model", "scripted", "--episodes", "1", "--no-progress"]
+    assert cli_main([*argv, "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    (episode,) = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert episode["error"].startswith(
+        "TypeError: the tool_call_parser returned dict ({'name': 'guess', 'arguments': {'number': 5}}); "
+        "it must return a ToolCall, a list of ToolCall, or None: from envharness import ToolCall"
+    )
+    assert episode["tool_calls"] == []  # refused at the first reply, before any call
 
 
 # -- check and the floor ----------------------------------------------------------------------
@@ -201,17 +204,17 @@ def test_eval_scripted_with_partial_credit_then_replay_says_identical(tmp_path, 
 
 
 def test_partial_credit_is_half_and_not_a_success():
-    from library import SPEC
+    from library import BOOKS, SPEC
 
-    env = SPEC.environment()
-    env.reset(seed=0, task="author-year")
-    call = env.action_type
-    asked = env._wanted
-    other = next(iter(env._half - {asked}))
-    result = env.step(call(tool_name="answer", arguments={"call_number": other}))
-    assert (result.reward, result.done) == (0.5, True)
     from envharness.harness.success import judge
 
+    env = SPEC.environment()
+    author, year = re.search(
+        r"book by (.+) first published in (\d+)", env.reset(seed=0, task="author-year").text
+    ).groups()
+    other = next(n for n, b in BOOKS.items() if b[1] == author and b[2] != int(year))
+    result = env.step(env.action_type(tool_name="answer", arguments={"call_number": other}))
+    assert (result.reward, result.done) == (0.5, True)
     assert judge(0.5, result).metrics() == {"success": False, "partial_credit": True}
 
 
@@ -323,12 +326,11 @@ def test_mcp_calls_each_tool_on_one_session():
 # -- the sync client and TRL --------------------------------------------------------------------
 def test_every_environment_has_a_sync_client_and_the_async_one_is_refused_with_the_remedy():
     from guess import SPEC as GUESS
-    from library import SPEC
 
     from envharness.core.registry import get_spec
     from envharness.integrations.trl.environment import environment_factory
 
-    assert SPEC.sync_client is SPEC.sync_client and not asyncio.iscoroutinefunction(SPEC.sync_client.reset)
+    assert GUESS.sync_client is GUESS.sync_client and not asyncio.iscoroutinefunction(GUESS.sync_client.reset)
     assert get_spec("echo").sync_client.async_client_class.__name__ == "AsyncEchoEnv"
     with LocalServer("guess:SPEC") as server, GUESS.sync_client(server.base_url) as env:
         assert "from 1 to 100" in env.reset(seed=0, task="guess-100").observation.text
