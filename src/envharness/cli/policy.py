@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="O1,O2",
         help="web page origins allowed to call the endpoint besides its own ('*': any)",
     )
+    from envharness.cli.serve import add_allow_null_origin
+
+    add_allow_null_origin(parser)
     parser.add_argument(
         "--max-calls-per-rollout",
         type=int,
@@ -107,11 +110,15 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
+    from envharness.cli.serve import checked_exposure, split_list
     from envharness.core.server import bind_socket, serve_until_stopped, uvicorn_server
     from envharness.models import load_backend
     from envharness.policy.app import create_policy_app
     from envharness.policy.endpoint import PolicyEndpoint
 
+    token = args.token or os.environ.get("ENVHARNESS_TOKEN") or None
+    if not checked_exposure(args, token, "envharness policy"):
+        return 2
     options.set_threads(args.threads)
     try:
         backend = load_backend(args.model, device=args.device, dtype=args.dtype)
@@ -120,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     sampling = {"temperature": args.temperature} if args.temperature is not None else None
     limits = PolicyLimits(
-        token=args.token or os.environ.get("ENVHARNESS_TOKEN") or None,
+        token=token,
         max_request_bytes=args.max_request_bytes,
         max_calls_per_rollout=args.max_calls_per_rollout or None,
         rollout_idle_s=args.rollout_idle_timeout or None,
@@ -135,12 +142,11 @@ def run(args: argparse.Namespace) -> int:
     )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    from envharness.cli.serve import split_list
-
     app = create_policy_app(
         endpoint,
         allowed_hosts=split_list(args.allowed_hosts),
         allowed_origins=split_list(args.allowed_origins),
+        allow_null_origin=args.allow_null_origin,
     )
     server = uvicorn_server(app)
     where = getattr(backend, "placement", None)

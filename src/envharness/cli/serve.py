@@ -49,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="O1,O2",
         help="web page origins (https://site) allowed to call the server besides its own ('*': any)",
     )
+    add_allow_null_origin(parser)
     parser.add_argument(
         "--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds"
     )
@@ -78,17 +79,42 @@ def split_list(value: str) -> list[str]:
     return [item.strip() for item in (value or "").split(",") if item.strip()]
 
 
+def add_allow_null_origin(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-null-origin",
+        action="store_true",
+        help="let --allowed-origins name 'null' (every sandboxed frame and file:// page of any site)",
+    )
+
+
+def checked_exposure(args: argparse.Namespace, token: str | None, prog: str) -> bool:
+    """Say at start what `--allowed-hosts` / `--allowed-origins` open to the web pages the user
+    visits; False, said in words, when they name the origin `null` without `--allow-null-origin`."""
+    from envharness.core.guards import checked_origins, exposure_warnings
+
+    try:
+        origins = checked_origins(split_list(args.allowed_origins), allow_null=args.allow_null_origin)
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return False
+    for warning in exposure_warnings(split_list(args.allowed_hosts), origins, token):
+        print(f"{prog}: warning: {warning}", file=sys.stderr, flush=True)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from envharness.core.registry import make_factory
     from envharness.core.server import bind_socket, create_app, serve_until_stopped, uvicorn_server
 
+    token = args.token or os.environ.get("ENVHARNESS_TOKEN") or None
+    if not checked_exposure(args, token, "envharness serve"):
+        return 2
     try:
         options = collect_options(args.option, dict(os.environ))
         factory = make_factory(args.name, **options)
     except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
         print(f"envharness serve: {exc}", file=sys.stderr)
         return 2
-    token = args.token or os.environ.get("ENVHARNESS_TOKEN") or None
     app = create_app(
         factory,
         name=args.name,
@@ -99,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         web=getattr(args, "web", False),
         allowed_hosts=split_list(args.allowed_hosts),
         allowed_origins=split_list(args.allowed_origins),
+        allow_null_origin=args.allow_null_origin,
     )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host

@@ -113,9 +113,54 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: Every answer may be shown only in a frame of the server's own pages: another site cannot
+#: frame `/web` and have the user click in it (clickjacking). CSP for today's browsers,
+#: X-Frame-Options for older ones.
+NO_FOREIGN_FRAMES = (
+    (b"content-security-policy", b"frame-ancestors 'self'"),
+    (b"x-frame-options", b"SAMEORIGIN"),
+)
+NULL_ORIGIN = "null"
+
+
+def checked_origins(allowed_origins: Iterable[str], *, allow_null: bool = False) -> list[str]:
+    """`allowed_origins` as given; `null` refused in words unless `allow_null`: it is the
+    Origin of every sandboxed frame and `file://` page, whatever site put it there."""
+    origins = [o.strip() for o in allowed_origins]
+    if not allow_null and any(o.lower() == NULL_ORIGIN for o in origins):
+        raise ValueError(
+            "--allowed-origins null would let every sandboxed frame and file:// page of any site call "
+            "this server (their Origin is 'null'); give real origins (https://site), or add "
+            "--allow-null-origin if you mean it"
+        )
+    return origins
+
+
+def exposure_warnings(
+    allowed_hosts: Iterable[str], allowed_origins: Iterable[str], token: str | None
+) -> list[str]:
+    """What the operator opened to the web pages the user visits, said at start."""
+    hosts, origins = set(allowed_hosts), {o.lower() for o in allowed_origins}
+    warnings = []
+    if "*" in hosts and token is None:
+        warnings.append(
+            "--allowed-hosts '*' without a token: any web page you visit can reach this server through a "
+            "name of its own that resolves to it (DNS rebinding); give --token, or name the hosts"
+        )
+    if "*" in origins and token is None:
+        warnings.append(
+            "--allowed-origins '*' without a token: any web page you visit can drive this server; give "
+            "--token, or name the origins"
+        )
+    if NULL_ORIGIN in origins:
+        warnings.append("--allowed-origins null: every sandboxed frame and file:// page may call this server")
+    return warnings
+
+
 class HostOriginGuard:
     """Serve only requests whose `Host` is loopback or the address the connection came in on
-    (or in `allowed_hosts`), and whose `Origin`, when sent, is this server (or in `allowed_origins`)."""
+    (or in `allowed_hosts`), and whose `Origin`, when sent, is this server (or in `allowed_origins`);
+    and let no other site frame what it answers (`NO_FOREIGN_FRAMES`)."""
 
     def __init__(
         self,
@@ -136,6 +181,9 @@ class HostOriginGuard:
             if reason is not None:
                 await _refuse(scope, receive, send, self.refusals, Refusal(403, "forbidden", reason))
                 return
+        if scope["type"] == "http":
+            await self.app(scope, receive, _framed_by_own_pages_only(send))
+            return
         await self.app(scope, receive, send)
 
     def refused(self, scope: Scope) -> str | None:
@@ -166,6 +214,17 @@ class HostOriginGuard:
             f"Origin {origin!r} may not call this server: a page of another site cannot drive it "
             "(start it with --allowed-origins to allow one)"
         )
+
+
+def _framed_by_own_pages_only(send: Send) -> Send:
+    async def framed(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            names = {name.lower() for name, _ in message.get("headers", [])}
+            extra = [(name, value) for name, value in NO_FOREIGN_FRAMES if name not in names]
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return framed
 
 
 # -- the token, by route -----------------------------------------------------------------------

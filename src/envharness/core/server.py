@@ -25,7 +25,15 @@ from fastapi.routing import APIRoute, APIWebSocketRoute
 from pydantic import BaseModel, ValidationError
 from starlette.middleware import Middleware
 
-from envharness.core.guards import Access, BodyLimit, HostOriginGuard, Refusal, Refusals, TokenGuard
+from envharness.core.guards import (
+    Access,
+    BodyLimit,
+    HostOriginGuard,
+    Refusal,
+    Refusals,
+    TokenGuard,
+    checked_origins,
+)
 from envharness.core.mounts import AppMount, resolve_mounts
 from envharness.core.protocol import (
     HTTP_STATUS,
@@ -62,6 +70,7 @@ def create_app(
     mounts: Sequence[AppMount] = (),
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
+    allow_null_origin: bool = False,
 ) -> FastAPI:
     """A FastAPI app serving `env_factory()` environments over OpenEnv's wire.
 
@@ -69,11 +78,12 @@ def create_app(
     WebSocket and the /web page may pass `?token=` instead: browsers cannot send headers there).
     Only loopback names and the server's own address are served, and only pages of its own
     origin; `allowed_hosts` / `allowed_origins` widen that (`core/guards.py`,
-    docs/security.md). `idle_timeout_s=None` disables the
+    docs/security.md; the origin `null` is refused unless `allow_null_origin`). `idle_timeout_s=None` disables the
     idle timeout. Messages over `max_message_bytes` get MESSAGE_TOO_LARGE. `mcp`: serve the
     environment's tools at `/mcp` (when the `mcp` SDK is installed); `web`: the page at `/web`.
     `mounts`: more features to add (`core/mounts.py`); the core knows none of them by import.
     """
+    allowed_origins = checked_origins(allowed_origins, allow_null=allow_null_origin)
     manager = SessionManager(env_factory, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
     env_name = name or getattr(env_factory, "__name__", type(env_factory).__name__)
     docs = {} if token is None else {"docs_url": None, "redoc_url": None, "openapi_url": None}

@@ -24,7 +24,15 @@ from fastapi.responses import JSONResponse, Response
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 
-from envharness.core.guards import Access, BodyLimit, HostOriginGuard, Refusal, Refusals, TokenGuard
+from envharness.core.guards import (
+    Access,
+    BodyLimit,
+    HostOriginGuard,
+    Refusal,
+    Refusals,
+    TokenGuard,
+    checked_origins,
+)
 from envharness.policy import errors
 from envharness.policy.endpoint import PolicyEndpoint
 from envharness.policy.limits import bearer, is_token
@@ -223,10 +231,16 @@ async def _reap_idle(endpoint: PolicyEndpoint) -> None:
 
 
 def create_policy_app(
-    endpoint: PolicyEndpoint, *, allowed_hosts: Iterable[str] = (), allowed_origins: Iterable[str] = ()
+    endpoint: PolicyEndpoint,
+    *,
+    allowed_hosts: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
+    allow_null_origin: bool = False,
 ) -> FastAPI:
     """A FastAPI app serving `endpoint` (run it with `core.launchers.LocalServer` or uvicorn).
-    `allowed_hosts` / `allowed_origins` widen who may call it beyond loopback (`core/guards.py`)."""
+    `allowed_hosts` / `allowed_origins` widen who may call it beyond loopback (`core/guards.py`;
+    the origin `null` is refused unless `allow_null_origin`)."""
+    allowed_origins = checked_origins(allowed_origins, allow_null=allow_null_origin)
     refusals = Refusals(_refusal)
     app = FastAPI(
         title="envharness policy endpoint",
