@@ -389,3 +389,39 @@ def test_trl_environment_factory_as_the_docs_write_it_trains_a_step_and_replays(
     assert len(records) == 3 and {r.task for r in records} == {"author-year"}
     report = replay_run(tmp_path / "run")
     assert report.identical == len(report.episodes) == 3
+
+
+def test_the_web_page_lists_each_tool_and_plays_one_in_chromium():
+    from playwright.async_api import async_playwright
+
+    from envharness.envs.browsergym.engine import CHROMIUM_ARGS, DEFAULT_CHROMIUM
+
+    async def play(url: str) -> None:
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=DEFAULT_CHROMIUM, args=list(CHROMIUM_ARGS))
+            page = await browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(f"{url}/web")
+            await page.wait_for_selector("#conn.live")
+            assert await page.locator("#actions code").all_text_contents() == [
+                "search(query: string)",
+                "open(call_number: string)",
+                "answer(call_number: string)",
+            ]
+            await page.select_option("#task", "oldest-on-subject")
+            await page.click("#reset")
+            await page.wait_for_function(
+                "document.getElementById('axtree').textContent.includes('oldest book')"
+            )
+            await page.locator("#actions .ex").nth(1).click()  # the open tool's example fills the box
+            example = await page.input_value("#action")
+            await page.fill("#action", example.replace("...", "DM-401"))
+            await page.press("#action", "Enter")
+            await page.wait_for_function("document.getElementById('step-count').textContent === '1'")
+            assert "Bread of the Nine Cities by Lena Brask, 1970" in await page.text_content("#axtree")
+            assert await page.text_content("#error") == "" and not errors, errors
+            await browser.close()
+
+    with LocalServer(ENV, web=True) as server:
+        asyncio.run(play(server.base_url))

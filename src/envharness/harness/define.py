@@ -302,7 +302,7 @@ def define_environment(
         environment=served,
         client=client,
         harness=harness,
-        web_info=functools.partial(tools_web_info, tuple(specs), defaults[0]) if tools else None,
+        web_info=functools.partial(tools_web_info, tuple(specs), playable, defaults[0]) if tools else None,
         summary=summary or _first_line(environment),
     )
 

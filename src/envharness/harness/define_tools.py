@@ -55,9 +55,11 @@ def tools_opening(
     ]
 
 
-def tools_web_info(tools: Sequence[Tool], default_task: str) -> dict[str, Any]:
-    """`/web`'s list of actions: each tool, typed as the JSON action the WebSocket carries."""
+def tools_web_info(tools: Sequence[Tool], tasks: Sequence[str], default_task: str) -> dict[str, Any]:
+    """`/web`'s task picker and list of actions: each tool, typed as the JSON action the
+    WebSocket carries."""
     return {
+        "tasks": list(tasks),
         "default_task": default_task,
         "actions": [
             {
