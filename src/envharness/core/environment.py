@@ -79,8 +79,10 @@ class Environment(Generic[ActT, ObsT]):
 
     async def close_async(self) -> None:
         thread = self.__dict__.pop(_THREAD, None)
-        if thread is None:
+        if thread is None or type(self).close is Environment.close:  # (nothing to close: no hop)
             self.close()
+            if thread is not None:
+                thread.release()
             return
         try:
             await thread.run(self.close)

@@ -11,15 +11,18 @@ and closes.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from mcp import types
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 
 from envharness.core.sessions import SessionManager
 from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.outcomes import RolloutOutcomes, rollout_tag
-from envharness.mcp.toolset import EnvToolset, run_tool, toolset_for
+from envharness.mcp.toolset import TASKS_URI, EnvToolset, run_tool, toolset_for
 
 INSTRUCTIONS = (
     "Each MCP session owns one environment session. Call `reset` first (the browser: task and seed), "
@@ -37,8 +40,34 @@ class ToolsetProvider:
 
     async def get(self) -> EnvToolset:
         if self._toolset is None:
-            self._toolset = toolset_for(await self.manager.describe(), self.env)
+            self._toolset = toolset_for(await self.manager.describe(), self.env, self.tasks())
         return self._toolset
+
+    def _listing(self) -> Any:
+        """What the server's Task API lists, else the tasks the environment's registered harness
+        lists (`define_environment(tasks=...)`); None when neither lists any."""
+        if self.manager.task_listing is not None:
+            return self.manager.task_listing()
+        from envharness.core.registry import get_spec
+
+        try:
+            harness = get_spec(self.env).load("harness") if self.env else None
+        except (KeyError, ImportError, AttributeError):
+            return None
+        task_list = getattr(harness, "task_list", None)
+        return task_list() if callable(task_list) else None
+
+    def tasks(self) -> list[str] | None:
+        """The task names `reset(task=...)` takes (None: the environment lists none)."""
+        listing = self._listing()
+        return list(listing.tasks) if listing is not None and listing.tasks else None
+
+    def task_listing(self) -> dict[str, Any] | None:
+        """The tasks and splits, as the `envharness://tasks` resource gives them."""
+        listing = self._listing()
+        if listing is None or not listing.tasks:
+            return None
+        return {"env": self.env, "tasks": list(listing.tasks), "splits": dict(listing.splits)}
 
 
 def build_server(
@@ -64,6 +93,28 @@ def build_server(
     server: Server = Server(
         f"envharness-{name}", version=__version__, instructions=INSTRUCTIONS, lifespan=per_session
     )
+
+    @server.list_resources()
+    async def list_resources() -> list[types.Resource]:
+        if provider.tasks() is None:
+            return []
+        return [
+            types.Resource(
+                uri=TASKS_URI,
+                name="tasks",
+                description="The tasks `reset(task=...)` takes, and their splits (JSON).",
+                mimeType="application/json",
+            )
+        ]
+
+    @server.read_resource()
+    async def read_resource(uri: Any) -> list[ReadResourceContents]:
+        listing = provider.task_listing() if str(uri) == TASKS_URI else None
+        if listing is None:
+            raise ValueError(
+                f"no resource {uri}; this server has: {TASKS_URI if provider.tasks() else 'none'}"
+            )
+        return [ReadResourceContents(content=json.dumps(listing), mime_type="application/json")]
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:

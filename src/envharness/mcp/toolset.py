@@ -63,31 +63,44 @@ async def run_tool(
         return error_result(f"{name} failed: {type(exc).__name__}: {exc}")
 
 
+#: The MCP resource that lists the environment's tasks (`mcp/server.py`).
+TASKS_URI = "envharness://tasks"
+#: Up to this many tasks are listed in `reset`'s schema as an enum; more, in the resource only.
+MAX_TASK_ENUM = 200
+
+
+def reset_tool(tasks: list[str] | None) -> types.Tool:
+    """The generic `reset`: `task` (the environment's tasks, when it lists them), `seed`,
+    `episode_id`, and any other reset option of the environment."""
+    properties: dict[str, Any] = {}
+    if tasks:
+        task: dict[str, Any] = {
+            "type": "string",
+            "description": f"which task to play ({len(tasks)}; the resource {TASKS_URI} lists them)",
+        }
+        if len(tasks) <= MAX_TASK_ENUM:
+            task["enum"] = list(tasks)
+        properties["task"] = task
+    properties["seed"] = {"type": "integer", "minimum": 0, "description": "same seed, same episode"}
+    properties["episode_id"] = {"type": "string"}
+    return types.Tool(
+        name="reset",
+        description="Start a new episode; extra arguments are environment reset options.",
+        inputSchema={"type": "object", "properties": properties, "additionalProperties": True},
+    )
+
+
 class StepToolset(EnvToolset):
     """Any environment: `reset`, `step` (the action's fields as arguments) and `state`; an
-    environment of several tools has each of its tools instead of `step`."""
+    environment of several tools has each of its tools instead of `step`. `tasks`: the names
+    the server's Task API lists, offered in `reset`'s schema."""
 
-    def __init__(self, description: EnvDescription) -> None:
+    def __init__(self, description: EnvDescription, tasks: list[str] | None = None) -> None:
         self.description = description
         action_schema = description.action_type.model_json_schema()
         action_schema.pop("title", None)
         self._tools = [
-            types.Tool(
-                name="reset",
-                description="Start a new episode; extra arguments are environment reset options.",
-                inputSchema={
-                    "type": "object",
-                    "properties": {
-                        "seed": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "description": "fix the episode's randomness",
-                        },
-                        "episode_id": {"type": "string"},
-                    },
-                    "additionalProperties": True,
-                },
-            ),
+            reset_tool(tasks),
             *action_tools(description.action_type, action_schema),
             types.Tool(
                 name="state",
@@ -104,10 +117,14 @@ class StepToolset(EnvToolset):
     ) -> types.CallToolResult:
         if name == "reset":
             return observation_result(await handle.reset(arguments))
-        if name == "step":
-            return observation_result(await handle.step(arguments))
-        if name != "state":  # one of the environment's own tools (`core/tool_actions.py`)
-            return observation_result(await handle.step({"tool_name": name, "arguments": arguments}))
+        if name != "state":  # `step`, or one of the environment's own tools (`core/tool_actions.py`)
+            action = arguments if name == "step" else {"tool_name": name, "arguments": arguments}
+            try:
+                return observation_result(await handle.step(action))
+            except ProtocolError as exc:
+                if not exc.extra.get("invalid_action"):
+                    raise
+                return refused_result(exc.message, (await handle.state()).step_count)
         state = (await handle.state()).model_dump(mode="json")
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(state))], structuredContent=state
@@ -133,7 +150,19 @@ def observation_result(observation: Observation) -> types.CallToolResult:
     )
 
 
-def toolset_for(description: EnvDescription, env: str | None = None) -> EnvToolset:
+def refused_result(message: str, step: int) -> types.CallToolResult:
+    """A step the environment refused (`InvalidAction`): not an MCP error, since the step counted
+    and the episode goes on; the reason is `last_action_error`, as the browser's tools report it."""
+    payload = {"observation": None, "reward": None, "done": False, "last_action_error": message, "step": step}
+    text = f"Refused: {message}\n(the step counted: step {step}; the episode goes on)"
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structuredContent=payload
+    )
+
+
+def toolset_for(
+    description: EnvDescription, env: str | None = None, tasks: list[str] | None = None
+) -> EnvToolset:
     """The environment's own tools (`EnvSpec.mcp_toolset` of `env`); the generic ones otherwise."""
     if env:
         from envharness.core.registry import get_spec
@@ -144,4 +173,4 @@ def toolset_for(description: EnvDescription, env: str | None = None) -> EnvTools
             make = None
         if make is not None:
             return make(description)
-    return StepToolset(description)
+    return StepToolset(description, tasks)
