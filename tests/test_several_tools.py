@@ -104,8 +104,13 @@ def test_hints_annotated_fields_defaults_and_what_is_refused():
         def state(self):
             return None
 
-    spec = define_environment(Lab, tools=["convert"])
-    (tool,) = spec.harness.session_factory(lambda: None).tool_specs
+    async def measure(env: Lab, length: int) -> Obs:
+        """Measure a length (an async function taking the environment first)."""
+        return Obs(text=f"{length} m", reward=1.0, done=True)
+
+    spec = define_environment(Lab, tools=["convert", measure])
+    tool, measured = spec.harness.session_factory(lambda: None).tool_specs
+    assert measured["name"] == "measure" and measured["description"].startswith("Measure a length")
     assert tool["inputSchema"]["properties"] == {
         "value": {"type": "number"},
         "unit": {"type": "string", "description": "a unit, e.g. km"},
@@ -115,6 +120,10 @@ def test_hints_annotated_fields_defaults_and_what_is_refused():
     served = spec.environment()
     result = served.step(served.action_type(tool_name="convert", arguments={"value": 3, "unit": "km"}))
     assert result.text == "3.0 km False"  # a string result is the observation's one text field
+    awaited = asyncio.run(
+        served.step_async(served.action_type(tool_name="measure", arguments={"length": "7"}))
+    )
+    assert (awaited.text, awaited.reward, awaited.done) == ("7 m", 1.0, True)  # "7": pydantic's lax int
 
     def untyped(env, value):
         return "x"

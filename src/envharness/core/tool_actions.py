@@ -94,6 +94,14 @@ def _untitled(schema: Any) -> Any:
     return schema
 
 
+def _hints(function: Callable[..., Any], names: set[str]) -> dict[str, Any]:
+    """The type hints of the arguments `names` (the environment's own hint, maybe of a class
+    defined where the function cannot see it, is not needed)."""
+    holder: Any = lambda: None  # noqa: E731 - only a carrier of annotations
+    holder.__annotations__ = {n: a for n, a in getattr(function, "__annotations__", {}).items() if n in names}
+    return typing.get_type_hints(holder, globalns=getattr(function, "__globals__", {}), include_extras=True)
+
+
 def tool_function(function: Callable[..., Any], name: str | None = None) -> ToolFunction:
     """A `ToolFunction` from a typed function whose first parameter is the environment."""
     name = name or function.__name__
@@ -102,7 +110,7 @@ def tool_function(function: Callable[..., Any], name: str | None = None) -> Tool
             f"tool name {name!r}: a tool is a public name that is not one of {', '.join(sorted(RESERVED))}"
         )
     parameters = list(inspect.signature(function).parameters.values())[1:]  # the environment first
-    hints = typing.get_type_hints(function, include_extras=True)
+    hints = _hints(function, {p.name for p in parameters})
     description, described = _doc_parts(function.__doc__)
     fields: dict[str, Any] = {}
     for p in parameters:
