@@ -88,6 +88,37 @@ async def test_in_place_restart_observes_like_a_page_load(env):
     assert again.focused_element_bid == loaded.focused_element_bid
 
 
+# The page's own record of past episodes, as a page load leaves it: the count of episodes done
+# and the reward display that shows it and the rewards (out of the page between starts).
+PAST_EPISODES_JS = """() => {
+  bringBackDisplay();
+  const display = document.getElementById('reward-display').outerHTML;
+  removeDisplay();
+  return [WOB_EPISODE_ID, core.wob_scores || null, display];
+}"""
+
+
+async def test_a_restart_after_finished_episodes_starts_from_what_a_page_load_gives(factory, env):
+    """MiniWoB counts the episodes done in the page (BrowserGym's ``task_info.EPISODE_ID``) and
+    shows past rewards; a restart in place starts them from zero, as BrowserGym's fresh page."""
+    for _ in range(2):  # two episodes played to the end in this page (Submit, nothing ticked)
+        obs = await env.reset_async(task="click-checkboxes", seed=1)
+        await env.step_async(A(f"click('{bid_of(obs.axtree_txt, 'button', 'Submit')}')"))
+    fresh = factory()
+    try:
+        played = []
+        for e in (env, fresh):  # `env` restarts in place, `fresh` loads the page
+            obs = await e.reset_async(task="click-checkboxes", seed=1)
+            page_state = await e._main_page.evaluate(PAST_EPISODES_JS)
+            step = await e.step_async(A(f"click('{bid_of(obs.axtree_txt, 'checkbox', 'Jc')}')"))
+            played.append((obs.axtree_txt, page_state, step.metadata["browsergym_info"]["task_info"]))
+        restarted, loaded = played
+        assert loaded[1][0] == loaded[2]["EPISODE_ID"] == 0
+        assert restarted == loaded
+    finally:
+        await fresh.close_async()
+
+
 async def test_task_chosen_per_reset_and_task_name_alias(env):
     obs = await env.reset_async(task_name="enter-text", seed=2)
     assert obs.url.endswith("/enter-text.html") and env.state.task_name == "enter-text"

@@ -5,6 +5,11 @@ import pytest
 from PIL import Image
 
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction, BrowserGymEnv
+from envharness.envs.browsergym.action_text import (
+    DEFAULT_TOOL_NAMES,
+    build_browsergym_action_str,
+    build_browsergym_action_tool_call,
+)
 from envharness.envs.browsergym.solutions import (
     SOLVED_TASKS,
     UnsolvableTask,
@@ -22,6 +27,17 @@ def server(training_browser_server):
     return training_browser_server
 
 
+def as_one_default_tool_call(action: str) -> str:
+    """`action` as the harness runs a reply: one tool call, of the session's default tools (the
+    scripted model and `check` play through them); the action must survive it whole."""
+    call = build_browsergym_action_tool_call(action)
+    assert call.name in DEFAULT_TOOL_NAMES, f"{action!r} is not one of the default tools {DEFAULT_TOOL_NAMES}"
+    assert build_browsergym_action_str(call.name, call.args) == action, (
+        f"{action!r} is not exactly one tool call"
+    )
+    return action
+
+
 async def run_episode(
     env: AsyncBrowserGymEnv, task: str, seed: int, hint: bool
 ) -> tuple[float, bool, list[str]]:
@@ -30,7 +46,9 @@ async def run_episode(
     actions: list[str] = []
     while not result.done and len(actions) < MAX_STEPS:
         obs = result.observation
-        actions.append(next_action(obs.goal, obs.axtree_txt, task=task if hint else None))
+        actions.append(
+            as_one_default_tool_call(next_action(obs.goal, obs.axtree_txt, task=task if hint else None))
+        )
         result = await env.step(BrowserGymAction(action_str=actions[-1]))
         assert result.observation.last_action_error == "", (actions, result.observation.last_action_error)
     return result.reward, result.done, actions

@@ -15,7 +15,8 @@ loaded page gives:
 
 - ``restart``: the task does not change; the episode restarts in the loaded page (re-seed +
   ``startEpisodeReal``, a few ms) after clearing what a fresh page would not have (focus,
-  selection, scroll offsets, the pointer's position). Not for the tasks in `RELOAD_ON_RESET`.
+  selection, scroll offsets, the pointer's position, MiniWoB's count of episodes done and its
+  reward history). Not for the tasks in `RELOAD_ON_RESET`.
 - ``switch``: the page shows a MiniWoB document and the task changes (or is one of
   `RELOAD_ON_RESET`), to a task whose page shows no image files (106 of 125): the document is rewritten in place (``document.open`` / ``write`` /
   ``close``, the old task's timers and frames cancelled, the URL replaced in history) with the
@@ -244,6 +245,19 @@ _CLEAR_PAGE_STATE_JS = r"""() => {
   window.scrollTo(0, 0);
 }"""
 
+# Before a restart in place: what the last episodes left in the page's own counters, which a page
+# load starts from zero: the count of episodes done (BrowserGym's ``task_info.EPISODE_ID``, 0 after
+# its every reset, a fresh page), the reward history, and the reward display that shows them (taken
+# out of the page by `_REMOVE_HUMAN_DISPLAY_JS`, brought back for each start and goal).
+_FORGET_EPISODES_JS = r"""
+WOB_EPISODE_ID = 0;
+delete core.wob_latest;
+delete core.wob_scores;
+bringBackDisplay();
+document.getElementById('reward-display').innerHTML = core.DISPLAY_HTML;
+removeDisplay();
+"""
+
 _STATUS_JS = """() => [WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON, WOB_DONE_GLOBAL,
                    WOB_EPISODE_ID, WOB_TASK_READY, document.readyState !== 'loading']"""
 
@@ -267,7 +281,9 @@ async def start_episode(
     # What the page runs before the episode starts, and the start, in one call: BrowserGym's set-up
     # after a load, or the clean-up before a restart in place.
     before = f"({_CLEAR_PAGE_STATE_JS})();" + (
-        "" if start == "restart" else _REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "")
+        _FORGET_EPISODES_JS
+        if start == "restart"
+        else _REMOVE_HUMAN_DISPLAY_JS + _GOAL_OVERRIDES.get(task, "")
     )
     args = json.dumps([episode_seed(seed), int(episode_max_time_ms)])
     page._bgym_scale_factor = MINIWOB_SCALE_FACTOR  # read by coordinate actions and observations

@@ -32,6 +32,10 @@ class Node:
     name: str
     rest: str
 
+    @property
+    def focused(self) -> bool:
+        return re.search(r"(?:^|, )focused(?:,|$)", self.rest) is not None
+
     def prop(self, key: str) -> str | None:
         match = re.search(rf"\b{key}=(?:'([^']*)'|(\w+))", self.rest)
         return None if match is None else (match.group(1) if match.group(1) is not None else match.group(2))
@@ -136,9 +140,14 @@ def login_user(m: re.Match, nodes: list[Node]) -> str:
 
 
 def choose_list(m: re.Match, nodes: list[Node]) -> str:
+    """With the default tools (no ``select_option``): click the list, which focuses it and opens
+    its menu, type the option's name (the list's type-ahead picks it), Enter to close the menu,
+    then Submit."""
     combo = _one(nodes, "combobox")
     if combo.prop("value") != m.group(1):
-        return f"select_option({_q(combo.bid)}, {_q(m.group(1))})"
+        return f"send_keys({_q(m.group(1))})" if combo.focused else f"click({_q(combo.bid)})"
+    if combo.prop("expanded") == "True":
+        return "send_keys('Enter')"
     return f"click({_q(_one(nodes, 'button', 'Submit').bid)})"
 
 
@@ -147,8 +156,12 @@ def click_tab(m: re.Match, nodes: list[Node]) -> str:
 
 
 def click_button_sequence(m: re.Match, nodes: list[Node]) -> str:
-    """Both clicks in one step (BrowserGym's multi-action strings): nothing on the page says ONE was clicked."""
-    return f"click({_q(_one(nodes, 'button', 'ONE').bid)})\nclick({_q(_one(nodes, 'button', 'TWO').bid)})"
+    """ONE, then TWO, one click a step (a reply is one tool call): the clicked button keeps the
+    focus, so a focused ONE says it was clicked."""
+    one = _one(nodes, "button", "ONE")
+    if one.focused:
+        return f"click({_q(_one(nodes, 'button', 'TWO').bid)})"
+    return f"click({_q(one.bid)})"
 
 
 _WIDGET_ROLES = {
