@@ -1,9 +1,9 @@
 """--device / --dtype: one choice for every command, refused in words when the machine cannot give it.
 
-The tests hold on a machine with CUDA and on one without: each asks torch what is there and
-asserts what that machine must give (`auto`: the GPU in bf16 where the card has it, else the
-CPU in float32; a GPU asked for where there is none, or an index past the last card, refused
-in words). The GPU rules on a card this machine may not have (no bf16) are checked against a GPU
+Each machine-dependent rule is its own test, marked with the machine it needs (`needs_cuda`,
+`needs_no_cuda`) and skipped in words on the other one, so no test passes having checked nothing
+(`auto`: the GPU in bf16 where the card has it, else the CPU in float32; a GPU asked for where
+there is none, or an index past the last card, refused in words). The GPU rules on a card this machine may not have (no bf16) are checked against a GPU
 described to torch's query functions; `scripts/gpu_check.py --cpu` runs the GPU check's own
 steps on the CPU, and on a GPU machine the check itself runs once."""
 
@@ -20,35 +20,55 @@ from envharness.models import load_backend
 from envharness.models.device import DeviceError, decoding_attention, resolve, resolve_device, resolve_dtype
 
 CUDA = torch.cuda.is_available()
+#: Each machine-dependent test states one machine's rule; the other machine's is skipped in words.
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (this machine has none)")
+needs_no_cuda = pytest.mark.skipif(CUDA, reason="checks a machine without CUDA (this one has a GPU)")
+#: The words of the refusal of a GPU on a machine without one.
+NO_GPU_WORDS = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no GPU"
 
 
-def test_auto_is_the_gpu_when_there_is_one_else_the_cpu_in_float32():
+@needs_no_cuda
+def test_auto_without_a_gpu_is_the_cpu_in_float32():
     placement = resolve("auto", "auto")
-    if not CUDA:
-        assert placement.device == torch.device("cpu") and placement.dtype == torch.float32
-        assert placement.describe() == {"device": "cpu", "dtype": "float32"}
-        return
+    assert placement.device == torch.device("cpu") and placement.dtype == torch.float32
+    assert placement.describe() == {"device": "cpu", "dtype": "float32"}
+
+
+@needs_cuda
+def test_auto_with_a_gpu_is_the_current_card_in_bf16_where_it_has_it():
+    placement = resolve("auto", "auto")
     bf16 = torch.cuda.get_device_capability(placement.device)[0] >= 8
     assert placement.device == torch.device("cuda", torch.cuda.current_device())
     assert placement.dtype == (torch.bfloat16 if bf16 else torch.float32)
     assert placement.describe()["device_name"] == torch.cuda.get_device_name(placement.device)
 
 
+@needs_no_cuda
 @pytest.mark.parametrize("spec", ["cuda", "cuda:0", "CUDA:1"])
-def test_cuda_is_given_where_there_is_a_card_and_refused_in_words_elsewhere(spec):
+def test_cuda_without_a_card_is_refused_in_words(spec):
+    with pytest.raises(DeviceError, match="use --device cpu or auto") as refused:
+        resolve_device(spec)
+    assert NO_GPU_WORDS in str(refused.value)
+
+
+@needs_cuda
+@pytest.mark.parametrize("spec", ["cuda", "cuda:0", "CUDA:0"])
+def test_cuda_is_given_where_there_is_a_card(spec):
     written = spec.partition(":")[2]
-    index = int(written) if written else (torch.cuda.current_device() if CUDA else 0)
-    if CUDA and index < torch.cuda.device_count():
-        assert resolve_device(spec) == torch.device("cuda", index)
-        return
-    with pytest.raises(DeviceError, match="use --device cpu or auto" if not CUDA else "this machine has"):
-        resolve_device(spec)
+    index = int(written) if written else torch.cuda.current_device()
+    assert resolve_device(spec) == torch.device("cuda", index)
 
 
+@needs_no_cuda
+def test_an_index_without_a_card_is_refused_in_words():
+    with pytest.raises(DeviceError, match="use --device cpu or auto"):
+        resolve_device("cuda:7")
+
+
+@needs_cuda
 def test_an_index_past_the_last_card_is_refused_in_words():
-    spec = f"cuda:{torch.cuda.device_count() if CUDA else 7}"
-    with pytest.raises(DeviceError, match="this machine has" if CUDA else "use --device cpu or auto"):
-        resolve_device(spec)
+    with pytest.raises(DeviceError, match=f"this machine has {torch.cuda.device_count()} GPU"):
+        resolve_device(f"cuda:{torch.cuda.device_count()}")
 
 
 @pytest.mark.parametrize("spec", ["tpu", "cuda:x", "gpu", "cuda:-1"])
@@ -178,20 +198,29 @@ def test_seeded_rows_draw_what_multinomial_draws_in_any_batch():
     assert [t for t, s in zip(together, seeds) if s is not None] == [alone[s] for s in seeds if s is not None]
 
 
-def test_the_gpu_check_without_a_gpu_says_so_and_on_one_samples_there(tmp_path):
-    """Without CUDA the check has nothing to do and says so; with it, its seeded-sampling step
-    runs on the GPU (the whole check is `python scripts/gpu_check.py`, minutes long)."""
-    only = ["--only", "seeded_sampling"] if CUDA else []
+def _gpu_check(out, *flags: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "scripts/gpu_check.py", "--out", str(tmp_path), *only],
+        [sys.executable, "scripts/gpu_check.py", "--out", str(out), *flags],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    if not CUDA:
-        assert "no CUDA GPU here" in done.stdout and not (tmp_path / "gpu_check.json").exists()
-        return
+    return done
+
+
+@needs_no_cuda
+def test_the_gpu_check_without_a_gpu_says_so_and_writes_nothing(tmp_path):
+    """Without CUDA the check has nothing to do and says so (the whole check is `python
+    scripts/gpu_check.py`, minutes long, on a GPU machine)."""
+    done = _gpu_check(tmp_path)
+    assert "no CUDA GPU here" in done.stdout and not (tmp_path / "gpu_check.json").exists()
+
+
+@needs_cuda
+def test_the_gpu_check_samples_on_the_gpu(tmp_path):
+    """With CUDA, the check's seeded-sampling step runs on the GPU."""
+    _gpu_check(tmp_path, "--only", "seeded_sampling")
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["device"] == "cuda" and report["seeded_sampling"]["ok"], report
 
