@@ -111,3 +111,11 @@ def to_target(messages: list[dict]) -> str:
 
 SPEC = define_environment(LedgerEnvironment, tasks=TASKS, scripted_policy=to_target)
 EAGER = define_environment(EagerLedgerEnvironment, tasks=TASKS, scripted_policy=to_target)
+
+
+def no_number(messages: list[dict]) -> str:
+    """A reply with no amount in it: no action can be read from it."""
+    return "I would rather not say."
+
+
+MUTE = define_environment(LedgerEnvironment, tasks=TASKS, scripted_policy=no_number)

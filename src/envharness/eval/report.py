@@ -15,7 +15,15 @@ from typing import Any
 
 from envharness.eval.config import EvalConfig
 from envharness.eval.runfolder import RunFolder
-from envharness.eval.stats import TaskStats, episode_seconds, episode_steps, episode_tokens, is_success
+from envharness.eval.stats import (
+    TaskStats,
+    episode_seconds,
+    episode_steps,
+    episode_tokens,
+    is_partial_credit,
+    is_success,
+    no_action_replies,
+)
 
 _TEMPLATE = Path(__file__).with_name("report_template.html")
 _MIME = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
@@ -82,6 +90,8 @@ def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
         "seed": record.get("seed"),
         "goal": record.get("goal") or "",
         "success": is_success(record),
+        "partial": is_partial_credit(record),
+        "no_action": no_action_replies(record),
         "reward": record.get("env_reward"),
         "error": record.get("error"),
         "stop_reason": (record.get("metrics") or {}).get("stop_reason"),
@@ -95,10 +105,36 @@ def _episode_view(record: dict[str, Any], folder: RunFolder) -> dict[str, Any]:
     }
 
 
+#: Settings that only an environment with screenshots (a browser) uses.
+_SCREENSHOT_SETTINGS = ("screenshots", "screenshot_max_side", "vision")
+
+
+def shown_settings(config: EvalConfig, screenshots: bool) -> dict[str, Any]:
+    """config.json's settings as the report lists them: without the screenshot settings for an
+    environment that takes none, without `seat` when no opponent sits in the other seats."""
+    settings = {k: v for k, v in config.to_json().items() if k not in ("tasks", "out")}
+    if not screenshots:
+        for key in _SCREENSHOT_SETTINGS:
+            settings.pop(key, None)
+        if "axtree_tokens" in settings:  # config.json's old key, a browser's word
+            settings["observation_tokens"] = settings.pop("axtree_tokens")
+    if not settings.get("opponent"):
+        settings.pop("opponent", None)
+        settings.pop("seat", None)
+    return settings
+
+
 def render_report(
-    folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]
+    folder: RunFolder,
+    config: EvalConfig,
+    records: list[dict[str, Any]],
+    stats: list[TaskStats],
+    *,
+    screenshots: bool = True,
 ) -> str:
-    """The report's HTML text."""
+    """The report's HTML text. `screenshots`: the environment takes screenshot options (what its
+    harness registers, `EnvHarness.screenshots`); without them the report shows nothing of a
+    browser (no screenshot places, settings or browser timings)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -108,11 +144,12 @@ def render_report(
     by_task: dict[str, list[dict[str, Any]]] = {t: [] for t in config.tasks}
     for record in sorted(records, key=lambda r: (r.get("index") or 0, r.get("seed") or 0)):
         by_task.setdefault(str(record.get("task")), []).append(_episode_view(record, folder))
-    settings = {k: v for k, v in config.to_json().items() if k not in ("tasks", "out")}
     return template.render(
         title=f"envharness eval: {config.model}",
         generated=time.strftime("%Y-%m-%d %H:%M:%S"),
-        settings=settings,
+        settings=shown_settings(config, screenshots),
+        screenshots=screenshots,
+        env_bugs=any(s.env_errors for s in stats),
         stats=stats,
         plot=data_uri(folder.plot),
         tasks=by_task,
@@ -120,7 +157,13 @@ def render_report(
 
 
 def write_report(
-    folder: RunFolder, config: EvalConfig, records: list[dict[str, Any]], stats: list[TaskStats]
+    folder: RunFolder,
+    config: EvalConfig,
+    records: list[dict[str, Any]],
+    stats: list[TaskStats],
+    *,
+    screenshots: bool = True,
 ) -> Path:
-    folder.report.write_text(render_report(folder, config, records, stats), encoding="utf-8")
+    html = render_report(folder, config, records, stats, screenshots=screenshots)
+    folder.report.write_text(html, encoding="utf-8")
     return folder.report

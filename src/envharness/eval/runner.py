@@ -393,7 +393,8 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
             await asyncio.to_thread(server.stop)
     records = [r for r in read_episodes(folder.episodes) if episode_key(r) in wanted]
     stats = summarize(records, config.tasks)
-    paths = write_outputs(folder, config, records, stats, placement)
+    screenshots = bool(getattr(env.harness, "screenshots", False))
+    paths = write_outputs(folder, config, records, stats, placement, screenshots=screenshots)
     return EvalResult(
         folder,
         stats,
@@ -459,8 +460,11 @@ def write_outputs(
     records: list[dict[str, Any]],
     stats: list[TaskStats],
     placement: dict[str, str] | None = None,
+    *,
+    screenshots: bool = True,
 ) -> dict[str, Path]:
-    """summary.json, the plot and the HTML report, from the run's episodes."""
+    """summary.json, the plot and the HTML report, from the run's episodes (`screenshots`: the
+    environment takes them, `EnvHarness.screenshots`)."""
     from envharness.eval.games import game_stats
     from envharness.eval.plot import plot_success_rates
     from envharness.eval.report import write_report
@@ -477,7 +481,7 @@ def write_outputs(
         },
     )
     plot_success_rates(stats, folder.plot, title=f"{config.model}: success rate per task")
-    write_report(folder, config, records, stats)
+    write_report(folder, config, records, stats, screenshots=screenshots)
     return {
         "episodes": folder.episodes,
         "report": folder.report,

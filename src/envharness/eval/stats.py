@@ -7,7 +7,10 @@ environment's reward reaches the task's full score (`harness/success.py`). Episo
 part of a score are counted apart (`partial_credit`; BrowserGym counts them as successes).
 Episodes the environment's own bug ended (`metrics.env_error`) are counted apart too (`env bugs`).
 Episodes that crashed (`error` set: a model that raised, a timeout) count as failures,
-and are also counted apart so a broken run is not mistaken for a weak model. Episodes lost
+and are also counted apart (`errors`) so a broken run is not mistaken for a weak model. Model
+replies from which no action could be read (`no_action`: the reply held no tool call, or the
+parser fell back, e.g. to MiniWoB's `noop()`) are counted too: a prompt or parser that does not
+fit the model scores 0 with no error at all. Episodes lost
 to the infrastructure (their server died or was taken out: `metrics.infra_failure`) are not
 scored at all: they are left out of `episodes`, the success rate and the means, and counted
 in `infra_failures` (`--resume` reruns them).
@@ -60,6 +63,16 @@ def episode_steps(record: dict[str, Any]) -> int:
     return len(record.get("steps") or record.get("tool_calls") or [])
 
 
+def no_action_replies(record: dict[str, Any]) -> int:
+    """The episode's model replies from which no action was read: each step (or tool call) with
+    a `parse_error`, and the last reply when the episode stopped on one without a tool call."""
+    steps = record.get("steps") or []
+    if steps:  # eval's tape notes every reply, "no action in the reply" included
+        return sum(1 for s in steps if s.get("parse_error"))
+    unread = sum(1 for c in record.get("tool_calls") or [] if c.get("parse_error"))
+    return unread + int((record.get("metrics") or {}).get("stop_reason") == "no_tool_calls")
+
+
 def episode_seconds(record: dict[str, Any]) -> float:
     return float((record.get("timings") or {}).get("total_s") or 0.0)
 
@@ -84,6 +97,8 @@ class TaskStats:
     #: Episodes that earned part of the task's score (MiniWoB: 0 < raw reward < 1): failures
     #: here, successes by BrowserGym's count (reward = raw reward > 0).
     partial_credit: int = 0
+    #: Model replies from which no action was read (`no_action_replies`), over the episodes.
+    no_action: int = 0
 
     @property
     def success_rate(self) -> float:
@@ -112,6 +127,7 @@ def task_stats(task: str, records: list[dict[str, Any]]) -> TaskStats:
         infra_failures=lost,
         env_errors=bugs,
         partial_credit=sum(map(is_partial_credit, records)),
+        no_action=sum(map(no_action_replies, records)),
     )
 
 
@@ -132,8 +148,10 @@ def format_table(rows: list[TaskStats]) -> str:
     infra = any(r.infra_failures for r in rows)  # the column appears only when a server was lost
     partial = any(r.partial_credit for r in rows)  # and this one when an episode earned part of a score
     bugs = any(r.env_errors for r in rows)  # and this one when the environment's step crashed
+    unread = any(r.no_action for r in rows)  # and this one when a reply held no action
     header = (
         ("task", "n", "success", "95% CI", "reward", "steps", "tokens", "time/ep", "errors")
+        + (("no action",) if unread else ())
         + (("partial",) if partial else ())
         + (("infra",) if infra else ())
         + (("env bugs",) if bugs else ())
@@ -152,6 +170,7 @@ def format_table(rows: list[TaskStats]) -> str:
                 f"{r.mean_seconds:.1f}s",
                 str(r.errors),
             )
+            + ((str(r.no_action),) if unread else ())
             + ((str(r.partial_credit),) if partial else ())
             + ((str(r.infra_failures),) if infra else ())
             + ((str(r.env_errors),) if bugs else ())
