@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -200,14 +199,13 @@ class ServerProcess:
         cancel: threading.Event,
     ) -> None:
         """Start `envharness CLI_ARGS`, read its output, wait for its URL line, then for `_wait_ready`."""
+        from envharness.core.child_python import child_environ, python_command
         from envharness.core.lifecycle import spawn
 
-        command = [
-            sys.executable,
-            "-c",
-            "import sys; from envharness.cli import main; sys.exit(main())",
-            *cli_args,
-        ]
+        # -P: nothing is imported from the folder the user stands in (`core/child_python.py`)
+        command = python_command(
+            "-c", "import sys; from envharness.cli import main; sys.exit(main())", *cli_args
+        )
         self.output: collections.deque[str] = collections.deque(maxlen=40)
         self._url_seen = threading.Event()
         self.base_url = ""
@@ -217,7 +215,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             text=True,
-            env=env,
+            env=child_environ(env),
             **self._popen_options(),
         )
         _LIVE.add(self)

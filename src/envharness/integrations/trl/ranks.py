@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from envharness.core.child_python import python_command
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.types import HarnessRolloutResult
 from envharness.integrations.trl import rendezvous
@@ -219,7 +220,9 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
     rendezvous.register()
     os.environ.update(rendezvous.loopback_sockets_env())  # the ranks inherit the agent's environment
     try:
-        run(parse_args([*rendezvous.launcher_args(processes), "-m", "envharness.cli", *argv]))
+        # each rank is `python -P -u -m envharness.cli ...`: nothing imported from the cwd (core/child_python.py)
+        rank = python_command("-u", "-m", "envharness.cli")
+        run(parse_args([*rendezvous.launcher_args(processes), "--no-python", *rank, *argv]))
     except ChildFailedError as exc:
         failed, failure = exc.get_first_failure()
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from envharness.core.child_python import child_environ, python_command
+
 #: The largest answer read from a worker (an observation with a full-page screenshot fits).
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
@@ -30,7 +32,7 @@ class WorkerError(RuntimeError):
 def worker_environ() -> dict[str, str]:
     """The server's environment, plus the Playwright browser shim of this virtualenv (set-up
     puts one there, since Playwright's own Chromium cannot be downloaded) when none is named."""
-    environ = dict(os.environ)
+    environ = child_environ()
     shim = Path(sys.prefix) / "ms-playwright"
     if "PLAYWRIGHT_BROWSERS_PATH" not in environ and shim.is_dir():
         environ["PLAYWRIGHT_BROWSERS_PATH"] = str(shim)
@@ -47,9 +49,7 @@ class WorkerProcess:
     @classmethod
     async def start(cls) -> WorkerProcess:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "envharness.envs.browsergym.gym_engine.worker",
+            *python_command("-m", "envharness.envs.browsergym.gym_engine.worker"),  # -P: not from the cwd
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=worker_environ(),
