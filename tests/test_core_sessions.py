@@ -253,7 +253,12 @@ async def test_sessions_run_concurrently_and_calls_into_one_are_serialized():
 
 
 class HangingStepEcho(EchoEnvironment):
+    """A step that never ends; `entered` is set once a step is in flight."""
+
+    entered = threading.Event()
+
     async def step_async(self, action: EchoAction):
+        type(self).entered.set()
         await asyncio.sleep(600)
 
 
@@ -261,14 +266,14 @@ def test_stopping_with_a_step_in_flight_tells_its_client_and_does_not_wait_for_t
     """uvicorn alone waits its graceful timeout (10 s) for a connection whose step hangs, then
     cuts it without a word; the server closes its sessions first, so the client hears why."""
     CountingEcho.live = 0
+    HangingStepEcho.entered = threading.Event()
     server = LocalServer(create_app(HangingStepEcho, idle_timeout_s=None))
     try:
         with connect(server.base_url.replace("http", "ws") + "/ws") as ws:
             ws.send(json.dumps({"type": "reset"}))
             assert json.loads(ws.recv(timeout=60))["type"] == "observation"
             ws.send(json.dumps({"type": "step", "data": {"message": "hang"}}))
-            wait_until(lambda: health(server)["active_sessions"] == 1)
-            time.sleep(0.3)  # the step is in flight
+            assert HangingStepEcho.entered.wait(60)  # the step is in flight
             stopping = threading.Thread(target=server.close)
             stopping.start()
             reply = json.loads(ws.recv(timeout=60))
@@ -284,8 +289,11 @@ def test_a_client_gone_mid_step_ends_the_step_and_frees_its_session():
     not when the step would have returned."""
     CountingEcho.live = 0
 
+    entered = threading.Event()
+
     class HangingCountingEcho(CountingEcho):
         async def step_async(self, action: EchoAction):
+            entered.set()
             await asyncio.sleep(600)
 
     with LocalServer(create_app(HangingCountingEcho, idle_timeout_s=None, max_sessions=1)) as server:
@@ -293,7 +301,7 @@ def test_a_client_gone_mid_step_ends_the_step_and_frees_its_session():
         ws.send(json.dumps({"type": "reset"}))
         assert json.loads(ws.recv(timeout=60))["type"] == "observation"
         ws.send(json.dumps({"type": "step", "data": {"message": "hang"}}))
-        time.sleep(0.3)  # the step is in flight
+        assert entered.wait(60)  # the step is in flight
         ws.close()
         wait_until(lambda: health(server)["active_sessions"] == 0 and CountingEcho.live == 0)
         with EchoEnv(server.base_url) as env:  # the one session the server allows is free again

@@ -4,6 +4,7 @@ the parser, `--help`, the configuration and its bounds come from that declaratio
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 
 import pytest
@@ -112,3 +113,117 @@ def test_train_overwrite_replaces_the_run_in_the_folder(tmp_path, capsys):
     assert not (out / "checkpoint-3").exists() and (out / "checkpoint-1").is_dir()
     assert (out / "notes.txt").read_text() == "mine"  # only the run's own files are replaced
     assert "overwrite" not in json.loads((out / "train_config.json").read_text())
+
+
+#: flag -> (what a user types after it, the configuration's value it must give). Every value
+#: differs from the field's default, so an option the parser ignored fails below.
+TYPED = {
+    "--out": (["runs/x"], "runs/x"),
+    "--env": (["textarena"], "textarena"),
+    "--env-option": (["games=all", "--env-option", "size=3"], {"games": "all", "size": 3}),
+    "--tasks": (["Wordle-v0,Hangman-v0", "--task", "Kuhn"], ["Wordle-v0", "Hangman-v0", "Kuhn"]),
+    "--opponent": (["  random  "], "random"),
+    "--seat": ([" 1 "], "1"),
+    "--episodes": (["7"], 7),
+    "--model": (["tiny"], "tiny"),
+    "--device": (["cpu"], "cpu"),
+    "--dtype": (["bfloat16"], "bfloat16"),
+    "--prompt": ([" mypkg.prompts:build "], "mypkg.prompts:build"),  # module:function, checked at run start
+    "--temperature": (["0.25"], 0.25),
+    "--max-turns": (["9"], 9),
+    "--max-new-tokens": (["33"], 33),
+    "--observation-tokens": (["500"], 500),
+    "--history-steps": (["2"], 2),
+    "--actions": (["click, fill"], ["click", "fill"]),
+    "--concurrency": (["3"], 3),
+    "--seed": (["42"], 42),
+    "--env-url": (["http://127.0.0.1:8123"], "http://127.0.0.1:8123"),
+    "--resume": ([], True),
+    "--overwrite": ([], True),
+    "--no-screenshots": ([], False),
+    "--episode-timeout": (["12.5"], 12.5),
+    "--batch-wait": (["0.05"], 0.05),
+    "--no-progress": ([], False),
+    "--vision": ([], True),
+    "--screenshot-max-side": (["224"], 224),
+    "--record-tokens": ([], True),
+    "--threads": (["2"], 2),
+    "--env-urls": (["http://127.0.0.1:1,http://127.0.0.1:2"], ["http://127.0.0.1:1", "http://127.0.0.1:2"]),
+    "--servers": (["2"], 2),
+    "--ray-address": (["auto"], "auto"),
+    "--lora": ([], True),
+    "--lora-rank": (["8"], 8),
+    "--steps": (["5"], 5),
+    "--minutes": (["1.5"], 1.5),
+    "--num-generations": (["6"], 6),
+    "--groups-per-step": (["3"], 3),
+    "--micro-batch": (["2"], 2),
+    "--gradient-checkpointing": ([], True),
+    "--lr": (["0.001"], 0.001),
+    "--beta": (["0.04"], 0.04),
+    "--loss-type": (["grpo"], "grpo"),
+    "--reward": (["sum", "--reward", "max"], ["sum", "max"]),
+    "--save-steps": (["4"], 4),
+    "--use-vllm": ([], True),
+    "--processes": (["2"], 2),
+    "--report-to": (["tensorboard"], "tensorboard"),
+    "--agent": (["mypkg.agent:run"], "mypkg.agent:run"),
+    "--agent-timeout": (["30"], 30.0),
+    "--vision-page-text": (["none"], "none"),
+    "--no-logprob-correction": ([], False),
+    "--curriculum": (["signal"], "signal"),
+    "--curriculum-floor": (["0.1"], 0.1),
+    "--eval-every": (["5"], 5),
+    "--eval-tasks": (["a, b"], ["a", "b"]),
+    "--eval-episodes": (["3"], 3),
+    "--mix": (["textarena:Wordle-v0", "--mix", "echo:echo"], {"textarena": ["Wordle-v0"], "echo": ["echo"]}),
+    "--demos": (["runs/eval"], "runs/eval"),
+    "--epochs": (["1.5"], 1.5),
+    "--batch-size": (["4"], 4),
+    "--save-epochs": ([], True),
+}
+
+
+def parse_real_command_line(command: str, argv: list[str], monkeypatch) -> object:
+    """The configuration `envharness COMMAND ARGV...` runs with: the CLI's own parser (its
+    subcommand, check_args) and the command's own config_from_args; only the run is left out."""
+    module = importlib.import_module(f"envharness.cli.{command}")
+    seen = []
+    monkeypatch.setattr(module, "run", lambda args: seen.append(module.config_from_args(args)) or 0)
+    assert cli_main([command, *argv]) == 0
+    (config,) = seen
+    return config
+
+
+def declared_defaults(cls: type, out: str) -> object:
+    """`cls` with its fields' defaults (`out` for a field without one: eval's run folder)."""
+    required = [
+        f.name for f in dataclasses.fields(cls) if f.default is f.default_factory is dataclasses.MISSING
+    ]
+    return cls(**dict.fromkeys(required, out))
+
+
+@pytest.mark.parametrize("command", list(CONFIGS))
+def test_a_real_command_line_gives_every_option_its_typed_value(command, monkeypatch):
+    cls = CONFIGS[command]
+    listed = cli_fields(cls)
+    untyped = [flag for _, flag in listed if flag not in TYPED]
+    assert not untyped, f"add a typed value for {untyped} to TYPED"
+    if command == "sft":  # sft's own rule: --micro-batch divides --batch-size
+        assert TYPED["--batch-size"][1] % TYPED["--micro-batch"][1] == 0
+    argv = [token for _, flag in listed for token in (flag, *TYPED[flag][0])]
+    config = parse_real_command_line(command, argv, monkeypatch)
+    defaults = declared_defaults(cls, out="runs/default")
+    for name, flag in listed:
+        expected = TYPED[flag][1]
+        assert getattr(defaults, name) != expected, f"{flag}: the typed value is the default; pick another"
+        assert getattr(config, name) == expected, (flag, getattr(config, name))
+
+
+@pytest.mark.parametrize("command", list(CONFIGS))
+def test_a_bare_command_line_gives_the_declared_defaults(command, monkeypatch):
+    cls = CONFIGS[command]
+    config = parse_real_command_line(command, ["--out", "runs/x"], monkeypatch)
+    out_field = next(name for name, flag in cli_fields(cls) if flag == "--out")
+    expected = dataclasses.replace(declared_defaults(cls, out="runs/x"), **{out_field: "runs/x"})
+    assert config == expected
