@@ -4,7 +4,8 @@ boxes and all): the task switched into in place from another task's page, and re
 after a step. The other 22 are compared less: the 19 tasks whose pages show images are loaded,
 not switched, and compared without element boxes (two loads differ there too); the 3 pages that
 change by themselves (`CHANGING_BY_ITSELF`) compare their goal only. The reference is envharness's
-page load, not BrowserGym's.
+page load, not BrowserGym's. Each switch and restart is checked to be one in place: the session's
+`episode_starts` counts it as such and the page fetches no document (a page load fetches one).
 
 One test per task, so that each reports on its own and a slow machine meets no suite-wide limit.
 The checks themselves run four at a time (one browser, four pairs of sessions) in the background
@@ -74,7 +75,10 @@ async def _check_task(pair, task: str) -> list[str]:
             f"{task}: reset gave goal={loaded.goal!r} url={loaded.url!r} text={len(loaded.text)} chars"
         )
     previous = in_place._loaded_task
+    seen, starts = len(_document_requests(in_place)), in_place.episode_starts.copy()
     switched = await in_place.reset_async(task=task, seed=7)  # a page load for the tasks with images
+    first = "restart" if previous == task and task not in miniwob.RELOAD_ON_RESET else "switch"
+    problems += _in_place(task, f"switching from {previous}", in_place, seen, starts, first)
     problems += _compare(task, f"switching in place from {previous}", loaded, switched)
     problems += await _compare_documents(task, f"switching in place from {previous}", loading, in_place)
     obs = await in_place.step_async(BrowserGymAction(action_str="mouse_click(120, 150)"))
@@ -82,9 +86,38 @@ async def _check_task(pair, task: str) -> list[str]:
         problems.append(f"{task}: step failed: {obs.last_action_error}")
     if obs.reward not in (0.0, 1.0):
         problems.append(f"{task}: reward {obs.reward!r}")
+    seen, starts = len(_document_requests(in_place)), in_place.episode_starts.copy()
     again = await in_place.reset_async(task=task, seed=7)  # restarts (or switches) in place
+    how = "switch" if task in miniwob.RELOAD_ON_RESET else "restart"
+    problems += _in_place(task, "restarting", in_place, seen, starts, how)
     problems += _compare(task, "restarting in place", loaded, again)
     return problems
+
+
+def _document_requests(env) -> list[str]:
+    """The documents the session's page has fetched so far (a page load fetches one through the
+    context's route; a switch or restart in place fetches none)."""
+    page = env._main_page
+    if not hasattr(page, "_test_documents"):
+        page._test_documents = []
+        page.on(
+            "request", lambda r: page._test_documents.append(r.url) if r.resource_type == "document" else None
+        )
+    return page._test_documents
+
+
+def _in_place(task: str, how: str, env, seen: int, starts, expected: str) -> list[str]:
+    """Problems if the reset just made was not `expected` (switch or restart) without a page load:
+    `env.episode_starts` must say so, and the page must have fetched no document since `seen`.
+    A task whose page shows images is loaded instead of switched (see `shows_images`)."""
+    fetched, started = _document_requests(env)[seen:], env.episode_starts - starts
+    if shows_images(task) and expected == "switch":
+        return (
+            [] if started == {"load": 1} else [f"{task}: {how}: started {dict(started)}, not by a page load"]
+        )
+    if started != {expected: 1} or fetched:
+        return [f"{task}: {how}: started {dict(started)}, fetched {fetched}: not a {expected} in place"]
+    return []
 
 
 async def _compare_documents(task: str, how: str, loading, in_place) -> list[str]:

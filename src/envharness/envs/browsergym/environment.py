@@ -31,6 +31,7 @@ import logging
 import time
 import typing
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -132,6 +133,9 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         self._pointer_moving: asyncio.Future | None = None  # the pointer leaving the page (episode over)
         self._episode: _Episode | None = None
         self._state = BrowserGymState()
+        #: How this session's episodes started (`StartMode`): in place (``restart``, ``switch``)
+        #: or by a page load (``load``, also a switch that fell back to one).
+        self.episode_starts: Counter[str] = Counter()
 
     # -- reset ---------------------------------------------------------------------------
     async def reset_async(
@@ -167,6 +171,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             goal = await self.task_set.start_episode(
                 page, chosen, seed, start=start, episode_max_time_ms=self.config.episode_max_time_ms
             )
+            self.episode_starts[getattr(page, "_envharness_started", start)] += 1
             self._loaded_task = chosen
         except BrowserUnavailable:  # no browser to be had (none launches, none answers): said as it is
             raise

@@ -275,9 +275,13 @@ async def start_episode(
     ``start="restart"`` is only valid when `page` already holds `task`; ``"switch"`` when
     `can_switch(task, page.url)` (it falls back to a page load if the rewrite fails). Both expect
     the pointer off the page (``page.mouse.move(-1, -1)``: a fresh page has had none over it).
+    How it did start is left in ``page._envharness_started`` (a fallback says ``"load"``).
     """
-    if start == "load" or (start == "switch" and not await switch_document(page, task, task_url(task))):
+    if start == "switch" and not await switch_document(page, task, task_url(task)):
+        start = "load"
+    if start == "load":
         await page.goto(task_url(task))
+    page._envharness_started = start
     # What the page runs before the episode starts, and the start, in one call: BrowserGym's set-up
     # after a load, or the clean-up before a restart in place.
     before = f"({_CLEAR_PAGE_STATE_JS})();" + (

@@ -163,5 +163,5 @@ async def switch_document(page: Any, task: str, url: str) -> bool:
     except Exception as e:
         if page.is_closed():
             raise
-        logger.debug("switching to %s in place failed (%s); loading the page", task, e)
+        logger.warning("switching to %s in place failed (%s); loading the page", task, e)
         return False
