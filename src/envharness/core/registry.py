@@ -83,14 +83,19 @@ class EnvSpec:
 def load_target(target: str) -> Any:
     """Import ``"module.path:attribute"`` (dotted attributes allowed)."""
     module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise KeyError(f"{target!r} is not module.path:attribute")
+    if not sep or not _dotted(module_name) or not _dotted(attribute):
+        raise KeyError(f"{target!r} is not module.path:attribute (Python names joined by dots)")
     value: Any = _import_here_too(module_name)
     for name in attribute.split("."):
         if not hasattr(value, name):
             raise AttributeError(_no_attribute(value, name))
         value = getattr(value, name)
     return value
+
+
+def _dotted(name: str) -> bool:
+    """Python names joined by dots: never a path or a relative import (`../../etc`)."""
+    return all(part.isidentifier() for part in name.split("."))
 
 
 def _no_attribute(owner: Any, name: str) -> str:

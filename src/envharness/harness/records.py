@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from envharness.core import wire_json
 from envharness.harness.types import HarnessRolloutResult
 
 RECORD_VERSION = 1
@@ -63,6 +64,8 @@ class EpisodeRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeRecord:
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         version = data.get("version")
         if not isinstance(version, int) or version > RECORD_VERSION:
             raise ValueError(
@@ -177,7 +180,7 @@ def iter_records(path: str | Path) -> Iterator[EpisodeRecord]:
             if not line.strip():
                 continue
             try:
-                yield EpisodeRecord.from_dict(json.loads(line))
+                yield EpisodeRecord.from_dict(wire_json.loads(line))  # a folder may come from anyone
             except (json.JSONDecodeError, TypeError, ValueError) as exc:
                 raise ValueError(f"{path}:{lineno}: not an episode record: {exc}") from exc
 

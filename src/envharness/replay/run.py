@@ -8,13 +8,13 @@ the tools the model could call and the recorded episodes.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from envharness.core import wire_json
 from envharness.harness.records import EpisodeRecord, iter_records
 
 
@@ -67,7 +67,7 @@ def _config(path: Path, data: dict[str, Any]) -> RunConfig:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = wire_json.loads(path.read_text(encoding="utf-8"))  # a folder may come from anyone
     except (OSError, ValueError) as exc:
         raise ReplaySetupError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict):
@@ -132,10 +132,15 @@ def _env_run(
             "folder) or name the environment with --env"
         ) from None
     except (KeyError, AttributeError, ValueError) as exc:
-        raise ReplaySetupError(f"{path}: environment {env!r}: {exc}") from None
+        raise ReplaySetupError(f"{path}: environment {env!r}: {_words(exc)}") from None
     if kind == "train":
         options = {**harness.train_server_options, **options}
     return RecordedRun(path, kind, env, options, tools, default_task, records)
+
+
+def _words(exc: Exception) -> str:
+    """An error's message (a KeyError's without the quotes `str` puts around it)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 def _mix_run(path: Path, config: RunConfig, records: list[EpisodeRecord]) -> RecordedRun:
@@ -179,5 +184,5 @@ def _mix_seating(path: Path, config: RunConfig) -> dict[str, dict[str, Any]]:
         }
         plans = plan_mix_seats(harnesses, tasks, config.opponent, config.seat)
     except (ImportError, KeyError, AttributeError, ValueError) as exc:
-        raise ReplaySetupError(f"{path}: --opponent {config.opponent}: {exc}") from None
+        raise ReplaySetupError(f"{path}: --opponent {config.opponent}: {_words(exc)}") from None
     return {env: dict(plan.server_options) for env, plan in plans.items()}
