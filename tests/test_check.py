@@ -60,6 +60,29 @@ class JammingGuess(number_guess.NumberGuessEnvironment):
         return super().step(action)
 
 
+class TickingGuess(number_guess.NumberGuessEnvironment):
+    """Its feedback tells the time (every step the server has taken): the same seed starts the
+    same game, but later steps differ, as a page that follows the clock."""
+
+    ticks = 0
+
+    def step(self, action):
+        observation = super().step(action)
+        TickingGuess.ticks += 1
+        observation.feedback += f" (tick {TickingGuess.ticks})"
+        return observation
+
+
+class LateGuess(TickingGuess):
+    """Tells the time from the start on: its first observations differ too."""
+
+    def reset(self, seed=None, episode_id=None, task="guess-100", **options):
+        observation = super().reset(seed, episode_id, task, **options)
+        TickingGuess.ticks += 1
+        observation.prompt += f" (tick {TickingGuess.ticks})"
+        return observation
+
+
 class LaxGuess(number_guess.NumberGuessEnvironment):
     """Plays guess-100 for any task name it does not know, instead of refusing it."""
 
@@ -98,6 +121,10 @@ LOSING = EnvSpec(
     harness="test_check:LOSING_HARNESS",
 )
 GENEROUS = _spec("GENEROUS", "GenerousGuess")
+TICKING = _spec("TICKING", "TickingGuess")
+CLOCK_HARNESS = dataclasses.replace(number_guess.HARNESS, clock_driven=lambda task: "it tells the time")
+TICKING_DECLARED = _spec("TICKING_DECLARED", "TickingGuess", harness="test_check:CLOCK_HARNESS")
+LATE_DECLARED = _spec("LATE_DECLARED", "LateGuess", harness="test_check:CLOCK_HARNESS")
 
 
 @pytest.fixture(autouse=True)
@@ -191,6 +218,25 @@ def test_a_broken_environment_fails_the_check_it_breaks(env, check, words, capsy
     failed = [line for line in lines if line.startswith("FAIL")]
     assert failed and failed[0].startswith(f"FAIL  {check}: ") and words in failed[0], lines
     assert any(line.startswith("PASS  server_api") for line in lines)  # the rest is still checked
+
+
+def test_a_clock_driven_task_is_compared_by_its_start_only(capsys):
+    """A page that follows the clock fails the comparison unless its harness declares it
+    (`EnvHarness.clock_driven`); then its start is still compared: a first observation that
+    differs fails."""
+    assert cli_main(["check", "test_check:TICKING", "--episodes", "1", "--tasks", "guess-100"]) == 1
+    assert "FAIL  same_seed_same_episode: guess-100 seed 0" in capsys.readouterr().out
+    assert cli_main(["check", "test_check:TICKING_DECLARED", "--episodes", "1", "--tasks", "guess-100"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "PASS  same_seed_same_episode" in out
+        and "guess-100 compared by its goal only (it tells the time)" in out
+    )
+    assert cli_main(["check", "test_check:LATE_DECLARED", "--episodes", "1", "--tasks", "guess-100"]) == 1
+    assert (
+        "FAIL  same_seed_same_episode: guess-100 seed 0, played twice with the same actions: the first"
+        in (capsys.readouterr().out)
+    )
 
 
 def test_bad_usage_exits_2(capsys):

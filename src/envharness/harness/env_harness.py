@@ -105,6 +105,10 @@ class EnvHarness:
     #: Why the same task, seed and actions may not give the same episode (live websites);
     #: `envharness replay` says so before it compares. None: they must.
     replay_caveat: str | None = None
+    #: A task -> why its page changes with the clock, None when it does not (a price that moves
+    #: every 100 ms): the same seed and actions start the same episode, but what a step sees
+    #: depends on when it is taken, so `check` compares such a task's goal only. None: no such task.
+    clock_driven: Callable[[str], str | None] | None = None
     #: (lowest, full score): every reward lies in it (`check` verifies); a session's verdict
     #: without its own ``success`` metric is the full score (`harness/success.py`).
     reward_range: tuple[float, float] = (0.0, 1.0)

@@ -75,6 +75,7 @@ def configure(options: Mapping[str, Any]) -> EnvHarness:
             task_list=lambda: listing,
             check_task=functools.partial(benchmarks.check_task, benchmarks.check_benchmark(benchmark)),
             default_tasks=listing.splits["default"],
+            clock_driven=None,
             replay_caveat=f"BrowserGym's {benchmark} pages are live sites or their servers' state: the same seed "
             "and actions need not show the same pages",
         )
@@ -88,6 +89,7 @@ def configure(options: Mapping[str, Any]) -> EnvHarness:
         check_task=task_set.check_task,
         default_tasks=task_set.default_tasks(),
         scripted_policy=functools.partial(scripted_action, solve=task_set.solve),
+        clock_driven=None,
     )
 
 
@@ -148,6 +150,7 @@ HARNESS = EnvHarness(
     screenshots=True,
     describe_observation=describe_observation,
     configure=configure,
+    clock_driven=miniwob.CLOCK_DRIVEN_TASKS.get,
 )
 
 

@@ -82,6 +82,11 @@ RELOAD_ON_RESET = frozenset(
         "drag-cube",
     }
 )
+#: Tasks whose page changes with the clock, and how: the same seed and actions start the same
+#: episode, but a step observes whatever the clock has made of it by then (BrowserGym's too).
+CLOCK_DRIVEN_TASKS = {
+    "stock-market": "its price moves every 100 ms, so what a step sees depends on when it is taken",
+}
 #: Tasks BrowserGym marks ``nondeterministic = True``.
 NONDETERMINISTIC_TASKS = frozenset({"click-pie", "click-pie-nodelay", "terminal", "visual-addition"})
 
