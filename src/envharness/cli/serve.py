@@ -51,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_allow_null_origin(parser)
     parser.add_argument(
+        "--mcp-fixed",
+        default="",
+        metavar="OPTION,OPTION",
+        help="reset options an MCP client may not choose, e.g. seat,seed (the operator's; `train --agent` fixes both)",
+    )
+    parser.add_argument(
         "--ping-interval", type=float, default=20.0, help="WebSocket keepalive ping interval, seconds"
     )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
@@ -126,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=split_list(args.allowed_hosts),
         allowed_origins=split_list(args.allowed_origins),
         allow_null_origin=args.allow_null_origin,
+        mcp_fixed=split_list(args.mcp_fixed),
     )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host

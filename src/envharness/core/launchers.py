@@ -64,11 +64,12 @@ def wait_for_health(
 
 #: The server's own settings among a server's options (the others configure the environment),
 #: and the `envharness serve` flag of each that a child process is given on its command line.
-SERVER_SETTINGS = ("max_sessions", "idle_timeout_s", "token", "max_message_bytes", "mcp", "web")
+SERVER_SETTINGS = ("max_sessions", "idle_timeout_s", "token", "max_message_bytes", "mcp", "web", "mcp_fixed")
 SERVE_FLAGS = {
     "max_sessions": "--max-sessions",
     "idle_timeout_s": "--idle-timeout",
     "max_message_bytes": "--max-message-bytes",
+    "mcp_fixed": "--mcp-fixed",
 }
 
 

@@ -71,6 +71,7 @@ def create_app(
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     allow_null_origin: bool = False,
+    mcp_fixed: Sequence[str] | str = (),
 ) -> FastAPI:
     """A FastAPI app serving `env_factory()` environments over OpenEnv's wire.
 
@@ -82,6 +83,7 @@ def create_app(
     idle timeout. Messages over `max_message_bytes` get MESSAGE_TOO_LARGE. `mcp`: serve the
     environment's tools at `/mcp` (when the `mcp` SDK is installed); `web`: the page at `/web`.
     `mounts`: more features to add (`core/mounts.py`); the core knows none of them by import.
+    `mcp_fixed`: reset options (`seat,seed`) an MCP client may not choose: the operator's.
     """
     allowed_origins = checked_origins(allowed_origins, allow_null=allow_null_origin)
     manager = SessionManager(env_factory, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
@@ -110,6 +112,7 @@ def create_app(
     app.state.max_message_bytes = max_message_bytes
     app.state.env_name = env_name
     app.state.mcp = None
+    app.state.mcp_fixed = tuple(split_names(mcp_fixed))
     app.state.running = []  # what a mount runs while the app does (MCP's session manager)
     for mount in resolve_mounts(mcp=mcp, web=web, extra=mounts):
         running = mount(app, manager, env_name)
@@ -322,3 +325,9 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     sock.bind((host, port))
     sock.listen(2048)
     return sock
+
+
+def split_names(value: Sequence[str] | str) -> list[str]:
+    """`"seat, seed"` or `["seat", "seed"]` -> `["seat", "seed"]`."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [item.strip() for item in items if item.strip()]

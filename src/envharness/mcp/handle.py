@@ -15,13 +15,17 @@ from envharness.core.types import Observation, State
 
 
 class EnvSessionHandle:
-    """One MCP session's environment; `last` is its latest observation."""
+    """One MCP session's environment; `last` is its latest observation. `fixed`: the reset
+    options this server's operator keeps from MCP clients (`--mcp-fixed`); `pinned`: the values
+    the operator chose for this session's rollout (its tag's `seed=`), which its resets take."""
 
-    def __init__(self, manager: SessionManager) -> None:
+    def __init__(self, manager: SessionManager, fixed: tuple[str, ...] = ()) -> None:
         self.manager = manager
         self.session: Session | None = None
         self.last: Observation | None = None
         self.options: dict = {}  # what the last reset asked for (e.g. screenshot)
+        self.fixed = fixed
+        self.pinned: dict = {}
 
     async def _live(self, *, opening: bool) -> Session:
         if self.session is not None and not self.session.closed:
@@ -45,11 +49,26 @@ class EnvSessionHandle:
         """Reset options are checked as /ws checks them (raises pydantic's ValidationError)."""
 
         options = ResetRequest.model_validate(options).model_dump(exclude_unset=True)
+        options = self._operators(options)
         session = await self._live(opening=True)
         async with self.manager.activity(session):
             self.last = await run_reset(session, options)
         self.options = dict(options)
         return self.last
+
+    def _operators(self, options: dict) -> dict:
+        """`options` with the operator's choices: a fixed option the call chose otherwise is
+        refused in words (wherever it came from: a tool argument, a game's keyword arguments),
+        and the rollout's pinned values are filled in."""
+        chosen = sorted(k for k in self.fixed if k in options and options[k] != self.pinned.get(k))
+        if chosen:
+            raise ProtocolError(
+                ErrorCode.VALIDATION_ERROR,
+                f"{', '.join(chosen)}: fixed by this server's operator (--mcp-fixed "
+                f"{','.join(self.fixed)}); a reset through MCP may not choose "
+                f"{'it' if len(chosen) == 1 else 'them'}",
+            )
+        return {**options, **self.pinned}
 
     async def step(self, action_data: dict) -> Observation:
 

@@ -45,10 +45,10 @@ class McpEndpoint:
     and its session manager started, at the first `/mcp` request: a server that nobody asks for
     tools starts without it. A fresh SDK session manager each time the app starts."""
 
-    def __init__(self, manager: SessionManager, name: str) -> None:
+    def __init__(self, manager: SessionManager, name: str, fixed: tuple[str, ...] = ()) -> None:
         from envharness.mcp.outcomes import RolloutOutcomes
 
-        self.manager, self.name = manager, name
+        self.manager, self.name, self.fixed = manager, name, fixed
         self.outcomes = RolloutOutcomes()  # what tagged sessions earned (`/mcp/rollouts/{id}`)
         self.provider: Any = None
         self.server: Any = None
@@ -85,7 +85,7 @@ class McpEndpoint:
                     from envharness.mcp.openenv_dialect import OpenEnvDialect
                     from envharness.mcp.server import ToolsetProvider, build_server
 
-                    self.provider = ToolsetProvider(self.manager, self.name)
+                    self.provider = ToolsetProvider(self.manager, self.name, self.fixed)
                     self.server = build_server(self.manager, self.name, self.provider, self.outcomes)
                     self.dialect = OpenEnvDialect(self.manager, self.provider)
                 http = StreamableHTTPSessionManager(
@@ -144,7 +144,7 @@ def mount_mcp(app: FastAPI, manager: SessionManager, name: str) -> Callable[[], 
     if importlib.util.find_spec("mcp") is None:
         log.info("no /mcp route: the mcp SDK is not installed; pip install 'envharness[mcp]'")
         return None
-    endpoint = McpEndpoint(manager, name)
+    endpoint = McpEndpoint(manager, name, tuple(getattr(app.state, "mcp_fixed", ())))
     for path in ("/mcp", "/mcp/"):
         app.add_route(path, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     _add_outcome_routes(app, endpoint)

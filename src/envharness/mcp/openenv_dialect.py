@@ -17,7 +17,7 @@ from typing import Any
 from envharness.core.protocol import ProtocolError
 from envharness.core.sessions import SessionManager
 from envharness.mcp.handle import EnvSessionHandle
-from envharness.mcp.server import ToolsetProvider
+from envharness.mcp.server import ToolsetProvider, shown_tools
 from envharness.mcp.toolset import run_tool
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = (
@@ -62,7 +62,7 @@ class OpenEnvDialect:
             if len(self.handles) >= self.manager.capacity:
                 raise _RpcError(SERVER_ERROR, f"Server at capacity: {self.manager.capacity} MCP session(s)")
             session_id = uuid.uuid4().hex
-            self.handles[session_id] = EnvSessionHandle(self.manager)
+            self.handles[session_id] = EnvSessionHandle(self.manager, self.provider.fixed)
             return {"session_id": session_id}
         if method == "openenv/session/close":
             handle = self.handles.pop(self._session_id(params), None)
@@ -76,7 +76,8 @@ class OpenEnvDialect:
         if method == "tools/list":
             return {
                 "tools": [
-                    t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in toolset.tools()
+                    t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                    for t in shown_tools(toolset.tools(), self.provider.fixed)
                 ]
             }
         name = params.get("name")
@@ -87,7 +88,7 @@ class OpenEnvDialect:
             if handle is None:
                 raise _RpcError(INVALID_PARAMS, f"Unknown session_id: {params['session_id']}")
         else:
-            handle, temporary = EnvSessionHandle(self.manager), True
+            handle, temporary = EnvSessionHandle(self.manager, self.provider.fixed), True
         try:
             result = await run_tool(toolset, handle, name, params.get("arguments") or {})
         finally:

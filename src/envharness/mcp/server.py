@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from mcp import types
@@ -22,7 +22,7 @@ from mcp.server.lowlevel.helper_types import ReadResourceContents
 from envharness.core.sessions import SessionManager
 from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.outcomes import RolloutOutcomes, rollout_tag
-from envharness.mcp.toolset import TASKS_URI, EnvToolset, run_tool, toolset_for
+from envharness.mcp.toolset import TASKS_URI, EnvToolset, error_result, run_tool, toolset_for
 
 INSTRUCTIONS = (
     "Each MCP session owns one environment session. Call `reset` first (the browser: task and seed), "
@@ -33,9 +33,11 @@ INSTRUCTIONS = (
 class ToolsetProvider:
     """The environment's toolset, worked out once from the first environment the server makes."""
 
-    def __init__(self, manager: SessionManager, env: str | None = None) -> None:
+    def __init__(self, manager: SessionManager, env: str | None = None, fixed: Sequence[str] = ()) -> None:
         self.manager = manager
         self.env = env
+        #: Reset options the operator keeps from MCP clients (`create_app(mcp_fixed=...)`).
+        self.fixed = tuple(fixed)
         self._toolset: EnvToolset | None = None
 
     async def get(self) -> EnvToolset:
@@ -82,7 +84,7 @@ def build_server(
 
     @contextlib.asynccontextmanager
     async def per_session(_: Server) -> AsyncIterator[EnvSessionHandle]:
-        handle = EnvSessionHandle(manager)
+        handle = EnvSessionHandle(manager, provider.fixed)
         try:
             yield handle
         finally:
@@ -118,7 +120,7 @@ def build_server(
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
-        return list((await provider.get()).tools())
+        return shown_tools((await provider.get()).tools(), provider.fixed)
 
     # Validation happens in `run_tool`, shared with the OpenEnv dialect.
     @server.call_tool(validate_input=False)
@@ -126,8 +128,13 @@ def build_server(
         context = server.request_context
         handle: EnvSessionHandle = context.lifespan_context
         before = handle.last
-        result = await run_tool(await provider.get(), handle, tool, arguments)
         tag = rollout_tag(context.request) if outcomes is not None else None
+        handle.pinned = pinned_by_operator(context.request, provider.fixed)
+        if tool == "reset" and handle.pinned and tag is not None and _began(outcomes, tag):
+            return error_result(
+                f"rollout {tag} has begun its episode: its seed is the operator's, so it plays one"
+            )
+        result = await run_tool(await provider.get(), handle, tool, arguments)
         if tag is not None:  # only a call that produced a new observation moved the episode
             outcomes.record(
                 tag, tool, handle.last if handle.last is not before else None, bool(result.isError)
@@ -135,3 +142,33 @@ def build_server(
         return result
 
     return server
+
+
+def shown_tools(tools: Sequence[types.Tool], fixed: Sequence[str]) -> list[types.Tool]:
+    """The tools as clients see them: `reset` without the options the operator fixed."""
+    if not fixed:
+        return list(tools)
+    shown = []
+    for tool in tools:
+        if tool.name == "reset":
+            schema = dict(tool.inputSchema)
+            schema["properties"] = {
+                k: v for k, v in (schema.get("properties") or {}).items() if k not in fixed
+            }
+            tool = tool.model_copy(update={"inputSchema": schema})
+        shown.append(tool)
+    return shown
+
+
+def pinned_by_operator(request: Any, fixed: Sequence[str]) -> dict[str, Any]:
+    """The seed the operator chose for a rollout, from the URL it gave the agent
+    (`/mcp?rollout=ID&seed=S`, `policy/agents.py`), when the seed is fixed; else nothing."""
+    if "seed" not in fixed or request is None:
+        return {}
+    seed = request.query_params.get("seed")
+    return {"seed": int(seed)} if seed is not None and seed.isdigit() and len(seed) <= 19 else {}
+
+
+def _began(outcomes: RolloutOutcomes | None, tag: str) -> bool:
+    outcome = outcomes.get(tag) if outcomes is not None else None
+    return outcome is not None and outcome.resets > 0

@@ -4,7 +4,10 @@ An agent is any function (sync or async) that plays one episode with an OpenAI c
 MCP client of its own. It is called with keyword arguments, only those its signature names:
 
     base_url   the OpenAI base URL that records into this rollout (`/rollouts/{id}/v1`)
-    mcp_url    the environment's `/mcp`, tagged with the rollout id (`?rollout=ID`)
+    mcp_url    the environment's `/mcp`, tagged with the rollout id (`?rollout=ID`) and the
+               episode's seed (`&seed=S`): a server whose operator fixed the seed
+               (`--mcp-fixed seed`, as `train --agent` does) plays that seed, whatever the
+               agent's tools ask
     api_key    the rollout id (any OpenAI client needs some key)
     model      the served model's name
     task, seed which episode to play (from the dataset prompt)
@@ -114,7 +117,8 @@ async def run_agent(
     trace = policy.store.open(rollout_id, task=task, seed=seed)
     offered = {
         "base_url": policy.rollout_url(rollout_id),
-        "mcp_url": f"{env_url.rstrip('/')}/mcp?rollout={rollout_id}",
+        "mcp_url": f"{env_url.rstrip('/')}/mcp?rollout={rollout_id}"
+        + (f"&seed={seed}" if isinstance(seed, int) and seed >= 0 else ""),
         "api_key": trace.api_key,
         "model": policy.endpoint.model_name,
         "task": task,

@@ -64,13 +64,20 @@ def agent_env_url(
     env: EnvRef, env_url: str | None, env_options: dict[str, Any] | None = None
 ) -> Iterator[str]:
     """The URL of a server of `env` (with `/mcp`) for agents that play through MCP: `env_url`,
-    or a server started on loopback for the duration of the block."""
+    or a server started on loopback for the duration of the block. The agent's tools may not
+    choose a seat or a seed there (`AGENT_FIXED`): the seat is the server's, the seed the
+    rollout's (its MCP URL, `policy/agents.py`), so no rollout replays a deal from another seat."""
     if env_url:
         yield env_url
         return
     env = resolved(env, env_options)
-    with _local_server(env.name, {**train_server_options(env), **(env_options or {})}) as server:
+    options = {**train_server_options(env), **(env_options or {}), "mcp_fixed": AGENT_FIXED}
+    with _local_server(env.name, options) as server:
         yield server.base_url
+
+
+#: The reset options `train --agent`'s own server keeps from the agent's MCP tools.
+AGENT_FIXED = "seat,seed"
 
 
 @contextlib.contextmanager
