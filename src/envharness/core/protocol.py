@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envharness.core import wire_json
 from envharness.core.types import Observation
+from envharness.core.wire_json import JSONLimitError
 
 
 class ErrorCode(str, Enum):  # noqa: UP042 - OpenEnv's own shape: str() and formatting stay as theirs
@@ -117,7 +119,9 @@ CLIENT_MESSAGES: dict[str, type[_Message]] = {
 def parse_client_message(raw: str | bytes) -> ResetMessage | StepMessage | StateMessage | CloseMessage:
     """Parse one client frame; raises `ProtocolError` with the right code."""
     try:
-        payload = json.loads(raw)
+        payload = wire_json.loads(raw)
+    except JSONLimitError as exc:
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"Refused JSON: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}") from None
     if not isinstance(payload, dict):

@@ -25,6 +25,7 @@ from fastapi.routing import APIRoute, APIWebSocketRoute
 from pydantic import BaseModel, ValidationError
 from starlette.middleware import Middleware
 
+from envharness.core import wire_json
 from envharness.core.guards import (
     Access,
     BodyLimit,
@@ -50,6 +51,7 @@ from envharness.core.protocol import (
 from envharness.core.sessions import EnvFactory, SessionManager, checked, run_reset, run_step
 from envharness.core.task_api import mount_task_api
 from envharness.core.types import State
+from envharness.core.wire_json import JSONLimitError
 from envharness.core.ws_session import execution_error, websocket_session
 
 log = logging.getLogger(__name__)
@@ -143,7 +145,9 @@ async def protocol_error(request: Request, exc: ProtocolError) -> JSONResponse:
 async def read_body(request: Request, model: type[BaseModel]) -> Any:
     raw = await request.body()  # at most max_message_bytes: BodyLimit cut off anything larger
     try:
-        payload = json.loads(raw) if raw.strip() else {}
+        payload = wire_json.loads(raw) if raw.strip() else {}
+    except JSONLimitError as exc:
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"Refused JSON: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}") from None
     try:

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 
+from envharness.core import wire_json
 from envharness.core.guards import (
     Access,
     BodyLimit,
@@ -33,6 +34,7 @@ from envharness.core.guards import (
     TokenGuard,
     checked_origins,
 )
+from envharness.core.wire_json import JSONLimitError
 from envharness.policy import errors
 from envharness.policy.endpoint import PolicyEndpoint
 from envharness.policy.limits import bearer, is_token
@@ -46,7 +48,9 @@ REAP_EVERY_S = 1.0
 
 def _parse_json(raw: bytes) -> Any:
     try:
-        return json.loads(raw or b"null")
+        return wire_json.loads(raw or b"null")
+    except JSONLimitError as exc:
+        raise errors.invalid(f"the body's JSON is refused: {exc}", code="invalid_json") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise errors.invalid(f"the body is not JSON: {exc}", code="invalid_json") from None
 

@@ -42,7 +42,12 @@ from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.actions import ActionParseError, parse_actions
 from envharness.envs.browsergym.engine import BrowserEngine, BrowserUnavailable, HostGuard
 from envharness.envs.browsergym.executor import STATEFUL_ACTIONS, ActionContext, execute, release_held
-from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
+from envharness.envs.browsergym.models import (
+    MAX_SEED,
+    BrowserGymAction,
+    BrowserGymObservation,
+    BrowserGymState,
+)
 from envharness.envs.browsergym.observation import ObservationParts, extract_page_observation, forget_marks
 from envharness.envs.browsergym.task_set import StartMode
 from envharness.envs.browsergym.tasks import TaskStatus, load_task_set
@@ -158,8 +163,7 @@ class BrowserGymEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
             max_steps=self.config.max_steps,
             time_limit_s=self.config.time_limit_s,
         )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise InvalidOptions(f"seed must be an integer, got {seed!r}")
+        checked_seed(seed)
         try:
             page = await self._fresh_page(chosen)
             await release_held(self._actx)
@@ -550,6 +554,18 @@ def _options_schema(also: tuple[str, ...]) -> type[BaseModel]:
     fields.update({name: (str | None, None) for name in ("next_task", *also)})
     config = ConfigDict(extra="forbid", strict=True)
     return create_model("ResetOptions", __config__=config, **fields)
+
+
+def checked_seed(seed: Any) -> None:
+    """A reset's seed, refused in words unless None or an integer in 0..MAX_SEED (both engines)."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidOptions(f"seed must be an integer, got {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise InvalidOptions(
+            f"seed must be between 0 and {MAX_SEED} (BrowserGym's tasks draw an episode from 32 bits), got {seed}"
+        )
 
 
 def episode_options(

@@ -15,6 +15,7 @@ from mcp import types
 
 from envharness.core.types import Observation
 from envharness.envs.browsergym.action_tools import ACTION_TOOLS, build_browsergym_action_str
+from envharness.envs.browsergym.models import MAX_SEED
 from envharness.envs.browsergym.sessions import format_observation
 from envharness.mcp.handle import EnvSessionHandle
 from envharness.mcp.toolset import EnvToolset
@@ -35,6 +36,7 @@ RESET_TOOL = types.Tool(
             "seed": {
                 "type": "integer",
                 "minimum": 0,
+                "maximum": MAX_SEED,
                 "description": "fixes the episode (same seed, same page)",
             },
             "screenshot": SCREENSHOT_PARAM,

@@ -124,6 +124,11 @@ class BrowserGymImageObservation(BrowserGymObservation):
         return None if encoded is None else base64.b64encode(encoded).decode("ascii")
 
 
+#: The largest seed a BrowserGym episode takes: its tasks draw each episode with numpy's
+#: `RandomState(seed)`, which holds 32 bits (the wire's own limit, 2**63 - 1, is wider).
+MAX_SEED = 2**32 - 1
+
+
 class BrowserGymState(State):
     """Episode bookkeeping (OpenEnv's fields plus seed and timing)."""
 

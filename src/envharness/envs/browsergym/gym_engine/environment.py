@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envharness.core.environment import Environment, InvalidOptions
-from envharness.envs.browsergym.environment import BrowserSessionLost, episode_options
+from envharness.envs.browsergym.environment import BrowserSessionLost, checked_seed, episode_options
 from envharness.envs.browsergym.gym_engine import benchmarks
 from envharness.envs.browsergym.gym_engine.process import WorkerError, WorkerLost, WorkerProcess
 from envharness.envs.browsergym.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
@@ -88,8 +88,7 @@ class GymBrowserEnvironment(Environment[BrowserGymAction, BrowserGymObservation]
         chosen = task or task_name or self._task or self.config.task or self.benchmark.default_task
         if not chosen:
             raise InvalidOptions(f"name a {self.benchmark.name} task: reset(task=...)")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise InvalidOptions(f"seed must be an integer, got {seed!r}")
+        checked_seed(seed)
         parts, max_steps, time_limit_s = episode_options(
             options,
             observation=self.config.observation,
