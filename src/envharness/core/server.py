@@ -48,9 +48,8 @@ from envharness.core.protocol import (
     serialize_observation,
     validation_error,
 )
-from envharness.core.sessions import EnvFactory, SessionManager, checked, run_reset, run_step
+from envharness.core.sessions import EnvFactory, SessionManager, run_reset, run_state, run_step
 from envharness.core.task_api import mount_task_api
-from envharness.core.types import State
 from envharness.core.wire_json import JSONLimitError
 from envharness.core.ws_session import execution_error, websocket_session
 
@@ -172,9 +171,9 @@ async def http_step(request: Request) -> dict[str, Any]:
 
 
 async def http_state(request: Request) -> dict[str, Any]:
-    async with request.app.state.sessions.temporary() as session:
-        state = await session.env.state_async()
-    return checked(state, State, "state").model_dump(mode="json")
+    async with request.app.state.sessions.temporary() as session, environment_errors():
+        state = await run_state(session)
+    return state.model_dump(mode="json")
 
 
 async def health(request: Request) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from envharness.core.environment import Environment, InvalidOptions
-from envharness.core.errors import is_invalid_action
+from envharness.core.errors import contained, is_invalid_action
 from envharness.core.protocol import ErrorCode, ProtocolError, validation_error
 from envharness.core.task_api import listing_of, resolve_task_reference
 from envharness.core.types import Action, EnvironmentMetadata, Observation, State
@@ -227,9 +227,10 @@ class SessionManager:
     # -- internals ----------------------------------------------------------------------
     async def _create_env(self) -> Environment:
         try:
-            env = self.env_factory()
-            if inspect.isawaitable(env):
-                env = await env
+            with contained():  # its SystemExit too is a failed factory, not the server's stop
+                env = self.env_factory()
+                if inspect.isawaitable(env):
+                    env = await env
         except Exception as exc:
             log.exception("environment factory failed")
             raise ProtocolError(
@@ -249,7 +250,8 @@ class SessionManager:
 
     async def _close_env(self, env: Environment) -> None:
         try:
-            await env.close_async()
+            with contained():
+                await env.close_async()
         except Exception:
             log.exception("closing %s failed", type(env).__name__)
         finally:
@@ -263,7 +265,8 @@ async def run_reset(session: Session, options: dict[str, Any]) -> Observation:
     except ValueError as exc:
         raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"Invalid reset options: {exc}") from None
     try:
-        observation = await session.env.reset_async(**options)
+        with contained():  # SystemExit, KeyboardInterrupt: the environment's bug, as any exception
+            observation = await session.env.reset_async(**options)
     except InvalidOptions as exc:  # the client's mistake: said in words, not logged as a failure
         raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"Invalid reset options: {exc}") from None
     session.has_reset, session.step_count = True, 0
@@ -279,7 +282,8 @@ async def run_step(session: Session, action_data: dict[str, Any]) -> Observation
     except ValidationError as exc:
         raise validation_error(f"Invalid action for {action_type.__name__}", exc) from None
     try:
-        observation = await session.env.step_async(action)
+        with contained():
+            observation = await session.env.step_async(action)
     except Exception as exc:
         if not is_invalid_action(exc):
             raise  # the environment's bug: an EXECUTION_ERROR that ends the episode
@@ -287,6 +291,12 @@ async def run_step(session: Session, action_data: dict[str, Any]) -> Observation
         raise ProtocolError(ErrorCode.EXECUTION_ERROR, str(exc), invalid_action=True) from None
     session.step_count += 1
     return checked(observation, Observation, "step")
+
+
+async def run_state(session: Session) -> State:
+    with contained():
+        state = await session.env.state_async()
+    return checked(state, State, "state")
 
 
 def checked(value: Any, expected: type, what: str) -> Any:

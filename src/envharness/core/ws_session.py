@@ -31,8 +31,7 @@ from envharness.core.protocol import (
     state_message,
     validation_error,
 )
-from envharness.core.sessions import Session, SessionManager, checked, run_reset, run_step
-from envharness.core.types import State
+from envharness.core.sessions import Session, SessionManager, run_reset, run_state, run_step
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +137,7 @@ class Connection:
             return observation_message(await run_reset(session, options))
         if isinstance(request, StepMessage):
             return observation_message(await run_step(session, request.data))
-        return state_message(checked(await session.env.state_async(), State, "state"))
+        return state_message(await run_state(session))
 
 
 def interruptible(env: Any, request: Any) -> bool:

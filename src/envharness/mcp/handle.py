@@ -10,7 +10,7 @@ from __future__ import annotations
 import anyio
 
 from envharness.core.protocol import ErrorCode, ProtocolError, ResetRequest
-from envharness.core.sessions import Session, SessionManager, run_reset, run_step
+from envharness.core.sessions import Session, SessionManager, run_reset, run_state, run_step
 from envharness.core.types import Observation, State
 
 
@@ -80,7 +80,7 @@ class EnvSessionHandle:
     async def state(self) -> State:
         session = await self._live(opening=False)
         async with self.manager.activity(session):
-            return await session.env.state_async()
+            return await run_state(session)
 
     async def close(self) -> None:
         """Free the environment; shielded, since MCP sessions end by cancellation."""
