@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.middleware import Middleware
 
 from envharness.core import wire_json
+from envharness.core.connections import WS_MAX_QUEUE, HeaderTimeout, ws_max_size
 from envharness.core.guards import (
     Access,
     BodyLimit,
@@ -266,13 +267,16 @@ def error_response(error: ProtocolError) -> JSONResponse:
 def uvicorn_server(
     app: FastAPI, *, ping_interval_s: float = 20.0, ping_timeout_s: float = 20.0, log_level: str = "warning"
 ) -> uvicorn.Server:
-    """A uvicorn server for `app`: keepalive pings find half-open connections; frames far
-    over the app's message limit are cut at the socket, the rest get MESSAGE_TOO_LARGE."""
+    """A uvicorn server for `app`: keepalive pings find half-open connections; frames over
+    the app's message limit are cut at the socket, the rest get MESSAGE_TOO_LARGE; a request's
+    headers must arrive in time (`core/connections.py`)."""
     limit = getattr(app.state, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
     config = uvicorn.Config(
         app,
         log_level=log_level,
-        ws_max_size=4 * limit + 65536,
+        http=HeaderTimeout,
+        ws_max_size=ws_max_size(limit),
+        ws_max_queue=WS_MAX_QUEUE,
         ws_ping_interval=ping_interval_s,
         ws_ping_timeout=ping_timeout_s,
         timeout_graceful_shutdown=10,

@@ -99,8 +99,9 @@ class Connection:
         """The reply to one client message; None: the client closed the session or went away."""
         raw = message.get("text") if message.get("text") is not None else message.get("bytes") or b""
         try:
-            if len(raw) > self.limit:
-                raise too_large(len(raw), self.limit)
+            size = len(raw.encode()) if isinstance(raw, str) else len(raw)  # bytes, as the socket counts
+            if size > self.limit:
+                raise too_large(size, self.limit)
             request = parse_client_message(raw)
             if isinstance(request, CloseMessage):
                 return None
