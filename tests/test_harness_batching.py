@@ -248,9 +248,9 @@ def test_how_long_an_idle_decoder_waits(tiny_backend, monkeypatch):
 def test_trains_timer_passes_the_backends_wait_on(tiny_backend):
     """`train` times generation through a wrapper, and its rollout's episodes are independent:
     the batcher still sees the backend's own wait."""
-    from envharness.integrations.trl.step_timing import StepTimer
+    from envharness.integrations.trl.step_timing import StepClock
 
-    timed = StepTimer().backend_factory(None, lambda trainer: tiny_backend)
+    timed = StepClock().backend_factory(None, lambda trainer: tiny_backend)
     assert timed is not tiny_backend and timed.continuous
     assert BatchingModelStep(timed, independent_episodes=True)._wait_bound() == IDLE_WAIT_CPU_S
     with idle_wait(tiny_backend, 0.1):

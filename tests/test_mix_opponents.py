@@ -20,6 +20,7 @@ from envharness.integrations.trl.checks import check_config
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds import MixRun
+from envharness.integrations.trl.layers import Layer
 from envharness.integrations.trl.training import train
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -40,13 +41,13 @@ def handed(monkeypatch):
     def spying(self, parts, clients):
         rollout = build(self, parts, clients)
 
-        def spy(prompts, trainer):
-            out = rollout(prompts, trainer)
-            calls.append((list(prompts), out))
-            return out
+        class Spy(Layer):
+            def __call__(self, prompts, trainer):
+                out = self.inner(prompts, trainer)
+                calls.append((list(prompts), out))
+                return out
 
-        spy.records = rollout.records
-        return spy
+        return Spy(rollout)
 
     monkeypatch.setattr(MixRun, "rollout", spying)
     return calls
@@ -176,6 +177,7 @@ def test_a_mix_refuses_an_opponent_it_cannot_seat_in_words(options, words):
 
 def test_a_mix_seats_only_its_game_and_keeps_the_seat_choice():
     run = check_config(TrainConfig(mix=MIX, opponent="scripted", seat="1", model="tiny"))
-    assert set(run.kind.plans) == {"textarena"}
-    assert run.kind.plans["textarena"].server_options == {"opponent": "scripted", "seat": "1"}
+    seated = {row.name: row.seats for row in run.plan.rows if row.seats.server_options}
+    assert set(seated) == {"textarena"}
+    assert seated["textarena"].server_options == {"opponent": "scripted", "seat": "1"}
     assert run.config.env_options == {}  # each server's options stay its own

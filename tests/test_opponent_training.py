@@ -19,6 +19,7 @@ from envharness.integrations.trl.checks import check_config
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds import OpponentRun
+from envharness.integrations.trl.layers import Layer
 from envharness.integrations.trl.training import train
 from envharness.models.transformers_backend import TransformersBackend
 
@@ -58,15 +59,14 @@ def seen(monkeypatch):
             k: v.clone() for k, v in rollout.opponent_backend.model.state_dict().items()
         }
 
-        def spy(prompts, trainer):
-            out = rollout(prompts, trainer)
-            spy.last_metrics = rollout.last_metrics
-            seen["batches"].append(out)
-            seen["trainer"] = trainer
-            return out
+        class Spy(Layer):
+            def __call__(self, prompts, trainer):
+                out = self.inner(prompts, trainer)
+                seen["batches"].append(out)
+                seen["trainer"] = trainer
+                return out
 
-        spy.records, spy.last_metrics = rollout.records, {}
-        return spy
+        return Spy(rollout)
 
     monkeypatch.setattr(TransformersBackend, "generate", noting)
     monkeypatch.setattr(OpponentRun, "rollout", spying)

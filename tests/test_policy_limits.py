@@ -156,7 +156,6 @@ def test_an_agent_past_its_time_limit_is_masked_counted_and_named(tiny):
             self.model = model
 
     with LocalServer("echo") as env:
-        groups = GroupStats()
         rollout_func = build_agent_rollout_func(
             # the limit: far above what the healthy agent's one call takes on a busy machine; the
             # hung agent is stopped at it
@@ -168,13 +167,14 @@ def test_an_agent_past_its_time_limit_is_masked_counted_and_named(tiny):
         try:
             started = time.monotonic()
             prompts = [json.dumps({"task": "echo", "seed": seed}) for seed in (0, 1)]
-            out = groups.wrap(rollout_func)(prompts, Trainer())
+            groups = GroupStats(rollout_func)
+            out = groups(prompts, Trainer())
             assert time.monotonic() - started < 600  # a hang guard: the hung agent did not hold the step
         finally:
             rollout_func.close()
     hung = out["verify_metrics"][1]
     assert hung["agent_timeout"] is True and "time limit" in hung["error"] and set(out["env_mask"][1]) == {0}
     assert out["verify_metrics"][0]["agent_timeout"] is False and 1 in out["env_mask"][0]
-    assert rollout_func.last_metrics["agent_timeouts"] == 1
+    assert rollout_func.metrics["agent_timeouts"] == 1
     stats = group_stats(groups.prompts, groups.out)
     assert stats["episodes/agent_timeouts"] == 1 and stats["episodes/agent_timeout_rows"] == ["echo 1"]

@@ -198,7 +198,7 @@ def test_the_rollout_function_reports_an_agents_rewritten_history_and_leaves_it_
             out = rollout_func(["a", "b"], trainer)
         finally:
             rollout_func.close()
-    assert rollout_func.last_metrics["forks"] == 2
+    assert rollout_func.metrics["forks"] == 2
     for i in range(2):
         metrics = out["verify_metrics"][i]
         assert "error" not in metrics and metrics["forks"] == 1 and metrics["fork_tokens"] > 0

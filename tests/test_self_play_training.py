@@ -18,6 +18,7 @@ from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds import SelfPlayRun
 from envharness.integrations.trl.kinds.self_play import plan_episodes
+from envharness.integrations.trl.layers import Layer
 from envharness.integrations.trl.training import train
 
 
@@ -34,14 +35,13 @@ def handed(monkeypatch):
     def spying(self, parts, clients):
         rollout = build(self, parts, clients)
 
-        def spy(prompts, trainer):
-            out = rollout(prompts, trainer)
-            spy.last_metrics = rollout.last_metrics
-            calls.append((list(prompts), out))
-            return out
+        class Spy(Layer):
+            def __call__(self, prompts, trainer):
+                out = self.inner(prompts, trainer)
+                calls.append((list(prompts), out))
+                return out
 
-        spy.records, spy.last_metrics = rollout.records, {}
-        return spy
+        return Spy(rollout)
 
     monkeypatch.setattr(SelfPlayRun, "rollout", spying)
     return calls

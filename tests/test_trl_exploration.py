@@ -8,6 +8,7 @@ import math
 import pytest
 
 from envharness.integrations.trl.exploration import GroupStats, group_stats
+from envharness.integrations.trl.layers import FunctionRollout
 from envharness.integrations.trl.rollout import task_prompt
 
 
@@ -72,10 +73,9 @@ def test_a_mix_is_reported_per_task_and_per_environment():
 
 def test_group_stats_reach_the_step_log_once_per_step():
     prompts, out = _batch()
-    stats = GroupStats()
     calls = iter([{k: v[:4] for k, v in out.items()}, {k: v[4:] for k, v in out.items()}])
-    rollout = stats.wrap(lambda p, trainer: next(calls))
-    callback = stats.callback()
+    rollout = GroupStats(FunctionRollout(lambda p, trainer: next(calls)))
+    [callback] = rollout.callbacks()
     callback.on_step_begin(None, None, None)
     rollout(prompts[:4], None)  # a step may roll out in several calls
     rollout(prompts[4:], None)

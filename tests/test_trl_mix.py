@@ -12,7 +12,8 @@ import pytest
 
 from envharness.cli import main as cli_main
 from envharness.harness import read_records
-from envharness.integrations.trl.mix import mix_prompt, mixed_rollout, parse_mix, prompt_key
+from envharness.integrations.trl.layers import FunctionRollout
+from envharness.integrations.trl.mix import MixedRollout, mix_prompt, parse_mix, prompt_key
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -38,15 +39,15 @@ def test_mixed_rollout_sends_each_group_to_its_environment_and_keeps_the_order()
             calls[env] = list(prompts)
             return {"success": [env == "a"] * len(prompts), "which": [env] * len(prompts)}
 
-        return rollout
+        return FunctionRollout(rollout)
 
     prompts = [mix_prompt("a:x", 1), mix_prompt("b:y", 2), mix_prompt("a:x", 1), mix_prompt("b:y", 2)]
-    out = mixed_rollout({"a": fake("a"), "b": fake("b")})(prompts, None)
+    out = MixedRollout({"a": fake("a"), "b": fake("b")})(prompts, None)
     assert out == {"success": [True, False, True, False], "which": ["a", "b", "a", "b"]}
     assert calls == {"a": [prompts[0], prompts[2]], "b": [prompts[1], prompts[3]]}
     assert prompt_key(prompts[1]) == "b:y"
     with pytest.raises(ValueError, match="names environment 'c'"):
-        mixed_rollout({"a": fake("a")})([mix_prompt("c:z")], None)
+        MixedRollout({"a": fake("a")})([mix_prompt("c:z")], None)
 
 
 @pytest.mark.timeout(900)

@@ -12,7 +12,8 @@ each on its own rollout id against the endpoint and the environment's `/mcp`
 (env_mask 1 on the model's, 0 on what the agent and its tools added), the environment's
 reward (`env_reward`, `step_rewards`, `success`, as `build_trl_rollout_func` gives, so the
 same reward functions apply), and in `verify_metrics` the forks and tokens left out.
-`rollout_func.close()` stops the endpoint.
+`rollout_func.close()` stops the endpoint; `rollout_func.metrics` counts the last call's forks
+and agent timeouts.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import rollout_metrics, rollout_outputs
 from envharness.harness.success import judge
 from envharness.harness.types import HarnessRolloutResult, VerifyResult
+from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.rollout import (
-    RolloutFunc,
     parse_task_prompt,
     trainer_backend,
     trainer_sampling,
+    trainer_step,
 )
 from envharness.policy.agents import AgentResult, run_agent
 from envharness.policy.samples import trace_sample
@@ -91,6 +93,89 @@ def _log_failures(results: list[AgentResult]) -> None:
             )
 
 
+class AgentRollout(Rollout):
+    """One copy of an agent per prompt, served the trainer's model through the policy endpoint
+    (`build_agent_rollout_func`); `close()` stops the endpoint."""
+
+    def __init__(
+        self,
+        agent: Callable[..., Any],
+        *,
+        env_url: str,
+        env_token: str | None,
+        max_concurrency: int | None,
+        timeout_s: float | None,
+        records: EpisodeRecordWriter | None,
+        backend_factory: Callable[[Any], Any],
+        train_on_failed: bool,
+        agent_kwargs: dict[str, Any] | None,
+    ) -> None:
+        self.agent, self.env_url, self.env_token = agent, env_url, env_token
+        self.max_concurrency, self.timeout_s, self.records = max_concurrency, timeout_s, records
+        self.backend_factory, self.train_on_failed, self.agent_kwargs = (
+            backend_factory,
+            train_on_failed,
+            agent_kwargs,
+        )
+        self.metrics: dict[str, Any] = {}
+        self.server: PolicyServer | None = None  # started at the first call
+
+    def policy(self, trainer: Any) -> PolicyServer:
+        """The policy endpoint, serving the trainer's model as it is now."""
+        backend = self.backend_factory(trainer)
+        if self.server is None:
+            self.server = PolicyServer(backend, sampling=trainer_sampling(trainer))
+        else:
+            self.server.endpoint.set_backend(backend)
+            self.server.endpoint.sampling = trainer_sampling(trainer)
+        return self.server
+
+    async def play_all(self, server: PolicyServer, prompts: list[Any]) -> list[AgentResult]:
+        limit = asyncio.Semaphore(self.max_concurrency or max(1, len(prompts)))
+
+        async def one(prompt: Any) -> AgentResult:
+            task, seed = parse_task_prompt(prompt)
+            async with limit:
+                return await run_agent(
+                    self.agent,
+                    policy=server,
+                    env_url=self.env_url,
+                    task=task,
+                    seed=seed,
+                    timeout_s=self.timeout_s,
+                    env_token=self.env_token,
+                    extra=self.agent_kwargs,
+                )
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        server = self.policy(trainer)
+        step = trainer_step(trainer)
+        results = run_coroutine_sync(self.play_all(server, list(prompts)))
+        episodes = [agent_episode(r) for r in results]
+        for result, episode in zip(results, episodes):
+            episode.metrics["train_step"] = step
+            if self.records is not None:
+                self.records.write(episode)
+            server.store.discard(result.trace.rollout_id)
+        out = rollout_outputs(episodes, trainer, train_on_failed=self.train_on_failed)
+        out["step_rewards"] = [list(r.outcome.get("step_rewards") or []) for r in results]
+        out["success"] = [bool(e.verify.metrics["success"]) for e in episodes]
+        self.metrics = {
+            **rollout_metrics(episodes),
+            "forks": sum(r.trace.forks for r in results),
+            "agent_timeouts": sum(r.timed_out for r in results),
+        }
+        _log_failures(results)
+        return out
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
 def build_agent_rollout_func(
     agent: Callable[..., Any],
     *,
@@ -102,70 +187,19 @@ def build_agent_rollout_func(
     backend_factory: Callable[[Any], Any] = trainer_backend,
     train_on_failed: bool = False,
     agent_kwargs: dict[str, Any] | None = None,
-) -> RolloutFunc:
+) -> AgentRollout:
     """A TRL 1.16 `rollout_func(prompts, trainer)` running one copy of `agent` per prompt
     (`agent_kwargs`: more arguments offered to it, e.g. `max_turns`). An agent still running
     after `timeout_s` is cancelled; its row is masked, counted (`agent_timeouts`) and named in
     the log, so one hung agent never holds the GRPO step nor scores a reward."""
-    writer = EpisodeRecordWriter(records) if isinstance(records, (str, Path)) else records
-    servers: list[PolicyServer] = []
-
-    def policy(trainer: Any) -> PolicyServer:
-        backend = backend_factory(trainer)
-        if not servers:
-            servers.append(PolicyServer(backend, sampling=trainer_sampling(trainer)))
-        else:
-            servers[0].endpoint.set_backend(backend)
-            servers[0].endpoint.sampling = trainer_sampling(trainer)
-        return servers[0]
-
-    async def play_all(server: PolicyServer, prompts: list[Any]) -> list[AgentResult]:
-        limit = asyncio.Semaphore(max_concurrency or max(1, len(prompts)))
-
-        async def one(prompt: Any) -> AgentResult:
-            task, seed = parse_task_prompt(prompt)
-            async with limit:
-                return await run_agent(
-                    agent,
-                    policy=server,
-                    env_url=env_url,
-                    task=task,
-                    seed=seed,
-                    timeout_s=timeout_s,
-                    env_token=env_token,
-                    extra=agent_kwargs,
-                )
-
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
-
-    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        server = policy(trainer)
-        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        results = run_coroutine_sync(play_all(server, list(prompts)))
-        episodes = [agent_episode(r) for r in results]
-        for result, episode in zip(results, episodes):
-            episode.metrics["train_step"] = step
-            if writer is not None:
-                writer.write(episode)
-            server.store.discard(result.trace.rollout_id)
-        out = rollout_outputs(episodes, trainer, train_on_failed=train_on_failed)
-        out["step_rewards"] = [list(r.outcome.get("step_rewards") or []) for r in results]
-        out["success"] = [bool(e.verify.metrics["success"]) for e in episodes]
-        rollout_func.last_metrics = {
-            **rollout_metrics(episodes),
-            "forks": sum(r.trace.forks for r in results),  # type: ignore[attr-defined]
-            "agent_timeouts": sum(r.timed_out for r in results),
-        }
-        _log_failures(results)
-        return out
-
-    def close() -> None:
-        for server in servers:
-            server.close()
-        servers.clear()
-
-    rollout_func.records = writer  # type: ignore[attr-defined]
-    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
-    rollout_func.close = close  # type: ignore[attr-defined]
-    rollout_func.policy = lambda: servers[0] if servers else None  # type: ignore[attr-defined]
-    return rollout_func
+    return AgentRollout(
+        agent,
+        env_url=env_url,
+        env_token=env_token,
+        max_concurrency=max_concurrency,
+        timeout_s=timeout_s,
+        records=EpisodeRecordWriter(records) if isinstance(records, (str, Path)) else records,
+        backend_factory=backend_factory,
+        train_on_failed=train_on_failed,
+        agent_kwargs=agent_kwargs,
+    )

@@ -5,18 +5,17 @@ and returns the frozen, resolved configuration the run uses."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from envharness.core.declared import check_bounds
 from envharness.core.registry import ResolvedEnv
 from envharness.curriculum import make_sampler
-from envharness.harness.opponents import check_running_servers, plan_seats
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import loss_passes
-from envharness.integrations.trl.kinds import MixRun, RunKind, pick_run
+from envharness.integrations.trl.kinds import RunKind, RunPlan, pick_run
 from envharness.integrations.trl.loading import check_model_spec
 from envharness.integrations.trl.prompting import prompt_style, reward_functions
 from envharness.integrations.trl.resume import Checkpoint, plan_resume
@@ -27,13 +26,20 @@ from envharness.models.device import DeviceError, resolve
 
 @dataclass(frozen=True)
 class CheckedRun:
-    """A run ready to start: its resolved configuration, kind, environment, and the checkpoint
-    it resumes from (None: a fresh run)."""
+    """A run ready to start: its resolved plan, kind, and the checkpoint it resumes from (None:
+    a fresh run)."""
 
-    config: TrainConfig
+    plan: RunPlan
     kind: RunKind
-    env: ResolvedEnv
     checkpoint: Checkpoint | None
+
+    @property
+    def config(self) -> TrainConfig:
+        return self.plan.config
+
+    @property
+    def env(self) -> ResolvedEnv:
+        return self.plan.env
 
 
 def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> CheckedRun:
@@ -49,10 +55,10 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     else:
         vision = hasattr(tokenizer, "image_processor")  # a VLM's processor, transformers' attribute
     kind = pick_run(config, vision)
-    config, env = kind.resolve(config)
-    config = _seat_opponents(config, env, kind)
+    plan = _seat_opponents(kind.resolve(config), kind)
+    config = plan.config
     _check_schedule(config)
-    _check_episodes(config, env, kind)
+    _check_episodes(plan, kind)
     _check_machine(config)
     _check_processes(config)
     try:
@@ -61,7 +67,7 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
         )
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
-    return CheckedRun(config, kind, env, checkpoint)
+    return CheckedRun(plan, kind, checkpoint)
 
 
 def config_json(config: TrainConfig) -> dict[str, Any]:
@@ -77,39 +83,16 @@ def sampler_options(config: TrainConfig) -> dict[str, Any]:
     return {"floor": config.curriculum_floor} if config.curriculum == "signal" else {}
 
 
-def _seat_opponents(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> TrainConfig:
-    """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
-    if isinstance(kind, MixRun):
-        return _seat_mix_opponents(config, kind)
-    harness = env.require_harness()
+def _seat_opponents(plan: RunPlan, kind: RunKind) -> RunPlan:
+    """`--opponent` / `--seat` (`RunKind.seat`); a model in the other seats is the run's
+    client's to play, where the kind and the environment can."""
     try:
-        plan = plan_seats(harness, config.tasks, config.opponent, config.seat)
-        running = bool(config.env_url or config.env_urls)
-        check_running_servers(plan, config.opponent, config.env_options, running)
+        plan = kind.seat(plan)
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
-    if plan.client_opponent is not None:
-        _check_model_opponent(config, harness, plan.client_opponent, kind)
-        return config
-    return replace(config, env_options={**config.env_options, **plan.server_options})
-
-
-def _seat_mix_opponents(config: TrainConfig, kind: MixRun) -> TrainConfig:
-    """A mix seats each environment with multi-player tasks on its own (`MixRun.seat`); its
-    server's options stay its own, so the configuration is unchanged."""
-    try:
-        plans = kind.seat(config)
-    except ValueError as exc:
-        raise TrainSetupError(str(exc)) from None
-    for name, plan in plans.items():
-        if plan.client_opponent is not None:
-            _check_model_opponent(config, kind.envs[name].require_harness(), plan.client_opponent, kind)
-            if config.eval_every:
-                raise TrainSetupError(
-                    f"--eval-every with --opponent {plan.client_opponent} in a mix: held-out evaluation "
-                    "plays one agent alone; leave out --eval-every"
-                )
-    return config
+    for row in plan.model_seats:
+        _check_model_opponent(plan.config, row.env.require_harness(), row.seats.client_opponent or "", kind)
+    return plan
 
 
 def _check_model_opponent(config: TrainConfig, harness: Any, opponent: str, kind: RunKind) -> None:
@@ -144,8 +127,9 @@ def _check_schedule(config: TrainConfig) -> None:
         raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
 
 
-def _check_episodes(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> None:
+def _check_episodes(plan: RunPlan, kind: RunKind) -> None:
     """How episodes are played: the server, the rewards, the prompt, held-out evaluation."""
+    config, env = plan.config, plan.env
     if sum(map(bool, (config.env_url, config.env_urls, config.servers))) > 1:
         raise TrainSetupError("give one of --env-url, --env-urls and --servers (N >= 1)")
     if config.ray_address and not config.servers:
@@ -165,11 +149,8 @@ def _check_episodes(config: TrainConfig, env: ResolvedEnv, kind: RunKind) -> Non
             f"prompt style {config.prompt!r} builds a fresh prompt every step, so turns after the first are not one "
             "token sequence: train it with max_turns=1, or use a conversation style (compact, harness)"
         )
-    if config.eval_every and not kind.evaluates_held_out:
-        raise TrainSetupError(
-            f"--eval-every is not available for a run of kind '{kind.name}': it evaluates text policies "
-            "the harness plays alone (not --agent, vision or --opponent with a model)"
-        )
+    if config.eval_every and (why := kind.why_no_held_out(plan)) is not None:
+        raise TrainSetupError(why)
 
 
 def _check_processes(config: TrainConfig) -> None:

@@ -1,7 +1,7 @@
 """Exploration along a GRPO run: which groups carried no signal, and why the all-failed ones failed.
 
-    stats = GroupStats()
-    trainer = GRPOTrainer(..., rollout_func=stats.wrap(rollout_func), callbacks=[stats.callback(), ...])
+    rollout = GroupStats(rollout)
+    trainer = GRPOTrainer(..., rollout_func=rollout, callbacks=[*rollout.callbacks(), ...])
 
 TRL logs `entropy` (only on steps whose loss pass runs; `no_signal.py` skips the others) and
 `frac_reward_zero_std` (groups whose rewards are all equal: all failed and all succeeded look
@@ -22,14 +22,12 @@ the same there). Every logged step here also carries:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
 
 from envharness.integrations.trl import ranks
-
-RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
+from envharness.integrations.trl.layers import Layer, Rollout
 
 
 def _per_task(groups: dict[str, list[int]], success: list[bool]) -> dict[str, float]:
@@ -106,45 +104,42 @@ def _short(error: Any) -> str:
     return line[:160]
 
 
-class GroupStats:
-    """Collects `group_stats` for every rollout of a step and adds them to that step's log."""
+class GroupStats(Layer):
+    """The layer that collects `group_stats` for every rollout of a step; its callback adds
+    them to that step's log."""
 
-    def __init__(self) -> None:
+    def __init__(self, inner: Rollout) -> None:
+        super().__init__(inner)
         self.prompts: list[Any] = []
         self.out: dict[str, list[Any]] = {}
 
-    def wrap(self, rollout_func: RolloutFunc) -> RolloutFunc:
-        def observed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-            out = rollout_func(prompts, trainer)
-            n = len(prompts)
-            masks = out.get("env_mask") or [[]] * n  # no mask: no model tokens to count
-            model_logprobs = [
-                [lp for lp, m in zip(lps, mask) if m]
-                for lps, mask in zip(out.get("logprobs") or [[]] * n, masks)
-            ]
-            metrics = out.get("verify_metrics") or [{}] * n
-            rows = zip(
-                [str(p) for p in prompts],
-                out.get("success") or [False] * n,
-                [str(e) if e else None for e in out.get("error") or [None] * n],
-                model_logprobs,
-                [bool(m.get("agent_timeout")) for m in metrics],
-            )
-            # every rank's episodes: the step's statistics are the whole batch's
-            for prompt, success, error, logprobs, timed_out in ranks.all_gather(list(rows)):
-                self.prompts.append(prompt)
-                self.out.setdefault("success", []).append(success)
-                self.out.setdefault("error", []).append(error)
-                self.out.setdefault("logprobs", []).append(logprobs)
-                self.out.setdefault("env_mask", []).append([1] * len(logprobs))
-                self.out.setdefault("timed_out", []).append(timed_out)
-            return out
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        out = self.inner(prompts, trainer)
+        n = len(prompts)
+        masks = out.get("env_mask") or [[]] * n  # no mask: no model tokens to count
+        model_logprobs = [
+            [lp for lp, m in zip(lps, mask) if m] for lps, mask in zip(out.get("logprobs") or [[]] * n, masks)
+        ]
+        metrics = out.get("verify_metrics") or [{}] * n
+        rows = zip(
+            [str(p) for p in prompts],
+            out.get("success") or [False] * n,
+            [str(e) if e else None for e in out.get("error") or [None] * n],
+            model_logprobs,
+            [bool(m.get("agent_timeout")) for m in metrics],
+        )
+        # every rank's episodes: the step's statistics are the whole batch's
+        for prompt, success, error, logprobs, timed_out in ranks.all_gather(list(rows)):
+            self.prompts.append(prompt)
+            self.out.setdefault("success", []).append(success)
+            self.out.setdefault("error", []).append(error)
+            self.out.setdefault("logprobs", []).append(logprobs)
+            self.out.setdefault("env_mask", []).append([1] * len(logprobs))
+            self.out.setdefault("timed_out", []).append(timed_out)
+        return out
 
-        observed.records = getattr(rollout_func, "records", None)  # type: ignore[attr-defined]
-        return observed
-
-    def callback(self) -> TrainerCallback:
-        return _GroupStatsCallback(self)
+    def callbacks(self) -> list[TrainerCallback]:
+        return [*self.inner.callbacks(), _GroupStatsCallback(self)]
 
 
 class _GroupStatsCallback(TrainerCallback):

@@ -3,7 +3,7 @@
 A mix names environments and their tasks (``envharness train --mix browsergym:click-test,enter-text
 --mix textarena:Wordle-v0``). Each environment gets its own server and its own rollout function
 (its prompt, tools and parser); a task is named ``env:task`` in the curriculum, the logs and
-the prompts (`mix_prompt`), and `mixed_rollout` sends each group to its environment's rollout and
+the prompts (`mix_prompt`), and `MixedRollout` sends each group to its environment's rollout and
 puts the outputs back in the batch's order. Every group stays one task and one seed.
 """
 
@@ -13,7 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from envharness.integrations.trl.rollout import RolloutFunc, parse_task_prompt, prompt_env
+from envharness.integrations.trl.layers import Rollout
+from envharness.integrations.trl.rollout import parse_task_prompt, prompt_env
 
 SEPARATOR = ":"
 
@@ -52,27 +53,38 @@ def prompt_key(prompt: Any) -> str:
     return mix_key(env, str(task)) if env else str(task)
 
 
-def mixed_rollout(rollouts: Mapping[str, RolloutFunc]) -> RolloutFunc:
-    """One rollout function over several environments' ones: each prompt goes to the rollout of
-    the environment it names, and every output field comes back in the prompts' order (None where
-    an environment's rollout gives no such field)."""
+class MixedRollout(Rollout):
+    """One rollout over several environments' ones: each prompt goes to the rollout of the
+    environment it names, and every output field comes back in the prompts' order (None where
+    an environment's rollout gives no such field). `metrics` are each environment's, named
+    ``env/metric``; `close()` closes every one."""
 
-    def rollout(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    def __init__(self, rollouts: Mapping[str, Rollout]) -> None:
+        self.rollouts = dict(rollouts)
+        self.metrics: dict[str, Any] = {}
+        self.records = next((r.records for r in self.rollouts.values()), None)  # one run: one writer
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         rows: dict[str, list[int]] = {}
         for i, prompt in enumerate(prompts):
             env = prompt_env(prompt)
-            if env not in rollouts:
+            if env not in self.rollouts:
                 raise ValueError(
-                    f"a mix's prompt names environment {env!r}; the mix has {', '.join(rollouts)}"
+                    f"a mix's prompt names environment {env!r}; the mix has {', '.join(self.rollouts)}"
                 )
             rows.setdefault(env, []).append(i)
         merged: dict[str, list[Any]] = {}
+        self.metrics = {}
         for env, indices in rows.items():
-            out = rollouts[env]([prompts[i] for i in indices], trainer)
+            rollout = self.rollouts[env]
+            out = rollout([prompts[i] for i in indices], trainer)
+            self.metrics.update({f"{env}/{key}": value for key, value in rollout.metrics.items()})
             for key, values in out.items():
                 column = merged.setdefault(key, [None] * len(prompts))
                 for i, value in zip(indices, values):
                     column[i] = value
         return merged
 
-    return rollout
+    def close(self) -> None:
+        for rollout in self.rollouts.values():
+            rollout.close()

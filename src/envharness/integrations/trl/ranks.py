@@ -24,6 +24,7 @@ from envharness.core.child_python import python_command
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.types import HarnessRolloutResult
 from envharness.integrations.trl import rendezvous
+from envharness.integrations.trl.layers import Layer, Rollout
 
 
 def world_size() -> int:
@@ -189,19 +190,19 @@ class RankedRecords(EpisodeRecordWriter):
             self._file.close()
 
 
-def flushing_records(rollout: Any, records: RankedRecords) -> Any:
-    """`rollout` that hands its episodes to `records` on every rank once it returns."""
+class RankFlush(Layer):
+    """The layer that hands the episodes to `records` on every rank once a rollout returns (the
+    outermost: every rank's flush is the same collective call)."""
 
-    def rollout_and_flush(prompts: list[Any], trainer: Any) -> Any:
+    def __init__(self, inner: Rollout, records: RankedRecords) -> None:
+        super().__init__(inner)
+        self.flushed = records
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         try:
-            return rollout(prompts, trainer)
+            return self.inner(prompts, trainer)
         finally:
-            records.flush()
-
-    for name in ("records",):
-        if hasattr(rollout, name):
-            setattr(rollout_and_flush, name, getattr(rollout, name))
-    return rollout_and_flush
+            self.flushed.flush()
 
 
 def launch(argv: list[str], processes: int, device: str | None) -> int:

@@ -33,6 +33,7 @@ from envharness.harness.rollout import build_harness_rollout_func
 from envharness.harness.success import episode_success as verdict_of
 from envharness.harness.tool_parsing import ToolCallParser, parse_json_tool_calls
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits
+from envharness.integrations.trl.layers import Rollout, RolloutFunc
 from envharness.integrations.trl.rewards import (
     REWARD_FUNCS,
     reward_max,
@@ -43,7 +44,6 @@ from envharness.integrations.trl.rewards import (
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest
 
-RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
 log = logging.getLogger(__name__)
 
 
@@ -232,6 +232,73 @@ def _episode_fields(ordered: list[HarnessRolloutResult], with_images: bool) -> d
     return fields
 
 
+class EpisodeRollout(Rollout):
+    """TRL's `rollout_func` playing one harness episode per prompt (`build_trl_rollout_func`)."""
+
+    def __init__(
+        self,
+        session_factory: Any,
+        *,
+        tool_call_parser: ToolCallParser,
+        send_tools: bool,
+        limits: HarnessRunLimits,
+        max_concurrency: int | None,
+        records: EpisodeRecordWriter | None,
+        backend_factory: Callable[[Any], Any],
+        harness_adapter: Any,
+        with_images: bool,
+    ) -> None:
+        self.factory = TaskPromptSessionFactory(session_factory)
+        self.tool_call_parser, self.send_tools, self.limits = tool_call_parser, send_tools, limits
+        self.max_concurrency, self.records = max_concurrency, records
+        self.backend_factory, self.harness_adapter, self.with_images = (
+            backend_factory,
+            harness_adapter,
+            with_images,
+        )
+        self.metrics: dict[str, Any] = {}
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        batcher = BatchingModelStep(  # one episode per prompt: none waits on another's turn
+            self.backend_factory(trainer),
+            tool_call_parser=self.tool_call_parser,
+            send_tools=self.send_tools,
+            independent_episodes=True,
+        )
+        step = trainer_step(trainer)
+        results: dict[int, HarnessRolloutResult] = {}
+
+        def on_result(index: int, result: HarnessRolloutResult) -> None:
+            results[index] = _named_episode(result, step)
+            if self.records is not None:
+                self.records.write(result)
+
+        inner = build_harness_rollout_func(
+            session_factory=ArrivingSessions(self.factory, batcher),
+            harness_adapter=self.harness_adapter,
+            model_step_builder=lambda _trainer, _session: batcher.for_episode(),
+            limits=dataclasses.replace(
+                self.limits, sampling={**trainer_sampling(trainer), **self.limits.sampling}
+            ),
+            max_concurrency=self.max_concurrency or max(1, len(prompts)),
+            on_result=on_result,
+        )
+        out = inner(prompts, trainer)
+        self.metrics = inner.last_metrics
+        if self.metrics.get("infra_failures"):
+            log.warning(
+                "%d of %d episodes lost to a dead environment server (masked out, reward 0)",
+                self.metrics["infra_failures"],
+                self.metrics["episodes"],
+            )
+        return {**out, **_episode_fields([results[i] for i in range(len(prompts))], self.with_images)}
+
+
+def trainer_step(trainer: Any) -> int:
+    """The trainer's global step (0 before training, or for a stand-in trainer without state)."""
+    return int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+
+
 def build_trl_rollout_func(
     session_factory: Any,
     *,
@@ -244,7 +311,7 @@ def build_trl_rollout_func(
     backend_factory: Callable[[Any], Any] = trainer_backend,
     harness_adapter: Any = None,
     with_images: bool = False,
-) -> RolloutFunc:
+) -> EpisodeRollout:
     """A TRL 1.16 `rollout_func(prompts, trainer)` that plays one harness episode per prompt.
 
     `tool_call_parser` turns model text into tool calls (JSON tool calls by default);
@@ -255,53 +322,22 @@ def build_trl_rollout_func(
     placeholder order (`episode_images`) and their placeholder counts (`image_token_counts`),
     which `integrations/trl/vision.py` hands to the loss pass.
     """
-    limits = limits or HarnessRunLimits()
     writer = (
         EpisodeRecordWriter(records, include_tokens=include_tokens_in_records)
         if isinstance(records, (str, Path))
         else records
     )
-    factory = TaskPromptSessionFactory(session_factory)
-
-    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        batcher = BatchingModelStep(  # one episode per prompt: none waits on another's turn
-            backend_factory(trainer),
-            tool_call_parser=tool_call_parser,
-            send_tools=send_tools,
-            independent_episodes=True,
-        )
-        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        episode_limits = dataclasses.replace(
-            limits, sampling={**trainer_sampling(trainer), **limits.sampling}
-        )
-        results: dict[int, HarnessRolloutResult] = {}
-
-        def on_result(index: int, result: HarnessRolloutResult) -> None:
-            results[index] = _named_episode(result, step)
-            if writer is not None:
-                writer.write(result)
-
-        inner = build_harness_rollout_func(
-            session_factory=ArrivingSessions(factory, batcher),
-            harness_adapter=harness_adapter,
-            model_step_builder=lambda _trainer, _session: batcher.for_episode(),
-            limits=episode_limits,
-            max_concurrency=max_concurrency or max(1, len(prompts)),
-            on_result=on_result,
-        )
-        out = inner(prompts, trainer)
-        rollout_func.last_metrics = inner.last_metrics  # type: ignore[attr-defined]
-        if inner.last_metrics.get("infra_failures"):
-            log.warning(
-                "%d of %d episodes lost to a dead environment server (masked out, reward 0)",
-                inner.last_metrics["infra_failures"],
-                inner.last_metrics["episodes"],
-            )
-        return {**out, **_episode_fields([results[i] for i in range(len(prompts))], with_images)}
-
-    rollout_func.records = writer  # type: ignore[attr-defined]
-    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
-    return rollout_func
+    return EpisodeRollout(
+        session_factory,
+        tool_call_parser=tool_call_parser,
+        send_tools=send_tools,
+        limits=limits or HarnessRunLimits(),
+        max_concurrency=max_concurrency,
+        records=writer,
+        backend_factory=backend_factory,
+        harness_adapter=harness_adapter,
+        with_images=with_images,
+    )
 
 
 def build_env_rollout_func(
@@ -312,7 +348,7 @@ def build_env_rollout_func(
     tools: Sequence[str] | None = None,
     session_factory_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
-) -> RolloutFunc:
+) -> EpisodeRollout:
     """`build_trl_rollout_func` for a registered environment: its session factory (one client
     per episode from `client_factory`) and its parser of model text into tool calls
     (`EnvHarness`). `client_factory` may be a `ClientPool` or a fleet's pool (`FleetRouter`),
@@ -335,6 +371,8 @@ def build_env_rollout_func(
 
 __all__ = [
     "REWARD_FUNCS",
+    "EpisodeRollout",
+    "RolloutFunc",
     "TRLVLLMGenerationBackend",
     "TaskPromptSessionFactory",
     "build_env_rollout_func",
@@ -349,4 +387,5 @@ __all__ = [
     "task_prompt",
     "trainer_backend",
     "trainer_sampling",
+    "trainer_step",
 ]

@@ -77,16 +77,16 @@ def held_out_callback(
         yield None
         return
     from envharness.core.registry import resolve_environment
-    from envharness.integrations.trl.kinds.text import expand_tasks
+    from envharness.integrations.trl.kinds.text import one_env_plan
     from envharness.integrations.trl.servers import env_clients
 
     env = resolve_environment(config.env, config.env_options)
     played = eval_config(config)
-    transfer = expand_tasks(
+    transfer = one_env_plan(
         TrainConfig(env=config.env, tasks=list(config.tasks), eval_tasks=list(config.eval_tasks)),
         env,
         config.prompt,
-    ).eval_tasks
+    ).config.eval_tasks
     with env_clients(env, config.env_url, env_options=config.env_options) as clients:
 
         def evaluate_task(model: Any, task: str, seeds: list[int]) -> float:

@@ -1,8 +1,8 @@
 """Where a GRPO step's time goes: generation, environment, and the loss forward/backward.
 
-    timer = StepTimer()
-    rollout_func = build_env_rollout_func(ENV, ..., backend_factory=timer.backend_factory)
-    trainer = GRPOTrainer(..., rollout_func=timer.wrap(rollout_func), callbacks=[timer.callback(), ...])
+    clock = StepClock()
+    rollout = StepTimer(build_env_rollout_func(ENV, ..., backend_factory=clock.backend_factory), clock)
+    trainer = GRPOTrainer(..., rollout_func=rollout, callbacks=[*rollout.callbacks(), ...])
 
 Every logged step then carries `time/generate_s` (while the model backend holds a request:
 prefill and decoding), `time/env_s` (the rest of the rollout, when no request is with the
@@ -26,6 +26,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from envharness.harness.model_step import IDLE_CONTINUOUS_WAIT_S
+from envharness.integrations.trl.layers import Layer, Rollout
+from envharness.integrations.trl.rollout import trainer_backend
 
 
 @dataclass
@@ -82,37 +84,38 @@ class _TimedBackend:
         await self._inner.aclose()
 
 
-class StepTimer:
-    """Collects one GRPO step's time split; see the module docstring."""
+class StepClock:
+    """One GRPO step's time split, shared by the timed backend (generation) and the `StepTimer`
+    layer (the whole rollout); see the module docstring."""
 
     def __init__(self) -> None:
         self.totals = _Totals()
         self.history: list[dict[str, float]] = []
 
     def backend_factory(self, trainer: Any, inner_factory: Callable[[Any], Any] | None = None) -> Any:
-        from envharness.integrations.trl.rollout import trainer_backend
-
         return _TimedBackend((inner_factory or trainer_backend)(trainer), self.totals)
 
-    def wrap(
-        self, rollout_func: Callable[[list[Any], Any], dict[str, list[Any]]]
-    ) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
-        def timed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-            started = time.perf_counter()
-            try:
-                return rollout_func(prompts, trainer)
-            finally:
-                self.totals.rollout_s += time.perf_counter() - started
 
-        timed.records = getattr(rollout_func, "records", None)  # type: ignore[attr-defined]
-        return timed
+class StepTimer(Layer):
+    """The layer that times each rollout into `clock`; its callback logs the step's split."""
 
-    def callback(self) -> TrainerCallback:
-        return _StepTimingCallback(self)
+    def __init__(self, inner: Rollout, clock: StepClock) -> None:
+        super().__init__(inner)
+        self.clock = clock
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        started = time.perf_counter()
+        try:
+            return self.inner(prompts, trainer)
+        finally:
+            self.clock.totals.rollout_s += time.perf_counter() - started
+
+    def callbacks(self) -> list[TrainerCallback]:
+        return [*self.inner.callbacks(), _StepTimingCallback(self.clock)]
 
 
 class _StepTimingCallback(TrainerCallback):
-    def __init__(self, timer: StepTimer):
+    def __init__(self, timer: StepClock):
         self.timer = timer
         self._last: dict[str, float] | None = None
 

@@ -16,6 +16,7 @@ importable from this one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -24,12 +25,12 @@ from typing import Any
 
 import torch
 
-from envharness.curriculum import make_sampler
+from envharness.curriculum import TaskSampler, make_sampler
 from envharness.integrations.trl import loss_memory, ranks
 from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
 from envharness.integrations.trl.checks import CheckedRun, check_config, config_json, sampler_options
 from envharness.integrations.trl.config import TrainConfig, TrainResult
-from envharness.integrations.trl.curriculum import CurriculumRollout
+from envharness.integrations.trl.curriculum import CurriculumLayer
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate
 from envharness.integrations.trl.exploration import GroupStats
@@ -41,6 +42,7 @@ from envharness.integrations.trl.grpo_args import (
 )
 from envharness.integrations.trl.held_out import HeldOutEvaluation
 from envharness.integrations.trl.kinds import RunParts
+from envharness.integrations.trl.layers import stack_layers
 from envharness.integrations.trl.loading import check_model_spec, load_model
 from envharness.integrations.trl.logprob_agreement import measure_and_correct
 from envharness.integrations.trl.no_signal import skip_batches_without_signal
@@ -49,7 +51,7 @@ from envharness.integrations.trl.prompting import EnvRef, prompt_options, reward
 from envharness.integrations.trl.resume import StepBoundary, clear_run, save_finished_steps, trim_to_step
 from envharness.integrations.trl.rollout import task_dataset
 from envharness.integrations.trl.servers import agent_env_url, env_clients, mix_clients, train_server_options
-from envharness.integrations.trl.step_timing import StepTimer
+from envharness.integrations.trl.step_timing import StepClock, StepTimer
 from envharness.models.device import resolve
 
 __all__ = [
@@ -100,33 +102,32 @@ def train(
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
     resuming = run.checkpoint is not None
-    with kind.open(config, run.env, client_factory) as clients, contextlib.ExitStack() as stack:
+    with kind.open(run.plan, client_factory) as clients, contextlib.ExitStack() as stack:
         records = ranks.RankedRecords(out / "episodes.jsonl", append=resuming)
         stack.callback(records.close)
-        timer = StepTimer()  # logs time/generate_s, time/env_s, time/train_s per step
-        groups = GroupStats()  # logs all-failed / all-succeeded groups, their errors, sampled_nll per step
-        parts = RunParts(config, run.env, tokenizer, records, timer.backend_factory, stack)
-        curriculum = CurriculumRollout(
-            make_sampler(config.curriculum, config.tasks, seed=config.seed, **sampler_options(config)),
-            prompt_for=kind.prompt_for,
-        )
+        clock = StepClock()  # the timed backend and the StepTimer layer share it
+        parts = RunParts(run.plan, tokenizer, records, clock.backend_factory)
+        layers = [  # inside-out: each wraps the one before; their callbacks log in this order
+            functools.partial(StepTimer, clock=clock),  # time/generate_s, time/env_s, time/train_s
+            GroupStats,  # all-failed / all-succeeded groups, their errors, sampled_nll
+            functools.partial(CurriculumLayer, sampler=_sampler(config), prompt_for=kind.prompt_for),
+            functools.partial(ranks.RankFlush, records=records),  # every rank's episodes to rank 0
+        ]
+        rollout = stack_layers(kind.rollout(parts, clients), layers)
+        stack.callback(rollout.close)  # what the rollout holds: a policy endpoint, an opponent
         # one prompt per group; with a time budget, TRL cycles through this many pages
         num_prompts = config.groups_per_step * (config.max_steps if config.minutes is None else 500)
-        evaluate_task = kind.evaluate_task(config, tokenizer, clients) if config.eval_every else None
+        evaluate_task = kind.evaluate_task(run.plan, tokenizer, clients) if config.eval_every else None
         trainer = kind.trainer_class()(
             model=model,
             processing_class=tokenizer,
-            reward_funcs=kind.reward_funcs(config, run.env),
+            reward_funcs=kind.reward_funcs(run.plan),
             args=grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
-            rollout_func=ranks.flushing_records(
-                curriculum.wrap(groups.wrap(timer.wrap(kind.rollout(parts, clients)))), records
-            ),
+            rollout_func=rollout,
             peft_config=lora_config(config) if config.lora else None,
             callbacks=[
-                timer.callback(),
-                groups.callback(),
-                curriculum.callback(),
+                *rollout.callbacks(),
                 *([_held_out(config, evaluate_task, tokenizer, out)] if evaluate_task else []),
                 *([ProgressCallback(out / "train_log.jsonl", append=resuming)] if ranks.is_main() else []),
                 *([TimeBudgetCallback(config.minutes)] if config.minutes else []),
@@ -135,6 +136,11 @@ def train(
         )
         seconds = _run_trainer(trainer, run, placement)
     return _finish(trainer, tokenizer, config, out, seconds)
+
+
+def _sampler(config: TrainConfig) -> TaskSampler:
+    """The curriculum's sampler of each group's task (`--curriculum`)."""
+    return make_sampler(config.curriculum, config.tasks, seed=config.seed, **sampler_options(config))
 
 
 def _prepare_folder(run: CheckedRun) -> Path:

@@ -1,12 +1,16 @@
 """The kinds of training run, each one implementation of `RunKind` (`base.py`).
 
-    base.py    `RunKind` (the interface) and `RunParts` (what a rollout is built from)
-    text.py    `TextRun`: a causal LM through the harness's loop (one server, or a fleet)
+    base.py    `RunKind` (the interface), `RunPlan` (what a run plays: a frozen
+               configuration and one `PlanRow` per environment) and `RunParts` (what a
+               rollout is built from)
+    text.py    `TextRun`: a causal LM through the harness's loop (one server, or a fleet);
+               `play_row`, the rollout of one row, chosen by who sits in its other seats
+    seated.py  `SelfPlayRun` and `OpponentRun`: text runs with a model in the other seats
     vision.py  `VisionRun`: a vision-language model on screenshots, `VisionGRPOTrainer`
-    mix.py     `MixRun`: several environments, one server and rollout each, one batch
+    mix.py     `MixRun`: several environments, one row, server and rollout each, one batch
     agent.py   `AgentRun`: an agent that owns its loop, through the policy endpoint
-    self_play.py `SelfPlayRun`: every seat of a multi-player game played by the policy
-    opponent.py `OpponentRun`: the policy in one seat, a frozen model in the others
+    self_play.py `SelfPlayRollout`: every seat of a multi-player game played by the policy
+    opponent.py `OpponentRollout`: the policy in one seat, a frozen model in the others
 
 A new kind is one more class here, listed in `RUN_KINDS` before the kinds it narrows;
 `train()` does not change. Many processes are not a kind: every kind runs under a launcher
@@ -18,10 +22,9 @@ from __future__ import annotations
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds.agent import AgentRun
-from envharness.integrations.trl.kinds.base import RunKind, RunParts
+from envharness.integrations.trl.kinds.base import PlanRow, RunKind, RunParts, RunPlan
 from envharness.integrations.trl.kinds.mix import MixRun
-from envharness.integrations.trl.kinds.opponent import OpponentRun
-from envharness.integrations.trl.kinds.self_play import SelfPlayRun
+from envharness.integrations.trl.kinds.seated import OpponentRun, SelfPlayRun
 from envharness.integrations.trl.kinds.text import TextRun
 from envharness.integrations.trl.kinds.vision import VisionRun
 
@@ -42,8 +45,10 @@ __all__ = [
     "AgentRun",
     "MixRun",
     "OpponentRun",
+    "PlanRow",
     "RunKind",
     "RunParts",
+    "RunPlan",
     "SelfPlayRun",
     "TextRun",
     "VisionRun",

@@ -8,14 +8,13 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from envharness.core.registry import ResolvedEnv
 from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.kinds.base import RunKind, RunParts
-from envharness.integrations.trl.kinds.text import expand_tasks, resolve_env
+from envharness.integrations.trl.kinds.base import RunKind, RunParts, RunPlan
+from envharness.integrations.trl.kinds.text import one_env_plan, resolve_env
+from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.prompting import train_prompt
-from envharness.integrations.trl.rollout import RolloutFunc
 from envharness.integrations.trl.servers import agent_env_url
 from envharness.policy.agents import load_agent
 
@@ -27,21 +26,21 @@ class AgentRun(RunKind):
     def applies(cls, config: TrainConfig, vision: bool) -> bool:
         return bool(config.agent)
 
-    def resolve(self, config: TrainConfig) -> tuple[TrainConfig, ResolvedEnv]:
+    def resolve(self, config: TrainConfig) -> RunPlan:
         env = resolve_env(config)
-        return expand_tasks(config, env, config.prompt or train_prompt(env)), env
+        return one_env_plan(config, env, config.prompt or train_prompt(env))
 
-    def open(
-        self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
-    ) -> AbstractContextManager[Any]:
-        return agent_env_url(env, config.env_url, config.env_options)  # the agent needs the server's URL
+    def open(self, plan: RunPlan, client_factory: Callable[[], Any] | None) -> AbstractContextManager[Any]:
+        config = plan.config
+        return agent_env_url(plan.env, config.env_url, config.env_options)  # the agent needs the server's URL
 
-    def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
+    def rollout(self, parts: RunParts, clients: Any) -> Rollout:
+        """The agent's rollout; its `close()` stops the policy endpoint."""
         try:
             agent = load_agent(parts.config.agent or "")
         except (ValueError, ImportError, AttributeError) as exc:
             raise TrainSetupError(str(exc)) from None
-        rollout = build_agent_rollout_func(
+        return build_agent_rollout_func(
             agent,
             env_url=clients,
             backend_factory=parts.backend_factory,
@@ -49,5 +48,3 @@ class AgentRun(RunKind):
             timeout_s=parts.config.agent_timeout_s,
             records=parts.records,
         )
-        parts.stack.callback(rollout.close)  # type: ignore[attr-defined]  # the policy endpoint
-        return rollout

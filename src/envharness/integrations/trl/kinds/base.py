@@ -6,51 +6,91 @@ A kind says:
 
 - `applies(config, vision)`: whether it is the kind for this configuration (`pick_run` asks
   each of `RUN_KINDS` in order);
-- `resolve(config)`: its own checks and defaults, and the environment the run plays (a new,
-  frozen configuration; the generic checks are `checks.check_config`'s);
+- `resolve(config)`: its own checks and defaults, and what the run plays: a frozen `RunPlan`
+  (the new configuration, and one `PlanRow` per environment: a mix has several) that every
+  later call receives; the kind itself keeps no state;
+- `seat(plan)`: the plan with `--opponent` / `--seat` applied to each row (`SeatPlan`);
 - `load_model(config, placement)`: the model and its tokenizer or processor;
-- `open(config, env, client_factory)`: the servers or clients its episodes play on, for the
+- `open(plan, client_factory)`: the servers or clients its episodes play on, for the
   duration of a `with` block;
-- `rollout(parts, clients)`: TRL's `rollout_func`;
-- `trainer_class()`, `reward_funcs(config, env)`, `prompt_for`: the trainer, its rewards, and
-  the dataset prompt of one group;
-- `evaluate_task(config, tokenizer, clients)`: how `--eval-every` plays a held-out task, or
-  None where the kind cannot (the check then refuses `--eval-every` in words).
+- `rollout(parts, clients)`: TRL's `rollout_func`, a `Rollout` (`layers.py`);
+- `trainer_class()`, `reward_funcs(plan)`, `prompt_for`: the trainer, its rewards, and the
+  dataset prompt of one group;
+- `why_no_held_out(plan)`: why `--eval-every` cannot play this plan (None: it can), and
+  `evaluate_task(plan, tokenizer, clients)`: how it plays a held-out task, None exactly
+  where `why_no_held_out` gives a reason.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trl import GRPOTrainer
 
 from envharness.core.registry import ResolvedEnv
+from envharness.harness.opponents import SeatPlan, check_running_servers, plan_seats
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.held_out import EvaluateTask
+from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.loading import load_model
 from envharness.integrations.trl.prompting import reward_functions
-from envharness.integrations.trl.rollout import RolloutFunc, task_prompt
+from envharness.integrations.trl.rollout import task_prompt
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One environment of a run: its tasks (without the mix's ``env:`` prefix), the prompt style
+    it plays and who sits in the other seats of its games."""
+
+    name: str
+    env: ResolvedEnv
+    tasks: tuple[str, ...]
+    prompt: str
+    seats: SeatPlan = field(default_factory=SeatPlan)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run plays, resolved once (`RunKind.resolve`, `RunKind.seat`): the frozen
+    configuration and one row per environment."""
+
+    config: TrainConfig
+    rows: tuple[PlanRow, ...]
+
+    @property
+    def env(self) -> ResolvedEnv:
+        """The run's environment (a mix's first: the one train_config.json names)."""
+        return self.rows[0].env
+
+    @property
+    def model_seats(self) -> list[PlanRow]:
+        """The rows whose other seats a model plays through the run's client (`self`, a spec)."""
+        return [row for row in self.rows if row.seats.client_opponent is not None]
 
 
 @dataclass(frozen=True)
 class RunParts:
     """What `train()` hands a kind to build its rollout with."""
 
-    config: TrainConfig
-    env: ResolvedEnv
+    plan: RunPlan
     tokenizer: Any
     #: Every episode of every step goes here (`episodes.jsonl`).
     records: EpisodeRecordWriter
-    #: trainer -> the model backend the rollout samples with (timed: `StepTimer`).
+    #: trainer -> the model backend the rollout samples with (timed: `StepClock`).
     backend_factory: Callable[..., Any]
-    #: What the rollout leaves open (an agent's policy endpoint), closed after training.
-    stack: contextlib.ExitStack
+
+    @property
+    def config(self) -> TrainConfig:
+        return self.plan.config
+
+    @property
+    def env(self) -> ResolvedEnv:
+        return self.plan.env
 
     @property
     def limits(self) -> HarnessRunLimits:
@@ -66,7 +106,7 @@ class RunKind:
     trains_vision = False
     #: Whether it plays a model in the other seats of a game (`--opponent self|<model>`).
     seats_models = False
-    #: Whether `--eval-every` can play its held-out tasks (`evaluate_task`).
+    #: Whether `--eval-every` can play its held-out tasks (`why_no_held_out`).
     evaluates_held_out = False
     #: The dataset prompt of one group: (task, seed) -> the prompt the rollout parses.
     prompt_for: Callable[[str, int | None], str] = staticmethod(task_prompt)
@@ -75,26 +115,51 @@ class RunKind:
     def applies(cls, config: TrainConfig, vision: bool) -> bool:
         raise NotImplementedError
 
-    def resolve(self, config: TrainConfig) -> tuple[TrainConfig, ResolvedEnv]:
+    def resolve(self, config: TrainConfig) -> RunPlan:
         raise NotImplementedError
+
+    def seat(self, plan: RunPlan) -> RunPlan:
+        """`--opponent` / `--seat` for the run's one environment (ValueError in words): an
+        opponent its server plays joins the server's options; a model stays the client's."""
+        config, (row,) = plan.config, plan.rows
+        seats = plan_seats(row.env.require_harness(), config.tasks, config.opponent, config.seat)
+        check_running_servers(
+            seats, config.opponent, config.env_options, bool(config.env_url or config.env_urls)
+        )
+        if seats.client_opponent is None:
+            config = replace(config, env_options={**config.env_options, **seats.server_options})
+        return RunPlan(config, (replace(row, seats=seats),))
 
     def load_model(self, config: TrainConfig, placement: Any) -> tuple[Any, Any]:
         return load_model(config.model, placement)
 
-    def open(
-        self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
-    ) -> AbstractContextManager[Any]:
+    def open(self, plan: RunPlan, client_factory: Callable[[], Any] | None) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
-    def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
+    def rollout(self, parts: RunParts, clients: Any) -> Rollout:
         raise NotImplementedError
 
     def trainer_class(self) -> type:
         return GRPOTrainer
 
-    def reward_funcs(self, config: TrainConfig, env: ResolvedEnv) -> list[Callable[..., Any]]:
-        known = reward_functions(env)
-        return [known[name] for name in config.rewards]
+    def reward_funcs(self, plan: RunPlan) -> list[Callable[..., Any]]:
+        known = reward_functions(plan.env)
+        return [known[name] for name in plan.config.rewards]
 
-    def evaluate_task(self, config: TrainConfig, tokenizer: Any, clients: Any) -> EvaluateTask | None:
-        return None
+    def why_no_held_out(self, plan: RunPlan) -> str | None:
+        """Why `--eval-every` cannot play this plan's held-out tasks, in words (None: it can)."""
+        if self.evaluates_held_out:
+            return None
+        return (
+            f"--eval-every is not available for a run of kind '{self.name}': it evaluates text policies "
+            "the harness plays alone (not --agent, vision or --opponent with a model)"
+        )
+
+    def evaluate_task(self, plan: RunPlan, tokenizer: Any, clients: Any) -> EvaluateTask | None:
+        """How `--eval-every` plays one held-out task; None where `why_no_held_out` says why not."""
+        if self.why_no_held_out(plan) is not None:
+            return None
+        return self.play_held_out(plan, tokenizer, clients)
+
+    def play_held_out(self, plan: RunPlan, tokenizer: Any, clients: Any) -> EvaluateTask:
+        raise NotImplementedError

@@ -14,18 +14,17 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from envharness.core.registry import ResolvedEnv, resolve_environment
-from envharness.harness.opponents import SeatPlan, plan_mix_seats
+from envharness.harness.opponents import plan_mix_seats
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate_in_env
 from envharness.integrations.trl.held_out import EvaluateTask
-from envharness.integrations.trl.kinds.base import RunKind, RunParts
-from envharness.integrations.trl.kinds.opponent import build_opponent_rollout
-from envharness.integrations.trl.kinds.self_play import build_self_play_rollout
-from envharness.integrations.trl.mix import mix_key, mix_prompt, mixed_rollout, split_key
-from envharness.integrations.trl.prompting import prompt_options, train_prompt
+from envharness.integrations.trl.kinds.base import PlanRow, RunKind, RunParts, RunPlan
+from envharness.integrations.trl.kinds.text import play_row
+from envharness.integrations.trl.layers import Rollout
+from envharness.integrations.trl.mix import MixedRollout, mix_key, mix_prompt, split_key
+from envharness.integrations.trl.prompting import train_prompt
 from envharness.integrations.trl.rewards import REWARD_FUNCS
-from envharness.integrations.trl.rollout import RolloutFunc, build_env_rollout_func
 from envharness.integrations.trl.servers import mix_clients
 
 
@@ -35,28 +34,20 @@ class MixRun(RunKind):
     prompt_for = staticmethod(mix_prompt)
     seats_models = True
 
-    def __init__(self) -> None:
-        self.envs: dict[str, ResolvedEnv] = {}
-        #: The seating of each environment `--opponent` applies to (`seat`).
-        self.plans: dict[str, SeatPlan] = {}
-
     @classmethod
     def applies(cls, config: TrainConfig, vision: bool) -> bool:
         return bool(config.mix)
 
-    def resolve(self, config: TrainConfig) -> tuple[TrainConfig, ResolvedEnv]:
-        """Each environment resolved once; tasks and eval tasks become env:task names, and the
-        first environment stands for the run where one is needed (train_config.json's `env`)."""
-        for name in config.mix:
-            try:
-                self.envs[name] = resolve_environment(name, {})
-                self.envs[name].require_harness()
-            except (KeyError, ImportError, AttributeError, ValueError) as exc:
-                raise TrainSetupError(f"--mix {name}: {exc}") from None
+    def resolve(self, config: TrainConfig) -> RunPlan:
+        """Each environment resolved once, a row of the plan with its own tasks and prompt; the
+        configuration's tasks and eval tasks become env:task names, and the first environment
+        stands for the run where one is needed (train_config.json's `env`)."""
+        envs = {name: _resolve(name) for name in config.mix}
         _refuse_single_env_options(config)
-        keys = [
-            key for name, tasks in config.mix.items() for key in self._expand(name, tasks, f"--mix {name}")
-        ]
+        rows = tuple(
+            PlanRow(name, env, tuple(_expand(env, tasks, f"--mix {name}")), train_prompt(env))
+            for (name, tasks), env in zip(config.mix.items(), envs.values())
+        )
         transfer = []
         for key in config.eval_tasks:  # env:task, of an environment of the mix (its server is there)
             name, task = split_key(key)
@@ -64,63 +55,49 @@ class MixRun(RunKind):
                 raise TrainSetupError(
                     f"--eval-tasks {key!r}: with --mix, name ENV:TASK of one of {', '.join(config.mix)}"
                 )
-            transfer += self._expand(name, [task], f"--eval-tasks {key}")
-        first = next(iter(self.envs))  # its training prompt is recorded; each environment plays its own
+            transfer += [mix_key(name, t) for t in _expand(envs[name], [task], f"--eval-tasks {key}")]
+        first = rows[0]  # its training prompt is recorded; each environment plays its own
+        keys = [mix_key(row.name, task) for row in rows for task in row.tasks]
         config = dataclasses.replace(
-            config, env=first, tasks=keys, eval_tasks=transfer, prompt=train_prompt(self.envs[first])
+            config, env=first.name, tasks=keys, eval_tasks=transfer, prompt=first.prompt
         )
-        return config, self.envs[first]
+        return RunPlan(config, rows)
 
-    def _expand(self, name: str, tasks: list[str], what: str) -> list[str]:
-        harness = self.envs[name].require_harness()
-        try:
-            return [mix_key(name, t) for t in harness.task_list().expand(tasks, harness.check_task)]
-        except (ValueError, KeyError) as exc:
-            raise TrainSetupError(f"{what}: {exc}") from None
-
-    def seat(self, config: TrainConfig) -> dict[str, SeatPlan]:
+    def seat(self, plan: RunPlan) -> RunPlan:
         """`--opponent` / `--seat` for each environment of the mix with multi-player tasks
-        (`plan_mix_seats`); ValueError in words where no environment has one."""
-        tasks: dict[str, list[str]] = {name: [] for name in self.envs}
-        for key in config.tasks:
-            name, task = split_key(key)
-            tasks[name].append(task)
-        harnesses = {name: env.require_harness() for name, env in self.envs.items()}
-        self.plans = plan_mix_seats(harnesses, tasks, config.opponent, config.seat)
-        return self.plans
+        (`plan_mix_seats`; ValueError in words where no environment has one); each server's
+        options stay its own, so the configuration is unchanged."""
+        harnesses = {row.name: row.env.require_harness() for row in plan.rows}
+        tasks = {row.name: list(row.tasks) for row in plan.rows}
+        seats = plan_mix_seats(harnesses, tasks, plan.config.opponent, plan.config.seat)
+        rows = tuple(
+            dataclasses.replace(row, seats=seats[row.name]) if row.name in seats else row for row in plan.rows
+        )
+        return dataclasses.replace(plan, rows=rows)
 
-    def open(
-        self, config: TrainConfig, env: ResolvedEnv, client_factory: Callable[[], Any] | None
-    ) -> AbstractContextManager[Any]:
-        return mix_clients(self.envs, {name: dict(p.server_options) for name, p in self.plans.items()})
+    def open(self, plan: RunPlan, client_factory: Callable[[], Any] | None) -> AbstractContextManager[Any]:
+        envs = {row.name: row.env for row in plan.rows}
+        return mix_clients(envs, {row.name: dict(row.seats.server_options) for row in plan.rows})
 
-    def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
-        """Each environment's own rollout, prompt and parser, one batch across them."""
-        rollouts = {}
-        for name, tasks in parts.config.mix.items():
-            env, seated = self.envs[name], self.plans.get(name, SeatPlan()).client_opponent
-            if seated is not None:  # a model in the other seats: its game's rollout
-                build = build_self_play_rollout if seated == "self" else build_opponent_rollout
-                game = next(t for n, t in map(split_key, parts.config.tasks) if n == name)
-                rollouts[name] = build(parts, env, clients[name], default_task=game, prompt=train_prompt(env))
-                continue
-            rollouts[name] = build_env_rollout_func(
-                env,
-                clients[name],
-                default_task=tasks[0],
-                records=parts.records,
-                session_factory_kwargs=prompt_options(train_prompt(env), parts.tokenizer, env),
-                limits=parts.limits,
-                backend_factory=parts.backend_factory,
+    def rollout(self, parts: RunParts, clients: Any) -> Rollout:
+        """Each environment's own rollout (`play_row`), prompt and parser, one batch across them."""
+        return MixedRollout({row.name: play_row(parts, row, clients[row.name]) for row in parts.plan.rows})
+
+    def reward_funcs(self, plan: RunPlan) -> list[Callable[..., Any]]:
+        return [REWARD_FUNCS[name] for name in plan.config.rewards]
+
+    def why_no_held_out(self, plan: RunPlan) -> str | None:
+        """Held-out evaluation plays one agent alone: not where a model sits in other seats."""
+        if plan.model_seats:
+            return (
+                f"--eval-every with --opponent {plan.model_seats[0].seats.client_opponent} in a mix: "
+                "held-out evaluation plays one agent alone; leave out --eval-every"
             )
-        rollout = mixed_rollout(rollouts)
-        rollout.records = parts.records  # type: ignore[attr-defined]
-        return rollout
+        return super().why_no_held_out(plan)
 
-    def reward_funcs(self, config: TrainConfig, env: ResolvedEnv) -> list[Callable[..., Any]]:
-        return [REWARD_FUNCS[name] for name in config.rewards]
+    def play_held_out(self, plan: RunPlan, tokenizer: Any, clients: Any) -> EvaluateTask:
+        config = plan.config
 
-    def evaluate_task(self, config: TrainConfig, tokenizer: Any, clients: Any) -> EvaluateTask | None:
         def evaluate_task(model: Any, key: str, seeds: list[int]) -> float:
             name, task = split_key(key)  # its environment's server, prompt and tasks
             return evaluate_in_env(
@@ -128,6 +105,24 @@ class MixRun(RunKind):
             )
 
         return evaluate_task
+
+
+def _resolve(name: str) -> ResolvedEnv:
+    try:
+        env = resolve_environment(name, {})
+        env.require_harness()
+    except (KeyError, ImportError, AttributeError, ValueError) as exc:
+        raise TrainSetupError(f"--mix {name}: {exc}") from None
+    return env
+
+
+def _expand(env: ResolvedEnv, tasks: list[str], what: str) -> list[str]:
+    """`tasks` of `env` expanded from its listing (its own names, without the mix's prefix)."""
+    harness = env.require_harness()
+    try:
+        return list(harness.task_list().expand(tasks, harness.check_task))
+    except (ValueError, KeyError) as exc:
+        raise TrainSetupError(f"{what}: {exc}") from None
 
 
 def _refuse_single_env_options(config: TrainConfig) -> None:

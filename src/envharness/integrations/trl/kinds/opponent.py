@@ -1,4 +1,4 @@
-"""The run against a model opponent (`--opponent <model spec>`): the policy being trained plays
+"""Play against a model opponent (`--opponent <model spec>`): the policy being trained plays
 one seat of a multi-player game (`--seat`, by default alternating by seed as eval does), a
 separate, frozen model plays the others.
 
@@ -21,18 +21,17 @@ import threading
 from typing import Any
 
 from envharness.core.concurrency import call_maybe_async
-from envharness.core.registry import ResolvedEnv
 from envharness.harness.model_step import BatchingModelStep
-from envharness.harness.opponents import MODEL_PREFIXES, is_model_spec
+from envharness.harness.opponents import MODEL_PREFIXES
 from envharness.harness.seat_player import ModelSeats
 from envharness.harness.session import create_session
 from envharness.harness.types import HarnessRolloutResult, Message
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.kinds.base import RunParts
-from envharness.integrations.trl.kinds.text import TextRun
+from envharness.integrations.trl.kinds.base import PlanRow, RunParts
+from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.prompting import prompt_options
-from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func, trainer_sampling
+from envharness.integrations.trl.rollout import build_trl_rollout_func, trainer_sampling
 from envharness.models.base import GenerationRequest, SamplingParams
 
 #: The opponent of the episode being opened (set by `_SeatedFactory` for its inner factory).
@@ -140,63 +139,51 @@ class _WithOpponentMoves:
         return self.records.write(result)
 
 
-class OpponentRun(TextRun):
-    name = "opponent"
-    evaluates_held_out = False
-    seats_models = True
+class OpponentRollout(Rollout):
+    """TRL's `rollout_func` playing the policy in one seat of `row`'s games on `clients`'
+    server, the run's `--opponent` model in the others (`row` is the run's environment, or one
+    environment of a mix); `close()` stops the opponent's model."""
 
-    @classmethod
-    def applies(cls, config: TrainConfig, vision: bool) -> bool:
-        spec = (config.opponent or "").strip()
-        return bool(spec) and spec != "self" and is_model_spec(spec) and not vision
-
-    def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
-        return build_opponent_rollout(
-            parts, parts.env, clients, default_task=parts.config.tasks[0], prompt=parts.config.prompt
+    def __init__(self, parts: RunParts, row: PlanRow, clients: Any) -> None:
+        config, self.harness, self.parts = parts.config, row.env.require_harness(), parts
+        self.records, self.metrics = parts.records, {}
+        self.player = OpponentPlayer(load_opponent(config))
+        options = prompt_options(row.prompt, parts.tokenizer, row.env)
+        if self.harness.reset_kwargs:
+            options.setdefault("reset_kwargs", dict(self.harness.reset_kwargs))
+        self.sessions = self.harness.session_factory(
+            lambda: self.harness.seat_client(_AsyncClient(clients()), _SEATS.get(), config.seat),
+            default_task=row.tasks[0],
+            **options,
         )
 
+    @property
+    def opponent_backend(self) -> Any:
+        """The opponent's model, frozen."""
+        return self.player.backend
 
-def build_opponent_rollout(
-    parts: RunParts, env: ResolvedEnv, clients: Any, *, default_task: str, prompt: str
-) -> RolloutFunc:
-    """TRL's `rollout_func` playing the policy in one seat of `env`'s games on `clients`'
-    server, the run's `--opponent` model in the others (`env` is the run's environment, or one
-    environment of a mix)."""
-    config, harness = parts.config, env.require_harness()
-    player = OpponentPlayer(load_opponent(config))
-    parts.stack.callback(player.close)
-    options = prompt_options(prompt, parts.tokenizer, env)
-    if harness.reset_kwargs:
-        options.setdefault("reset_kwargs", dict(harness.reset_kwargs))
-    inner = harness.session_factory(
-        lambda: harness.seat_client(_AsyncClient(clients()), _SEATS.get(), config.seat),
-        default_task=default_task,
-        **options,
-    )
-
-    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         sampling = trainer_sampling(trainer)  # the opponent samples as the policy does
 
         async def generate(messages: list[Message]) -> str:
-            return await player.reply(messages, sampling)
+            return await self.player.reply(messages, sampling)
 
-        factory = _SeatedFactory(inner, lambda: ModelSeats(name=config.opponent.strip(), generate=generate))
+        name = self.parts.config.opponent.strip()
+        factory = _SeatedFactory(self.sessions, lambda: ModelSeats(name=name, generate=generate))
         played = build_trl_rollout_func(
             factory,
-            tool_call_parser=harness.tool_call_parser,
+            tool_call_parser=self.harness.tool_call_parser,
             send_tools=False,
-            limits=parts.limits,
-            records=_WithOpponentMoves(parts.records, factory),
-            backend_factory=parts.backend_factory,
+            limits=self.parts.limits,
+            records=_WithOpponentMoves(self.parts.records, factory),
+            backend_factory=self.parts.backend_factory,
         )
         out = played(prompts, trainer)
-        rollout_func.last_metrics = played.last_metrics  # type: ignore[attr-defined]
+        self.metrics = played.metrics
         return out
 
-    rollout_func.records = parts.records  # type: ignore[attr-defined]
-    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
-    rollout_func.opponent_backend = player.backend  # type: ignore[attr-defined]
-    return rollout_func
+    def close(self) -> None:
+        self.player.close()
 
 
-__all__ = ["OpponentPlayer", "OpponentRun", "build_opponent_rollout", "load_opponent"]
+__all__ = ["OpponentPlayer", "OpponentRollout", "load_opponent"]

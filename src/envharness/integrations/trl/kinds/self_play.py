@@ -1,4 +1,4 @@
-"""The self-play run (`--opponent self`): every seat of a multi-player game is the policy being
+"""Self-play (`--opponent self`): every seat of a multi-player game is the policy being
 trained, each seat's turns its own trajectory with its own reward.
 
 Advantages are per role, as SPIRAL's role-conditioned advantage estimation (arXiv 2506.24119):
@@ -24,21 +24,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from envharness.core.concurrency import run_coroutine_sync
-from envharness.core.registry import ResolvedEnv
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.rollout import rollout_metrics, rollout_outputs, run_episodes
 from envharness.harness.session import create_session
 from envharness.harness.types import HarnessRolloutResult
-from envharness.integrations.trl.config import TrainConfig
-from envharness.integrations.trl.kinds.base import RunParts
-from envharness.integrations.trl.kinds.text import TextRun
+from envharness.integrations.trl.kinds.base import PlanRow, RunParts
+from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.prompting import prompt_options
 from envharness.integrations.trl.rollout import (
-    RolloutFunc,
     _episode_fields,
     parse_task_prompt,
     prompt_env,
     trainer_sampling,
+    trainer_step,
 )
 
 #: The seat view the episode being opened plays (set by `_SeatFactory` for its inner factory).
@@ -99,43 +97,31 @@ class _SeatFactory:
             _VIEW.reset(token)
 
 
-class SelfPlayRun(TextRun):
-    name = "self-play"
-    evaluates_held_out = False
-    seats_models = True
-
-    @classmethod
-    def applies(cls, config: TrainConfig, vision: bool) -> bool:
-        return (config.opponent or "").strip() == "self" and not vision
-
-    def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
-        return build_self_play_rollout(
-            parts, parts.env, clients, default_task=parts.config.tasks[0], prompt=parts.config.prompt
-        )
-
-
-def build_self_play_rollout(
-    parts: RunParts, env: ResolvedEnv, clients: Any, *, default_task: str, prompt: str
-) -> RolloutFunc:
-    """TRL's `rollout_func` playing `env`'s games seat by seat on `clients`' server, every seat
-    the policy (`env` is the run's environment, or one environment of a mix: the batch a mix
+class SelfPlayRollout(Rollout):
+    """TRL's `rollout_func` playing `row`'s games seat by seat on `clients`' server, every seat
+    the policy (`row` is the run's environment, or one environment of a mix: the batch a mix
     hands it is its own groups, in their order)."""
-    harness = env.require_harness()
-    options = prompt_options(prompt, parts.tokenizer, env)
-    inner = harness.session_factory(lambda: _VIEW.get(), default_task=default_task, **options)
-    players = harness.players(default_task)[0]
 
-    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    def __init__(self, parts: RunParts, row: PlanRow, clients: Any) -> None:
+        self.harness, self.parts, self.clients = row.env.require_harness(), parts, clients
+        self.records, self.metrics = parts.records, {}
+        options = prompt_options(row.prompt, parts.tokenizer, row.env)
+        self.sessions = self.harness.session_factory(
+            lambda: _VIEW.get(), default_task=row.tasks[0], **options
+        )
+        self.players = self.harness.players(row.tasks[0])[0]
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         generations = int(getattr(getattr(trainer, "args", None), "num_generations", 0) or 1)
-        episodes = plan_episodes(prompts, generations, players)
-        games = {e.game: harness.seat_views(clients(), players) for e in episodes}
+        episodes = plan_episodes(prompts, generations, self.players)
+        games = {e.game: self.harness.seat_views(self.clients(), self.players) for e in episodes}
         batcher = BatchingModelStep(
-            parts.backend_factory(trainer), tool_call_parser=harness.tool_call_parser, send_tools=False
+            self.parts.backend_factory(trainer),
+            tool_call_parser=self.harness.tool_call_parser,
+            send_tools=False,
         )
-        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        limits = dataclasses.replace(
-            parts.limits, sampling={**trainer_sampling(trainer), **parts.limits.sampling}
-        )
+        step, limits = trainer_step(trainer), self.parts.limits
+        limits = dataclasses.replace(limits, sampling={**trainer_sampling(trainer), **limits.sampling})
 
         def on_result(index: int, result: HarnessRolloutResult) -> None:
             episode = episodes[index]
@@ -144,11 +130,11 @@ def build_self_play_rollout(
             if episode.env is not None:  # a mix: records name the environment too
                 result.metrics["env"] = episode.env
             result.metrics["trained"] = episode.row is not None
-            parts.records.write(result)
+            self.parts.records.write(result)
 
         results = run_coroutine_sync(
             run_episodes(
-                _SeatFactory(inner, games),
+                _SeatFactory(self.sessions, games),
                 episodes,
                 model_step_builder=lambda _session: batcher.for_episode(),
                 limits=limits,
@@ -160,12 +146,8 @@ def build_self_play_rollout(
         )
         kept = sorted((e.row, r) for e, r in zip(episodes, results) if e.row is not None)
         ordered = [r for _, r in kept]
-        rollout_func.last_metrics = rollout_metrics(results)  # type: ignore[attr-defined]
+        self.metrics = rollout_metrics(results)
         return {**rollout_outputs(ordered, trainer), **_episode_fields(ordered, False)}
 
-    rollout_func.records = parts.records  # type: ignore[attr-defined]
-    rollout_func.last_metrics = {}  # type: ignore[attr-defined]
-    return rollout_func
 
-
-__all__ = ["SeatEpisode", "SelfPlayRun", "build_self_play_rollout", "plan_episodes"]
+__all__ = ["SeatEpisode", "SelfPlayRollout", "plan_episodes"]

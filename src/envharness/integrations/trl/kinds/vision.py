@@ -6,15 +6,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from envharness.core.registry import ResolvedEnv
 from envharness.integrations.trl import vision as vision_grpo
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.kinds.base import RunParts
-from envharness.integrations.trl.kinds.text import TextRun, expand_tasks, resolve_env
+from envharness.integrations.trl.kinds.base import RunParts, RunPlan
+from envharness.integrations.trl.kinds.text import TextRun, one_env_plan, resolve_env
+from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.precision import master_weights
 from envharness.integrations.trl.prompting import prompt_style
-from envharness.integrations.trl.rollout import RolloutFunc
 
 #: The prompt style a vision model trains on, recorded in train_config.json so that
 #: `eval --prompt vision` plays what was trained.
@@ -30,7 +29,7 @@ class VisionRun(TextRun):
     def applies(cls, config: TrainConfig, vision: bool) -> bool:
         return vision
 
-    def resolve(self, config: TrainConfig) -> tuple[TrainConfig, ResolvedEnv]:
+    def resolve(self, config: TrainConfig) -> RunPlan:
         env = resolve_env(config)
         # the environment's training default stands for "not chosen": it becomes "vision"
         if config.prompt not in (VISION_PROMPT, "", env.require_harness().train_prompt):
@@ -42,13 +41,13 @@ class VisionRun(TextRun):
             raise TrainSetupError(
                 f"--vision-page-text {config.vision_page_text}: {env.name} shows one of {', '.join(views)}"
             )
-        return expand_tasks(config, env, VISION_PROMPT), env
+        return one_env_plan(config, env, VISION_PROMPT)
 
     def load_model(self, config: TrainConfig, placement: Any) -> tuple[Any, Any]:
         model, processor = vision_grpo.load_vision_model(config.model)
         return master_weights(model, placement), processor
 
-    def rollout(self, parts: RunParts, clients: Any) -> RolloutFunc:
+    def rollout(self, parts: RunParts, clients: Any) -> Rollout:
         config = parts.config
         return vision_grpo.build_vision_rollout_func(
             clients,
