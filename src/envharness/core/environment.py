@@ -40,6 +40,9 @@ class Environment(Generic[ActT, ObsT]):
     #: Whether many instances may run at once in one process. When False the server
     #: allows at most one session at a time for this environment.
     supports_concurrent_sessions: ClassVar[bool] = True
+    #: The reset options it takes and their bounds (`core/option_bounds.ResetOptions`), checked
+    #: by the server before `reset` sees them; None: undeclared, the environment checks its own.
+    reset_options: ClassVar[Any] = None
 
     # -- sync API ---------------------------------------------------------------------
     def reset(self, seed: int | None = None, episode_id: str | None = None, **options: Any) -> ObsT:

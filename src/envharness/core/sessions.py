@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from envharness.core.environment import Environment, InvalidOptions
 from envharness.core.errors import contained, is_invalid_action
+from envharness.core.option_bounds import check_reset_options
 from envharness.core.protocol import ErrorCode, ProtocolError, validation_error
 from envharness.core.task_api import listing_of, resolve_task_reference
 from envharness.core.types import Action, EnvironmentMetadata, Observation, State
@@ -262,6 +263,7 @@ class SessionManager:
 async def run_reset(session: Session, options: dict[str, Any]) -> Observation:
     try:
         options = resolve_task_reference(options, session.task_listing)  # OpenEnv's split/index -> task
+        check_reset_options(session.env, options)  # out of the declared bounds: never reaches reset
     except ValueError as exc:
         raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"Invalid reset options: {exc}") from None
     try:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envharness.core.environment import Environment, InvalidOptions
+from envharness.core.option_bounds import ResetOptions
 from envharness.core.types import EnvironmentMetadata
 from envharness.envs.textarena import games, seats
 from envharness.envs.textarena.models import (
@@ -38,6 +39,7 @@ from envharness.envs.textarena.models import (
     TextArenaObservation,
     TextArenaState,
 )
+from envharness.envs.textarena.options import RESET_OPTIONS
 
 #: Longer moves are refused before they reach the game (no textarena move is near this).
 MAX_MESSAGE_CHARS = 4096
@@ -68,6 +70,11 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
     observation_type = TextArenaObservation
     state_type = TextArenaState
     supports_concurrent_sessions = True
+
+    @property
+    def reset_options(self) -> ResetOptions:  # type: ignore[override]
+        """The options a client's reset may set, bounded (`options.py`); the server checks them."""
+        return RESET_OPTIONS.with_default_task(self.config.env_id)
 
     def __init__(self, config: TextArenaConfig | None = None) -> None:
         self.config = config or TextArenaConfig()
