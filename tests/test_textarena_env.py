@@ -163,11 +163,12 @@ def test_refused_games_say_why(wordle, env_id, reason):
 
 def test_the_catalog_is_textarenas_single_player_registry():
     ids = games.single_player_ids()
-    assert len(ids) == 216 and "Wordle-v0" in ids and "Chess-v0" not in ids
-    assert len({games.game_of(i) for i in ids}) == len(games.SINGLE_PLAYER_GAMES) == 29
+    assert len(ids) == 219 and "Wordle-v0" in ids and "Chess-v0" not in ids
+    assert len({games.game_of(i) for i in ids}) == len(games.SINGLE_PLAYER_GAMES) == 30
     offline = games.offline_ids()
     assert len(offline) == 204 and not any(
-        games.game_of(i) in ("GuessWho", "TwentyQuestions", "Klondike") for i in offline
+        games.game_of(i) in ("GuessWho", "TwentyQuestions", "Klondike", "UltimateTexasHoldem")
+        for i in offline
     )
 
 

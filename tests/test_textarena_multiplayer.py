@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 from openenv.core.generic_client import GenericEnvClient
@@ -278,7 +279,12 @@ def test_a_session_plays_against_the_model_the_server_was_started_with():
         GenericEnvClient(base_url=server.base_url).sync() as env,
     ):
         result = env.reset(task="TicTacToe-v0", seed=2, opponent="model", seat=0)
-        assert result.observation["seat"] == 0 and env.state()["opponent"] == "model:tiny"
+        state = env.state()  # which model is the operator's: the client learns only that it is one
+        assert (
+            result.observation["seat"] == 0
+            and state["opponent"] == "model"
+            and "tiny" not in json.dumps(state)
+        )
         turns = 0
         while not result.done and turns < 9:
             listed = re.findall(r"'(\[\d\])'", result.observation["messages"][-1]["content"])
@@ -294,3 +300,127 @@ def test_a_session_plays_against_the_model_the_server_was_started_with():
         pytest.raises(RuntimeError, match="this server seats no model"),
     ):
         env.reset(task="TicTacToe-v0", opponent="model")
+
+
+class Routed:
+    """TextArena's own routing, recorded: every `State.add_observation` call's text and addressee
+    (-1: every player)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from textarena.core import State
+
+        self.sent: list[tuple[int, str]] = []
+        route = State.add_observation
+
+        def add_observation(state, message, observation_type, from_id=-1, to_id=-1):
+            if isinstance(message, str):
+                self.sent.append((to_id, message))
+            return route(state, message, observation_type, from_id, to_id)
+
+        monkeypatch.setattr(State, "add_observation", add_observation)
+
+    def secrets(self, player: int) -> set[str]:
+        """What only `player` was told: texts addressed to it and to no one else."""
+        told = {text for to, text in self.sent if to == player}
+        return told - {text for to, text in self.sent if to != player}
+
+
+def two_player_games() -> list[str]:
+    """One id of every game the Task API lists for two players (the first of its variants)."""
+    first: dict[str, str] = {}
+    for env_id in game_catalog().splits["players-2"]:
+        first.setdefault(games.game_of(env_id), env_id)
+    return list(first.values())
+
+
+def test_each_seat_sees_only_its_own_view_in_every_two_player_game(monkeypatch):
+    """In every two-player game: a text TextArena addressed to one seat only never reaches the
+    other seat, neither in an observation the environment gives it nor in its log, over the
+    deal and the first 16 moves (random legal moves; a game that lists none gets a word)."""
+    routed = Routed(monkeypatch)
+    env, rng = TextArenaEnvironment(), random.Random(0)
+    with_secrets, leaks = [], []
+    listed = two_player_games()
+    for env_id in listed:
+        routed.sent.clear()
+        seen: dict[int, list[str]] = {0: [], 1: []}
+        obs = env.reset(seed=1, task=env_id, num_players=2)
+        for _ in range(16):
+            seen[obs.current_player_id] += [m.content for m in obs.messages]
+            if obs.done:
+                break
+            try:
+                move = random_move(env_id, obs, rng)
+            except NoScriptedMove:
+                move = "[pass]"
+            obs = env.step(TextArenaAction(message=move, player_id=obs.current_player_id))
+        seen[obs.current_player_id] += [m.content for m in obs.messages]
+        for player, other in ((0, 1), (1, 0)):
+            secret = routed.secrets(player)
+            with_secrets += [env_id] if secret and player == 0 else []
+            shown = set(seen[other]) | {m.content for m in env._logs[other]}
+            leaks += [(env_id, player, text[:120]) for text in secret & shown]
+    assert not leaks, leaks
+    assert len(listed) == len(
+        set(games.PLAYER_COUNTS) - {g for g, (low, _) in games.PLAYER_COUNTS.items() if low > 2}
+    )
+    # the oracle is not empty: the games with a private deal told their seats something apart
+    assert {"KuhnPoker-v0", "Battleship-v0"} <= set(with_secrets), with_secrets
+
+
+def textarenas_own_count() -> dict[str, dict[str, list[str]]]:
+    """TextArena's registry, by its own word: each registered game family (the package its entry
+    point lives in) under ``single`` or ``multi``, by the state its module builds (a
+    single-player game builds `ta.SinglePlayerState`); a family whose module is not in the wheel
+    under ``missing``. Read from the source files, so a module that does not compile counts too."""
+    from textarena.envs.registration import ENV_REGISTRY
+
+    package = Path(games.textarena().__file__).parent  # the registry fills when textarena is imported
+    found: dict[str, dict[str, list[str]]] = {"single": {}, "multi": {}, "missing": {}}
+    for env_id, spec in ENV_REGISTRY.items():
+        module = str(spec.entry_point).partition(":")[0]
+        family = module.split(".")[2]
+        source = package.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        if not source.exists():
+            kind = "missing"
+        else:
+            kind = "single" if "SinglePlayerState" in source.read_text() else "multi"
+        found[kind].setdefault(family, []).append(env_id)
+    return found
+
+
+def test_the_counts_the_docs_give_are_textarenas_registrys(monkeypatch):
+    """The single- and multi-player games (and ids) the server serves and the docs count are those
+    TextArena registers, less those that cannot run here, each made and reset with TextArena's
+    own `make` and failing (no OpenRouter key, no `gym`, files missing from the wheel, syntax
+    errors)."""
+    import textarena as ta
+
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    own = textarenas_own_count()
+    assert set(own["single"]) == set(games.SINGLE_PLAYER_GAMES)
+    assert set(own["multi"]) | set(own["missing"]) == set(games.PLAYER_COUNTS) | set(
+        games.MULTI_PLAYER_LEFT_OUT
+    )
+    for family in (*games.MULTI_PLAYER_LEFT_OUT, *games.BROKEN):  # each one really cannot run here
+        with pytest.raises((ImportError, SyntaxError, FileNotFoundError, ValueError)):
+            ta.make((own["multi"] | own["missing"] | own["single"])[family][0]).reset(num_players=2, seed=1)
+    single_ids = [i for ids in own["single"].values() for i in ids]
+    served_single = [
+        i
+        for f, ids in own["single"].items()
+        if f not in (*games.BROKEN, *games.NEEDS_OPENROUTER)
+        for i in ids
+    ]
+    multi_ids = [i for f, ids in own["multi"].items() if f in games.PLAYER_COUNTS for i in ids]
+    catalog = game_catalog()
+    assert sorted(catalog.splits["multiplayer"]) == sorted(multi_ids)
+    assert sorted(catalog.tasks) == sorted(served_single + multi_ids)
+    counts = (len(games.PLAYER_COUNTS), len(multi_ids), len(served_single), len(single_ids))
+    docs = (Path(__file__).parents[1] / "docs" / "textarena.md").read_text()
+    claimed = (
+        int(re.search(r"the (\d+) multi-player games that run offline", docs).group(1)),
+        int(re.search(r"\((\d+) ids with their variants", docs).group(1)),
+        *map(int, re.search(r"is served: (\d+) of (\d+) ids", docs).groups()),
+    )
+    assert claimed == counts == (56, 420, 204, 219)

@@ -1,7 +1,7 @@
 """Which TextArena games run here, how one is made per session, and how its randomness is kept apart.
 
 - The catalog: every id textarena 0.7.4 registers for a single-player game (its registry
-  lists them under ``[1 Player]``: 29 games, 216 ids with their ``-raw``/``-train``
+  says so by its state, ``SinglePlayerState``: 30 games, 219 ids with their ``-raw``/``-train``
   variants), and the multi-player games that run offline (`PLAYER_COUNTS`: 56 games, each
   with the numbers of players it takes). The two single-player games whose game master is an
   LLM behind OpenRouter (GuessWho, TwentyQuestions) need ``OPENROUTER_API_KEY`` and a
@@ -62,6 +62,7 @@ SINGLE_PLAYER_GAMES = (
     "ThreeCardMonte",
     "TowerOfHanoi",
     "TwentyQuestions",
+    "UltimateTexasHoldem",
     "WordLadder",
     "WordSearch",
     "Wordle",
@@ -143,7 +144,7 @@ MULTI_PLAYER_LEFT_OUT = {
     "UsedCar": "its module is missing from textarena 0.7.4's wheel",
     **{
         name: "its module has a syntax error in textarena 0.7.4 (an f-string Python 3.11 rejects)"
-        for name in ("Checkers", "Chess", "IteratedStagHunt", "ReverseTicTacToe", "UltimateTexasHoldem")
+        for name in ("Checkers", "Chess", "IteratedStagHunt", "ReverseTicTacToe")
     },
 }
 #: Objects this large (or dictionaries) are shared between sessions instead of copied.
@@ -244,7 +245,10 @@ def check_env_id(env_id: str) -> str:
 _PROTOTYPES: dict[tuple[str, str], Any] = {}
 _MAKE_LOCK = threading.Lock()
 #: Ids whose module textarena 0.7.4 cannot import (a syntax error in the released file).
-BROKEN = {"Klondike": "its module has a syntax error in textarena 0.7.4 (envs/Klondike/env.py line 119)"}
+BROKEN = {
+    "Klondike": "its module has a syntax error in textarena 0.7.4 (envs/Klondike/env.py line 119)",
+    "UltimateTexasHoldem": "its module has a syntax error in textarena 0.7.4 (envs/UltimateTexasHoldem/env.py line 228)",
+}
 
 
 def _shared(obj: Any, memo: dict[int, Any], depth: int = 0) -> None:

@@ -2,9 +2,9 @@
 `/web` find through the `textarena` `EnvSpec` (core/registry.py).
 
 Tasks are game ids. ``all`` is every single-player id that runs offline (204 of textarena
-0.7.4's 216: the LLM-mastered GuessWho/TwentyQuestions and the unimportable Klondike are
-left out); ``rl`` is the four chosen for RL (short episodes, dense feedback, a scripted
-solver each): Wordle-v0, Mastermind-v0, GuessTheNumber-v0, TowerOfHanoi-v0.
+0.7.4's 219: the LLM-mastered GuessWho/TwentyQuestions and the unimportable Klondike and
+UltimateTexasHoldem are left out); ``rl`` is the four chosen for RL (short episodes, dense
+feedback, a scripted solver each): Wordle-v0, Mastermind-v0, GuessTheNumber-v0, TowerOfHanoi-v0.
 """
 
 from __future__ import annotations
