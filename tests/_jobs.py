@@ -163,3 +163,42 @@ def held_at_step(step: int) -> str:
         "from envharness.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
+
+
+def kill_tree(proc: subprocess.Popen, tag: str) -> None:
+    """SIGKILL to `proc`'s process group and to every process tagged `tag` (those that started
+    sessions of their own: a server, torchrun's ranks, Chromium)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for pid in tagged_processes(tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def run_tree(
+    command: list[str], *, timeout: float, env: dict | None = None, **kwargs
+) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, timeout=...)` for a command that starts processes of its own
+    (torchrun and its ranks, `eval` and its server): it runs in its own session, tagged, and on
+    a timeout (or any error here) the whole tree is killed, not just the command, before
+    `TimeoutExpired` is raised. `capture_output`, `text` and `cwd` as for `subprocess.run`."""
+    tag = uuid.uuid4().hex
+    env = {**(os.environ if env is None else env), "ENVHARNESS_TEST_TAG": tag}
+    if kwargs.pop("capture_output", False):
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    check = kwargs.pop("check", False)
+    proc = subprocess.Popen(command, env=env, start_new_session=True, **kwargs)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        kill_tree(proc, tag)
+        proc.communicate()
+        raise
+    done = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+    if check:
+        done.check_returncode()
+    return done

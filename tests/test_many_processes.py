@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from _jobs import run_tree
 
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.training import TrainConfig, TrainSetupError, check_config, loss_passes
@@ -32,7 +33,7 @@ def one_step(tmp_path: Path, processes: int, *args: str, script: Path = STEP) ->
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
     command = [sys.executable, *(launcher if processes > 1 else []), str(script), str(out), *args]
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a rank that aborts shows where
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500, env=env)
+    done = run_tree(command, capture_output=True, text=True, timeout=500, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out)
 
@@ -94,7 +95,7 @@ def held_out(
     command = [sys.executable, *(launcher if processes > 1 else []), str(HELD_OUT), str(out), str(episodes),
                str(fail_rank)]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env), out
+    return run_tree(command, capture_output=True, text=True, timeout=300, env=env), out
 
 
 @pytest.mark.slow
@@ -146,19 +147,58 @@ def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_
         check_config(TrainConfig(**base, processes=3))
 
 
+RANK_0_NEVER_RUNS_OUT_OF_TIME = """
+import importlib.util, os, sys
+
+if os.environ.get("RANK") == "0" and "TORCHELASTIC_RUN_ID" in os.environ:
+    NAME = "envharness.integrations.trl.callbacks"
+
+    class Hook:  # once the callbacks module is loaded, rank 0's --minutes budget is endless
+        def find_spec(self, name, path=None, target=None):
+            if name != NAME:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            load = spec.loader.exec_module
+
+            def exec_module(module):
+                load(module)
+                init = module.TimeBudgetCallback.__init__
+
+                def endless(self, minutes):
+                    init(self, minutes)
+                    self.seconds = float("inf")
+
+                module.TimeBudgetCallback.__init__ = endless
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Hook())
+"""
+
+
 @pytest.mark.slow
 def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
+    """Two steps, then one more by --resume under --minutes; with --curriculum signal on two
+    tasks: every rank plays the plan rank 0 logs, drawn from every rank's episodes, and --minutes
+    stops every rank at the same step though only rank 1's budget runs out (a sitecustomize
+    only this run puts on the path makes rank 0's endless: a rank 0 that went on alone would
+    wait for rank 1 at its next step's gather until the timeout kills the run)."""
     out = tmp_path / "run"
-    train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
-             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out),
-             "--eval-every", "1", "--eval-episodes", "3"]  # fmt: skip
+    train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena",
+             "--tasks", "Wordle-v0,Mastermind-v0", "--curriculum", "signal", "--model", "tiny",
+             "--processes", "2", "--threads", "1", "--out", str(out), "--eval-every", "1", "--eval-episodes", "3"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    first = subprocess.run([*train, "--steps", "2"], capture_output=True, text=True, timeout=500, env=env)
+    first = run_tree([*train, "--steps", "2"], capture_output=True, text=True, timeout=500, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert first.stdout.count("trained 2 steps") == 1  # rank 0 alone reports
-    again = subprocess.run(
-        [*train, "--steps", "3", "--resume"], capture_output=True, text=True, timeout=500, env=env
-    )
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(RANK_0_NEVER_RUNS_OUT_OF_TIME)
+    env_hooked = {**env, "PYTHONPATH": os.pathsep.join([str(hook), env.get("PYTHONPATH", "")])}
+    again = run_tree([*train, "--minutes", "0.01", "--resume"], capture_output=True, text=True, timeout=500,
+                     env=env_hooked)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     # 8 episodes a step, 4 from each rank, every one once and whole
@@ -178,6 +218,12 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     best = json.loads((out / "best" / "best.json").read_text())
     assert best["held_out_seeds"] == 3 and best["step"] in (1, 2, 3)
     assert (out / "best" / "config.json").exists()
+    # the curriculum: each step's groups (rank 0's, then rank 1's) played the tasks rank 0 drew,
+    # and rank 0's plan counts every rank's episodes (8 a step, not its own 4)
+    for step, entry in enumerate(logs):
+        played = [r["task"] for r in records if r["metrics"]["train_step"] == step]
+        assert played == [task for task in entry["curriculum/drawn"] for _ in range(4)], (step, entry)
+    assert [sum(t["episodes"] for t in e["curriculum/plan"].values()) for e in logs[:2]] == [0, 8]
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="a machine with 4 GPUs can start 4 processes")
@@ -333,7 +379,7 @@ def test_train_under_the_users_launcher_writes_each_file_once(tmp_path, launcher
     command = [sys.executable, *LAUNCHERS[launcher], "-m", "envharness.cli", "train", "--env", "textarena",
                "--tasks", "Wordle-v0", "--model", "tiny", "--steps", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500, env=env)
+    done = run_tree(command, capture_output=True, text=True, timeout=500, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("trained 2 steps") == 1
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
