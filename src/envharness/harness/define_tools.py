@@ -38,19 +38,33 @@ def example_arguments(tool: Tool) -> dict[str, Any]:
     return {name: _PLACEHOLDERS.get(_kind(properties[name]), "...") for name in schema.get("required") or []}
 
 
+def _arguments_text(tool: Tool) -> str:
+    """`query (string): words to look for`, one argument after another ("none" without)."""
+    schema = tool.get("inputSchema") or {}
+    required = set(schema.get("required") or [])
+    parts = [
+        f"{name} ({_kind(prop)}{'' if name in required else ', optional'})"
+        + (f": {prop['description']}" if prop.get("description") else "")
+        for name, prop in (schema.get("properties") or {}).items()
+    ]
+    return "; ".join(parts) or "none"
+
+
 def tools_opening(
     observation: Any, task: Any, tool_names: list[str], *, tools: Sequence[Tool], text: Callable[[Any], str]
 ) -> list[Message]:
-    """The first observation's text, the tools enabled (each with its arguments and description)
-    and how a reply calls one."""
+    """The first observation's text, the tools enabled (each with its description and
+    arguments) and a call in the JSON shape a reply takes."""
     shown = [t for t in tools if t["name"] in tool_names] or list(tools)
-    lines = [f"- {signature(t)}: {t.get('description', '')}" for t in shown]
+    lines = [f"{t['name']}: {t.get('description', '')} Arguments: {_arguments_text(t)}." for t in shown]
     call = json.dumps({"name": shown[0]["name"], "arguments": example_arguments(shown[0])})
     return [
         {
             "role": "user",
-            "content": f"{text(observation)}\n\nTools:\n" + "\n".join(lines) + "\n\nReply with one tool call "
-            f"as JSON, for example {call}",
+            "content": f"{text(observation)}\n\nYou have these tools:\n"
+            + "\n".join(lines)
+            + "\n\nReply with "
+            f"exactly one tool call as JSON, like this:\n{call}",
         }
     ]
 
