@@ -65,14 +65,11 @@ class EnvSpec:
         """The synchronous client (`EnvClient` over `client`): what TRL's `environment_factory`
         and a script without an event loop use, e.g. ``functools.partial(SPEC.sync_client,
         base_url=url)``."""
-        from envharness.core.client import sync_client_class
-
         client = self.load("client")
-        return (
-            client
-            if not inspect.iscoroutinefunction(getattr(client, "reset", None))
-            else sync_client_class(client)
-        )
+        if not inspect.iscoroutinefunction(getattr(client, "reset", None)):
+            return client
+        # named, not imported: the client module imports this one (its launchers start servers by name)
+        return load_target("envharness.core.client:sync_client_class")(client)
 
     def load(self, part: str) -> Any:
         """The object a part names (None when the spec leaves it out)."""
