@@ -23,6 +23,9 @@ from envharness.core.connections import HEADER_TIMEOUT_S
 from envharness.core.launchers import LocalServer
 from envharness.core.server import create_app
 from envharness.envs.echo.environment import EchoEnvironment
+from envharness.models import load_backend
+from envharness.policy import PolicyServer
+from envharness.policy.limits import PolicyLimits
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -182,3 +185,16 @@ def test_half_sent_requests_are_closed_and_the_server_goes_on():
         with httpx.Client(base_url=server.url, timeout=60) as client:
             assert client.get("/health").status_code == 200
             assert client.get("/health").status_code == 200
+
+
+# -- what open routes say ----------------------------------------------------------------------
+
+
+def test_the_policy_endpoints_open_health_says_only_its_status_without_the_token():
+    """`/health` is open to probes: without the token it names no model (a spec may be a local
+    path), no context length, nothing about generations in flight."""
+    with PolicyServer(load_backend("tiny"), limits=PolicyLimits(token="t0ken")) as server:
+        anonymous = httpx.get(f"{server.base_url}/health", timeout=60)
+        assert anonymous.status_code == 200 and anonymous.json() == {"status": "ok"}
+        owner = httpx.get(f"{server.base_url}/health", headers={"Authorization": "Bearer t0ken"}, timeout=60)
+        assert owner.json()["model"] and owner.json()["generating"] == 0

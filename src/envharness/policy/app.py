@@ -25,6 +25,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 
 from envharness.core import wire_json
+from envharness.core.concurrency import run_sync
 from envharness.core.guards import (
     Access,
     BodyLimit,
@@ -38,6 +39,7 @@ from envharness.core.wire_json import JSONLimitError
 from envharness.policy import errors
 from envharness.policy.endpoint import PolicyEndpoint
 from envharness.policy.limits import bearer, is_token
+from envharness.policy.prompt_size import LARGE_BODY_BYTES, ReleaseAfterLargeBodies
 from envharness.policy.samples import trace_sample, training_trace_entries
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,12 @@ def _parse_json(raw: bytes) -> Any:
         raise errors.invalid(f"the body's JSON is refused: {exc}", code="invalid_json") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise errors.invalid(f"the body is not JSON: {exc}", code="invalid_json") from None
+
+
+async def _json_body(request: Request) -> Any:
+    """The request's JSON; a large body is decoded in a worker thread (the loop keeps serving)."""
+    raw = await request.body()
+    return await run_sync(_parse_json, raw) if len(raw) > LARGE_BODY_BYTES else _parse_json(raw)
 
 
 def _endpoint(request: Request) -> PolicyEndpoint:
@@ -86,7 +94,7 @@ async def _until_disconnected(request: Request) -> None:
 async def _complete(request: Request, rollout_id: str | None) -> Any:
     """One completion; cancelled (generation stopped, nothing recorded) when the client goes."""
     rollout_id = agent_rollout(request, rollout_id)
-    body = _parse_json(await request.body())
+    body = await _json_body(request)
     call = asyncio.ensure_future(_endpoint(request).complete(rollout_id, body))
     gone = asyncio.ensure_future(_until_disconnected(request))
     try:
@@ -121,9 +129,13 @@ async def models(request: Request) -> dict[str, Any]:
 
 
 async def health(request: Request) -> dict[str, Any]:
+    """Open to probes: without the token it says only `status` (the model may be a local path)."""
     endpoint = _endpoint(request)
+    status = "shutting_down" if endpoint.stopping else "ok"
+    if not request.scope.get("state", {}).get("authorized", True):
+        return {"status": status}
     return {
-        "status": "shutting_down" if endpoint.stopping else "ok",
+        "status": status,
         "model": endpoint.model_name,
         "context_length": endpoint.context_length,
         "max_tokens_limit": endpoint.limits.max_tokens_limit,
@@ -258,6 +270,7 @@ def create_policy_app(
             Exception: _unexpected,
         },
         middleware=[
+            Middleware(ReleaseAfterLargeBodies),
             Middleware(
                 HostOriginGuard,
                 refusals=refusals,

@@ -72,7 +72,7 @@ def seat_table(
         )
     return Table(
         seat=_seat(seat, num_players, seed),
-        opponent=f"model:{model.spec}" if opponent == MODEL else opponent,
+        opponent=opponent,  # "model", never its spec: a path on the server is none of the client's business
         rng=random.Random(f"opponent-{seed}"),
         model=model.seats() if opponent == MODEL else None,
     )
