@@ -15,6 +15,7 @@ import sys
 
 import pytest
 import torch
+from _jobs import run_tree
 
 from envharness.models import load_backend
 from envharness.models.device import DeviceError, decoding_attention, resolve, resolve_device, resolve_dtype
@@ -166,7 +167,7 @@ def test_every_command_refuses_what_the_machine_cannot_give(command):
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--dtype", "float64"], "unknown dtype 'float64'"),
     ):
-        done = subprocess.run(
+        done = run_tree(
             [
                 sys.executable,
                 "-c",
@@ -199,7 +200,7 @@ def test_seeded_rows_draw_what_multinomial_draws_in_any_batch():
 
 
 def _gpu_check(out, *flags: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
+    done = run_tree(
         [sys.executable, "scripts/gpu_check.py", "--out", str(out), *flags],
         capture_output=True,
         text=True,
@@ -230,7 +231,7 @@ def test_the_gpu_check_samples_on_the_gpu(tmp_path):
 def test_the_gpu_check_checks_itself_on_the_cpu_with_a_tiny_model(tmp_path):
     """`--cpu`: every step of the GPU check (logprobs, sampling, generation, eval, policy, sft,
     train, the train step's split) on the CPU with a tiny model, each one ok; on any machine."""
-    done = subprocess.run(
+    done = run_tree(
         [sys.executable, "scripts/gpu_check.py", "--cpu", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
@@ -271,7 +272,7 @@ def test_train_in_bf16_mixed_precision_on_the_cpu_logs_where_it_ran(tmp_path):
         "rewards.REWARD_FUNCS['spread'] = lambda completion_ids, **kw: [(sum(c) % 7) / 7 for c in completion_ids]; "
         "import sys; from envharness.cli import main; sys.exit(main())"
     )
-    done = subprocess.run(
+    done = run_tree(
         [
             sys.executable,
             "-c",

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from _jobs import run_tree
 from eval_protocol.models import EvaluationRow, Message
 from eval_protocol.pytest.evaluation_test_utils import rollout_processor_with_retry
 from eval_protocol.pytest.types import RolloutProcessorConfig
@@ -97,7 +98,7 @@ def run_example(
         str(summary),
         *ep_args,
     ]
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    proc = run_tree(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     logs = home / ".eval_protocol" / "logs.db"
     assert logs.exists(), (
         f"Eval Protocol's log is not in the temp HOME\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

@@ -6,11 +6,11 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
 import pytest
+from _jobs import run_tree
 
 from envharness.models import embedded
 
@@ -78,7 +78,7 @@ def test_embedded_model_loads_offline_and_answers_with_an_action(tmp_path):
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "HTTP_PROXY": "http://127.0.0.1:9",
     }
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=280)
+    out = run_tree([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stderr[-2000:]
     results = [json.loads(line) for line in out.stdout.strip().splitlines() if line.startswith("{")]
     assert len(results) == 2, out.stdout[-2000:]

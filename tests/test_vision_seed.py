@@ -10,12 +10,12 @@ unchanged; a scripted policy that reads the prompt stands in for its vLLM call.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from _jobs import run_tree
 from PIL import Image
 
 from envharness.core.launchers import ServerProcess
@@ -184,7 +184,7 @@ def test_bad_openenv_variables_are_refused_clearly(name, value, reason):
 def test_serve_refuses_a_benchmark_it_cannot_run_in_one_line(monkeypatch):
     """webarena's package is an optional extra, not installed here: one line says which."""
     monkeypatch.setenv("BROWSERGYM_BENCHMARK", "webarena")
-    done = subprocess.run(
+    done = run_tree(
         [
             sys.executable,
             "-c",
