@@ -69,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the most tokens one reply may ask for (max_tokens); more: context_length_exceeded (default %(default)s)",
     )
     parser.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="refuse prompts of more than N tokens, longer ones unread (default: the context less one)",
+    )
+    parser.add_argument(
         "--allowed-hosts",
         default="",
         metavar="H1,H2",
@@ -107,6 +114,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         )
     if args.max_tokens_limit < 1:
         parser.error("--max-tokens-limit must be at least 1")
+    if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
+        parser.error("--max-prompt-tokens must be at least 1")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         max_calls_per_rollout=args.max_calls_per_rollout or None,
         rollout_idle_s=args.rollout_idle_timeout or None,
         max_tokens_limit=args.max_tokens_limit,
+        max_prompt_tokens=args.max_prompt_tokens,
     )
     endpoint = PolicyEndpoint(
         backend,

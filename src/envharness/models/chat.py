@@ -135,6 +135,8 @@ class _RenderCache:
 
 
 _RENDERED = _RenderCache()
+#: Conversations longer than this (as JSON) are rendered each time, not kept in the cache.
+_CACHED_AT_MOST_CHARS = 256 * 1024
 
 
 def _render_key(tokenizer: Any, messages: list[Message], kwargs: dict[str, Any]) -> str | None:
@@ -143,9 +145,10 @@ def _render_key(tokenizer: Any, messages: list[Message], kwargs: dict[str, Any])
     template = tokenizer.chat_template
     day = time.strftime("%Y-%m-%d") if "strftime" in str(template) else ""
     try:
-        return json.dumps([str(template), day, messages, kwargs], sort_keys=True)
+        key = json.dumps([str(template), day, messages, kwargs], sort_keys=True)
     except (TypeError, ValueError):
         return None
+    return key if len(key) <= _CACHED_AT_MOST_CHARS else None  # a huge prompt is not kept
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any
 
+from envharness.core.concurrency import run_sync
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.tool_parsing import ToolCallParser, normalize_parsed, parse_json_tool_calls
 from envharness.models import chat
@@ -26,6 +27,7 @@ from envharness.policy import errors
 from envharness.policy.forks import continuation, fork_size
 from envharness.policy.images import backend_messages
 from envharness.policy.limits import PolicyLimits
+from envharness.policy.prompt_size import fewest_tokens, max_chars_per_token
 from envharness.policy.traces import RolloutTrace, TraceStore, Turn
 from envharness.policy.wire import ChatRequest, completion_body, tool_call_json
 
@@ -112,6 +114,24 @@ class PolicyEndpoint:
             cancelled=cancel,
         )
 
+    @property
+    def prompt_limit(self) -> int | None:
+        """The most tokens a prompt may have: `limits.max_prompt_tokens`, and room for one
+        token of reply in the context."""
+        bounds = [self.limits.max_prompt_tokens, self.context_length and self.context_length - 1]
+        return min((b for b in bounds if b), default=None)
+
+    def _refuse_by_length(self, messages: list[dict[str, Any]], prefix: list[int] | None) -> None:
+        """Refuse, untokenized, a prompt whose characters alone prove it over the limit."""
+        limit, tokenizer = self.prompt_limit, getattr(self.backend, "tokenizer", None)
+        per_token = max_chars_per_token(tokenizer) if limit is not None and tokenizer is not None else None
+        if per_token is None:
+            return
+        fewest = fewest_tokens(messages, prefix, per_token)
+        if fewest > limit:  # type: ignore[operator]
+            why = f"no token of this model covers more than {per_token} characters"
+            raise errors.prompt_too_long(fewest, limit, at_least=True, why=why)  # type: ignore[arg-type]
+
     def _check_context(
         self,
         messages: list[dict[str, Any]],
@@ -120,11 +140,12 @@ class PolicyEndpoint:
         start: int,
         budget: tuple[int, bool],
     ) -> int:
-        """Refuse a prompt that, with its reply, does not fit the context window; cheap unless
-        the prompt is near it. Returns the reply's budget (a default one cut to what is left)."""
+        """Refuse a prompt over the prompt limit, or that with its reply does not fit the context;
+        cheap unless the prompt is near them (then tokenized: call it in a worker thread).
+        Returns the reply's budget (a default one cut to what is left)."""
         max_tokens, asked = budget
-        limit = self.context_length
-        if limit is None:
+        limit, most = self.context_length, self.prompt_limit
+        if most is None:
             return max_tokens
         new = messages[start:]
         bound = len(prefix or []) + sum(
@@ -132,7 +153,7 @@ class PolicyEndpoint:
         )
         if tools and not prefix:
             bound += len(str(tools).encode())
-        if bound + max_tokens <= limit:
+        if bound <= most and (limit is None or bound + max_tokens <= limit):
             return max_tokens
         tokenizer = getattr(self.backend, "tokenizer", None)
         if tokenizer is None or getattr(tokenizer, "accepts_images", False):
@@ -141,13 +162,22 @@ class PolicyEndpoint:
             count = len(chat.prompt_ids(tokenizer, messages, tools, prefix))
         except (ValueError, TypeError) as exc:
             raise errors.invalid(str(exc), "messages") from None
-        if count >= limit:
-            raise errors.context_exceeded(count, limit)
+        self._check_prompt(count)
+        if limit is None:
+            return max_tokens
         if count + max_tokens > limit:
             if asked:
                 raise errors.context_exceeded(count, limit, max_tokens)
             return limit - count
         return max_tokens
+
+    def _check_prompt(self, count: int) -> None:
+        """Refuse a prompt of `count` tokens over the context or `max_prompt_tokens`."""
+        if self.context_length is not None and count >= self.context_length:
+            raise errors.context_exceeded(count, self.context_length)
+        most = self.limits.max_prompt_tokens
+        if most is not None and count > most:
+            raise errors.prompt_too_long(count, most)
 
     async def complete(self, rollout_id: str | None, body: Any) -> dict[str, Any]:
         """One chat completion for `rollout_id`; raises `PolicyError` with the OpenAI-style reason.
@@ -164,7 +194,9 @@ class PolicyEndpoint:
         cont = continuation(trace, request.messages)
         start = len(cont.parent.messages) + 1 if cont.parent is not None else 0
         messages = backend_messages(cont.messages, trace.image_cache)
-        max_tokens = self._check_context(messages, tools, cont.prefix_ids, start, self._max_tokens(request))
+        budget = self._max_tokens(request)
+        self._refuse_by_length(messages[start:], cont.prefix_ids)
+        max_tokens = await run_sync(self._check_context, messages, tools, cont.prefix_ids, start, budget)
         cancel = threading.Event()
         sampling = self._sampling(request, max_tokens, cancel)
         self._in_flight.add(cancel)
@@ -179,8 +211,7 @@ class PolicyEndpoint:
             self._in_flight.discard(cancel)
         if gen.finish_reason == "cancelled":
             raise errors.shutting_down()
-        if self.context_length is not None and len(gen.prompt_ids) >= self.context_length:
-            raise errors.context_exceeded(len(gen.prompt_ids), self.context_length)
+        self._check_prompt(len(gen.prompt_ids))
         turn = self._record(trace, request, tools, cont.parent, gen, sampling)
         trace.last_active = time.monotonic()
         return completion_body(

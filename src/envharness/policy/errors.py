@@ -96,6 +96,18 @@ def context_exceeded(prompt_tokens: int, context: int, completion_tokens: int | 
     )
 
 
+def prompt_too_long(tokens: int, limit: int, *, at_least: bool = False, why: str = "") -> PolicyError:
+    """A prompt over the endpoint's prompt limit; `at_least`: counted from its length, untokenized."""
+    counted = f"at least {tokens} tokens ({why})" if at_least else f"{tokens} tokens"
+    return PolicyError(
+        400,
+        f"the prompt has {counted}; this endpoint takes prompts of at most {limit} tokens "
+        "(its --max-prompt-tokens, or the model's context less one); shorten the messages",
+        "context_length_exceeded",
+        param="messages",
+    )
+
+
 def reply_too_long(requested: int, limit: int) -> PolicyError:
     return PolicyError(
         400,

@@ -10,6 +10,10 @@
   one as soon as it passes the limit (413).
 - **Reply length.** `max_tokens` may ask for at most `max_tokens_limit` tokens, and prompt plus
   reply must fit the context; more is OpenAI's `context_length_exceeded` (400).
+- **Prompt length.** A prompt of more than `max_prompt_tokens` tokens (default: the context
+  less one) is refused (`context_length_exceeded`, 400); one whose characters alone prove it
+  longer is refused before it is tokenized (`prompt_size.py`), the rest is tokenized in a
+  worker thread, so `/health` and other calls go on meanwhile.
 - **Calls per rollout.** An agent that loops forever stops at `max_calls_per_rollout` (400).
 - **Idle rollouts.** A rollout that no call reached for `rollout_idle_s` is ended (its agent went
   away): its trace is kept for the driver, later calls get `rollout_ended` with the reason.
@@ -40,6 +44,8 @@ class PolicyLimits:
     rollout_idle_s: float | None = 600.0
     #: The most tokens one reply may ask for (`max_tokens`), whatever the context leaves.
     max_tokens_limit: int = DEFAULT_MAX_TOKENS_LIMIT
+    #: The most tokens a prompt may have (None: the context window less one).
+    max_prompt_tokens: int | None = None
 
     def check_calls(self, made: int, rollout_id: str) -> None:
         if self.max_calls_per_rollout is not None and made >= self.max_calls_per_rollout:
