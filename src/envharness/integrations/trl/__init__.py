@@ -2,6 +2,7 @@
 TRL's `environment_factory`, and the training loop behind `envharness train`.
 
     rollout.py      `build_env_rollout_func` / `build_trl_rollout_func` (TRL's `rollout_func`)
+    layers.py       `Rollout` (a rollout_func with records, metrics, close) and the `Layer`s around it
     rewards.py      reward functions over the episodes' step rewards
     environment.py  `environment_factory(env, ...)`: any environment for `GRPOTrainer(environment_factory=...)`
     training.py     `train()`: what `envharness train` runs, the same steps for every kind of run
@@ -14,6 +15,7 @@ The names users import live here; `training` and `environment` load TRL and torc
 import them from their modules (`training` re-exports what moved out of it).
 """
 
+from envharness.integrations.trl.layers import FunctionRollout, Layer, Rollout
 from envharness.integrations.trl.rewards import (
     REWARD_FUNCS,
     reward_max,
@@ -34,6 +36,9 @@ from envharness.integrations.trl.rollout import (
 )
 
 __all__ = [
+    "FunctionRollout",
+    "Layer",
+    "Rollout",
     "REWARD_FUNCS",
     "reward_max",
     "reward_mean",

@@ -14,7 +14,9 @@ top-k; `max_completion_length` bounds each turn) unless `limits.sampling` says o
 The returned dict holds what TRL needs (`prompt_ids`, `completion_ids`, `logprobs`,
 `env_mask`: 1 on model tokens, 0 on environment tokens) and, for reward functions
 (`rewards.py`), `env_reward`, `step_rewards`, `success` and `verify_metrics`.
-Every episode can also be written to the shared JSONL records with its training step.
+Every episode can also be written to the shared JSONL records with its training step. The
+function is a `Rollout` (`layers.py`): `.records` is that writer and `.metrics` the last
+batch's counts (episodes, errors, infra failures).
 """
 
 from __future__ import annotations
