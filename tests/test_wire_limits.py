@@ -80,6 +80,30 @@ def test_a_websocket_frame_of_hostile_json_gets_an_error_frame_and_the_session_g
         assert reply["data"]["observation"]["echoed_message"] == "still here", reply
 
 
+def test_mcp_refuses_hostile_json_in_words_with_or_without_a_session():
+    init = {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with LocalServer(create_app(EchoEnvironment, name="echo", mcp=True)) as server:
+        url = f"{server.base_url}/mcp"
+        opened = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+                            headers=headers, timeout=120)  # fmt: skip
+        assert opened.status_code == 200, opened.text
+        session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert httpx.post(url, json=note, headers=session, timeout=120).status_code == 202
+        for method, sent_with in (("tools/list", headers), ("initialize", headers), ("tools/call", session)):
+            for what, body, words in HOSTILE:
+                request = f'{{"jsonrpc": "2.0", "id": 2, "method": "{method}", "params": {body}}}'
+                reply = httpx.post(url, content=request, headers=sent_with, timeout=120)
+                assert reply.status_code == 400, (method, what, reply.status_code, reply.text[:300])
+                error = reply.json()["error"]
+                assert error["code"] == -32700 and words in error["message"], (method, what, error)
+        listed = httpx.post(
+            url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=session, timeout=120
+        )
+        assert listed.status_code == 200 and "reset" in listed.text, listed.text[:300]
+
+
 def test_the_policy_endpoint_refuses_hostile_json_with_a_400():
     with PolicyServer(load_backend("tiny")) as server:
         rollout = httpx.post(f"{server.base_url}/rollouts", json={}, timeout=60).json()

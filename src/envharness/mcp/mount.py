@@ -20,7 +20,9 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from envharness.core import wire_json
 from envharness.core.sessions import SessionManager
+from envharness.core.wire_json import JSONLimitError
 from envharness.mcp.handle import EnvSessionHandle
 
 log = logging.getLogger(__name__)
@@ -124,14 +126,18 @@ class McpEndpoint:
             await _json(send, 503, {"detail": "the MCP endpoint is not running"})
             return
         headers = dict(scope.get("headers") or [])
-        if scope["method"] == "POST" and b"mcp-session-id" not in headers:
+        if scope["method"] == "POST":
             body = await _read_body(receive)
             if body is None:
                 await _json(send, 413, {"detail": f"request body over {MAX_BODY_BYTES} bytes"})
                 return
-            from envharness.mcp.openenv_dialect import is_openenv_request
+            from envharness.mcp.openenv_dialect import is_openenv_request, parse_error
 
-            if is_openenv_request(body):
+            beyond = _beyond_limits(body)
+            if beyond is not None:  # the SDK would answer 500 with a traceback in the log
+                await _json(send, 400, parse_error(beyond))
+                return
+            if b"mcp-session-id" not in headers and is_openenv_request(body):
                 await _json(send, 200, await self.dialect.answer(body))
                 return
             receive = _replay(body, receive)
@@ -167,6 +173,18 @@ def _add_outcome_routes(app: FastAPI, endpoint: McpEndpoint) -> None:
     async def forget_outcome(rollout_id: str) -> dict:
         outcome = endpoint.outcomes.pop(rollout_id)
         return outcome.to_dict() if outcome is not None else {}
+
+
+def _beyond_limits(body: bytes) -> JSONLimitError | None:
+    """Whether `body` is JSON past the declared limits (`core/wire_json.py`), checked before
+    the MCP SDK parses it; malformed JSON is left to the SDK's own parse error."""
+    try:
+        wire_json.loads(body)
+    except JSONLimitError as exc:
+        return exc
+    except (ValueError, UnicodeDecodeError):
+        pass
+    return None
 
 
 async def _read_body(receive: Receive) -> bytes | None:

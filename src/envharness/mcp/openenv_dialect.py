@@ -10,10 +10,10 @@ is closed afterwards (OpenEnv's stateless HTTP semantics).
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
+from envharness.core import wire_json
 from envharness.core.protocol import ProtocolError
 from envharness.core.sessions import SessionManager
 from envharness.mcp.handle import EnvSessionHandle
@@ -40,9 +40,9 @@ class OpenEnvDialect:
     async def answer(self, body: bytes) -> dict[str, Any]:
         """The JSON-RPC response to one request body."""
         try:
-            request = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(None, PARSE_ERROR, f"Parse error: {exc}")
+            request = wire_json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:  # malformed, or beyond the declared limits
+            return parse_error(exc)
         if not isinstance(request, dict) or not isinstance(request.get("method"), str):
             return _error(None, INVALID_REQUEST, "Invalid request: expected a JSON-RPC object with a method")
         rid, method, params = request.get("id"), request["method"], request.get("params") or {}
@@ -121,11 +121,15 @@ def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
 
 
+def parse_error(exc: Exception) -> dict[str, Any]:
+    return _error(None, PARSE_ERROR, f"Parse error: {exc}")
+
+
 def is_openenv_request(body: bytes) -> bool:
     """A POST without `Mcp-Session-Id` that is not MCP's `initialize` is OpenEnv's dialect
     (a streamable-HTTP client sends nothing else before it has a session)."""
     try:
-        request = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        request = wire_json.loads(body)
+    except (ValueError, UnicodeDecodeError):  # malformed, or beyond the limits: not the dialect's
         return False
     return isinstance(request, dict) and request.get("method") != "initialize" and "method" in request
