@@ -120,7 +120,7 @@ class AgentRollout(Rollout):
         self.metrics: dict[str, Any] = {}
         self.server: PolicyServer | None = None  # started at the first call
 
-    def policy(self, trainer: Any) -> PolicyServer:
+    def serve(self, trainer: Any) -> PolicyServer:
         """The policy endpoint, serving the trainer's model as it is now."""
         backend = self.backend_factory(trainer)
         if self.server is None:
@@ -150,7 +150,7 @@ class AgentRollout(Rollout):
         return list(await asyncio.gather(*(one(p) for p in prompts)))
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        server = self.policy(trainer)
+        server = self.serve(trainer)
         step = trainer_step(trainer)
         results = run_coroutine_sync(self.play_all(server, list(prompts)))
         episodes = [agent_episode(r) for r in results]
