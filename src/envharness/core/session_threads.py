@@ -19,7 +19,7 @@ import contextvars
 import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -27,24 +27,12 @@ T = TypeVar("T")
 #: Idle threads kept for later sessions; more than this are stopped when their session closes.
 MAX_IDLE = 32
 
-_idle: list[_Worker] = []
+_idle: list[ThreadPoolExecutor] = []
 _idle_guard = threading.Lock()
 
 
-class _Worker:
-    """One thread (a one-worker executor) and how many calls it was given and not yet finished."""
-
-    def __init__(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envharness-session")
-        self.pending = 0
-        self.guard = threading.Lock()
-
-    def counted(self, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        finally:
-            with self.guard:
-                self.pending -= 1
+def _executor() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="envharness-session")
 
 
 class SessionThread:
@@ -52,39 +40,30 @@ class SessionThread:
 
     def __init__(self) -> None:
         with _idle_guard:
-            self._worker: _Worker | None = _idle.pop() if _idle else None
-        if self._worker is None:
-            self._worker = _Worker()
+            executor = _idle.pop() if _idle else None
+        self._executor: ThreadPoolExecutor | None = executor or _executor()
+        #: The latest call handed to the thread: calls run in order, so when it is done all are.
+        self._last: Future | None = None
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` on this lease's thread (context variables included)."""
-        worker = self._worker
-        if worker is None:
+        if self._executor is None:
             raise RuntimeError("this session's thread was released (the environment is closed)")
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        with worker.guard:
-            worker.pending += 1
-        try:
-            future = worker.executor.submit(worker.counted, call)
-        except BaseException:
-            with worker.guard:
-                worker.pending -= 1
-            raise
-        return await asyncio.wrap_future(future)
+        self._last = self._executor.submit(call)
+        return await asyncio.wrap_future(self._last)
 
     def release(self) -> None:
         """Give the thread back (idle) or let it end (busy, or enough idle ones). Safe twice."""
-        worker, self._worker = self._worker, None
-        if worker is None:
+        executor, self._executor = self._executor, None
+        if executor is None:
             return
-        with worker.guard:
-            idle = worker.pending == 0
-        if idle:
+        if self._last is None or self._last.done():
             with _idle_guard:
                 if len(_idle) < MAX_IDLE:
-                    _idle.append(worker)
+                    _idle.append(executor)
                     return
-        worker.executor.shutdown(wait=False)
+        executor.shutdown(wait=False)  # a call still running: the thread ends after it
 
 
 def idle_threads() -> int:
