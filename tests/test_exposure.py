@@ -198,3 +198,20 @@ def test_the_policy_endpoints_open_health_says_only_its_status_without_the_token
         assert anonymous.status_code == 200 and anonymous.json() == {"status": "ok"}
         owner = httpx.get(f"{server.base_url}/health", headers={"Authorization": "Bearer t0ken"}, timeout=60)
         assert owner.json()["model"] and owner.json()["generating"] == 0
+
+
+def test_the_header_timeout_does_not_cut_a_websocket(monkeypatch):
+    """The timer is armed for every connection; one upgraded to a WebSocket is left alone when
+    it fires (the transport then belongs to the WebSocket: closing it dropped the session)."""
+    from envharness.core.connections import HeaderTimeout
+
+    monkeypatch.setattr(HeaderTimeout, "header_timeout_s", 0.5)
+    with LocalServer(create_app(EchoEnvironment, name="echo")) as server:
+        port = int(server.base_url.rsplit(":", 1)[1])
+        with connect(server.base_url.replace("http://", "ws://") + "/ws", open_timeout=60) as ws:
+            late = socket.create_connection(("127.0.0.1", port), timeout=120)
+            late.sendall(b"GET /health HTTP/1.1\r\n")
+            assert late.recv(1024) == b""  # its timer fired, so the WebSocket's (armed earlier) did
+            late.close()
+            ws.send(json.dumps({"type": "reset"}))
+            assert json.loads(ws.recv(timeout=60))["type"] == "observation"
