@@ -215,3 +215,37 @@ def test_the_header_timeout_does_not_cut_a_websocket(monkeypatch):
             late.close()
             ws.send(json.dumps({"type": "reset"}))
             assert json.loads(ws.recv(timeout=60))["type"] == "observation"
+
+
+def test_the_header_timeout_does_not_cut_a_request_in_progress(monkeypatch):
+    """A route that runs past the timeout (a long generation) still answers: only a request
+    whose headers have not come in is cut."""
+    from fastapi import FastAPI
+
+    from envharness.core.connections import HeaderTimeout
+
+    monkeypatch.setattr(HeaderTimeout, "header_timeout_s", 0.5)
+    entered, release = threading.Event(), threading.Event()
+    app = FastAPI()
+
+    @app.get("/slow")
+    def slow() -> dict:  # a worker thread: waits until the test saw the timer fire
+        entered.set()
+        assert release.wait(timeout=120)
+        return {"done": True}
+
+    with LocalServer(app) as server:
+        port = int(server.base_url.rsplit(":", 1)[1])
+        with httpx.Client(base_url=server.base_url, timeout=120) as client:
+            answer: list[httpx.Response] = []
+            asking = threading.Thread(target=lambda: answer.append(client.get("/slow")))
+            asking.start()
+            assert entered.wait(timeout=120)  # its headers are in, its timer armed before the next
+            late = socket.create_connection(("127.0.0.1", port), timeout=120)
+            late.sendall(b"GET /slow HTTP/1.1\r\n")
+            assert late.recv(1024) == b""  # its timer fired, so the slow request's did
+            late.close()
+            release.set()
+            asking.join(timeout=120)
+            assert answer and answer[0].json() == {"done": True}
+            assert client.get("/openapi.json").status_code == 200  # the same connection, kept alive
