@@ -70,7 +70,9 @@ def test_http_reset_and_step_share_the_thread_and_threads_are_reused():
     with LocalServer("ledger_env:SPEC") as server:
         for _ in range(2):
             answers = asyncio.run(main(server.base_url))
-            assert all(r.status_code == 200 for r in answers), [r.text for r in answers if r.status_code != 200]
+            assert all(r.status_code == 200 for r in answers), [
+                r.text for r in answers if r.status_code != 200
+            ]
             assert all(r.json()["observation"]["text"].startswith("balance 2;") for r in answers[1:])
         session_threads = [t for t in threading.enumerate() if t.name.startswith("envharness-session")]
         assert 1 <= len(session_threads) <= MAX_IDLE  # 50 sessions, far fewer threads
