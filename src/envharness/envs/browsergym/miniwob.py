@@ -86,6 +86,8 @@ RELOAD_ON_RESET = frozenset(
 #: episode, but a step observes whatever the clock has made of it by then (BrowserGym's too).
 CLOCK_DRIVEN_TASKS = {
     "stock-market": "its price moves every 100 ms, so what a step sees depends on when it is taken",
+    "terminal": "its caret blinks every 800 ms (and it shows today's date)",
+    "click-pie": "its wheel animates as it opens (BrowserGym marks it nondeterministic)",
 }
 #: Tasks BrowserGym marks ``nondeterministic = True``.
 NONDETERMINISTIC_TASKS = frozenset({"click-pie", "click-pie-nodelay", "terminal", "visual-addition"})
