@@ -43,6 +43,7 @@ HEAVIEST_FIRST = [
     "test_browser_gym_engine.py",
     "test_fleet_ray.py",
     "test_browser_all_tasks.py",
+    "test_check.py",  # `check` over every MiniWoB task and TextArena game
     "test_browser_switch_differential.py",
     "test_many_processes.py",  # several two-process training runs
     "test_sft.py",
