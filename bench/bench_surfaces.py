@@ -6,9 +6,15 @@ Each side is `envharness policy --model tiny` in its own process (the code befor
 - a 2-token call on another rollout while a 500-token reply is generating (the batcher forms
   batches between generations: the short call waits for the long one either way);
 - SIGTERM with two 3900-token replies in flight: seconds to exit, tracebacks in the log;
-- a 40 MiB chunked body: bytes the client had sent when the 413 came.
+- a 40 MiB chunked body: bytes the client had sent when the 413 came;
+- a 30 MB prompt (under the 32 MiB body limit): `/health` answers while it is handled (how many,
+  the slowest), the call's answer, and the server's memory before, at its peak and 3 s after;
+- the largest game options (`envharness serve textarena`): Minesweeper 2000x2000, TowerOfHanoi
+  with 3e6 disks: the answer, its size and seconds.
 
-    python bench/bench_surfaces.py
+The last two rows are measured against `BEFORE_BIG` (main before the prompt and option limits).
+
+    python bench/bench_surfaces.py [--only big]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -31,14 +38,22 @@ from _before import before_env  # noqa: E402
 from test_server_guards import chunked_upload  # noqa: E402
 
 BEFORE = "f297d17"  # main before issue 46
+BEFORE_BIG = "8e8da18"  # main before the prompt-token and game-option limits
+BIG_PROMPT = [{"role": "user", "content": "hello world " * 2_500_000}]  # 30 MB
+LARGEST_OPTIONS = {
+    "Minesweeper 2000x2000": {"task": "Minesweeper-v0", "rows": 2000, "cols": 2000},
+    "TowerOfHanoi 3e6 disks": {"task": "TowerOfHanoi-v0", "num_disks": 3_000_000},
+}
 CLI = [sys.executable, "-c", "import sys; from envharness.cli import main; sys.exit(main())"]
 HELLO = [{"role": "user", "content": "hi"}]
 
 
-def start(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+def start(
+    env: dict[str, str], log: Path, command: tuple[str, ...] = ("policy", "--model", "tiny")
+) -> tuple[subprocess.Popen, str]:
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [*CLI, "policy", "--model", "tiny", "--port", "0"], stdout=out, stderr=subprocess.STDOUT, env=env
+            [*CLI, *command, "--port", "0"], stdout=out, stderr=subprocess.STDOUT, env=env
         )
     while "listening on" not in log.read_text():
         if proc.poll() is not None:
@@ -100,15 +115,94 @@ def measure(env: dict[str, str], folder: Path) -> dict[str, str]:
     return out
 
 
-def main() -> None:
-    before = before_env(BEFORE)
+def big_prompt(url: str, pid: int) -> dict[str, str]:
+    """The 30 MB prompt: `/health` polled while it is handled; the server's memory around it."""
+    server = psutil.Process(pid)
+    target = rollout(url)
+    call(target, 2, 600.0)  # warm: the model has generated once
+    before = peak = server.memory_info().rss
+    reply: dict[str, str] = {}
+    began = time.monotonic()
+
+    def send() -> None:
+        try:
+            answer = httpx.post(target, json={"messages": BIG_PROMPT, "max_tokens": 3}, timeout=1800)
+            error = answer.json().get("error", {})
+            reply["answer"] = (
+                f"{answer.status_code} {error.get('code', '')}: {error.get('message', '')[:60]}..."
+            )
+        except httpx.HTTPError as exc:
+            reply["answer"] = type(exc).__name__
+        reply["seconds"] = f"{time.monotonic() - began:.1f} s"
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    answers, slowest = 0, 0.0
+    while sender.is_alive():  # every /health asked while the big call is handled, however long it takes
+        asked = time.monotonic()
+        httpx.get(f"{url}/health", timeout=1800)
+        answers, slowest = answers + 1, max(slowest, time.monotonic() - asked)
+        peak = max(peak, server.memory_info().rss)
+        time.sleep(0.05)
+    time.sleep(3.0)
+    after = server.memory_info().rss
+    mb = 2**20
+    return {
+        "30 MB prompt: answer": f"{reply['answer']} in {reply['seconds']}",
+        "30 MB prompt: /health asked while it was handled: answers, slowest": f"{answers}, {slowest:.2f} s",
+        "30 MB prompt: RSS before / peak / 3 s after": (
+            f"{before / mb:.0f} / {peak / mb:.0f} / {after / mb:.0f} MiB ({(after - before) / before:+.0%})"
+        ),
+    }
+
+
+def largest_options(url: str) -> dict[str, str]:
+    out = {}
+    for name, options in LARGEST_OPTIONS.items():
+        began = time.monotonic()
+        reply = httpx.post(f"{url}/reset", json=options, timeout=1800)
+        took = time.monotonic() - began
+        words = reply.text[:90] if reply.status_code >= 400 else "a game"
+        out[f"reset {name}"] = (
+            f"{reply.status_code} in {took:.2f} s, {len(reply.content) / 1e6:.2f} MB: {words}"
+        )
+    return out
+
+
+def measure_big(env: dict[str, str], folder: Path) -> dict[str, str]:
+    proc, url = start(env, folder / "policy.log")
+    try:
+        out = big_prompt(url, proc.pid)
+    finally:
+        proc.kill()
+    proc, url = start(env, folder / "serve.log", ("serve", "textarena"))
+    try:
+        out.update(largest_options(url))
+    finally:
+        proc.kill()
+    return out
+
+
+def run_sides(rev: str, measure_fn) -> dict[str, dict[str, str]]:
+    before = before_env(rev)
     sides = {"this code": dict(os.environ)}
     if before is not None:
-        sides[f"before ({BEFORE})"] = {**os.environ, **before}
+        sides[f"before ({rev})"] = {**os.environ, **before}
     results = {}
     for name, env in sides.items():
         with tempfile.TemporaryDirectory() as folder:
-            results[name] = measure(env, Path(folder))
+            results[name] = measure_fn(env, Path(folder))
+    return results
+
+
+def main() -> None:
+    only_big = sys.argv[1:] == ["--only", "big"]
+    if not only_big:
+        table(run_sides(BEFORE, measure))
+    table(run_sides(BEFORE_BIG, measure_big))
+
+
+def table(results: dict[str, dict[str, str]]) -> None:
     names = list(results)
     print("| | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))

@@ -80,7 +80,7 @@ def test_the_generic_check_refuses_in_words():
         ({"level": 21}, "option level must be an integer from 1 to 20, got 21"),
         ({"level": True}, "option level must be an integer, got True"),
         ({"level": 10**5000}, "an integer of 16610 bits"),
-        ({"speed": 1}, "option 'speed' is not one this environment takes (it takes: level)"),
+        ({"speed": 1}, "this environment does not take these arguments: 'speed' (it takes: level)"),
         ({"seed": -1}, "option seed must be an integer from 0 to"),
     ]:
         with pytest.raises(InvalidOptions, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -98,7 +98,7 @@ LARGEST_ASKED = [
     ("TowerOfHanoi-v0", {"num_disks": 3_000_000}, "option num_disks must be an integer from 1 to 10"),
     ("Sokoban-v0", {"dim_room": [500, 500]}, "option dim_room item 0 must be an integer from 5 to 8"),
     ("Wordle-v0", {"word_length": 10**400}, "an integer of 1329 bits"),
-    ("Taboo-v0", {"data_path": "/etc/passwd"}, "option 'data_path' is not one this environment takes"),
+    ("Taboo-v0", {"data_path": "/etc/passwd"}, "Taboo-v0 does not take these arguments: 'data_path'"),
     ("Nim-v0", {"piles": list(range(1, 10_000))}, "option piles must be a list of at most 10 items"),
 ]
 

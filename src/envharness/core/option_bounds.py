@@ -210,8 +210,8 @@ def _not_taken(
 ) -> str:
     task = next((options[k] for k in spec.task_keys if options.get(k) is not None), spec.default_task)
     names = ", ".join(sorted(n for n in declared if n not in PROTOCOL_OPTIONS)) or "none"
-    where = f" with task {task}" if task else ""
-    return f"option {_shown(name)} is not one this environment takes{where} (it takes: {names})"
+    subject = task if isinstance(task, str) and task else "this environment"
+    return f"{subject} does not take these arguments: {_shown(name)} (it takes: {names})"
 
 
 def check_reset_options(env: Any, options: Mapping[str, Any]) -> None:
