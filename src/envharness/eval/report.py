@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envharness.eval.config import EvalConfig
+from envharness.eval.old_names import FILE_KEYS
 from envharness.eval.runfolder import RunFolder
 from envharness.eval.stats import (
     TaskStats,
@@ -116,8 +117,9 @@ def shown_settings(config: EvalConfig, screenshots: bool) -> dict[str, Any]:
     if not screenshots:
         for key in _SCREENSHOT_SETTINGS:
             settings.pop(key, None)
-        if "axtree_tokens" in settings:  # config.json's old key, a browser's word
-            settings["observation_tokens"] = settings.pop("axtree_tokens")
+        old_key = FILE_KEYS["observation_tokens"]  # config.json keeps the name users know
+        if old_key in settings:
+            settings["observation_tokens"] = settings.pop(old_key)
     if not settings.get("opponent"):
         settings.pop("opponent", None)
         settings.pop("seat", None)
