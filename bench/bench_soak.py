@@ -389,8 +389,10 @@ class EnvServerSurface(Surface):
             elif kind == "oversize frame":
                 from envharness.core.server import DEFAULT_MAX_MESSAGE_BYTES
 
+                # over the limit, within the frame headroom: refused in words, the session goes on
+                # (a message past the headroom closes the connection with 1009, unread)
                 huge = json.dumps(
-                    {"type": "step", "data": {"message": "x" * (DEFAULT_MAX_MESSAGE_BYTES + 65536)}}
+                    {"type": "step", "data": {"message": "x" * (DEFAULT_MAX_MESSAGE_BYTES + 1024)}}
                 )
                 label = refusal(await raw.ask(huge), "MESSAGE_TOO_LARGE")
             await raw.request("step", self.step_data(reset["observation"], 0))  # the session plays on
