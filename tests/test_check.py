@@ -1,5 +1,6 @@
-"""`envharness check`: the contract passes on every registered environment and on the custom
-example; it fails, saying why, on environments broken on purpose (defined here: the custom
+"""`envharness check`: the contract passes on every registered environment, on every task
+(MiniWoB's 125, each game TextArena's Task API lists, echo, the web-task example), and on the
+custom example; it fails, saying why, on environments broken on purpose (defined here: the custom
 example's number guessing with one fault each); the adversarial floor stays near zero on
 MiniWoB and Wordle and lists the episodes of a policy that does score."""
 
@@ -9,6 +10,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -23,10 +25,11 @@ from envharness.check.floor import (
     RepeatPolicy,
     random_call,
 )
-from envharness.check.playground import first_difference, stable
+from envharness.check.playground import first_difference, seated_options, stable
 from envharness.check.report import PASS, SKIP, floor_markdown, floor_text
 from envharness.cli import main as cli_main
-from envharness.core.registry import EnvSpec
+from envharness.core.registry import EnvSpec, env_harness
+from envharness.envs.browsergym import miniwob
 from envharness.harness.tools import tool_spec
 
 TESTS = Path(__file__).resolve().parent
@@ -166,14 +169,37 @@ def test_echo_passes_and_skips_reset_after_done_as_its_episodes_never_end():
     assert check_environment("echo", {"max_steps": 3}).skipped == []
 
 
-def test_browsergym_passes_every_check():
-    report = check_environment("browsergym", tasks=WEB + ["click-checkboxes"], episodes=1)
+# -- every built-in environment, on every task ----------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_browsergym_passes_every_check_on_every_miniwob_task():
+    """All 125 tasks, one seed each, on one server (one browser): its sessions restart, switch
+    and load pages as a user's run does. Eight actions are enough for every scripted solution."""
+    report = check_environment("browsergym", tasks=["all"], episodes=1, max_steps=8)
     assert statuses(report) == dict.fromkeys(statuses(report), PASS), report.format()
-    assert report.tasks == WEB + ["click-checkboxes"]
+    assert report.tasks == list(miniwob.all_tasks()) and len(report.tasks) == 125
 
 
-def test_textarena_passes_every_check():
-    report = check_environment("textarena", tasks=["Wordle-v0"])
+def textarena_games(players: str) -> list[str]:
+    """Each game the TextArena server's Task API lists, by its base id (``Wordle-v0``; its other
+    ids are the same game with other settings, ``-train`` or ``-raw``), for one player or more."""
+    harness = env_harness("textarena")
+    return [
+        task
+        for task in harness.served_tasks().tasks
+        if re.fullmatch(r".+-v\d+", task) and (harness.players(task) == (1, 1)) == (players == "one")
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("players", ["one", "several"])
+def test_textarena_passes_every_check_on_every_game(players):
+    """Single-player games as they are; multi-player ones against the server's random player."""
+    games = textarena_games(players)
+    assert len(games) == (26 if players == "one" else 56)
+    options, _ = seated_options("textarena", {}, games, "", "alternate", False)  # as `envharness check`
+    report = check_environment("textarena", options, tasks=games, episodes=1)
     assert report.ok and not report.skipped, report.format()
 
 
@@ -191,9 +217,10 @@ def test_a_web_task_module_passes(monkeypatch):
         "PYTHONPATH", os.pathsep.join([examples, *filter(None, [os.environ.get("PYTHONPATH")])])
     )
     report = check_environment(
-        "browsergym", options={"tasks": "webtasks.formtasks"}, tasks=["fill-form", "tick-boxes"], episodes=1
+        "browsergym", options={"tasks": "webtasks.formtasks"}, tasks=["all"], episodes=1
     )
     assert statuses(report) == dict.fromkeys(statuses(report), PASS), report.format()
+    assert report.tasks == ["fill-form", "find-item", "tick-boxes"]
 
 
 def test_the_short_form_of_the_example_passes(capsys):
