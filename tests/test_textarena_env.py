@@ -81,6 +81,31 @@ def test_sessions_keep_their_randomness_apart_and_leave_the_process_rng_alone():
     assert random.getstate() == before
 
 
+def test_concurrent_sokoban_sessions_build_the_level_a_lone_one_builds():
+    """Sokoban's level generation searches in module globals: sessions resetting at once (the
+    server runs each on its own thread) must still get the level the seed gives alone."""
+    seeds = [0, 1, 2, 3]
+    alone = {}
+    for seed in seeds:
+        env = TextArenaEnvironment(TextArenaConfig(env_id="Sokoban-v0"))
+        alone[seed] = env.reset(seed=seed).messages[-1].content
+    together: dict[int, str] = {}
+    barrier = threading.Barrier(len(seeds))
+
+    def run(seed: int) -> None:
+        env = TextArenaEnvironment(TextArenaConfig(env_id="Sokoban-v0"))
+        barrier.wait()
+        together[seed] = env.reset(seed=seed).messages[-1].content
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert together == alone
+    assert len(set(alone.values())) == len(seeds)
+
+
 def test_wordle_feedback_matches_the_game(wordle):
     wordle.reset(seed=2)
     word = secret(wordle)

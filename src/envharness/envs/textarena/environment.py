@@ -119,7 +119,8 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
         table = seats.seat_table(chosen, players, seed, opponent, seat, self.config.model_player)
         game = games.make_game(chosen, game_kwargs)
         try:
-            self._rng.run(seed, lambda: game.reset(num_players=players, seed=seed))
+            with games.one_at_a_time(chosen):
+                self._rng.run(seed, lambda: game.reset(num_players=players, seed=seed))
         except Exception as exc:
             raise InvalidOptions(
                 f"{chosen} could not start with {game_kwargs or 'its defaults'}: {type(exc).__name__}: {exc}"

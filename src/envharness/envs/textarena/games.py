@@ -14,12 +14,14 @@
   ``random.seed``). The ``random`` name inside textarena's modules is replaced by a proxy
   that sends each call to the calling session's own ``random.Random`` (a context variable
   set around every reset and step), so concurrent sessions neither see nor disturb each
-  other, no lock is held (a 40 s Sokoban level generation stalls nobody else), and the same
-  seed replays the same game, moves included.
+  other, and the same seed replays the same game, moves included. No lock is held, except
+  between two sessions of a game whose code keeps its work in module globals
+  (`SHARED_STATE_GAMES`: Sokoban's level generation); other games never wait for them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import os
@@ -398,6 +400,21 @@ class SessionRandom:
             return fn()
         finally:
             _CURRENT.reset(token)
+
+
+#: Games whose textarena code keeps its work in module globals, so two sessions of the same
+#: game must not run at once (other games are never held up by them).
+SHARED_STATE_GAMES = {
+    "Sokoban": "level generation (reverse_playing) searches in module-level globals",
+}
+_FAMILY_LOCKS = {family: threading.Lock() for family in SHARED_STATE_GAMES}
+
+
+def one_at_a_time(env_id: str) -> contextlib.AbstractContextManager[Any]:
+    """Held around a session's reset and step: the game's lock when its code shares module
+    state between sessions (`SHARED_STATE_GAMES`), otherwise nothing."""
+    lock = _FAMILY_LOCKS.get(game_of(env_id) or "")
+    return lock if lock is not None else contextlib.nullcontext()
 
 
 def iter_games(ids: list[str]) -> Iterator[tuple[str, str]]:
