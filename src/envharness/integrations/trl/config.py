@@ -165,6 +165,14 @@ class TrainConfig:
     curriculum_floor: float = option(
         0.02, "with --curriculum signal, the least weight of a task (so none is forgotten)"
     )
+    #: DAPO's dynamic sampling (`dynamic_sampling.py`); 0 keeps every group as first drawn.
+    max_extra_groups: int = option(
+        0,
+        "replace each group whose rewards all agree (no signal) with a fresh seed of its task, "
+        "drawing at most N extra groups a step (default %(default)s: none replaced)",
+        metavar="N",
+        minimum=0,
+    )
     eval_every: int = shared.eval_every("the training curves")
     eval_tasks: list[str] = shared.eval_tasks()
     eval_episodes: int = shared.eval_episodes()

@@ -8,9 +8,10 @@ rollout function, and leaves in `output_dir`: checkpoints, the final model, `epi
 (every episode of every step, in the shared records format), `train_log.jsonl` (TRL's logs)
 and `reward_curve.png`. Defaults fit a 2-core CPU: small groups, short completions, one turn.
 
-The names users import from here (`TrainConfig`, `train`, `evaluate`, `env_clients`,
-`load_model`, `grpo_config`, ...) live in the modules of their responsibility and stay
-importable from this one.
+From here users import `train` and what it takes, returns and raises (`TrainConfig`,
+`TrainResult`, `TrainSetupError`); the helpers live in the modules of their responsibility
+(`grpo_args.grpo_config`, `loading.load_model`, `servers.env_clients`, ...). Their old
+import from this module still works and warns (`envharness/_deprecated.py`).
 """
 
 from __future__ import annotations
@@ -25,55 +26,31 @@ from typing import Any
 
 import torch
 
+from envharness._deprecated import deprecated_names
 from envharness.curriculum import TaskSampler, make_sampler
-from envharness.integrations.trl import loss_memory, ranks
+from envharness.integrations.trl import checks, grpo_args, loss_memory, ranks
 from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
-from envharness.integrations.trl.checks import CheckedRun, check_config, config_json, sampler_options
+from envharness.integrations.trl.checks import CheckedRun, config_json, sampler_options
 from envharness.integrations.trl.config import TrainConfig, TrainResult
 from envharness.integrations.trl.curriculum import CurriculumLayer
+from envharness.integrations.trl.dynamic_sampling import DynamicSampling
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.evaluate import evaluate
 from envharness.integrations.trl.exploration import GroupStats
-from envharness.integrations.trl.grpo_args import (
-    check_loss_fits_upfront,
-    grpo_config,
-    lora_config,
-    loss_passes,
-)
 from envharness.integrations.trl.held_out import HeldOutEvaluation
 from envharness.integrations.trl.kinds import RunParts
 from envharness.integrations.trl.layers import stack_layers
-from envharness.integrations.trl.loading import check_model_spec, load_model
 from envharness.integrations.trl.logprob_agreement import measure_and_correct
+from envharness.integrations.trl.mix import prompt_key
 from envharness.integrations.trl.no_signal import skip_batches_without_signal
 from envharness.integrations.trl.precision import check_model_device
-from envharness.integrations.trl.prompting import EnvRef, prompt_options, reward_functions
 from envharness.integrations.trl.resume import StepBoundary, clear_run, save_finished_steps, trim_to_step
 from envharness.integrations.trl.rollout import task_dataset
-from envharness.integrations.trl.servers import agent_env_url, env_clients, mix_clients, train_server_options
 from envharness.integrations.trl.step_timing import StepClock, StepTimer
 from envharness.models.device import resolve
 
-__all__ = [
-    "EnvRef",
-    "TrainConfig",
-    "TrainResult",
-    "TrainSetupError",
-    "agent_env_url",
-    "check_config",
-    "check_loss_fits_upfront",
-    "check_model_spec",
-    "env_clients",
-    "evaluate",
-    "grpo_config",
-    "load_model",
-    "loss_passes",
-    "mix_clients",
-    "prompt_options",
-    "reward_functions",
-    "train",
-    "train_server_options",
-]
+__all__ = ["TrainConfig", "TrainResult", "TrainSetupError", "train"]
+# The helpers this module used to re-export, kept for old callers with a warning.
+__getattr__ = deprecated_names(__name__)
 
 
 def train(
@@ -91,13 +68,13 @@ def train(
     rank 0 alone prepares the folder and writes the files (`ranks.py`), each rank plays its
     share of the batch on its kind's servers, and TRL gathers the rewards of every group."""
     ranks.join()
-    run = check_config(config, model=model, tokenizer=tokenizer)
+    run = checks.check_config(config, model=model, tokenizer=tokenizer)
     config, kind = run.config, run.kind
     out = _prepare_folder(run)
     placement = resolve(config.device, config.dtype)
     if model is None:
         model, tokenizer = kind.load_model(config, placement)
-    check_loss_fits_upfront(config, model, placement)
+    grpo_args.check_loss_fits_upfront(config, model, placement)
     text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor holds one
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
@@ -107,10 +84,12 @@ def train(
         stack.callback(records.close)
         clock = StepClock()  # the timed backend and the StepTimer layer share it
         parts = RunParts(run.plan, tokenizer, records, clock.backend_factory)
+        sampler = _sampler(config)  # the curriculum's: it also learns from the dropped groups
         layers = [  # inside-out: each wraps the one before; their callbacks log in this order
             functools.partial(StepTimer, clock=clock),  # time/generate_s, time/env_s, time/train_s
             GroupStats,  # all-failed / all-succeeded groups, their errors, sampled_nll
-            functools.partial(CurriculumLayer, sampler=_sampler(config), prompt_for=kind.prompt_for),
+            *_dynamic_sampling(config, sampler, kind.prompt_for),  # groups without signal replaced
+            functools.partial(CurriculumLayer, sampler=sampler, prompt_for=kind.prompt_for),
             functools.partial(ranks.RankFlush, records=records),  # every rank's episodes to rank 0
         ]
         rollout = stack_layers(kind.rollout(parts, clients), layers)
@@ -122,10 +101,10 @@ def train(
             model=model,
             processing_class=tokenizer,
             reward_funcs=kind.reward_funcs(run.plan),
-            args=grpo_config(config, **grpo_overrides),
+            args=grpo_args.grpo_config(config, **grpo_overrides),
             train_dataset=task_dataset(config.tasks, num_prompts, seed=config.seed),
             rollout_func=rollout,
-            peft_config=lora_config(config) if config.lora else None,
+            peft_config=grpo_args.lora_config(config) if config.lora else None,
             callbacks=[
                 *rollout.callbacks(),
                 *([_held_out(config, evaluate_task, tokenizer, out)] if evaluate_task else []),
@@ -141,6 +120,19 @@ def train(
 def _sampler(config: TrainConfig) -> TaskSampler:
     """The curriculum's sampler of each group's task (`--curriculum`)."""
     return make_sampler(config.curriculum, config.tasks, seed=config.seed, **sampler_options(config))
+
+
+def _dynamic_sampling(config: TrainConfig, sampler: TaskSampler, prompt_for: Any) -> list[Any]:
+    """DAPO's dynamic sampling as a layer (none with `--max-extra-groups 0`), inside the
+    curriculum: a dropped group's successes still reach its sampler."""
+    if not config.max_extra_groups:
+        return []
+
+    def learn(group: str, successes: list[bool]) -> None:
+        sampler.update(prompt_key(group), successes)
+
+    layer = functools.partial(DynamicSampling, max_extra=config.max_extra_groups, seed=config.seed)
+    return [functools.partial(layer, prompt_for=prompt_for, on_dropped=learn)]
 
 
 def _prepare_folder(run: CheckedRun) -> Path:
@@ -223,8 +215,3 @@ def _finish(trainer: Any, tokenizer: Any, config: TrainConfig, out: Path, second
         seconds,
         history,
     )
-
-
-def _check(config: TrainConfig, env: Any = None, *, model_given: bool = False) -> CheckedRun:
-    """The checks of `train`, without training (`check_config`; kept for older callers)."""
-    return check_config(config, model=object() if model_given else None)

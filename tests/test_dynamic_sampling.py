@@ -1,0 +1,139 @@
+"""Dynamic sampling (DAPO): a group whose rewards all agree is replaced before the loss pass,
+up to a bound of extra groups a step; the log counts, per task, the groups drawn, kept and
+dropped; the curriculum learns from the dropped ones. Real TRL GRPOTrainer, tiny model, CPU;
+the episodes are scripted (their successes chosen per call) so each case is exact."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+from transformers import TrainerCallback
+
+from envharness.cli import main as cli_main
+from envharness.curriculum import make_sampler
+from envharness.integrations.trl import task_dataset
+from envharness.integrations.trl.curriculum import CurriculumLayer
+from envharness.integrations.trl.dynamic_sampling import DynamicSampling
+from envharness.integrations.trl.layers import Rollout, stack_layers
+from envharness.integrations.trl.mix import prompt_key
+from envharness.integrations.trl.rewards import reward_success
+from envharness.integrations.trl.rollout import parse_task_prompt
+from envharness.integrations.trl.training import TrainConfig, grpo_config
+
+pytestmark = pytest.mark.timeout(900)
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+TASKS = ["click-test", "click-button"]
+
+
+class ScriptedEpisodes(Rollout):
+    """Plays each call's prompts with fixed tokens; call k's successes come from `outcomes(k, i)`
+    (row i of the call). Each row's completion names its call, so the test sees which episode
+    reached TRL."""
+
+    def __init__(self, outcomes):
+        self.outcomes, self.calls = outcomes, []
+
+    def __call__(self, prompts, trainer):
+        k, n = len(self.calls), len(prompts)
+        self.calls.append(list(prompts))
+        return {
+            "prompt_ids": [[1, 9690, 198, 2683]] * n,
+            "completion_ids": [[28 + k, 40 + i % 2, 2] for i in range(n)],
+            "logprobs": [[-1.0, -1.0, 0.0]] * n,
+            "env_mask": [[1, 1, 0]] * n,
+            "success": [self.outcomes(k, i) for i in range(n)],
+        }
+
+
+def one_step(tmp_path, outcomes, max_extra):
+    """One GRPO step (2 groups of 2) through the curriculum and dynamic sampling layers."""
+    from trl import GRPOTrainer
+
+    from envharness.models.embedded import tiny_test_model
+
+    model, tokenizer = tiny_test_model(seed=0)
+    config = TrainConfig(
+        model="tiny",
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        groups_per_step=2,
+        micro_batch=4,
+        max_completion_length=4,
+    )
+    sampler = make_sampler("uniform", TASKS, seed=0)
+    episodes = ScriptedEpisodes(outcomes)
+    seen = []  # what TRL got back from the rollout
+    layers = [
+        lambda inner: DynamicSampling(
+            inner, max_extra, on_dropped=lambda group, s: sampler.update(prompt_key(group), s)
+        ),
+        lambda inner: CurriculumLayer(inner, sampler),
+    ]
+    rollout = stack_layers(episodes, layers)
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[reward_success],
+        args=grpo_config(config, save_strategy="no"),
+        train_dataset=task_dataset(TASKS, 4),
+        rollout_func=lambda prompts, trainer: seen.append(rollout(prompts, trainer)) or seen[-1],
+        callbacks=[*rollout.callbacks(), Logged()],
+    )
+    trainer.train()
+    return episodes, seen[0], Logged.steps[-1], sampler
+
+
+class Logged(TrainerCallback):
+    """Each step's log as the layers' callbacks left it (what train_log.jsonl holds)."""
+
+    steps: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            Logged.steps.append(dict(logs))
+
+
+def test_groups_without_signal_are_replaced_and_counted(tmp_path):
+    # the first draw: every episode fails (no signal); the replacements: one of two succeeds
+    episodes, out, logged, sampler = one_step(tmp_path, lambda k, i: k > 0 and i % 2 == 0, max_extra=4)
+    assert len(episodes.calls) == 2 and len(episodes.calls[1]) == 4  # both groups played again
+    first, again = episodes.calls
+    for old, new in zip(first, again):  # the same task on a fresh seed
+        assert parse_task_prompt(new)[0] == parse_task_prompt(old)[0]
+        assert parse_task_prompt(new)[1] != parse_task_prompt(old)[1]
+    assert [ids[0] for ids in out["completion_ids"]] == [29] * 4  # every row from the replacement
+    assert out["success"] == [True, False, True, False]
+    assert logged["reward"] == pytest.approx(0.5) and logged["frac_reward_zero_std"] == 0.0
+    assert logged["dynamic/extra_groups"] == 2 and logged["dynamic/without_signal"] == 0
+    for task in TASKS:  # one group each: drawn twice, dropped once, kept once
+        assert [logged[f"dynamic/{task}/{what}"] for what in ("drawn", "kept", "dropped")] == [2, 1, 1]
+    # the curriculum learned from all four groups: the dropped ones' failures too
+    assert {task: p["episodes"] for task, p in sampler.plan().items()} == {t: 4 for t in TASKS}
+
+
+def test_the_bound_holds_and_the_step_says_it_found_no_signal(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="envharness.integrations.trl.dynamic_sampling"):
+        episodes, out, logged, sampler = one_step(tmp_path, lambda k, i: False, max_extra=3)
+    assert [len(call) for call in episodes.calls] == [4, 4, 2]  # 2 + 1 extra groups, then the bound
+    assert logged["dynamic/extra_groups"] == 3 and logged["dynamic/without_signal"] == 2
+    assert sum(logged[f"dynamic/{t}/dropped"] for t in TASKS) == 3
+    assert sum(logged[f"dynamic/{t}/kept"] for t in TASKS) == 2
+    assert sum(logged[f"dynamic/{t}/drawn"] for t in TASKS) == 5
+    assert "2 of 2 groups still without signal after 3 extra group(s)" in caplog.text
+    assert sum(p["episodes"] for p in sampler.plan().values()) == 10  # every group drawn, 2 each
+
+
+def test_nothing_is_replaced_with_a_bound_of_zero(tmp_path):
+    episodes, out, logged, _ = one_step(tmp_path, lambda k, i: False, max_extra=0)
+    assert len(episodes.calls) == 1
+    assert logged["dynamic/extra_groups"] == 0 and logged["dynamic/without_signal"] == 2
+
+
+def test_a_bad_bound_is_refused_in_words(capsys):
+    assert cli_main(["train", "--model", "tiny", "--max-extra-groups", "-1"]) == 2
+    assert "--max-extra-groups must be at least 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="max_extra must be >= 0"):
+        DynamicSampling(ScriptedEpisodes(lambda k, i: False), -1)
