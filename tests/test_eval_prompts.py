@@ -3,6 +3,8 @@ embedded SmolLM2-135M answers it in the action format (the reason for its worked
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from envharness.envs.browsergym.action_text import build_browsergym_action_tool_call
@@ -129,7 +131,10 @@ async def test_the_embedded_model_answers_the_default_prompt_with_an_action():
 
 def test_builders_written_against_the_old_context_names_still_read_them_with_a_warning():
     ctx = PromptContext(goal="g", text="[13] button 'OK'", text_token_budget=50)
-    with pytest.warns(DeprecationWarning, match="PromptContext.axtree is now PromptContext.text"):
+    from envharness._deprecated import REMOVED_IN
+
+    said = f"PromptContext.axtree is deprecated and will be removed in envharness {REMOVED_IN}: use PromptContext.text"
+    with pytest.warns(DeprecationWarning, match=re.escape(said)):
         assert ctx.axtree == "[13] button 'OK'"
     with pytest.warns(DeprecationWarning):
         assert ctx.axtree_token_budget == 50

@@ -19,6 +19,7 @@ import envharness
 PACKAGE = Path(envharness.__file__).parent
 #: Deeper layers first; a module may import its own package and any package of a lower rank.
 LAYERS = {
+    "_deprecated": -1,  # old names, their targets written as strings: it imports nothing of ours
     "core": 0,
     "models": 1,
     "harness": 2,
@@ -110,9 +111,9 @@ def test_generic_layers_import_no_environment():
 def test_generic_layers_name_no_environment():
     """An environment's name is written where users choose one (cli/) and where it registers
     (core/registry.py); a generic layer that tests for a name has forgotten to ask the registry.
-    The one other place is integrations/trl/compat.py: browser-named helpers kept for old code."""
+    The one other place is _deprecated.py: browser-named helpers kept for old code."""
     bad = []
-    allowed = {"core/registry.py", "integrations/trl/compat.py"}
+    allowed = {"core/registry.py", "_deprecated.py"}
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE)
         if relative.parts[0] in ("envs", "cli") or relative.as_posix() in allowed:
@@ -179,24 +180,6 @@ def test_no_module_imports_itself_back():
     assert circles == []
 
 
-def test_old_browser_names_still_import_and_say_what_replaces_them():
-    import warnings
-
-    import envharness.integrations.trl as trl
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = trl.build_browsergym_rollout_func
-        rollout_func = old(lambda: None)
-        options = trl.TRAIN_SERVER_OPTIONS
-    assert callable(rollout_func) and options == trl.training.train_server_options("browsergym")
-    assert any('build_env_rollout_func("browsergym"' in str(w.message) for w in caught)
-    import pytest
-
-    with pytest.raises(AttributeError):
-        _ = trl.no_such_name
-
-
 def test_a_run_looks_its_environment_up_once(tmp_path, monkeypatch):
     """`run_eval` resolves the environment at its start and hands the object down: the prompts,
     the client, the harness and the scripted policy never look the name up again (the server it
@@ -227,9 +210,7 @@ ENVIRONMENT_WORDS = re.compile(r"axtree|miniwob|browser|(?<![a-z])bids?(?![a-z])
 #: Modules allowed to speak them, and why.
 VOCABULARY_ALLOWED = {
     "core/registry.py": "where the environments register",
-    "integrations/trl/compat.py": "the old browser-named helpers, kept for old code",
-    "prompts/old_names.py": "PromptContext's old field names, kept for old prompt builders",
-    "eval/old_names.py": "the old --axtree-tokens flag and the run folder's key for it",
+    "_deprecated.py": "old names kept for old callers: browser-named helpers, PromptContext's fields, --axtree-tokens",
     "integrations/eval_protocol/processor.py": "Eval Protocol's OpenEnv processor keeps its upstream parameters",
     "models/tiny_vlm.py": "the tiny test VLM's tokenizer corpus: the text it must tokenize",
     "mcp/server.py": "the MCP server's instructions to clients, an example in words",

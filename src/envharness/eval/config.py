@@ -7,9 +7,9 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from envharness._deprecated import FILE_KEYS, OBSERVATION_TOKENS_FLAG
 from envharness.core.declared import check_bounds, option
 from envharness.core.registry import resolve_environment
-from envharness.eval.old_names import FILE_KEYS, OBSERVATION_TOKENS_FLAG
 from envharness.harness import run_options as shared
 from envharness.harness.opponents import seated_options
 from envharness.prompts import get_prompt_style

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envharness._deprecated import FILE_KEYS
 from envharness.eval.config import EvalConfig
-from envharness.eval.old_names import FILE_KEYS
 from envharness.eval.runfolder import RunFolder
 from envharness.eval.stats import (
     TaskStats,

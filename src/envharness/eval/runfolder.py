@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envharness.eval.old_names import FILE_KEYS
+from envharness._deprecated import FILE_KEYS
 from envharness.harness.records import EpisodeRecord
 
 EpisodeKey = tuple[str, int]

@@ -10,12 +10,11 @@ registers its own (the browser's is in its `prompts.py`), and users give theirs 
 from __future__ import annotations
 
 import importlib
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envharness.prompts.old_names import OLD_FIELDS
+from envharness._deprecated import PROMPT_CONTEXT_FIELDS, old_field
 
 Message = dict[str, Any]
 
@@ -63,11 +62,7 @@ class PromptContext:
 
     def __getattr__(self, name: str) -> Any:
         """The fields' older names, for prompt builders written against them."""
-        new = OLD_FIELDS.get(name)
-        if new is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        warnings.warn(f"PromptContext.{name} is now PromptContext.{new}", DeprecationWarning, stacklevel=2)
-        return getattr(self, new)
+        return old_field(self, name, PROMPT_CONTEXT_FIELDS)
 
 
 PromptBuilder = Callable[[PromptContext], list[Message]]

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from envharness._deprecated import deprecated_names
 from envharness.envs.browsergym import miniwob
 from envharness.envs.browsergym.action_set import PARAMS
 from envharness.envs.browsergym.action_text import (
@@ -154,12 +155,6 @@ HARNESS = EnvHarness(
 )
 
 
-# The session factory and its helpers, where code written before `sessions.py` (the seed
-# tutorial: `from envharness.envs.browsergym.harness import ...`) imports them.
-from envharness.envs.browsergym.sessions import (  # noqa: E402
-    action_instructions as action_instructions,
-    build_browsergym_action_str as build_browsergym_action_str,
-    build_browsergym_action_tool_call as build_browsergym_action_tool_call,
-    format_observation as format_observation,
-    resolve_task as resolve_task,
-)
+# Names that moved to `sessions.py`, where code written before it (the seed tutorial:
+# `from envharness.envs.browsergym.harness import ...`) imports them: they warn (`_deprecated.py`).
+__getattr__ = deprecated_names(__name__)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from envharness._deprecated import deprecated_names
 from envharness.envs.textarena import games
 from envharness.envs.textarena.client_seats import model_seated_client
 from envharness.envs.textarena.parsing import parse_move
@@ -132,11 +133,6 @@ HARNESS = EnvHarness(
 )
 
 
-# The session factory and its helpers, where code written before `sessions.py` (the seed
-# tutorial: `from envharness.envs.textarena.harness import ...`) imports them.
-from envharness.envs.textarena.sessions import (  # noqa: E402
-    SEND_TOOL as SEND_TOOL,
-    move_of as move_of,
-    opening_text as opening_text,
-    resolve_task as resolve_task,
-)
+# Names that moved to `sessions.py`, where code written before it (the seed tutorial:
+# `from envharness.envs.textarena.harness import ...`) imports them: they warn (`_deprecated.py`).
+__getattr__ = deprecated_names(__name__)

@@ -11,10 +11,12 @@ TRL's `environment_factory`, and the training loop behind `envharness train`.
     kinds/          the kinds of run (text, vision, mix, agent), one `RunKind` each
     callbacks.py    progress, time budget, reward curve
 
-The names users import live here; `training` and `environment` load TRL and torch, so
-import them from their modules (`training` re-exports what moved out of it).
+The names users import live here and in their modules; `training` loads TRL and torch, so
+import it only to train (it offers `train`, `TrainConfig`, `TrainResult` and `TrainSetupError`;
+the names it used to re-export warn and say their module, `envharness/_deprecated.py`).
 """
 
+from envharness._deprecated import deprecated_names
 from envharness.integrations.trl.layers import FunctionRollout, Layer, Rollout
 from envharness.integrations.trl.rewards import (
     REWARD_FUNCS,
@@ -56,8 +58,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Names from before environments were generic (`compat.py`), still importable from here."""
-    import importlib
-
-    return importlib.import_module("envharness.integrations.trl.compat").deprecated(__name__, name)
+# Names from before environments were generic, kept for old callers with a warning.
+__getattr__ = deprecated_names(__name__)

@@ -2,7 +2,7 @@
 
 `get_reward` of an `environment_factory(..., reward=NAME)` instance, and `reward_funcs(env,
 *names)` for more reward columns, score the finished episode with the same functions `train`
-uses (`training.reward_functions`: success, sum, mean, max and the environment's shaped ones),
+uses (`prompting.reward_functions`: success, sum, mean, max and the environment's shaped ones),
 from the fields `train`'s rollout hands them: step rewards, success, the conversation.
 """
 
@@ -29,7 +29,7 @@ def message_text(messages: list[dict[str, Any]]) -> str:
 def named_reward(env: str, name: str) -> Callable[[Any], float]:
     """`get_reward` by a name `train --reward` takes: the function scores the finished episode
     from the same fields train's rollout hands it (step rewards, success, the conversation)."""
-    from envharness.integrations.trl.training import reward_functions
+    from envharness.integrations.trl.prompting import reward_functions
 
     known = reward_functions(env)
     if name not in known:
