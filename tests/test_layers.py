@@ -77,6 +77,15 @@ def test_every_import_points_down_the_layers():
     assert _violations() == []
 
 
+def test_contributing_draws_the_layers_as_they_are():
+    """CONTRIBUTING.md's chain `core → models → ... → cli`, rank by rank, is LAYERS."""
+    text = (PACKAGE.parents[1] / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    chain = next(line for line in text.splitlines() if line.startswith("core → "))
+    drawn = [sorted(name.strip() for name in rank.split(",")) for rank in chain.split("→")]
+    ranks = sorted({rank for rank in LAYERS.values() if rank >= 0})
+    assert drawn == [sorted(n for n, r in LAYERS.items() if r == rank) for rank in ranks]
+
+
 def test_environments_do_not_know_each_other():
     bad = []
     for path in sorted((PACKAGE / "envs").rglob("*.py")):
