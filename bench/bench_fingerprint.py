@@ -19,7 +19,7 @@ from envharness.core.launchers import LocalServer  # noqa: E402
 from envharness.envs.browsergym import BrowserGymAction, BrowserGymEnv  # noqa: E402
 from envharness.envs.browsergym.sessions import replay_view  # noqa: E402
 from envharness.harness.step_session import observation_digest  # noqa: E402
-from envharness.integrations.trl.training import train_server_options  # noqa: E402
+from envharness.integrations.trl.servers import train_server_options  # noqa: E402
 
 TASKS = ("click-test", "book-flight", "social-media", "email-inbox")
 

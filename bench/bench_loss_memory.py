@@ -21,7 +21,7 @@ import sys
 
 ONE_PASS = r"""
 import json, resource, sys, torch
-from envharness.integrations.trl.training import load_model
+from envharness.integrations.trl.loading import load_model
 rows, width, keep, ckpt = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 model, _ = load_model("embedded")
 if ckpt:
@@ -54,7 +54,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
     from envharness.integrations.trl import loss_memory
-    from envharness.integrations.trl.training import load_model
+    from envharness.integrations.trl.loading import load_model
 
     shape = loss_memory.ModelShape.of(load_model("embedded")[0])
     shapes = [(1, 700, 600, False), (4, 700, 600, False)]

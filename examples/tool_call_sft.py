@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from envharness.core.launchers import LocalServer
     from envharness.integrations.trl.environment import load_model
-    from envharness.integrations.trl.training import train_server_options
+    from envharness.integrations.trl.servers import train_server_options
 
     if args.threads:
         torch.set_num_threads(args.threads)

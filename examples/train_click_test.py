@@ -29,7 +29,10 @@ from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from envharness.integrations.trl.training import TrainConfig, env_clients, evaluate, load_model, train  # noqa: E402
+from envharness.integrations.trl.evaluate import evaluate  # noqa: E402
+from envharness.integrations.trl.loading import load_model  # noqa: E402
+from envharness.integrations.trl.servers import env_clients  # noqa: E402
+from envharness.integrations.trl.training import TrainConfig, train  # noqa: E402
 from envharness.prompts import prompt_names  # noqa: E402
 
 

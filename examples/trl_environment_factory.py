@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from envharness.core.launchers import LocalServer
     from envharness.integrations.trl.environment import load_model
-    from envharness.integrations.trl.training import train_server_options
+    from envharness.integrations.trl.servers import train_server_options
     from envharness.replay import replay_run
 
     out = Path(args.out or time.strftime("runs/trl-env-%Y%m%d-%H%M%S"))

@@ -42,8 +42,9 @@ def one_grpo_step(rollout_func: Callable, task: str, out_dir: Path) -> GRPOStep:
     from trl import GRPOTrainer
 
     from envharness.integrations.trl import task_dataset
+    from envharness.integrations.trl.grpo_args import grpo_config
     from envharness.integrations.trl.rewards import reward_success
-    from envharness.integrations.trl.training import TrainConfig, grpo_config
+    from envharness.integrations.trl.training import TrainConfig
     from envharness.models.embedded import tiny_test_model
 
     model, tokenizer = tiny_test_model(seed=0)

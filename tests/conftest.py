@@ -176,7 +176,7 @@ def browser_server():
 def training_browser_server():
     """A browser server with `train`'s options (`train_server_options("browsergym")`: no pruned HTML, no
     element properties, what the compact training prompt reads), shared like `browser_server`."""
-    from envharness.integrations.trl.training import train_server_options
+    from envharness.integrations.trl.servers import train_server_options
 
     with LocalServer("browsergym", **train_server_options("browsergym")) as server:
         yield server

@@ -71,10 +71,10 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool = F
     from trl import GRPOTrainer
 
     from envharness.integrations.trl import ranks, task_dataset
-    from envharness.integrations.trl.grpo_args import lora_config
+    from envharness.integrations.trl.grpo_args import grpo_config, lora_config
     from envharness.integrations.trl.logprob_agreement import measure_and_correct
     from envharness.integrations.trl.no_signal import skip_batches_without_signal
-    from envharness.integrations.trl.training import TrainConfig, grpo_config
+    from envharness.integrations.trl.training import TrainConfig
     from envharness.models.embedded import tiny_test_model
 
     torch.set_num_threads(1)

@@ -52,7 +52,8 @@ def fixed_vision_rollout(processor, num_generations: int):
 
 def main(out: str) -> None:
     from envharness.integrations.trl import ranks, task_dataset
-    from envharness.integrations.trl.training import TrainConfig, grpo_config
+    from envharness.integrations.trl.grpo_args import grpo_config
+    from envharness.integrations.trl.training import TrainConfig
     from envharness.integrations.trl.vision import VisionGRPOTrainer
     from envharness.models.tiny_vlm import build_tiny_vlm
 

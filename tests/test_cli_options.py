@@ -100,7 +100,7 @@ def test_the_options_reach_each_command_config():
     # defaults are each command's own (the environment's, resolved when the run is checked), and
     # a given --tasks replaces them
     from envharness.core.registry import env_harness
-    from envharness.integrations.trl.training import check_config
+    from envharness.integrations.trl.checks import check_config
 
     evaluated = eval_cli.config_from_args(parse(eval_cli, ["--out", "x"]))
     evaluated.check()

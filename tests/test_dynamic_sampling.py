@@ -5,6 +5,7 @@ the episodes are scripted (their successes chosen per call) so each case is exac
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -16,11 +17,12 @@ from envharness.curriculum import make_sampler
 from envharness.integrations.trl import task_dataset
 from envharness.integrations.trl.curriculum import CurriculumLayer
 from envharness.integrations.trl.dynamic_sampling import DynamicSampling
+from envharness.integrations.trl.grpo_args import grpo_config
 from envharness.integrations.trl.layers import Rollout, stack_layers
 from envharness.integrations.trl.mix import prompt_key
 from envharness.integrations.trl.rewards import reward_success
 from envharness.integrations.trl.rollout import parse_task_prompt
-from envharness.integrations.trl.training import TrainConfig, grpo_config
+from envharness.integrations.trl.training import TrainConfig
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -137,3 +139,28 @@ def test_a_bad_bound_is_refused_in_words(capsys):
     assert "--max-extra-groups must be at least 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match="max_extra must be >= 0"):
         DynamicSampling(ScriptedEpisodes(lambda k, i: False), -1)
+
+
+@pytest.mark.timeout(900)
+def test_train_replaces_groups_and_its_curriculum_counts_the_dropped_ones(tmp_path):
+    """`envharness train` end to end (MiniWoB, the tiny model, whose episodes all fail): each
+    step's groups are dropped and replaced up to the bound, the log says so per task, and the
+    curriculum's plan of step 2 counts every episode of step 1, the dropped groups' too. With
+    `--beta` the step also carries the reference model's memory and time."""
+    out = tmp_path / "run"
+    options = ["--tasks", "click-test", "--max-extra-groups", "2", "--beta", "0.04"]
+    rc = cli_main(
+        ["train", "--model", "tiny", "--steps", "2", "--save-steps", "5", "--output-dir", str(out)]
+        + ["--num-generations", "2", "--max-completion-length", "8", *options]
+    )
+    assert rc == 0
+    steps = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [log for log in steps if "reward" in log]
+    assert len(steps) == 2
+    for log in steps:
+        assert log["dynamic/extra_groups"] == 2 and log["dynamic/without_signal"] == 2
+        assert [log[f"dynamic/click-test/{w}"] for w in ("drawn", "kept", "dropped")] == [4, 2, 2]
+        assert log["ref/memory_mb"] > 0 and log["ref/forward_s"] > 0
+    assert steps[1]["curriculum/plan"]["click-test"]["episodes"] == 8  # 4 groups of 2, not 2
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert sum(r["metrics"]["train_step"] == 0 for r in records) == 8  # every group played is kept

@@ -108,7 +108,7 @@ def test_train_over_two_servers_runs_every_episode(tmp_path):
     import os
 
     from envharness.harness import read_records
-    from envharness.integrations.trl.training import train_server_options
+    from envharness.integrations.trl.servers import train_server_options
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     out = tmp_path / "run"

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from envharness.integrations.trl import task_dataset
+from envharness.integrations.trl.grpo_args import grpo_config
 from envharness.integrations.trl.logprob_agreement import measure_and_correct, truncated_ratio
 from envharness.integrations.trl.no_signal import skip_batches_without_signal
-from envharness.integrations.trl.training import TrainConfig, grpo_config
+from envharness.integrations.trl.training import TrainConfig
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -10,7 +10,8 @@ import torch
 from _grpo_helpers import distinct_rewards
 
 from envharness.integrations.trl import loss_memory
-from envharness.integrations.trl.training import TrainConfig, TrainSetupError, grpo_config, loss_passes
+from envharness.integrations.trl.grpo_args import grpo_config, loss_passes
+from envharness.integrations.trl.training import TrainConfig, TrainSetupError
 
 pytestmark = pytest.mark.timeout(300)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

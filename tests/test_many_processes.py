@@ -19,7 +19,9 @@ import torch
 from _jobs import run_tree
 
 from envharness.integrations.trl import ranks
-from envharness.integrations.trl.training import TrainConfig, TrainSetupError, check_config, loss_passes
+from envharness.integrations.trl.checks import check_config
+from envharness.integrations.trl.grpo_args import loss_passes
+from envharness.integrations.trl.training import TrainConfig, TrainSetupError
 
 pytestmark = pytest.mark.timeout(600)
 STEP = Path(__file__).with_name("distributed_step.py")

@@ -19,7 +19,7 @@ from _grpo_helpers import loss_row, one_grpo_step, runs
 
 from envharness.harness import HarnessRunLimits
 from envharness.integrations.trl import build_env_rollout_func
-from envharness.integrations.trl.training import prompt_options
+from envharness.integrations.trl.prompting import prompt_options
 
 pytestmark = pytest.mark.timeout(600)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from envharness.integrations.trl import task_dataset
+from envharness.integrations.trl.grpo_args import grpo_config
 from envharness.integrations.trl.no_signal import skip_batches_without_signal
-from envharness.integrations.trl.training import TrainConfig, grpo_config
+from envharness.integrations.trl.training import TrainConfig
 
 pytestmark = pytest.mark.timeout(900)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -20,8 +20,10 @@ from envharness.envs.browsergym import BrowserGymEnv
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.eval.runner import run_eval
 from envharness.harness import HarnessRunLimits, read_records
+from envharness.integrations.trl.checks import check_config
+from envharness.integrations.trl.prompting import prompt_options
 from envharness.integrations.trl.rollout import build_env_rollout_func, task_prompt
-from envharness.integrations.trl.training import TrainConfig, TrainSetupError, _check, prompt_options
+from envharness.integrations.trl.training import TrainConfig, TrainSetupError
 from envharness.prompts import PromptStyle, get_prompt_style, prompt_names, register_prompt_style
 
 pytestmark = pytest.mark.timeout(600)
@@ -66,9 +68,9 @@ def test_both_commands_refuse_an_unknown_style_and_train_a_per_step_style_over_t
         assert exit_info.value.code == 2
         assert "unknown prompt style 'nope'" in capsys.readouterr().err
     with pytest.raises(TrainSetupError, match="fresh prompt every step"):
-        _check(TrainConfig(prompt="default", max_turns=2))
-    _check(TrainConfig(prompt="default", max_turns=1))
-    _check(TrainConfig(prompt="compact", max_turns=3))
+        check_config(TrainConfig(prompt="default", max_turns=2))
+    check_config(TrainConfig(prompt="default", max_turns=1))
+    check_config(TrainConfig(prompt="compact", max_turns=3))
     with pytest.raises(EvalSetupError, match="--record-tokens needs a conversation prompt style"):
         EvalConfig(out="x", prompt="default", tasks=["click-test"], record_tokens=True).check()
 

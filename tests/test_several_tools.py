@@ -364,7 +364,8 @@ def test_trl_environment_factory_as_the_docs_write_it_trains_a_step_and_replays(
         environment_factory,
         load_model,
     )
-    from envharness.integrations.trl.training import TrainConfig, grpo_config
+    from envharness.integrations.trl.grpo_args import grpo_config
+    from envharness.integrations.trl.training import TrainConfig
     from envharness.replay import replay_run
 
     model, tokenizer = load_model("tiny", tools=True)

@@ -256,7 +256,10 @@ def test_held_out_evaluation_counts_a_partial_wordle_as_a_loss(tmp_path):
     """`train --eval-every` counts what `eval` counts: a lost Wordle that found letters pays a
     reward between 0 and 1 and is not a success (greedy, the embedded model, seeds 0 and 3)."""
     from envharness.harness import read_records
-    from envharness.integrations.trl.training import TrainConfig, env_clients, evaluate, load_model
+    from envharness.integrations.trl.evaluate import evaluate
+    from envharness.integrations.trl.loading import load_model
+    from envharness.integrations.trl.servers import env_clients
+    from envharness.integrations.trl.training import TrainConfig
 
     model, tokenizer = load_model("embedded")
     config = TrainConfig(env="textarena", tasks=["Wordle-v0"], max_turns=4, max_completion_length=24)

@@ -116,7 +116,8 @@ def test_grpo_trainer_takes_it_as_environment_factory(server_url, tmp_path):
     from envharness.envs.browsergym import BrowserGymEnv
     from envharness.harness.records import read_records
     from envharness.integrations.trl.environment import EpisodeLog, close_at_train_end, load_model
-    from envharness.integrations.trl.training import TrainConfig, grpo_config
+    from envharness.integrations.trl.grpo_args import grpo_config
+    from envharness.integrations.trl.training import TrainConfig
     from envharness.replay import replay_run
 
     model, tokenizer = load_model("tiny", tools=True)  # no template swap by hand

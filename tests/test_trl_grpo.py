@@ -18,8 +18,9 @@ from _grpo_helpers import distinct_rewards
 
 from envharness.harness import HarnessRunLimits, read_records
 from envharness.integrations.trl import build_env_rollout_func, task_dataset
+from envharness.integrations.trl.grpo_args import grpo_config
 from envharness.integrations.trl.rewards import reward_success, reward_sum
-from envharness.integrations.trl.training import TrainConfig, grpo_config
+from envharness.integrations.trl.training import TrainConfig
 
 pytestmark = pytest.mark.timeout(240)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -8,12 +8,13 @@ import os
 import pytest
 
 from envharness.cli import main as cli_main
+from envharness.integrations.trl.grpo_args import grpo_config
 from envharness.integrations.trl.tracking import (
     TrackerUnavailableError,
     check_report_to,
     grpo_tracking_options,
 )
-from envharness.integrations.trl.training import TrainConfig, grpo_config
+from envharness.integrations.trl.training import TrainConfig
 
 pytestmark = pytest.mark.timeout(300)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -20,8 +20,9 @@ from _grpo_helpers import distinct_rewards
 
 from envharness.harness import HarnessRunLimits
 from envharness.integrations.trl import task_dataset
+from envharness.integrations.trl.grpo_args import grpo_config
 from envharness.integrations.trl.rewards import reward_success
-from envharness.integrations.trl.training import TrainConfig, grpo_config
+from envharness.integrations.trl.training import TrainConfig
 
 pytestmark = pytest.mark.timeout(300)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
