@@ -43,6 +43,7 @@ from envharness.integrations.trl.logprob_agreement import measure_and_correct
 from envharness.integrations.trl.mix import prompt_key
 from envharness.integrations.trl.no_signal import skip_batches_without_signal
 from envharness.integrations.trl.precision import check_model_device
+from envharness.integrations.trl.reference import give_reference_a_source, measure_reference
 from envharness.integrations.trl.resume import StepBoundary, clear_run, save_finished_steps, trim_to_step
 from envharness.integrations.trl.rollout import task_dataset
 from envharness.integrations.trl.step_timing import StepClock, StepTimer
@@ -75,6 +76,7 @@ def train(
     if model is None:
         model, tokenizer = kind.load_model(config, placement)
     grpo_args.check_loss_fits_upfront(config, model, placement)
+    give_reference_a_source(model, out, config.beta, lora=config.lora)  # the KL term's start, reloadable
     text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a VLM's processor holds one
     if text_tokenizer.pad_token is None:
         text_tokenizer.pad_token = text_tokenizer.eos_token
@@ -178,6 +180,7 @@ def _run_trainer(trainer: Any, run: CheckedRun, placement: Any) -> float:
     measure_and_correct(
         trainer, correct=run.config.logprob_correction
     )  # after the skip: it knows skipped batches
+    measure_reference(trainer)  # with --beta: the reference model's memory and time, each step
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=str(run.checkpoint.path) if run.checkpoint else None)
