@@ -75,9 +75,9 @@ async def env(factory):
     await e.close_async()
 
 
-async def fixture_page(env, fast: bool = True) -> dict[str, str]:
-    """Build the test page in click-test and observe it; returns bid by element id."""
-    await env.reset_async(task="click-test", seed=0)
+async def fixture_page(env, fast: bool = True, task: str = "click-test") -> dict[str, str]:
+    """Build the test page in `task` and observe it; returns bid by element id."""
+    await env.reset_async(task=task, seed=0)
     env._actx.fast_actions = fast
     page = env._actx.page
     await page.evaluate(SETUP_JS, FIXTURE_HTML)
@@ -170,6 +170,35 @@ async def test_a_moving_element_is_clicked_once_it_stops(env):
     obs = await env.step_async(A(f"click('{bids['moving']}')"))
     assert obs.last_action_error == ""
     assert await page_log(env) == ["moving"]
+
+
+@pytest.mark.parametrize("animation", ["web", "jquery"])
+async def test_an_element_pushed_by_another_elements_animation_is_clicked_where_it_ends(env, animation):
+    """click-collapsible's Submit moves while the section above it slides open: the button is
+    not animating, its sibling is. The click waits for the page's animation to end, so it hits
+    the button on a busy machine too (before, it landed where the button had been)."""
+    bids = await fixture_page(env, task="click-collapsible")  # a page with jQuery
+    grow = {
+        "web": """spacer.animate([{height: '0px'}, {height: '3000px'}], {duration: 900, fill: 'forwards'})""",
+        "jquery": """jQuery(spacer).animate({height: '3000px'}, 900, 'linear')""",
+    }[animation]
+    await env._actx.page.evaluate(
+        f"""() => {{
+        const spacer = document.createElement('div');
+        spacer.style.height = '0px';
+        const shown = document.getElementById('shown');
+        shown.parentNode.insertBefore(spacer, shown);
+        {grow};
+        // under way and moving fast (3 px per ms) when the click is asked for
+        return new Promise(done => {{
+            const wait = () => spacer.offsetHeight > 100 ? done() : requestAnimationFrame(wait);
+            wait();
+        }});
+    }}"""
+    )
+    obs = await env.step_async(A(f"click('{bids['shown']}')"))
+    assert obs.last_action_error == ""
+    assert await page_log(env) == ["shown"]
 
 
 async def test_an_element_appearing_by_animation_is_waited_for(env):

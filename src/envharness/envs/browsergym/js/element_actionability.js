@@ -7,7 +7,8 @@
  * disabled, read-only and "button-link"/"follow-label" rules are Playwright's. Where the answer
  * is "no", the reason is given in words, and `transient` says whether waiting can help: only
  * when the element, one of its ancestors or the element covering it is animating (Web/CSS
- * animations or jQuery effects). Everything else (display:none, disabled, covered by a still
+ * animations or jQuery effects). A pointer action waits until the element has kept its place
+ * for an animation frame whenever anything on the page animates (a sibling's animation moves it). Everything else (display:none, disabled, covered by a still
  * element, a bid that is not on the page) fails at once.
  *
  * For pointer actions the element is first scrolled into view if needed (as Playwright's
@@ -129,6 +130,12 @@ async function element_actionability(bid, action, bid_attr, timeout_ms) {
         }
         return false;
     };
+    const jqueryEffects = () => Boolean(window.jQuery && window.jQuery.timers && window.jQuery.timers.length);
+    const pageAnimating = () =>  // any running animation or jQuery effect, wherever it is
+        jqueryEffects() || document.getAnimations().some((anim) => anim.playState === "running");
+    const pageSettling = () =>  // ... that will end (a spinner that runs forever never settles)
+        jqueryEffects() || document.getAnimations().some((anim) => anim.playState === "running"
+            && anim.effect && anim.effect.getComputedTiming().endTime !== Infinity);
     const clickPoint = (el) => {
         const w = innerWidth, h = innerHeight;
         for (const r of el.getClientRects()) {
@@ -193,9 +200,11 @@ async function element_actionability(bid, action, bid_attr, timeout_ms) {
             const by = hit ? coverName(hit) : "nothing";
             return fail("covered", `${name} is covered by ${by}`, animating(hit ? [el, hit] : [el]));
         }
-        // Playwright clicks only once the element has kept its place for an animation frame;
-        // an element that no animation moves has, so only moving ones are watched.
-        return {ok: true, x: point.x, y: point.y, already, moving: animating([el])};
+        // Playwright clicks only once the element has kept its place for an animation frame.
+        // An element moves when it or an ancestor animates, and also when anything else on the
+        // page does (an accordion opening above a button pushes it down): while nothing on the
+        // page animates, nothing moves and no frame is waited for.
+        return {ok: true, x: point.x, y: point.y, already, moving: animating([el]) || pageAnimating()};
     };
 
     const frame = () => new Promise((resolve) => {
@@ -208,6 +217,11 @@ async function element_actionability(bid, action, bid_attr, timeout_ms) {
         if (document.visibilityState !== "visible") setTimeout(done, 50);
     });
     const deadline = performance.now() + timeout_ms;
+    // A pointer action waits (bounded) for the page's finite animations to end: an accordion
+    // opening above a button moves it, and a rect read twice one frame apart can look still
+    // while it moves (our frame callback may run before the animation's own in that frame), so
+    // the click would land where the button was. Played again, the same click could then hit.
+    while (POINTER.has(action) && pageSettling() && performance.now() < deadline) await frame();
     for (;;) {
         let result = checkOnce();
         if (result.ok && result.moving) {
