@@ -127,3 +127,32 @@ LIGHT = (
 def test_a_light_entry_point_loads_no_torch_transformers_or_trl(module):
     code = f"import sys, {module}\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     assert _python(code).split() == ["[]"]
+
+
+#: What connecting to a server needs: no server framework (the server's own modules load it).
+CLIENT_SIDE = (
+    "envharness.harness",
+    "envharness.integrations.trl.environment",
+    "envharness.envs.browsergym.client",
+    "envharness.envs.textarena.client",
+    "envharness.envs.echo.client",
+)
+SERVER_FRAMEWORK = ("fastapi", "starlette", "uvicorn")
+
+
+@pytest.mark.parametrize("module", CLIENT_SIDE)
+def test_a_client_side_module_loads_no_server_framework(module):
+    code = f"import sys, {module}\nprint(sorted(m for m in {SERVER_FRAMEWORK!r} if m in sys.modules))\n"
+    assert _python(code).split() == ["[]"]
+
+
+def test_a_named_reward_for_trls_tool_loop_loads_no_torch():
+    """`environment_factory(..., reward="success")` looks the name up among the environment's
+    reward functions, which live beside the prompts, not in `training` (torch, TRL)."""
+    code = (
+        "import sys\n"
+        "from envharness.integrations.trl.environment_rewards import named_reward\n"
+        "assert named_reward('textarena', 'success').__name__ == 'reward_success'\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    assert _python(code).split() == ["[]"]

@@ -18,12 +18,12 @@ import subprocess
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from fastapi import FastAPI
 
-from envharness.core.server import bind_socket, create_app, uvicorn_server
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 TOKEN_ENV_VAR = "ENVHARNESS_TOKEN"
 _LISTENING = re.compile(r"listening on (http://\S+)")
@@ -92,6 +92,9 @@ class LocalServer:
         ping_interval_s: float = 20.0,
         **options: Any,
     ) -> None:
+        # the server framework loads here, not with the module: a client that only connects needs none
+        from envharness.core.server import bind_socket, create_app, uvicorn_server
+
         if isinstance(app, str):
             from envharness.core.registry import make_factory
 
@@ -358,6 +361,8 @@ class DockerContainer:
     ) -> None:
         require_docker()
         if port is None:
+            from envharness.core.server import bind_socket
+
             with bind_socket("127.0.0.1", 0) as probe:
                 port = probe.getsockname()[1]
         command = ["run", "-d", "-p", f"127.0.0.1:{port}:8000"]

@@ -19,10 +19,12 @@ as OpenEnv's guide says to select one. A factory without a listing answers 501, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 #: The split names OpenEnv gives a type of their own; others are reported as "validation".
 _SPLIT_TYPES = {"train", "validation", "test"}
@@ -84,7 +86,9 @@ def resolve_task_reference(options: dict[str, Any], listing: Callable[[], Any] |
 
 
 def mount_task_api(app: FastAPI, listing: Callable[[], Any] | None, env_name: str) -> None:
-    """Add OpenEnv's Task API routes to `app`."""
+    """Add OpenEnv's Task API routes to `app`. (FastAPI loads here, with the server: sessions
+    and clients use the listing without it.)"""
+    from fastapi import HTTPException
 
     def names(env: str, split: str) -> list[str]:
         if env.lower() != env_name.lower():
