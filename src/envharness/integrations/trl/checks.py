@@ -12,6 +12,7 @@ from envharness.core.declared import check_bounds
 from envharness.core.registry import ResolvedEnv
 from envharness.curriculum import make_sampler
 from envharness.integrations.trl import ranks
+from envharness.integrations.trl.async_rollout import why_not_async
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import loss_passes
@@ -61,6 +62,8 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     _check_episodes(plan, kind)
     _check_machine(config)
     _check_processes(config)
+    if (why := why_not_async(config, kind.name, ranks.world_size())) is not None:
+        raise TrainSetupError(why)
     try:
         checkpoint = plan_resume(
             config.output_dir, config_json(config), config.resume, overwrite=config.overwrite

@@ -173,6 +173,21 @@ class TrainConfig:
         metavar="N",
         minimum=0,
     )
+    #: Asynchronous rollouts (`async_rollout.py`): the next step's episodes sampled during the loss pass.
+    async_rollout: bool = option(
+        False,
+        "sample the next step's episodes while this step's loss pass runs (on a copy of the "
+        "policy; each episode records its policy version; see --max-staleness)",
+        flags=("--async",),
+        dest="async_rollout",
+    )
+    max_staleness: int = option(
+        1,
+        "with --async, drop (and count) a batch sampled more than K policy versions before the "
+        "step that would train it (default %(default)s; 0: nothing sampled ahead)",
+        metavar="K",
+        minimum=0,
+    )
     eval_every: int = shared.eval_every("the training curves")
     eval_tasks: list[str] = shared.eval_tasks()
     eval_episodes: int = shared.eval_episodes()

@@ -207,9 +207,11 @@ def episode_success(result: HarnessRolloutResult) -> bool:
     return verdict_of(metrics, result.env_reward, result.error)
 
 
-def _named_episode(result: HarnessRolloutResult, step: int) -> HarnessRolloutResult:
-    """The episode's record named after its step, task, page seed (and environment in a mix)."""
+def _named_episode(result: HarnessRolloutResult, step: int, version: int) -> HarnessRolloutResult:
+    """The episode's record named after its step, the policy version that sampled it (the step,
+    unless sampled ahead: `async_rollout.py`), task, page seed (and environment in a mix)."""
     result.metrics["train_step"] = step
+    result.metrics["policy_version"] = version
     env = prompt_env(result.task)
     if env is not None:  # a mix: records name the environment too
         result.metrics["env"] = env
@@ -268,10 +270,11 @@ class EpisodeRollout(Rollout):
             independent_episodes=True,
         )
         step = trainer_step(trainer)
+        version = getattr(trainer, "policy_version", step)
         results: dict[int, HarnessRolloutResult] = {}
 
         def on_result(index: int, result: HarnessRolloutResult) -> None:
-            results[index] = _named_episode(result, step)
+            results[index] = _named_episode(result, step, version)
             if self.records is not None:
                 self.records.write(result)
 

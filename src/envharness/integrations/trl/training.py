@@ -29,6 +29,7 @@ import torch
 from envharness._deprecated import deprecated_names
 from envharness.curriculum import TaskSampler, make_sampler
 from envharness.integrations.trl import checks, grpo_args, loss_memory, ranks
+from envharness.integrations.trl.async_rollout import AsyncRollout
 from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
 from envharness.integrations.trl.checks import CheckedRun, config_json, sampler_options
 from envharness.integrations.trl.config import TrainConfig, TrainResult
@@ -93,6 +94,7 @@ def train(
             *_dynamic_sampling(config, sampler, kind.prompt_for),  # groups without signal replaced
             functools.partial(CurriculumLayer, sampler=sampler, prompt_for=kind.prompt_for),
             functools.partial(ranks.RankFlush, records=records),  # every rank's episodes to rank 0
+            *_async(config, kind.prompt_for),  # --async: the next batch sampled during the loss pass
         ]
         rollout = stack_layers(kind.rollout(parts, clients), layers)
         stack.callback(rollout.close)  # what the rollout holds: a policy endpoint, an opponent
@@ -135,6 +137,14 @@ def _dynamic_sampling(config: TrainConfig, sampler: TaskSampler, prompt_for: Any
 
     layer = functools.partial(DynamicSampling, max_extra=config.max_extra_groups, seed=config.seed)
     return [functools.partial(layer, prompt_for=prompt_for, on_dropped=learn)]
+
+
+def _async(config: TrainConfig, prompt_for: Any) -> list[Any]:
+    """`--async` as the outermost layer (none without it): it samples everything inside."""
+    if not config.async_rollout:
+        return []
+    return [functools.partial(AsyncRollout, max_staleness=config.max_staleness, seed=config.seed,
+                              prompt_for=prompt_for)]  # fmt: skip
 
 
 def _prepare_folder(run: CheckedRun) -> Path:
