@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+from collections import Counter
 
 import pytest
+from _jobs import run_tree
 from transformers import TrainerCallback
 
 from envharness.cli import main as cli_main
@@ -164,3 +167,25 @@ def test_train_replaces_groups_and_its_curriculum_counts_the_dropped_ones(tmp_pa
     assert steps[1]["curriculum/plan"]["click-test"]["episodes"] == 8  # 4 groups of 2, not 2
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert sum(r["metrics"]["train_step"] == 0 for r in records) == 8  # every group played is kept
+
+
+@pytest.mark.slow
+def test_two_processes_take_the_same_decisions(tmp_path):
+    """Under `--processes 2` each rank plays half the batch: both gather the whole batch's
+    rewards and replace the same group on the same seed (the rank without a row of it plays
+    nothing, yet joins every collective), and the run says once that the bound was reached."""
+    out = tmp_path / "run"
+    train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
+             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out), "--steps", "1",
+             "--groups-per-step", "2", "--num-generations", "2", "--max-extra-groups", "1"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    done = run_tree(train, capture_output=True, text=True, timeout=500, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (log,) = [
+        json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines() if "reward" in line
+    ]
+    assert [log[f"dynamic/Wordle-v0/{w}"] for w in ("drawn", "kept", "dropped")] == [3, 2, 1]
+    assert log["dynamic/extra_groups"] == 1 and log["dynamic/without_signal"] == 2
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(Counter(r["seed"] for r in records).values()) == [2, 2, 2]  # 3 groups, each whole
+    assert (done.stdout + done.stderr).count("2 of 2 groups still without signal") == 1

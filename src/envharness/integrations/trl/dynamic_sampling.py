@@ -160,7 +160,7 @@ class DynamicSampling(Layer):
             self.counts[f"{prompt_key(group)}/kept"] += 1
         left = silent
         self.counts["without_signal"] += len(left)
-        if left:
+        if left and ranks.is_main():  # one line for the run, not one a rank
             names = ", ".join(" ".join(map(str, parse_task_prompt(g))) for g in left)
             log.warning(
                 "%d of %d groups still without signal after %d extra group(s) this step (the bound, "
