@@ -248,3 +248,27 @@ def test_a_bad_bound_and_options_async_cannot_serve_are_refused_in_words(tmp_pat
         with pytest.raises(TrainSetupError, match=f"--async cannot run with {named}"):
             check_config(TrainConfig(**base, async_rollout=True, **options))
     check_config(TrainConfig(**base, async_rollout=True, max_staleness=3))  # what it can serve passes
+
+
+def test_train_async_end_to_end_records_each_episodes_policy_version(tmp_path):
+    """`envharness train --async` on a real TextArena server: each step after the first trains the
+    batch sampled during the one before; every episode record names its policy version."""
+    import json
+
+    out = tmp_path / "run"
+    args = ["train", "--env", "textarena", "--tasks", "Wordle-v0", "--model", "tiny", "--async"]
+    args += ["--steps", "3", "--save-steps", "5", "--num-generations", "2", "--groups-per-step", "2"]
+    args += ["--max-completion-length", "8", "--curriculum", "signal", "--output-dir", str(out)]
+    assert cli_main(args) == 0
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    played = [(r["metrics"]["train_step"], r["metrics"]["policy_version"]) for r in records]
+    # step 0 played at once; steps 1-3 sampled ahead by the policy before (step 3's never trained)
+    assert sorted(played) == [(s, max(s - 1, 0)) for s in range(4) for _ in range(4)]
+    logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [log for log in logs if "loss" in log]
+    assert [(log["async/policy_version"], log["async/staleness"]) for log in steps] == [
+        (0, 0),
+        (0, 1),
+        (1, 1),
+    ]
+    assert json.loads((out / "train_config.json").read_text())["async_rollout"] is True
