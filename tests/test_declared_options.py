@@ -173,6 +173,7 @@ TYPED = {
     "--no-logprob-correction": ([], False),
     "--curriculum": (["signal"], "signal"),
     "--curriculum-floor": (["0.1"], 0.1),
+    "--max-extra-groups": (["2"], 2),
     "--eval-every": (["5"], 5),
     "--eval-tasks": (["a, b"], ["a", "b"]),
     "--eval-episodes": (["3"], 3),
