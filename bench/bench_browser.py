@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 from _before import BEFORE_TASK_SWITCH, before_env
 
 from envharness.envs.browsergym import miniwob
-from envharness.envs.browsergym.miniwob_pages import switch_document
+from envharness.envs.browsergym.miniwob_pages import serve_miniwob_request, switch_document
 
 if TYPE_CHECKING:  # the BrowserGym worker processes import this module too: keep them light
     from envharness.envs.browsergym import AsyncBrowserGymEnv
@@ -252,7 +252,7 @@ async def bench_floor(n: int, parts: dict = TEXT_PARTS, fresh: bool = True) -> d
         )
 
         async def serve(route):
-            await miniwob.serve_miniwob_request(route)
+            await serve_miniwob_request(route)
 
         async def open_page():
             context = await browser.new_context(viewport=miniwob.MINIWOB_VIEWPORT)

@@ -22,7 +22,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envharness.envs.browsergym.miniwob import MINIWOB_HOST, serve_miniwob_request
+from envharness.envs.browsergym.miniwob import MINIWOB_HOST
+from envharness.envs.browsergym.miniwob_pages import serve_miniwob_request
 from envharness.envs.browsergym.urls import InvalidURL, parse_host, parse_url, resolve_url
 
 logger = logging.getLogger(__name__)

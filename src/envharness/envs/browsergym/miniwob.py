@@ -44,8 +44,7 @@ import numpy as np
 
 from envharness.core.environment import InvalidOptions
 from envharness.envs.browsergym.miniwob_pages import (
-    html_root as html_root,
-    serve_miniwob_request as serve_miniwob_request,
+    html_root,
     shows_images,
     switch_document,
 )

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from envharness.envs.browsergym import miniwob
+from envharness.envs.browsergym import miniwob, miniwob_pages
 from envharness.envs.browsergym.solutions import solve as solve_miniwob
 from envharness.envs.browsergym.task_set import RouteHandler, TaskSet, TaskStatus
 from envharness.envs.browsergym.webtasks import load_web_tasks
@@ -39,7 +39,7 @@ class MiniWoBTaskSet:
 
     name = MINIWOB
     viewport = miniwob.MINIWOB_VIEWPORT
-    served: Mapping[str, RouteHandler] = {miniwob.MINIWOB_HOST: miniwob.serve_miniwob_request}
+    served: Mapping[str, RouteHandler] = {miniwob.MINIWOB_HOST: miniwob_pages.serve_miniwob_request}
     hosts: tuple[str, ...] = ()
 
     def all_tasks(self) -> tuple[str, ...]:
