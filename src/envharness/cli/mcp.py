@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import mcp  # noqa: F401  (fail here, with the extras hint, when the SDK is missing)
 
-    from envharness.cli.serve import collect_options
+    from envharness.cli.options import collect_options
     from envharness.core.registry import make_factory
     from envharness.mcp.stdio import serve_stdio
 

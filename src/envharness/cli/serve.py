@@ -11,8 +11,8 @@ import argparse
 import os
 import sys
 
-# shared with `envharness mcp NAME`: which environment, with which options
-from envharness.cli.options import OPTION_ENV_PREFIX, add_env_selection, collect_options, parse_value  # noqa: F401  (re-exported)
+# which environment, with which options: cli/options.py, which `envharness mcp NAME` shares
+from envharness.cli.options import add_env_selection, collect_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
