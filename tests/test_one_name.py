@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 import warnings
@@ -156,3 +157,35 @@ def test_a_named_reward_for_trls_tool_loop_loads_no_torch():
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     assert _python(code).split() == ["[]"]
+
+
+def _documented_imports() -> list[tuple[str, str]]:
+    """(module, name) of every `from envharness... import ...` in the docs' code blocks."""
+    root = PACKAGE.parents[1]
+    pages = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]
+    found = set()
+    for page in pages:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL):
+            for statement in re.findall(
+                r"^from envharness[\w.]* import (?:\([^)]*\)|.*)$", block, re.MULTILINE
+            ):
+                node = ast.parse(statement.strip()).body[0]
+                found |= {(node.module, alias.name) for alias in node.names}
+    return sorted(found)
+
+
+def test_every_import_the_docs_write_resolves_to_where_the_name_lives():
+    """The docs' code imports each name from a module that has it, and none through an old path."""
+    documented = _documented_imports()
+    assert len(documented) > 20  # the docs' code blocks were found
+    code = (
+        "import importlib, warnings\n"
+        "from envharness._deprecated import EnvharnessDeprecationWarning\n"
+        "warnings.simplefilter('error', EnvharnessDeprecationWarning)\n"
+        f"for module, name in {documented!r}:\n"
+        "    try:\n"
+        "        getattr(importlib.import_module(module), name)\n"
+        "    except (AttributeError, ImportError, EnvharnessDeprecationWarning) as exc:\n"
+        "        print(f'{module}.{name}: {exc}')\n"
+    )
+    assert _python(code) == ""
