@@ -23,9 +23,11 @@ BrowserGym launches a new Chromium at every reset; here its launches share one b
 (`keep_browsers`, as the BrowserGym engine's workers do). Each reset still gets a fresh context
 and page, which is all its observations come from, and a launch is most of a BrowserGym reset's time.
 
-BrowserGym runs with its fast settings (``slow_mo=0``, no pre-observation delay), as ours does:
-MiniWoB computes rewards synchronously, so the delays change timing only. A BrowserGym step whose
-own 500 ms element wait timed out (machine load) is repeated, see `browsergym_step`.
+BrowserGym runs with the action subsets ours covers (`REFERENCE_SUBSETS`: its default plus the
+keyboard and mouse primitives) and with its fast settings (``slow_mo=0``, no pre-observation
+delay), as ours does: MiniWoB computes rewards synchronously, so the delays change timing only.
+A BrowserGym step whose own 500 ms element wait timed out (machine load) is repeated, see
+`browsergym_step`.
 """
 
 import functools
@@ -62,22 +64,17 @@ EPISODES = [
     ("enter-text-2", 6, 106),
     ("enter-password", 7, 107),
     ("login-user", 8, 108),
-    pytest.param(
-        "choose-list",
-        9,
-        109,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="known, open: the scripted solution now types into the list (keyboard_type), "
-            "which the reference's action set does not take",
-        ),
-    ),
+    ("choose-list", 9, 109),  # typed into: keyboard_type and keyboard_press, BrowserGym's "coord" subset
     ("click-tab", 10, 110),
     ("click-widget", 12, 113),
     ("click-collapsible", 12, 112),
     ("click-button-sequence", 13, 113),
 ]
 MAX_STEPS = 8
+#: BrowserGym's action subsets that make up ours: its default (chat, infeas, bid, nav, tab) takes
+#: no keyboard or mouse primitive, so the reference gets "coord" (keyboard_type, keyboard_press,
+#: mouse_click, ...) as well.
+REFERENCE_SUBSETS = ["chat", "infeas", "bid", "coord", "nav", "tab"]
 
 #: task -> (seed, [(wrong action, words our error must contain)]), played one after another in
 #: one episode. The bids are those the pages give (the same on both sides: the AXTree comparison
@@ -143,10 +140,13 @@ def browsergym_make():
     os.environ["MINIWOB_URL"] = f"http://127.0.0.1:{httpd.server_port}/miniwob/"
     import browsergym.miniwob  # noqa: F401  (registers the tasks)
     import gymnasium as gym
+    from browsergym.core.action.highlevel import HighLevelActionSet
 
     close_browsers = keep_browsers()
+    actions = HighLevelActionSet(subsets=REFERENCE_SUBSETS)
     yield lambda task, **kwargs: gym.make(
-        f"browsergym/miniwob.{task}", slow_mo=0, pre_observation_delay=0.0, **kwargs
+        f"browsergym/miniwob.{task}",
+        **{"slow_mo": 0, "pre_observation_delay": 0.0, "action_mapping": actions.to_python_code, **kwargs},
     )
     close_browsers()
     _stop_browsergym_playwright()

@@ -152,3 +152,29 @@ async def test_inline_text_boxes_are_dropped_with_their_links():
     ]
     assert flatten_axtree_to_str(nodes) == "RootWebArea 'R'\n\tStaticText 'hello'\n\t\tInlineTextBox 'hello'"
     assert flatten_axtree_to_str(drop_inline_text_boxes(nodes)) == "RootWebArea 'R'\n\tStaticText 'hello'"
+
+
+SELECT_PAGE = """<html><body><select id="pick"><option>Kuwait</option><option>Reunion</option></select>
+<script>window.seen = []; for (const t of ["keydown", "keyup", "blur", "resize"])
+  addEventListener(t, () => seen.push(t), true);</script></body></html>"""
+
+
+def combobox_line(obs: dict) -> str:
+    return next(line.strip() for line in obs["axtree_txt"].splitlines() if "combobox" in line)
+
+
+async def test_an_open_select_popup_is_closed_after_the_observation_as_in_browsergym(page):
+    """BrowserGym's screenshot resizes the page for a moment, which closes a <select>'s popup: its
+    observation shows the list expanded, the next action finds it closed (text typed then picks an
+    option in the closed list). Ours closes it too, and the page sees no event of it."""
+    await page.set_content(SELECT_PAGE)
+    await page.click("#pick")  # focuses the list and opens its popup
+    assert await page.evaluate("document.querySelector('select:open') !== null")
+    obs = await extract_page_observation(page, TEXT_ONLY)
+    assert "expanded=True" in combobox_line(obs) and "focused" in combobox_line(obs)
+    assert await page.evaluate("document.querySelector('select:open')") is None
+    assert await page.evaluate("seen") == []
+    await page.keyboard.type("Reunion")
+    obs = await extract_page_observation(page, TEXT_ONLY)
+    assert "value='Reunion'" in combobox_line(obs) and "expanded=False" in combobox_line(obs)
+    assert "focused" in combobox_line(obs)

@@ -8,7 +8,8 @@ Same steps as BrowserGym's ``env._get_obs`` (0.14.3), on an async Playwright pag
 2. take the DOM snapshot (only when pruned HTML or element properties are asked for) and the
    accessibility tree of every frame, over one CDP session kept per page;
 3. unmark (remove the ARIA copies; the same script returns the focused element's bid);
-4. take the screenshot, if asked for, as base64 PNG or JPEG straight from CDP (never decoded).
+4. close a ``<select>``'s open popup, as BrowserGym's screenshot does (see `close_select_popup`);
+5. take the screenshot, if asked for, as base64 PNG or JPEG straight from CDP (never decoded).
 
 The text formats live in `observation_text` (ported from BrowserGym, and equal to its output).
 """
@@ -50,6 +51,10 @@ _RETRY_ON = (
     "Cannot read properties of undefined",
 )
 _JS_DIR = Path(__file__).parent / "js"
+#: Whether a <select>'s popup is open in the main frame (a Chromium without `:open` answers false).
+_SELECT_OPEN = (
+    "(() => { try { return document.querySelector('select:open') !== null; } catch { return false; } })()"
+)
 
 
 @dataclass
@@ -246,9 +251,27 @@ async def screenshot_base64(page: Any, fmt: str = "png", scale_factor: float = 1
     return shot["data"]
 
 
-async def _extract(page: Any, parts: ObservationParts, lenient: bool) -> tuple[dict | None, list, str]:
-    """Mark, capture and unmark. The requests go out together on one CDP session, which Chromium
-    handles in order, so they cost about one round trip (two when visibilities are needed)."""
+async def close_select_popup(page: Any) -> None:
+    """Close the open popup of a ``<select>``, as every BrowserGym observation does.
+
+    BrowserGym's screenshot (taken for every observation) overrides the page's device metrics on a
+    CDP session of its own and detaches it: the page is resized for a moment, which closes an open
+    ``<select>`` popup. Its observation still shows the list ``expanded=True`` (the AXTree is taken
+    first), but the next action finds it closed: keys typed then pick an option in the closed list
+    (no Enter needed, the list stays ``expanded=False``). Here an Escape key-down closes it: a
+    popup takes the keys while open, so the page sees no event, and nothing is resized.
+    """
+    cdp = await _cdp(page)
+    await cdp.send(
+        "Input.dispatchKeyEvent",
+        {"type": "rawKeyDown", "key": "Escape", "code": "Escape", "windowsVirtualKeyCode": 27},
+    )
+
+
+async def _extract(page: Any, parts: ObservationParts, lenient: bool) -> tuple[dict | None, list, str, bool]:
+    """Mark, capture and unmark, and ask whether a ``<select>``'s popup is open. The requests go
+    out together on one CDP session, which Chromium handles in order, so they cost about one round
+    trip (two when visibilities are needed)."""
     cdp = await _cdp(page)
     single_frame = len(page.frames) == 1
     need_dom = parts.pruned_html or parts.extra_properties
@@ -266,22 +289,27 @@ async def _extract(page: Any, parts: ObservationParts, lenient: bool) -> tuple[d
         results = await asyncio.gather(*first)
         for msg in results[-1] or ():
             logger.warning(msg)
-        second = [_dom_snapshot(cdp), _evaluate(cdp, _call("frame_unmark_elements", BID_ATTR))]
+        second = [
+            _dom_snapshot(cdp),
+            _evaluate(cdp, _call("frame_unmark_elements", BID_ATTR)),
+            _evaluate(cdp, _SELECT_OPEN),
+        ]
     else:
         second = [
             *first,
             *([_dom_snapshot(cdp)] if need_dom else []),
             _evaluate(cdp, _call("frame_unmark_elements", BID_ATTR)),
+            _evaluate(cdp, _SELECT_OPEN),
         ]
         results = []
     later = await asyncio.gather(*second)
     nodes = (results or later)[1 if single_frame else 0] if parts.axtree else []
-    dom = later[-2] if need_dom else None
-    focused = later[-1]
+    dom = later[-3] if need_dom else None
+    focused, popup_open = later[-2], later[-1]
     focused_bid = (
         focused["focused_bid"] if single_frame else await _unmark_child_frames(page.main_frame, focused)
     )
-    return dom, nodes, focused_bid
+    return dom, nodes, focused_bid, bool(popup_open)
 
 
 async def extract_page_observation(
@@ -297,7 +325,7 @@ async def extract_page_observation(
         scale_factor = getattr(page, "_bgym_scale_factor", 1.0)
     for tries_left in reversed(range(MAX_TRIES)):
         try:
-            dom, nodes, focused_bid = await _extract(page, parts, lenient=tries_left == 0)
+            dom, nodes, focused_bid, popup_open = await _extract(page, parts, lenient=tries_left == 0)
             break
         except Exception as e:
             if tries_left == 0 or not any(msg in str(e) for msg in _RETRY_ON):
@@ -308,6 +336,8 @@ async def extract_page_observation(
     if parts.axtree:
         take_bids_from_aria(nodes)
         axtree_txt = flatten_axtree_to_str(drop_inline_text_boxes(nodes))
+    if popup_open:
+        await close_select_popup(page)
     screenshot = None
     if parts.screenshot:
         screenshot = await screenshot_base64(page, parts.screenshot_format, scale_factor)

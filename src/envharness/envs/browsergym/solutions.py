@@ -140,9 +140,9 @@ def login_user(m: re.Match, nodes: list[Node]) -> str:
 
 
 def choose_list(m: re.Match, nodes: list[Node]) -> str:
-    """With the default tools (no ``select_option``): click the list, which focuses it and opens
-    its menu, type the option's name (the list's type-ahead picks it), Enter to close the menu,
-    then Submit."""
+    """With the default tools (no ``select_option``): click the list, which focuses it (its menu
+    opens, and closes after the observation, as in BrowserGym), type the option's name (the
+    list's type-ahead picks it), then Submit; Enter closes a menu still open."""
     combo = _one(nodes, "combobox")
     if combo.prop("value") != m.group(1):
         return f"send_keys({_q(m.group(1))})" if combo.focused else f"click({_q(combo.bid)})"
