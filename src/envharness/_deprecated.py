@@ -63,6 +63,7 @@ MOVED: dict[str, dict[str, str]] = {
         name: f"envharness.envs.textarena.sessions:{name}"
         for name in ("SEND_TOOL", "move_of", "opening_text", "resolve_task")
     },
+    "envharness.fleet.router": {"ServerLostError": "envharness.fleet.errors:ServerLostError"},
     _TRL: {
         "build_browsergym_rollout_func": "envharness._deprecated:build_browsergym_rollout_func",
         "browser_clients": "envharness._deprecated:browser_clients",

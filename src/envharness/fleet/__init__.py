@@ -5,15 +5,10 @@
 processes as Ray actors and hands out the same router.
 """
 
-from envharness.fleet.router import (
-    AsyncFleetLease,
-    Endpoint,
-    FleetLease,
-    FleetRouter,
-    NoServerAvailableError,
-    ServerLostError,
-    ServerStatus,
-)
+from envharness.fleet.errors import NoServerAvailableError, ServerLostError
+from envharness.fleet.leases import AsyncFleetLease, FleetLease
+from envharness.fleet.placement import Endpoint, ServerStatus
+from envharness.fleet.router import FleetRouter
 from envharness.harness.failures import InfrastructureError
 
 __all__ = [

@@ -31,7 +31,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from envharness.core.registry import DEFAULT_ENV
-from envharness.fleet.router import Endpoint, FleetRouter, default_client_class
+from envharness.fleet.placement import Endpoint
+from envharness.fleet.router import FleetRouter, default_client_class
 from envharness.fleet.server_process import TAG_ENV_VAR, WatchedServer, kill_tagged
 
 log = logging.getLogger(__name__)

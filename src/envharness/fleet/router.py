@@ -21,7 +21,7 @@ one. Both run the one async implementation, `AsyncFleetLease`.
 
 This module is the pool's face and its bookkeeping (acquire, release, a lost server); the
 parts live beside it: `placement` (which server), `health` (which servers are in),
-`leases` (an episode's session), `errors`. Their names are re-exported here.
+`leases` (an episode's session), `errors`; the package (`envharness.fleet`) offers their names.
 """
 
 from __future__ import annotations
@@ -33,23 +33,16 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from envharness._deprecated import deprecated_names
 from envharness.core.client import AsyncEnvClient, _LoopThread
-from envharness.fleet.errors import NoServerAvailableError, ServerLostError
+from envharness.fleet.errors import NoServerAvailableError
 from envharness.fleet.health import HealthPolling
 from envharness.fleet.leases import AsyncFleetLease, FleetLease, close_all, close_quietly
 from envharness.fleet.placement import Endpoint, ServerStatus, TrackedServer, http_base, pick_server
 
-__all__ = [
-    "AsyncFleetLease",
-    "Endpoint",
-    "FleetLease",
-    "FleetRouter",
-    "NoServerAvailableError",
-    "ServerLostError",
-    "ServerStatus",
-    "default_client_class",
-    "http_base",
-]
+__all__ = ["FleetRouter", "default_client_class"]
+# A name this module listed from `errors.py` without using it, kept for old callers with a warning.
+__getattr__ = deprecated_names(__name__)
 
 T = TypeVar("T")
 
