@@ -63,6 +63,13 @@ MOVED: dict[str, dict[str, str]] = {
         name: f"envharness.envs.textarena.sessions:{name}"
         for name in ("SEND_TOOL", "move_of", "opening_text", "resolve_task")
     },
+    f"{_TRL}.rollout": {
+        "RolloutFunc": f"{_TRL}.layers:RolloutFunc",
+        **{
+            name: f"{_TRL}.rewards:{name}"
+            for name in ("REWARD_FUNCS", "reward_max", "reward_mean", "reward_success", "reward_sum")
+        },
+    },
     "envharness.fleet.router": {"ServerLostError": "envharness.fleet.errors:ServerLostError"},
     _TRL: {
         "build_browsergym_rollout_func": "envharness._deprecated:build_browsergym_rollout_func",

@@ -29,20 +29,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from envharness._deprecated import deprecated_names
 from envharness.harness.model_step import ArrivingSessions, BatchingModelStep
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.rollout import build_harness_rollout_func
 from envharness.harness.success import episode_success as verdict_of
 from envharness.harness.tool_parsing import ToolCallParser, parse_json_tool_calls
 from envharness.harness.types import HarnessRolloutResult, HarnessRunLimits
-from envharness.integrations.trl.layers import Rollout, RolloutFunc
-from envharness.integrations.trl.rewards import (
-    REWARD_FUNCS,
-    reward_max,
-    reward_mean,
-    reward_success,
-    reward_sum,
-)
+from envharness.integrations.trl.layers import Rollout
 from envharness.models import chat
 from envharness.models.base import Generation, GenerationRequest
 
@@ -375,22 +369,19 @@ def build_env_rollout_func(
 
 
 __all__ = [
-    "REWARD_FUNCS",
     "EpisodeRollout",
-    "RolloutFunc",
     "TRLVLLMGenerationBackend",
     "TaskPromptSessionFactory",
     "build_env_rollout_func",
     "build_trl_rollout_func",
     "parse_task_prompt",
     "prompt_env",
-    "reward_max",
-    "reward_mean",
-    "reward_success",
-    "reward_sum",
     "task_dataset",
     "task_prompt",
     "trainer_backend",
     "trainer_sampling",
     "trainer_step",
 ]
+# The reward functions and `RolloutFunc` this module listed, from `rewards.py` and `layers.py`,
+# kept for old callers with a warning.
+__getattr__ = deprecated_names(__name__)

@@ -44,7 +44,8 @@ from trl import GRPOTrainer
 
 from envharness.core.registry import DEFAULT_ENV
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.rollout import RolloutFunc, build_trl_rollout_func
+from envharness.integrations.trl.layers import RolloutFunc
+from envharness.integrations.trl.rollout import build_trl_rollout_func
 from envharness.models.device import model_placement
 from envharness.models.transformers_vision import on_model
 from envharness.models.vision_processors import (
