@@ -11,6 +11,7 @@ trip the test's hang guard, so "at once" is checked without timing anything.
 import pytest
 import pytest_asyncio
 
+from envharness.envs.browsergym.actionability import check_element
 from envharness.envs.browsergym.factory import make_environment_factory
 from envharness.envs.browsergym.models import BrowserGymAction
 
@@ -199,6 +200,26 @@ async def test_an_element_pushed_by_another_elements_animation_is_clicked_where_
     obs = await env.step_async(A(f"click('{bids['shown']}')"))
     assert obs.last_action_error == ""
     assert await page_log(env) == ["shown"]
+
+
+async def test_the_check_answers_once_the_accordion_above_the_button_has_opened(env):
+    """click-collapsible's own jQuery UI accordion, slowed to 2 s so that the check surely starts
+    while the section opens: the check answers only once the animation has ended, with a point
+    inside the button where it stays. Before, it answered at once, with the point where the
+    button was at that moment (a click there a round trip later missed it on a busy machine)."""
+    await env.reset_async(task="click-collapsible", seed=0)
+    page = env._actx.page
+    submit = await page.evaluate(
+        """() => {
+        $('#area').accordion('option', 'animate', 2000).accordion('option', 'active', 0);
+        return document.getElementById('subbtn').getAttribute('bid');
+    }"""
+    )
+    result = await check_element(page, submit, "click", NEVER_MS)
+    assert result is not None and result.ok, result
+    assert await page.evaluate("jQuery.timers.length") == 0  # the accordion had finished opening
+    box = await page.evaluate("() => document.getElementById('subbtn').getBoundingClientRect().toJSON()")
+    assert box["left"] < result.x < box["right"] and box["top"] < result.y < box["bottom"], (result, box)
 
 
 async def test_an_element_appearing_by_animation_is_waited_for(env):

@@ -8,8 +8,8 @@ takes such actions all the time. Here the checks run in the page in one call
 ("element 2 is not visible (display: none)", "element 13 is disabled",
 "element 7 is covered by element 9"). Only what can change soon is waited for, bounded: an
 element that, or whose ancestor or covering element, is animating; and a pointer action waits
-until its element has kept its place for a frame while anything on the page animates (an
-accordion opening above a button moves the button).
+for the page's finite animations to end, wherever they are (an accordion opening above a button
+moves the button), then until its element has kept its place for a frame while anything animates.
 
 Pointer actions (click, dblclick, hover) then dispatch the input at the computed point with
 ``page.mouse``: the checks have been done, so Playwright's own re-checks (and their wait of an

@@ -7,9 +7,11 @@
  * disabled, read-only and "button-link"/"follow-label" rules are Playwright's. Where the answer
  * is "no", the reason is given in words, and `transient` says whether waiting can help: only
  * when the element, one of its ancestors or the element covering it is animating (Web/CSS
- * animations or jQuery effects). A pointer action waits until the element has kept its place
- * for an animation frame whenever anything on the page animates (a sibling's animation moves it). Everything else (display:none, disabled, covered by a still
- * element, a bid that is not on the page) fails at once.
+ * animations or jQuery effects). Everything else (display:none, disabled, covered by a still
+ * element, a bid that is not on the page) fails at once. A pointer action first waits (bounded)
+ * for the page's finite animations and jQuery effects to end, wherever they are (an accordion
+ * opening above a button moves the button), then until the element has kept its place for an
+ * animation frame whenever anything on the page still animates.
  *
  * For pointer actions the element is first scrolled into view if needed (as Playwright's
  * `DOM.scrollIntoViewIfNeeded`) and the click point is the centre of its first client rect
