@@ -9,7 +9,8 @@ samples the next step's episodes on the policy's own decoder while the loss pass
 From each column's `train_log.jsonl`, medians over the steps after the first two (warm-up; the
 asynchronous run's first step plays its batch at once): the step's wall time (`time/step_s`),
 and in lockstep its rollout (`time/generate_s` + `time/env_s`) and its loss pass
-(`time/train_s`: the rest of the step). With the tiny model the loss pass is ~0.01 s and there is
+(`time/train_s`: the rest of the step), which runs on every batch here (a batch without signal
+would skip it). With the tiny model the loss pass is ~0.01 s and there is
 nothing to overlap: measure with `--model embedded`.
 
     PYTHONPATH=src .venv/bin/python bench/bench_async_step.py --model embedded --env textarena --tasks Wordle-v0
@@ -53,6 +54,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             save_steps=10_000,
             output_dir=str(out),
             async_rollout=args.mode == "async",
+            skip_no_signal=False,  # the loss pass runs on every batch, as it does on one with signal
         )
         train(config)
         logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
@@ -65,6 +67,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "rollout_s": median("time/generate_s") + median("time/env_s"),
         "loss_s": median("time/train_s"),
         "wait_s": median("async/wait_s"),
+        "generate_s": median("time/generate_s"),  # with --async: the batch sampled in the background
+        "decoder_forward_s": median("decoder/forward_s"),
         "steps": len(steps),
     }
 
@@ -94,6 +98,11 @@ def print_table(columns: dict[str, dict[str, Any]]) -> None:
           f"{lock['step_s'] / longer:.2f}x | - |")  # fmt: skip
     print(f"| async (--max-staleness 1) | {asy['step_s']:.3f} | (beside the loss pass) | - | "
           f"{asy['step_s'] / longer:.2f}x | {asy['wait_s']:.3f} |")  # fmt: skip
+    print(
+        f"\ngeneration of a batch (time/generate_s; its decoder passes, decoder/forward_s): lockstep "
+        f"{lock['generate_s']:.3f} ({lock['decoder_forward_s']:.3f}), async, in the background "
+        f"{asy['generate_s']:.3f} ({asy['decoder_forward_s']:.3f})"
+    )
     print(
         f"\nasync / lockstep step: {asy['step_s'] / lock['step_s']:.2f}x over {lock['steps']} steps each (goal: step <= 1.1x the longer part)"
     )
