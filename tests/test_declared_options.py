@@ -174,6 +174,8 @@ TYPED = {
     "--curriculum": (["signal"], "signal"),
     "--curriculum-floor": (["0.1"], 0.1),
     "--max-extra-groups": (["2"], 2),
+    "--async": ([], True),
+    "--max-staleness": (["3"], 3),
     "--eval-every": (["5"], 5),
     "--eval-tasks": (["a, b"], ["a", "b"]),
     "--eval-episodes": (["3"], 3),
