@@ -242,7 +242,6 @@ def test_a_bad_bound_and_options_async_cannot_serve_are_refused_in_words(tmp_pat
     base = dict(env="textarena", tasks=["Wordle-v0"], model="tiny", output_dir=str(tmp_path / "run"))
     for options, named in [
         ({"processes": 2}, "--processes N"),
-        ({"resume": True}, "--resume"),
         ({"agent": "agent.py:play"}, "--agent"),
     ]:
         with pytest.raises(TrainSetupError, match=f"--async cannot run with {named}"):
@@ -272,3 +271,25 @@ def test_train_async_end_to_end_records_each_episodes_policy_version(tmp_path):
         (1, 1),
     ]
     assert json.loads((out / "train_config.json").read_text())["async_rollout"] is True
+
+
+def test_train_async_resumes_redoing_the_batch_in_flight_and_training_nothing_twice(tmp_path):
+    """A checkpoint does not hold the batch sampled ahead: `--resume` cuts its episodes from the
+    records (their train_step is past the checkpoint) and plays that step again, at once."""
+    import json
+
+    out = tmp_path / "run"
+    args = ["train", "--env", "textarena", "--tasks", "Wordle-v0", "--model", "tiny", "--async"]
+    args += ["--save-steps", "1", "--num-generations", "2", "--groups-per-step", "2"]
+    args += ["--max-completion-length", "8", "--output-dir", str(out)]
+    assert cli_main([*args, "--steps", "2"]) == 0
+    assert cli_main([*args, "--steps", "3", "--resume"]) == 0
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    played = [(r["metrics"]["train_step"], r["metrics"]["policy_version"]) for r in records]
+    # steps 0-1 from the first run; the batch it sampled for step 2 is gone, played again by policy 2
+    assert played == [(0, 0)] * 4 + [(1, 0)] * 4 + [(2, 2)] * 4 + [(3, 2)] * 4
+    logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    trained = [
+        (log["step"], log["async/policy_version"], log["async/staleness"]) for log in logs if "loss" in log
+    ]
+    assert trained == [(1, 0, 0), (2, 0, 1), (3, 2, 0)]  # each step once; the version counter resumed

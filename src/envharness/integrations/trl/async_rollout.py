@@ -55,7 +55,6 @@ def why_not_async(config: Any, kind_name: str, world_size: int) -> str | None:
         return None
     refused = {
         "--processes N": world_size > 1 or config.processes > 1,  # the sampling thread's collectives
-        "--resume": config.resume,  # a batch in flight at the checkpoint is not saved with it
         "--use-vllm": config.use_vllm,  # TRL's AsyncGRPOTrainer is the asynchronous path behind vLLM
         "--agent": bool(config.agent),  # an agent samples through its own policy endpoint
         f"a {kind_name} run": kind_name in ("vision", "agent"),
