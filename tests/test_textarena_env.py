@@ -5,8 +5,10 @@ TEXTARENA_* variables, and no `nltk.download` at run time."""
 from __future__ import annotations
 
 import random
+import re
 import threading
 
+import numpy
 import pytest
 
 from envharness.envs.textarena import games, nltk_data
@@ -79,6 +81,44 @@ def test_sessions_keep_their_randomness_apart_and_leave_the_process_rng_alone():
     random.setstate(before)
     TextArenaEnvironment(TextArenaConfig(env_id="Bandit-v0")).reset(seed=3)
     assert random.getstate() == before
+
+
+def spelling_bee_letters(env: TextArenaEnvironment, seed: int) -> str:
+    prompt = env.reset(seed=seed, task="SpellingBee-v0").prompt
+    return re.search(r"Allowed Letters: (\w+)", prompt).group(1)
+
+
+def test_numpy_draws_replay_with_the_seed_and_stay_in_the_session():
+    """SpellingBee draws its letters from numpy's global generator (``numpy.random.choice``),
+    which textarena never seeds: the same seed gives the same letters, concurrent sessions
+    (each draws while another thread uses numpy's generator) get what a lone one gets, and
+    numpy's own generator is left as it was."""
+    env = TextArenaEnvironment()
+    alone = {seed: spelling_bee_letters(env, seed) for seed in range(4)}
+    assert {seed: spelling_bee_letters(env, seed) for seed in range(4)} == alone
+    assert spelling_bee_letters(TextArenaEnvironment(), 2) == alone[2]
+    assert len(set(alone.values())) > 1
+    together: dict[int, str] = {}
+    barrier = threading.Barrier(len(alone))
+
+    def run(seed: int) -> None:
+        session = TextArenaEnvironment()
+        barrier.wait()
+        for _ in range(3):
+            together[seed] = spelling_bee_letters(session, seed)
+            numpy.random.random()  # another thread using numpy's global generator meanwhile
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in alone]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert together == alone
+    numpy.random.seed(1)
+    before = numpy.random.get_state()
+    spelling_bee_letters(env, 5)
+    after = numpy.random.get_state()
+    assert (after[1] == before[1]).all() and after[2:] == before[2:]
 
 
 def test_concurrent_sokoban_sessions_build_the_level_a_lone_one_builds():

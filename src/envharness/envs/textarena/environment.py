@@ -2,7 +2,7 @@
 
 ``reset(seed=7, task="Mastermind-v0", code_length=5)`` picks the game and its keyword
 arguments per episode (both default to the server's); the same seed replays the same game,
-moves included (`games.SessionRandom`). Every reset without a seed draws one and reports it
+moves included (`randomness.SessionRandom`). Every reset without a seed draws one and reports it
 in ``state.seed``. Moves go through textarena's own wrappers (its ``ActionFormattingWrapper``
 adds the square brackets a bare ``crane`` lacks); observations are built from the game's typed
 messages, so ``messages`` keeps each message's sender and category, and the outcome (which
@@ -40,6 +40,7 @@ from envharness.envs.textarena.models import (
     TextArenaState,
 )
 from envharness.envs.textarena.options import RESET_OPTIONS
+from envharness.envs.textarena.randomness import SessionRandom
 
 #: Longer moves are refused before they reach the game (no textarena move is near this).
 MAX_MESSAGE_CHARS = 4096
@@ -79,7 +80,7 @@ class TextArenaEnvironment(Environment[TextArenaAction, TextArenaObservation]):
     def __init__(self, config: TextArenaConfig | None = None) -> None:
         self.config = config or TextArenaConfig()
         self._game: Any = None
-        self._rng = games.SessionRandom()
+        self._rng = SessionRandom()
         self._logs: dict[int, list[TextArenaMessage]] = {0: []}
         #: How much of each player's log that player has been shown (``new_messages_from``).
         self._seen: dict[int, int] = {}

@@ -10,31 +10,26 @@
 - Making a game: ``ta.make`` costs seconds for the word games (Wordle loads two Hunspell
   dictionaries and POS-tags its word list), so each (game id, kwargs) is made once per process
   and every session gets a deep copy that shares the big read-only tables.
-- Randomness: textarena draws from the process-global ``random`` module (``State`` calls
-  ``random.seed``). The ``random`` name inside textarena's modules is replaced by a proxy
-  that sends each call to the calling session's own ``random.Random`` (a context variable
-  set around every reset and step), so concurrent sessions neither see nor disturb each
-  other, and the same seed replays the same game, moves included. No lock is held, except
-  between two sessions of a game whose code keeps its work in module globals
-  (`SHARED_STATE_GAMES`: Sokoban's level generation); other games never wait for them.
+- Randomness: textarena's draws from the process-global ``random`` module and from numpy's
+  global generator go to the calling session's own generators (`randomness.py`), so
+  concurrent sessions neither see nor disturb each other, and the same seed replays the same
+  game, moves included. No lock is held, except between two sessions of a game whose code
+  keeps its work in module globals (`SHARED_STATE_GAMES`: Sokoban's level generation); other
+  games never wait for them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import os
-import random
-import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from envharness.core.environment import InvalidOptions
 from envharness.envs.textarena.nltk_data import guard_downloads
-
-T = TypeVar("T")
+from envharness.envs.textarena.randomness import route_captured, route_randomness
 
 #: The single-player games of textarena 0.7.4 (class names of their entry points).
 SINGLE_PLAYER_GAMES = (
@@ -295,8 +290,8 @@ def make_game(env_id: str, kwargs: Mapping[str, Any]) -> Any:
                     proto = cls(**merged)
                 except TypeError as exc:
                     raise InvalidOptions(f"{env_id} does not take these arguments: {exc}") from None
-                _route_randomness()
-                _route_captured(unwrap(proto))
+                route_randomness()
+                route_captured(unwrap(proto))
                 _PROTOTYPES[key] = proto
     memo: dict[int, Any] = {}
     _shared(proto, memo)
@@ -327,79 +322,6 @@ def unwrap(game: Any) -> Any:
     while "env" in getattr(game, "__dict__", {}):
         game = game.env
     return game
-
-
-# -- randomness: each session its own `random.Random`, no lock ------------------------------
-_CURRENT: contextvars.ContextVar[random.Random | None] = contextvars.ContextVar(
-    "textarena_session_rng", default=None
-)
-#: The module-level functions of `random` that are methods of its hidden global instance.
-_RNG_FUNCTIONS = frozenset(
-    name for name in dir(random) if getattr(getattr(random, name), "__self__", None) is random._inst
-)
-
-
-class _SessionRandomModule:
-    """Stands in for the `random` module inside textarena's modules: ``random.choice(...)``
-    runs on the calling session's own `random.Random` (outside a session, on the global one);
-    every other name (``random.Random``) is the real module's."""
-
-    def __getattr__(self, name: str) -> Any:
-        rng = _CURRENT.get()
-        if rng is not None and name in _RNG_FUNCTIONS:
-            return getattr(rng, name)
-        return getattr(random, name)
-
-
-_PROXY = _SessionRandomModule()
-
-
-def _route_randomness() -> None:
-    """Point the ``random`` name of every imported textarena module at the proxy (games are
-    imported lazily, so this runs again after each new game class is imported)."""
-    for name, module in list(sys.modules.items()):
-        if (name == "textarena" or name.startswith("textarena.")) and getattr(
-            module, "random", None
-        ) is random:
-            module.random = _PROXY
-
-
-def _session_function(name: str) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return getattr(_PROXY, name)(*args, **kwargs)
-
-    call.__name__ = name
-    return call
-
-
-def _route_captured(game: Any) -> None:
-    """A game that kept a `random` function as an attribute (Secretary's ``value_sampler =
-    random.random``) gets one that calls the session's generator instead."""
-    for attr, value in list(vars(game).items()):
-        if (
-            getattr(value, "__self__", None) is random._inst
-            and getattr(value, "__name__", "") in _RNG_FUNCTIONS
-        ):
-            setattr(game, attr, _session_function(value.__name__))
-
-
-class SessionRandom:
-    """One session's randomness: textarena's ``random.seed``/``random.choice`` calls made while
-    `run` runs go to this session's own generator, so concurrent sessions never share state,
-    the same seed replays the same game (moves included), and the process's RNG is untouched."""
-
-    def __init__(self) -> None:
-        self._rng = random.Random()
-
-    def run(self, seed: int | None, fn: Callable[[], T]) -> T:
-        """Run `fn` with this session's generator (re-seeded first when `seed` is given)."""
-        if seed is not None:
-            self._rng.seed(seed)
-        token = _CURRENT.set(self._rng)
-        try:
-            return fn()
-        finally:
-            _CURRENT.reset(token)
 
 
 #: Games whose textarena code keeps its work in module globals, so two sessions of the same
