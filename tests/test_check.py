@@ -193,21 +193,7 @@ def textarena_games(players: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize(
-    "players",
-    [
-        "one",
-        pytest.param(
-            "several",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known, open: SpellingBee-v0 draws its letters from numpy's unseeded global "
-                "random state; the server's random player has no move for GameOfPureStrategy-v0, "
-                "IndianPoker-v0 and SecretMafia-v0",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("players", ["one", "several"])
 def test_textarena_passes_every_check_on_every_game(players):
     """Single-player games as they are; multi-player ones against the server's random player."""
     games = textarena_games(players)

@@ -163,6 +163,27 @@ def test_scripted_players_are_legal_and_beat_random_play():
         assert score["win"] > score["loss"], (task, score)
 
 
+@pytest.mark.parametrize(
+    ("task", "players"), [("GameOfPureStrategy-v0", 2), ("IndianPoker-v0", 2), ("SecretMafia-v0", 6)]
+)
+def test_the_random_player_plays_whole_games_that_list_moves_their_own_way(task, players):
+    """Games whose legal moves are not an 'Available Moves' list (a hand of cards, the actions
+    with their amounts left open, the targets of a night's vote): random play on every seat
+    ends the game, each move legal (the game's rules refuse none)."""
+    env, rng = TextArenaEnvironment(), random.Random(1)
+    for seed in (0, 1):
+        obs, moves = env.reset(seed=seed, task=task, num_players=players), 0
+        while not obs.done and moves < 1000:
+            obs = env.step(
+                TextArenaAction(message=random_move(task, obs, rng), player_id=obs.current_player_id)
+            )
+            moves += 1
+        logs = [m.content for log in env._logs.values() for m in log]
+        refused = [text for text in logs if "attempted an invalid move" in text]
+        assert not refused and not obs.info.get("invalid_move"), (task, seed, refused)
+        assert obs.done and moves > 1 and len(obs.info["rewards"]) == players, (task, seed, moves)
+
+
 def test_bad_input_gets_words():
     env = TextArenaEnvironment()
     with pytest.raises(ValueError, match="played by 2 players, not 3"):

@@ -172,21 +172,66 @@ def _connect_four(observation: Any, rng: random.Random, *, strong: bool) -> str:
     return f"[col {rng.choice(free)}]"
 
 
+# -- games that list their moves their own way -------------------------------------------------
+def _pure_strategy(observation: Any, rng: random.Random) -> str | None:
+    """Game of Pure Strategy: a card of the hand the round shows ('Your remaining hand: '[A]' ...')."""
+    return _choice(rng, _BRACKETED.findall(_last(observation, "Your remaining hand:")))
+
+
+def _indian_poker(observation: Any, rng: random.Random) -> str | None:
+    """Indian Poker: one of 'Your possible actions', a bet or raise of 1 to 3 chips (the prompt
+    shows no chip count before a round ends; 100 to start, so small amounts stay legal)."""
+    move = _choice(rng, _BRACKETED.findall(_last(observation, "Your possible actions:")))
+    return move.replace(" X]", f" {rng.randint(1, 3)}]") if move else None
+
+
+_MAFIA_PHASES = ("Valid targets:", "choose one player to", "Voting phase", "Day breaks")
+
+
+def _secret_mafia(observation: Any, rng: random.Random) -> str | None:
+    """Secret Mafia: the game's latest call to this player (its own messages, not what players
+    said): a word in the day's discussion, else one of the players it lists ('[0], [2]')."""
+    calls = [
+        text
+        for category, text in _messages(observation)
+        if category == "GAME_MESSAGE" and any(phase in text for phase in _MAFIA_PHASES)
+    ]
+    if not calls:
+        return None
+    if "Day breaks" in calls[-1]:
+        return rng.choice(
+            ("I have nothing to report yet.", "Let us hear everyone first.", "I am a villager.")
+        )
+    return _choice(rng, re.findall(r"\[\d+\]", calls[-1].split(":", 1)[-1]))
+
+
+def _choice(rng: random.Random, moves: list[str]) -> str | None:
+    return rng.choice(moves) if moves else None
+
+
+#: Games whose legal moves the random player reads from the board or from the game's own list;
+#: every other game lists them ('Available Moves: ...').
+_RANDOM_PLAYERS: dict[str, Callable[[Any, random.Random], str | None]] = {
+    "Nim": lambda observation, rng: _nim(observation, rng, optimal=False),
+    "ConnectFour": lambda observation, rng: _connect_four(observation, rng, strong=False),
+    "GameOfPureStrategy": _pure_strategy,
+    "IndianPoker": _indian_poker,
+    "SecretMafia": _secret_mafia,
+}
+
+
 # -- the two kinds -------------------------------------------------------------------------------
 def random_move(env_id: str, observation: Any, rng: random.Random) -> str:
     """A legal move drawn uniformly: from the moves the game lists, or from the board."""
-    family = games.game_of(env_id)
-    if family == "Nim":
-        return _nim(observation, rng, optimal=False)
-    if family == "ConnectFour":
-        return _connect_four(observation, rng, strong=False)
+    own = _RANDOM_PLAYERS.get(games.game_of(env_id) or "")
     listed = _listed_moves(observation)
-    if listed:
-        return rng.choice(listed)
-    raise NoScriptedMove(
-        f"{env_id}: no random legal move known (the game lists no moves; random play covers "
-        f"{', '.join(RANDOM_GAMES)} and games that list their moves)"
-    )
+    move = own(observation, rng) if own else rng.choice(listed) if listed else None
+    if move is None:
+        raise NoScriptedMove(
+            f"{env_id}: no random legal move known (the game lists no moves; random play covers "
+            f"{', '.join(RANDOM_GAMES)} and games that list their moves)"
+        )
+    return move
 
 
 def scripted_move(env_id: str, observation: Any, rng: random.Random) -> str:
@@ -204,7 +249,7 @@ def scripted_move(env_id: str, observation: Any, rng: random.Random) -> str:
 
 
 SCRIPTED_GAMES = ("KuhnPoker", "TicTacToe", "Nim", "ConnectFour")
-RANDOM_GAMES = ("Nim", "ConnectFour")
+RANDOM_GAMES = tuple(_RANDOM_PLAYERS)
 POLICIES: dict[str, Policy] = {"random": random_move, "scripted": scripted_move}
 
 __all__ = ["POLICIES", "NoScriptedMove", "random_move", "scripted_move"]
