@@ -23,13 +23,14 @@ from envharness.cli import options
 from envharness.cli.declared import add_declared, from_args
 from envharness.cli.interrupts import InterruptGuard, say_checkpoints_kept
 from envharness.core.declared import check_bounds
-from envharness.harness.opponents import is_model_spec
 from envharness.integrations.trl.config import TrainConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Every option `TrainConfig` declares (integrations/trl/config.py)."""
+    """Every option `TrainConfig` declares (integrations/trl/config.py), and the file a rank
+    of `--processes N` loads its configuration from (the parent's, checked before launch)."""
     add_declared(parser, TrainConfig, options.help_values())
+    parser.add_argument("--launch-config", default=None, help=argparse.SUPPRESS)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -38,11 +39,6 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise ValueError("--resume needs --out (the run folder to continue)")
     config = from_args(TrainConfig, args)
     check_bounds(config)
-    opponent = (config.opponent or "").strip()
-    if config.processes > 1 and opponent and is_model_spec(opponent):  # refused before any rank starts
-        raise ValueError(
-            f"--opponent {opponent} trains on one process; it cannot run as --processes {config.processes} yet"
-        )
     return config
 
 
@@ -51,15 +47,25 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     options.check_device(parser, args)
 
 
+def given(args: argparse.Namespace) -> tuple[TrainConfig, list[str] | None]:
+    """(the configuration, the user's command line): parsed here, or, in a rank of
+    `--processes N`, loaded from what the parent checked (`ranks.read_launch_config`)."""
+    if args.launch_config:
+        from envharness.integrations.trl.ranks import read_launch_config
+
+        return read_launch_config(args.launch_config)
+    return config_from_args(args), getattr(args, "_argv", None)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        config = config_from_args(args)
+        config, argv = given(args)
     except ValueError as exc:
         print(f"envharness train: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if config.processes > 1 and "WORLD_SIZE" not in os.environ:
-        return _launch(args, config)
+        return _launch(config, argv or [])
     # torch and TRL load when a run starts, not for --help or a refused option
     from envharness.integrations.trl.resume import count_step_records
     from envharness.integrations.trl.training import TrainSetupError, train
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             return say_checkpoints_kept(
                 "train",
                 guard,
-                getattr(args, "_argv", None),
+                argv,
                 config.output_dir,
                 lambda latest: (
                     f"{latest.step} step(s) in {latest.path} and their "
@@ -111,12 +117,22 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-def _launch(args: argparse.Namespace, config: TrainConfig) -> int:
-    """The run again as `--processes` ranks under torch.distributed.run."""
-    from envharness.integrations.trl.ranks import RankFailedError, launch
+def _launch(config: TrainConfig, argv: list[str]) -> int:
+    """The run checked once, here, then started as `--processes` ranks under
+    torch.distributed.run; each rank loads this configuration from the run folder
+    (`ranks.write_launch_config`) instead of parsing the command line again."""
+    from envharness.integrations.trl.checks import check_config
+    from envharness.integrations.trl.errors import TrainSetupError
+    from envharness.integrations.trl.ranks import RankFailedError, launch, write_launch_config
 
     try:
-        return launch(list(args._argv), config.processes, config.device)
+        check_config(config)  # as the ranks will run it: a refusal comes once, before any starts
+    except TrainSetupError as exc:
+        print(f"envharness train: {exc}", file=sys.stderr)
+        return 2
+    path = write_launch_config(config, argv)
+    try:
+        return launch(["train", "--launch-config", str(path)], config.processes, config.device)
     except ValueError as exc:
         print(f"envharness train: {exc}", file=sys.stderr)
         return 2

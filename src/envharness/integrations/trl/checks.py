@@ -62,7 +62,7 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     _check_episodes(plan, kind)
     _check_machine(config)
     _check_processes(config)
-    if (why := why_not_async(config, kind.name, ranks.world_size())) is not None:
+    if (why := why_not_async(config, kind.name, processes(config))) is not None:
         raise TrainSetupError(why)
     try:
         checkpoint = plan_resume(
@@ -71,6 +71,13 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
     return CheckedRun(plan, kind, checkpoint)
+
+
+def processes(config: TrainConfig) -> int:
+    """How many processes the run trains as: the launcher's count under one, `--processes`
+    before the launch (the parent checks the run once, as its ranks will run it)."""
+    started = ranks.world_size()
+    return started if started > 1 else config.processes
 
 
 def config_json(config: TrainConfig) -> dict[str, Any]:
@@ -105,9 +112,9 @@ def _check_model_opponent(config: TrainConfig, harness: Any, opponent: str, kind
         raise TrainSetupError(
             f"{flag} with --agent: an agent's own loop plays one seat; train without --agent"
         )
-    if ranks.world_size() > 1 or config.processes > 1:
+    if processes(config) > 1:
         raise TrainSetupError(
-            f"{flag} trains on one process; it cannot run as --processes {config.processes} yet"
+            f"{flag} trains on one process; it cannot run as --processes {processes(config)} yet"
         )
     if not kind.seats_models:
         raise TrainSetupError(f"{flag}: a {kind.name} run cannot seat a model in the other seats")
@@ -125,7 +132,7 @@ def _check_schedule(config: TrainConfig) -> None:
         make_sampler(config.curriculum, config.tasks, **sampler_options(config))
     except ValueError as exc:
         raise TrainSetupError(f"--curriculum: {exc}") from None
-    loss_passes(config, ranks.world_size())
+    loss_passes(config, processes(config))
     if config.eval_every < 0 or config.eval_episodes < 1:
         raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
 
@@ -158,11 +165,13 @@ def _check_episodes(plan: RunPlan, kind: RunKind) -> None:
 
 def _check_processes(config: TrainConfig) -> None:
     """What cannot run as several processes yet, refused in words."""
-    n = ranks.world_size()
+    started, n = ranks.world_size(), processes(config)
+    if started > 1 and config.processes not in (1, started):
+        raise TrainSetupError(
+            f"--processes {config.processes} under a launcher that started {started}: give one"
+        )
     if n == 1:
         return
-    if config.processes not in (1, n):
-        raise TrainSetupError(f"--processes {config.processes} under a launcher that started {n}: give one")
     if config.agent:
         raise TrainSetupError(f"--agent trains on one process; it cannot run as {n} processes yet")
     if config.use_vllm:

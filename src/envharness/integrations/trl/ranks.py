@@ -205,6 +205,31 @@ class RankFlush(Layer):
             self.flushed.flush()
 
 
+#: The file in the run folder that holds the configuration the parent checked, for its ranks.
+LAUNCH_CONFIG = "launch_config.json"
+
+
+def write_launch_config(config: Any, argv: list[str]) -> Path:
+    """The configuration the parent checked, written once into its run folder for the ranks to
+    load (`read_launch_config`) instead of parsing the command line again, with that command
+    line (`argv`: what an interrupted rank names to resume). Returns the file's path."""
+    from dataclasses import asdict
+
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LAUNCH_CONFIG
+    path.write_text(json.dumps({"config": asdict(config), "argv": list(argv)}, indent=1), encoding="utf-8")
+    return path
+
+
+def read_launch_config(path: str | Path) -> tuple[Any, list[str]]:
+    """(the `TrainConfig`, the command line) the parent wrote (`write_launch_config`)."""
+    from envharness.integrations.trl.config import TrainConfig
+
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return TrainConfig(**data["config"]), list(data["argv"])
+
+
 def launch(argv: list[str], processes: int, device: str | None) -> int:
     """`envharness <argv>` again as `processes` ranks through torch.distributed.run's agent, run
     in this process (one machine, its own rendezvous on loopback); returns 0, or 1 once a rank failed. The
