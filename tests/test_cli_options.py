@@ -102,8 +102,9 @@ def test_the_options_reach_each_command_config():
     from envharness.core.registry import env_harness
     from envharness.integrations.trl.checks import check_config
 
-    evaluated = eval_cli.config_from_args(parse(eval_cli, ["--out", "x"]))
-    evaluated.check()
+    given = eval_cli.config_from_args(parse(eval_cli, ["--out", "x"]))
+    evaluated = given.check().config  # a resolved copy: the given configuration is not changed
+    assert given.tasks == [] and given.prompt == ""
     assert (
         evaluated.tasks == list(env_harness("browsergym").default_tasks)
         and evaluated.prompt == "default"
@@ -114,8 +115,7 @@ def test_the_options_reach_each_command_config():
     assert trained.tasks == ["click-test"] and trained.prompt == "compact"
     assert parse(eval_cli, ["--task", "focus-text"]).tasks == ["focus-text"]
     # `all` and split names take the environment's listing
-    everything = eval_cli.config_from_args(parse(eval_cli, ["--out", "x", "--tasks", "all"]))
-    everything.check()
+    everything = eval_cli.config_from_args(parse(eval_cli, ["--out", "x", "--tasks", "all"])).check().config
     assert len(everything.tasks) == 125
 
 

@@ -39,7 +39,7 @@ def sft_episode(env: str, task: str, out) -> dict:
     config = SFTRunConfig(
         env=env, tasks=[task], model="tiny", episodes=1, seed=SEED, max_turns=TURNS, output_dir=str(out)
     )
-    _, demos = prepare(config)
+    _, _, demos = prepare(config)
     _, tokenizer = tiny_test_model()
     (record,) = asyncio.run(scripted_records(demos, tokenizer))
     return record

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any, TypeVar
 
-from envharness.core.declared import FIELD_DEFAULT, KEY, Option, declared
+from envharness.core.declared import FIELD_DEFAULT, KEY, Option, declared, group_of
 
 T = TypeVar("T")
 
@@ -42,12 +42,19 @@ def add_declared(
     parser: argparse.ArgumentParser, cls: type, help_values: dict[str, str] | None = None
 ) -> None:
     """An argument for each option `cls` declares for the command line (`help_values` fill
-    the ``{name}`` slots of help texts that depend on what is installed)."""
-    for field, opt in declared(cls):
-        if opt.cli:
-            parser.add_argument(
-                *(opt.flags or (opt.flag(field.name),)), **_argument(field, opt, help_values or {})
-            )
+    the ``{name}`` slots of help texts that depend on what is installed): the command's own
+    first, then a section per group it is composed of (`core.declared.group_of`)."""
+    sections: dict[str | None, Any] = {None: parser}
+    chosen = [(group_of(cls, field.name), field, opt) for field, opt in declared(cls) if opt.cli]
+    titles = {title for title, _, _ in chosen}
+    for group in cls.__mro__[1:]:  # in the order the configuration names its groups
+        title = group.__dict__.get("group")
+        if title in titles and title not in sections:
+            sections[title] = parser.add_argument_group(f"{title} options")
+    for title, field, opt in chosen:
+        sections[title].add_argument(
+            *(opt.flags or (opt.flag(field.name),)), **_argument(field, opt, help_values or {})
+        )
 
 
 def add_field(

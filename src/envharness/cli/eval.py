@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 kept,
                 resume_command(getattr(args, "_argv", None), out_flag="--out", out=config.out),
             )
+    config = result.config  # as the run resolved it: the tasks expanded
     print()
     print(
         f"{config.model} on {len(config.tasks)} task(s), {config.episodes} episode(s) each "

@@ -15,13 +15,13 @@ import argparse
 import asyncio
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from envharness.cli import options
 from envharness.cli.declared import add_declared, from_args
-from envharness.core.declared import check_bounds
+from envharness.core.declared import check_options
 from envharness.harness.opponents import seated_options
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.sft import SFTRunConfig
@@ -37,11 +37,7 @@ def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
     if args.resume and not args.out:
         raise ValueError("--resume needs --out (the run folder to continue)")
     config = from_args(SFTRunConfig, args)
-    check_bounds(config)
-    if config.batch_size % config.micro_batch:
-        raise ValueError(
-            f"--micro-batch {config.micro_batch} does not divide --batch-size {config.batch_size}"
-        )
+    check_options(config)
     return config
 
 
@@ -50,9 +46,10 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     options.check_device(parser, args)
 
 
-def prepare(config: SFTRunConfig) -> tuple[object, object]:
-    """Settings checked (TrainSetupError naming the first bad one); (checkpoint, demos EvalConfig)."""
-    from envharness.core.registry import resolve_environment
+def prepare(config: SFTRunConfig) -> tuple[SFTRunConfig, Any, Any]:
+    """Settings checked (TrainSetupError naming the first bad one); (the configuration resolved:
+    its prompt style, its tasks, its opponent on the server's options; the checkpoint; the
+    demonstrations' EvalConfig, resolved, or None for a run folder's)."""
     from envharness.eval.config import EvalConfig, EvalSetupError
     from envharness.integrations.trl.loading import check_model_spec
     from envharness.integrations.trl.resume import plan_resume
@@ -60,11 +57,11 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
 
     check_model_spec(config.model)
     try:
-        env = resolve_environment(config.env, config.env_options)
-        harness = env.require_harness()
-    except (KeyError, ImportError, ValueError) as exc:
-        raise TrainSetupError(f"--env {config.env}: {exc}") from None
-    config.prompt = config.prompt or harness.train_prompt
+        env = config.resolve_env()
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
+    harness = env.require_harness()
+    config = replace(config, prompt=config.prompt or harness.train_prompt)
     if not get_prompt_style(config.prompt, env).conversation:
         raise TrainSetupError(
             f"prompt style {config.prompt!r} builds a fresh prompt every step; demonstrations are one "
@@ -92,21 +89,21 @@ def prepare(config: SFTRunConfig) -> tuple[object, object]:
             resume=config.resume and (out / "demos").is_dir(),
         )
         try:
-            demos.check()
+            demos = demos.check().config
         except EvalSetupError as exc:
             raise TrainSetupError(str(exc)) from None
-        config.tasks = list(demos.tasks)
+        config = replace(config, tasks=list(demos.tasks))
     elif not (Path(config.demos) / "episodes.jsonl").is_file():
         raise TrainSetupError(
             f"--demos {config.demos!r}: neither 'scripted' nor an eval run folder (no episodes.jsonl)"
         )
     if config.opponent:
-        config.env_options = _seat_opponents(config, harness)
+        config = replace(config, env_options=_seat_opponents(config, harness))
     try:
         checkpoint = plan_resume(out, asdict(config), config.resume, config_name="sft_config.json")
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
-    return checkpoint, demos
+    return config, checkpoint, demos
 
 
 def _seat_opponents(config: SFTRunConfig, harness: Any) -> dict[str, Any]:
@@ -131,7 +128,7 @@ def fine_tune(config: SFTRunConfig) -> dict:
     from envharness.integrations.trl.loading import load_model
     from envharness.integrations.trl.sft import run_sft, training_rows
 
-    checkpoint, demos = prepare(config)
+    config, checkpoint, demos = prepare(config)
     options.set_threads(config.threads)
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     from envharness.models.device import resolve

@@ -5,9 +5,15 @@ text, the command-line flags and their older spellings, choices, and bounds:
 
     steps: int = option(30, "optimizer steps", flags=("--steps",), minimum=1)
 
-`cli/declared.py` builds the argument parser and reads the configuration back from the
-declaration; `check_bounds` refuses a value out of bounds in the option's words, for the
-command line and for Python callers alike.
+A configuration is composed of groups, as `HfArgumentParser((ScriptArguments, GRPOConfig,
+ModelConfig))` composes dataclasses: each group a frozen dataclass of options (the environment,
+the fleet, the model: `harness/groups.py`), each command's configuration a subclass of the
+groups it takes plus its own options. A rule about two fields lives with their group, as its
+`rules()` method.
+
+`cli/declared.py` builds the argument parser (a section per group) and reads the
+configuration back from the declaration; `check_options` refuses a value out of bounds, or a
+broken rule, in the options' words, for the command line and for Python callers alike.
 """
 
 from __future__ import annotations
@@ -79,6 +85,26 @@ def check_bounds(config: Any) -> None:
             raise ValueError(f"{opt.flag(field.name)} must be at least {opt.minimum:g}")
         if opt.positive and value <= 0:
             raise ValueError(f"{opt.flag(field.name)} must be positive")
+
+
+def check_options(config: Any) -> None:
+    """ValueError naming the first option of `config` out of its bounds, then the first rule
+    of its groups that it breaks: a rule about two fields of a group is that group's
+    `rules()` method, written once, checked for every configuration composed of the group."""
+    check_bounds(config)
+    for group in reversed(type(config).__mro__):
+        rules = group.__dict__.get("rules")
+        if rules is not None:
+            rules(config)
+
+
+def group_of(cls: type, name: str) -> str | None:
+    """The title of the group that declares field `name` of `cls` (its class attribute
+    `group`, as TRL's `HfArgumentParser` reads `_argument_group_name`); None: the command's own."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__.get("__annotations__", {}):
+            return None if klass is cls else getattr(klass, "group", None)
+    return None
 
 
 def json_or_text(text: str) -> Any:

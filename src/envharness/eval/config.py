@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from envharness._deprecated import FILE_KEYS, OBSERVATION_TOKENS_FLAG
-from envharness.core.declared import check_bounds, option
-from envharness.core.registry import resolve_environment
+from envharness.core.declared import check_options, option
+from envharness.core.registry import ResolvedEnv
 from envharness.harness import run_options as shared
+from envharness.harness.groups import EnvironmentArgs, FleetArgs, ModelArgs
 from envharness.harness.opponents import seated_options
 from envharness.prompts import get_prompt_style
 
@@ -19,9 +20,20 @@ class EvalSetupError(ValueError):
     """The run cannot start as asked (bad option, a run folder in the way, no model)."""
 
 
-@dataclass
-class EvalConfig:
-    """What `envharness eval` is asked to do; each field is its option (`core/declared.py`)."""
+@dataclass(frozen=True)
+class CheckedEval:
+    """An eval run ready to start: the resolved configuration and its environment."""
+
+    config: EvalConfig
+    env: ResolvedEnv
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig(EnvironmentArgs, FleetArgs, ModelArgs):
+    """What `envharness eval` is asked to do: the environment, servers and model groups
+    (`harness/groups.py`; `model` a `load_backend` spec: embedded, scripted, a model dir,
+    openai:MODEL@URL, trl-vllm:URL) and eval's own options, each field its option
+    (`core/declared.py`). Frozen: `check()` returns the resolved copy the run uses."""
 
     out: str = shared.out(
         dataclasses.MISSING,
@@ -29,26 +41,7 @@ class EvalConfig:
         "runs/eval-<time>",
         "runs/eval-%Y%m%d-%H%M%S",
     )
-    #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
-    env: str = shared.env()
-    #: Options of the environment server (`serve NAME --option`): the server the run starts
-    #: gets them, and the harness (its task list) follows them.
-    env_options: dict[str, Any] = shared.env_options()
-    #: Task names, split names or `all` (the environment's listing); empty: its default tasks.
-    tasks: list[str] = shared.tasks()
-    #: Who plays the other seats of a multi-player game, and the model's seat (`harness/opponents.py`).
-    opponent: str = shared.opponent()
-    seat: str = shared.seat()
     episodes: int = option(5, "episodes per task, seeds SEED..SEED+N-1 (default %(default)s)", minimum=1)
-    #: A `load_backend` spec: embedded, scripted, a model dir, openai:MODEL@URL, trl-vllm:URL.
-    model: str = shared.model("embedded")
-    #: Where a local model runs and in which dtype (`models/device.py`): auto = the GPU in bf16
-    #: when there is one, else the CPU in fp32.
-    device: str = shared.device()
-    dtype: str = shared.dtype(training=False)
-    #: A prompt style of the environment (the same names as `envharness train --prompt`) or
-    #: 'module.path:function' (a per-step builder). Empty: the environment's default.
-    prompt: str = shared.prompt()
     temperature: float = shared.temperature(0.0, "sampling temperature, 0 for greedy", minimum=0)
     #: Model turns per episode (`--max-turns`; the field keeps its older name, as config.json does).
     max_steps: int = shared.max_turns(5)
@@ -70,8 +63,6 @@ class EvalConfig:
     )
     concurrency: int = option(8, "episodes in flight at once (default %(default)s)", minimum=1)
     seed: int = shared.seed(0, "first episode seed; episodes use SEED..SEED+N-1")
-    #: A running `envharness serve ENV`; None starts one on loopback for the run.
-    env_url: str | None = shared.env_url()
     resume: bool = shared.resume("skip the episodes the run folder already holds")
     overwrite: bool = option(False, "replace the run folder's results")
     screenshots: bool = option(
@@ -117,65 +108,56 @@ class EvalConfig:
         False,
         "keep each episode's exact token ids in episodes.jsonl, as training sees them (conversation prompts)",
     )
-    #: torch CPU threads (`cli/options.set_threads`; not part of the run's identity).
-    threads: int | None = shared.threads()
-    #: A fleet instead of one server (not part of the run's identity).
-    env_urls: list[str] = shared.env_urls()
-    servers: int = shared.servers()
-    ray_address: str | None = shared.ray_address()
 
-    def check(self) -> Any:
-        """Raise `EvalSetupError` naming the first bad setting; task names are normalized. Returns
-        the environment resolved (`core.registry.ResolvedEnv`), which the run hands down."""
+    def rules(self) -> None:
+        """Eval's own rules about two of its options (`core.declared.check_options`)."""
+        if self.vision and not self.screenshots:
+            raise ValueError("--vision shows the model the page's screenshot: drop --no-screenshots")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite contradict each other")
+
+    def check(self) -> CheckedEval:
+        """The run resolved, or `EvalSetupError` naming the first bad setting: tasks expanded
+        and normalized, the opponent seated, the tools and the prompt style chosen. This
+        configuration is not changed; the resolved copy is `CheckedEval.config`."""
         try:
-            env = resolve_environment(self.env, self.env_options)
-            harness = env.require_harness()
-        except (KeyError, ImportError, AttributeError, ValueError) as exc:
-            raise EvalSetupError(f"--env {self.env}: {exc}") from None
-        try:
-            check_bounds(self)
+            check_options(self)
+            env = self.resolve_env()
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
+        harness = env.require_harness()
         if len(set(self.tasks)) != len(self.tasks):
             raise EvalSetupError("a task is listed twice")
         try:  # split names and `all` expand; `miniwob.x` -> `x`
-            self.tasks = harness.task_list().expand(self.tasks or harness.default_tasks, harness.check_task)
+            tasks = harness.task_list().expand(self.tasks or harness.default_tasks, harness.check_task)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
-        if not self.tasks:
+        if not tasks:
             raise EvalSetupError("no tasks given")
-        self._seat_opponents(harness)
-        self.actions = list(self.actions or harness.default_tools or [])
+        env_options = self._seat_opponents(harness, tasks)
+        actions = list(self.actions or harness.default_tools or [])
         try:  # the session factory knows its tools: an unknown one is refused here, before anything starts
-            harness.session_factory(lambda: None, tools=self.actions)
+            harness.session_factory(lambda: None, tools=actions)
         except (ValueError, KeyError) as exc:
             raise EvalSetupError(f"--actions: {exc}") from None
         try:
             style = get_prompt_style(self.prompt, env)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
-        self.prompt = style.name
-        if self.vision and not self.screenshots:
-            raise EvalSetupError("--vision shows the model the page's screenshot: drop --no-screenshots")
         if self.record_tokens and not style.conversation:
             raise EvalSetupError(
-                f"--record-tokens needs a conversation prompt style (compact, harness), not {self.prompt!r}: "
+                f"--record-tokens needs a conversation prompt style (compact, harness), not {style.name!r}: "
                 "a per-step prompt is a fresh token sequence every step"
             )
-        if self.resume and self.overwrite:
-            raise EvalSetupError("--resume and --overwrite contradict each other")
-        if sum(map(bool, (self.env_url, self.env_urls, self.servers))) > 1:
-            raise EvalSetupError("give one of --env-url, --env-urls and --servers")
-        if self.ray_address and not self.servers:
-            raise EvalSetupError("--ray-address needs --servers")
-        return env
+        config = replace(self, tasks=tasks, env_options=env_options, actions=actions, prompt=style.name)
+        return CheckedEval(config, env)
 
-    def _seat_opponents(self, harness: Any) -> None:
-        """`--opponent` / `--seat`: an opponent the server plays joins the server's options."""
+    def _seat_opponents(self, harness: Any, tasks: list[str]) -> dict[str, Any]:
+        """`--opponent` / `--seat`: the server's options, joined by an opponent the server plays."""
         running = bool(self.env_url or self.env_urls)
         try:
             options, plan = seated_options(
-                harness, self.tasks, self.opponent, self.seat, self.env_options, running
+                harness, tasks, self.opponent, self.seat, self.env_options, running
             )
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
@@ -184,7 +166,7 @@ class EvalConfig:
                 f"--opponent {self.opponent}: {harness.env} cannot seat a model in the other seats; "
                 f"its server plays {' or '.join(harness.server_opponents)}"
             )
-        self.env_options = options
+        return options
 
     def to_json(self) -> dict[str, Any]:
         """The run's settings as config.json holds them (under the keys it always had)."""

@@ -58,6 +58,8 @@ class Job:
 
 @dataclass
 class EvalResult:
+    #: The configuration as the run resolved it (tasks expanded, the prompt style chosen).
+    config: EvalConfig
     folder: RunFolder
     stats: list[TaskStats]
     records: list[dict[str, Any]]
@@ -361,7 +363,8 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     """Run (or resume) an eval and write its folder. `backend`: an already loaded
     `ModelBackend` to use instead of loading `config.model` (which still names it)."""
     started = time.perf_counter()
-    env = config.check()
+    checked = config.check()
+    config, env = checked.config, checked.env
     folder, existing = prepare_folder(config)
     wanted: set[EpisodeKey] = {(j.task, j.seed) for j in plan_jobs(config)}
     done = finished_keys(existing) & wanted
@@ -396,6 +399,7 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
     screenshots = bool(getattr(env.harness, "screenshots", False))
     paths = write_outputs(folder, config, records, stats, placement, screenshots=screenshots)
     return EvalResult(
+        config,
         folder,
         stats,
         records,
@@ -447,10 +451,10 @@ def run_eval(config: EvalConfig, *, backend: Any = None) -> EvalResult:
 
 def count_finished(config: EvalConfig) -> int:
     """Episodes of this run's plan that its folder holds (what an interrupted run kept)."""
-    wanted = {(j.task, j.seed) for j in plan_jobs(config)}
     try:
+        wanted = {(j.task, j.seed) for j in plan_jobs(config.check().config)}
         return len(finished_keys(read_episodes(RunFolder(Path(config.out)).episodes)) & wanted)
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # EvalSetupError too
         return 0
 
 

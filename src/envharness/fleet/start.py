@@ -16,6 +16,7 @@ from typing import Any
 
 from envharness.core.registry import DEFAULT_ENV
 from envharness.fleet.router import FleetRouter, default_client_class
+from envharness.harness.groups import one_fleet
 
 
 def server_arguments(max_sessions: int, options: dict[str, Any] | None = None) -> list[str]:
@@ -49,8 +50,7 @@ def open_fleet(
 ) -> Iterator[FleetRouter]:
     """A ready `FleetRouter` over `env_urls`, or over a Ray fleet of `servers` servers."""
     urls = split_urls(env_urls)
-    if urls and servers:
-        raise ValueError("give either server urls (--env-urls) or a fleet size (--servers), not both")
+    one_fleet(None, urls, servers, ray_address)  # the fleet group's rule (harness/groups.py)
     if urls:
         with FleetRouter(urls, client_class=client_class or default_client_class(env)) as router:
             router.wait_ready(min_servers=1, timeout_s=ready_timeout_s)

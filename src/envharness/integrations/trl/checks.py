@@ -8,7 +8,7 @@ import importlib.util
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from envharness.core.declared import check_bounds
+from envharness.core.declared import check_options
 from envharness.core.registry import ResolvedEnv
 from envharness.curriculum import make_sampler
 from envharness.integrations.trl import ranks
@@ -47,7 +47,7 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     """The run `config` describes, checked (a `TrainSetupError` naming the first bad setting).
     With `model` given, its `tokenizer` says whether it is a vision-language model (a processor)."""
     try:
-        check_bounds(config)
+        check_options(config)  # bounds, and the groups' rules (one of --env-url/--env-urls/--servers)
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
     if model is None:
@@ -140,10 +140,6 @@ def _check_schedule(config: TrainConfig) -> None:
 def _check_episodes(plan: RunPlan, kind: RunKind) -> None:
     """How episodes are played: the server, the rewards, the prompt, held-out evaluation."""
     config, env = plan.config, plan.env
-    if sum(map(bool, (config.env_url, config.env_urls, config.servers))) > 1:
-        raise TrainSetupError("give one of --env-url, --env-urls and --servers (N >= 1)")
-    if config.ray_address and not config.servers:
-        raise TrainSetupError("--ray-address needs --servers")
     if config.agent and (config.env_urls or config.servers):
         raise TrainSetupError(
             "--agent plays through one server's /mcp: give --env-url (or nothing), not --env-urls/--servers"

@@ -16,26 +16,18 @@ from typing import Any
 from envharness.core.declared import option
 from envharness.curriculum import SAMPLERS
 from envharness.harness import run_options as shared
+from envharness.harness.groups import EnvironmentArgs, FleetArgs, TrainingModelArgs
 from envharness.integrations.trl.mix import parse_mix
 from envharness.integrations.trl.tracking import REPORT_TO
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    #: Task names, split names or `all` of the environment; empty: its first default task.
-    tasks: list[str] = shared.tasks()
-    #: The environment (`envharness serve NAME`): a registered name or module.path:attribute.
-    env: str = shared.env()
-    #: Options of the environment server (`serve NAME --option`): the server train starts gets
-    #: them, and the task list follows them.
-    env_options: dict[str, Any] = shared.env_options()
-    #: Who plays the other seats of a multi-player game, and the model's seat (`harness/opponents.py`).
-    opponent: str = shared.opponent()
-    seat: str = shared.seat()
-    #: "embedded" (SmolLM2-135M-Instruct, offline), "tiny" (random, for tests), or a path / hub id.
-    #: A vision-language model directory (or "tiny-vlm[:qwen2-vl|qwen3-vl]") trains on screenshots
-    #: with `VisionGRPOTrainer` (integrations/trl/vision.py).
-    model: str = shared.model("embedded")
+class TrainConfig(EnvironmentArgs, FleetArgs, TrainingModelArgs):
+    """A GRPO run: the environment, servers and model groups (`harness/groups.py`; empty
+    `tasks`: the environment's first default task; `model`: "embedded", "tiny", a path / hub
+    id, or a vision-language model, which trains on screenshots with `VisionGRPOTrainer`),
+    and train's own options below."""
+
     output_dir: str = shared.out(
         "runs/train",
         "checkpoints, final/, episodes.jsonl, train_log.jsonl, reward_curve.png",
@@ -84,14 +76,7 @@ class TrainConfig:
     )
     save_steps: int = option(10, "checkpoint every N steps", minimum=1)
     seed: int = shared.seed(0, "training seed (episode pages are drawn from it)")
-    #: URL of a running `envharness serve ENV`; None starts one on loopback.
-    env_url: str | None = shared.env_url()
-    #: A prompt style of the environment (the same names as `envharness eval --prompt`); empty:
-    #: the environment's training style.
-    prompt: str = shared.prompt()
     use_vllm: bool = option(False, "generate with TRL's vLLM (needs a CUDA GPU and vllm)")
-    #: On a machine shared with other jobs, 1 thread avoids OpenMP threads waiting on each other.
-    threads: int | None = shared.threads()
     #: Started under a launcher (torchrun, accelerate launch), its WORLD_SIZE counts instead.
     processes: int = option(
         1,
@@ -107,10 +92,6 @@ class TrainConfig:
         "<output-dir>/runs/, trackio logs locally, wandb uploads unless WANDB_MODE=offline",
         choices=tuple(REPORT_TO),
     )
-    #: A fleet instead of one server: running servers' urls, or N servers on Ray.
-    env_urls: list[str] = shared.env_urls()
-    servers: int = shared.servers()
-    ray_address: str | None = shared.ray_address()
     #: An agent that owns its loop, trained through the policy endpoint.
     agent: str | None = option(
         None,
@@ -145,9 +126,6 @@ class TrainConfig:
     skip_no_signal: bool = option(
         True, "skip TRL's loss forward/backward on a batch whose advantages are all 0", cli=False
     )
-    #: bf16/fp16 run as mixed precision over float32 weights (`precision.py`).
-    device: str = shared.device()
-    dtype: str = shared.dtype(training=True)
     #: Truncated importance sampling (`logprob_agreement.py`); the gap is logged either way.
     logprob_correction: bool = option(
         True,

@@ -20,23 +20,20 @@ from typing import Any
 
 from envharness.core.declared import option
 from envharness.harness import run_options as shared
+from envharness.harness.groups import EnvironmentArgs, ServerArgs, TrainingModelArgs
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import lora_config
 from envharness.integrations.trl.precision import trainer_precision
 from envharness.models.device import resolve
 
 
-@dataclass
-class SFTRunConfig:
-    """What `envharness sft` is asked to do; each field is its option (`core/declared.py`)."""
+@dataclass(frozen=True)
+class SFTRunConfig(EnvironmentArgs, ServerArgs, TrainingModelArgs):
+    """What `envharness sft` is asked to do: the environment (its tasks to demonstrate; its
+    opponent the demonstrations' and `--eval-every`'s; a conversation prompt style, empty: its
+    training style), a running server, the model (the student: "embedded", "tiny", or a model
+    directory / hub id) and sft's own options, each field its option (`core/declared.py`)."""
 
-    #: The environment and its server options (as `eval` / `train`).
-    env: str = shared.env()
-    env_options: dict[str, Any] = shared.env_options()
-    #: Tasks to demonstrate (names, split names or `all`); empty: the environment's defaults.
-    tasks: list[str] = shared.tasks()
-    #: "embedded", "tiny", or a model directory / hub id (the student).
-    model: str = shared.model("embedded")
     output_dir: str = shared.out(
         "runs/sft",
         "demos/, checkpoints, final/, train_log.jsonl",
@@ -55,8 +52,6 @@ class SFTRunConfig:
     episodes: int = option(32, "scripted demonstrations per task (default %(default)s)", minimum=1)
     seed: int = shared.seed(1000, "first demonstration seed (eval's seeds 0.. stay held out)")
     max_turns: int = shared.max_turns(5)
-    #: A conversation prompt style of the environment; empty: its training style.
-    prompt: str = shared.prompt()
     epochs: float = option(3.0, "passes over the demonstrations (default %(default)s)", positive=True)
     #: Optimizer steps (None: `epochs` over the demonstrations).
     max_steps: int | None = option(
@@ -80,21 +75,19 @@ class SFTRunConfig:
     save_epochs: bool = option(
         False, "checkpoint at the end of every epoch, all kept (choose the SFT stage by epochs)"
     )
-    #: Who plays the other seats of a multi-player game (`harness/opponents.py`): the demonstrations'
-    #: and `--eval-every`'s opponent.
-    opponent: str = shared.opponent()
-    seat: str = shared.seat()
     eval_every: int = shared.eval_every("the training loss, with the loss per task")
     eval_tasks: list[str] = shared.eval_tasks()
     eval_episodes: int = shared.eval_episodes()
     #: The held-out episodes' token budget per reply (as `train --max-new-tokens`).
     max_new_tokens: int = shared.max_new_tokens(32)
-    threads: int | None = shared.threads()
-    env_url: str | None = shared.env_url()
     resume: bool = shared.resume("continue the run in --out from its latest checkpoint")
-    #: Where training runs (`models/device.py`); bf16/fp16 are mixed precision over float32 weights.
-    device: str = shared.device()
-    dtype: str = shared.dtype(training=True)
+
+    def rules(self) -> None:
+        """Sft's own rule about two of its options (`core.declared.check_options`)."""
+        if self.batch_size % self.micro_batch:
+            raise ValueError(
+                f"--micro-batch {self.micro_batch} does not divide --batch-size {self.batch_size}"
+            )
 
 
 def training_rows(demonstrations: list[Any]) -> list[dict[str, list[int]]]:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from envharness.core.registry import ResolvedEnv, resolve_environment
+from envharness.core.registry import ResolvedEnv
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate
@@ -26,11 +26,9 @@ from envharness.integrations.trl.servers import env_clients
 def resolve_env(config: TrainConfig) -> ResolvedEnv:
     """The run's environment, looked up once (a `TrainSetupError` in words if it cannot be)."""
     try:
-        env = resolve_environment(config.env, config.env_options)
-        env.require_harness()
-    except (KeyError, ImportError, AttributeError, ValueError) as exc:
-        raise TrainSetupError(f"--env {config.env}: {exc}") from None
-    return env
+        return config.resolve_env()
+    except ValueError as exc:
+        raise TrainSetupError(str(exc)) from None
 
 
 def one_env_plan(config: TrainConfig, env: ResolvedEnv, prompt: str) -> RunPlan:
