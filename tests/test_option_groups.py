@@ -112,3 +112,105 @@ def test_preparing_an_sft_run_returns_a_resolved_copy_and_changes_nothing(tmp_pa
         given.prompt = "compact"  # type: ignore[misc]
     with pytest.raises(ValueError, match="--micro-batch 3 does not divide --batch-size 8"):
         check_options(SFTRunConfig(micro_batch=3))  # sft's own rule, with its options
+
+
+def test_serve_policy_and_check_use_the_same_declarations():
+    import inspect
+
+    from envharness.cli.check import CheckConfig
+    from envharness.cli.exposure import ExposureArgs
+    from envharness.cli.policy import PolicyConfig
+    from envharness.cli.serve import AppArgs, ServeConfig
+    from envharness.core.server import create_app
+    from envharness.policy.limits import PolicyLimits
+
+    for config, groups in (
+        (ServeConfig, (AppArgs, ExposureArgs)),
+        (PolicyConfig, (PolicyLimits, ExposureArgs, ModelArgs)),
+        (CheckConfig, (ServerArgs,)),
+    ):
+        for group in groups:
+            for field in dataclasses.fields(group):
+                assert config.__dataclass_fields__[field.name] is field, (config.__name__, field.name)
+    for name in ("env_options", "tasks", "seed"):  # check's own fields, from the same declarations
+        check, train = CheckConfig.__dataclass_fields__[name], TrainConfig.__dataclass_fields__[name]
+        assert check.metadata["option"].flags == train.metadata["option"].flags, name
+    # what create_app takes is AppArgs, by name, with the same defaults
+    takes = inspect.signature(create_app).parameters
+    for field in dataclasses.fields(AppArgs):
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        given = takes[field.name].default
+        assert (list(given) if isinstance(given, tuple) else given) == default, field.name
+
+
+def _parsed(command: str, argv: list[str], monkeypatch) -> object:
+    """The configuration `envharness COMMAND ARGV...` runs with (its own parser and
+    config_from_args; the run is left out)."""
+    module = importlib.import_module(f"envharness.cli.{command}")
+    seen = []
+    monkeypatch.setattr(module, "run", lambda args: seen.append(module.config_from_args(args)) or 0)
+    assert cli_main([command, *argv]) == 0
+    return seen[0]
+
+
+def test_serve_policy_and_check_read_their_typed_options(monkeypatch):
+    monkeypatch.delenv("ENVHARNESS_TOKEN", raising=False)
+    serve = _parsed(
+        "serve",
+        ["echo", "--max-sessions", "3", "--idle-timeout", "0", "--allowed-hosts", "a, b", "--mcp-fixed",
+         "seat,seed", "--web", "--token", "t", "--port", "0", "--exit-with-parent", "7"],
+        monkeypatch,
+    )  # fmt: skip
+    assert (serve.max_sessions, serve.idle_timeout_s, serve.allowed_hosts, serve.mcp_fixed) == (
+        3, None, ["a", "b"], ["seat", "seed"]
+    )  # fmt: skip
+    assert (serve.web, serve.token, serve.port, serve.exit_with_parent, serve.allowed_origins) == (
+        True, "t", 0, 7, []
+    )  # fmt: skip
+    monkeypatch.setenv("ENVHARNESS_TOKEN", "from-env")
+    policy = _parsed(
+        "policy",
+        ["--model", "tiny", "--max-calls-per-rollout", "0", "--rollout-idle-timeout", "5", "--max-prompt-tokens",
+         "9", "--allow-null-origin", "--allowed-origins", "null", "--temperature", "0.5"],
+        monkeypatch,
+    )  # fmt: skip
+    assert (policy.max_calls_per_rollout, policy.rollout_idle_s, policy.max_prompt_tokens, policy.token) == (
+        None, 5.0, 9, "from-env"
+    )  # fmt: skip
+    assert (policy.allowed_origins, policy.allow_null_origin, policy.temperature, policy.port) == (
+        ["null"], True, 0.5, 9000
+    )  # fmt: skip
+    check = _parsed(
+        "check",
+        ["echo", "--env-option", "x=1", "--task", "a,b", "--max-turns", "3", "--episode-timeout", "0",
+         "--floor", "--floor-policies", "noop, random", "--no-progress"],
+        monkeypatch,
+    )  # fmt: skip
+    assert (check.env_options, check.tasks, check.max_steps, check.episode_timeout_s) == (
+        {"x": 1},
+        ["a", "b"],
+        3,
+        None,
+    )
+    assert (check.floor, check.floor_policies, check.progress) == (True, ["noop", "random"], False)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["policy", "--model", "tiny", "--max-request-bytes", "10"],
+            "--max-request-bytes must be at least 1024",
+        ),
+        (
+            ["policy", "--model", "tiny", "--allowed-origins", "null"],
+            "--allowed-origins null would let every",
+        ),
+        (["serve", "echo", "--max-sessions", "0"], "--max-sessions must be at least 1"),
+        (["check", "echo", "--episodes", "0"], "--episodes must be at least 1"),
+    ],
+)
+def test_serve_policy_and_check_refuse_out_of_bounds_in_words_before_starting(argv, words, capsys):
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"envharness {argv[0]}: {words}" in err and "Traceback" not in err

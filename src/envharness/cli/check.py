@@ -18,9 +18,83 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from envharness.cli import options
+from envharness.cli.declared import add_declared, from_args
+from envharness.core.declared import check_options, option
+from envharness.harness import run_options as shared
+from envharness.harness.groups import ServerArgs
+
+
+@dataclass(frozen=True)
+class FloorArgs:
+    """`--floor`: the adversarial floor instead of the contract checks (docs/adversarial_floor.md)."""
+
+    group: ClassVar[str] = "adversarial floor"
+
+    floor: bool = option(
+        False,
+        "run the adversarial floor instead of the contract checks: random, noop, hostile and repeat "
+        "policies, whose success must be near zero",
+    )
+    floor_episodes: int = option(
+        3, "episodes per task and policy (default %(default)s)", metavar="N", minimum=1
+    )
+    floor_policies: list[str] | None = option(
+        None, "the policies to run (default: random,noop,hostile,repeat)", type=shared.names, metavar="P[,P]"
+    )
+    floor_out: str | None = option(None, "write floor.json and floor.md (the table) there", metavar="DIR")
+    floor_max_success: float | None = option(
+        None,
+        "exit 1 when a policy's success rate on a task is above RATE (default: report only)",
+        type=float,
+        metavar="RATE",
+        minimum=0,
+    )
+
+
+@dataclass(frozen=True)
+class CheckConfig(FloorArgs, ServerArgs):
+    """`envharness check ENV`: the environment's options, tasks and server (the declarations
+    `eval` and `train` use), the episodes the checks play, and the floor's options."""
+
+    env_options: dict[str, Any] = shared.env_options()
+    tasks: list[str] = shared.tasks()
+    seed: int = shared.seed(0, "first episode seed; episodes use SEED..SEED+N-1")
+    #: None: 20 for the contract's episodes, 5 for the floor's.
+    max_steps: int | None = option(
+        None,
+        "actions per episode (default 20 for the contract's episodes, 5 for the floor's)",
+        flags=("--max-steps", "--max-turns"),
+        dest="max_steps",
+        type=int,
+        metavar="N",
+        minimum=1,
+    )
+    episodes: int = option(
+        2, "contract: seeds per task, each played twice (default %(default)s)", metavar="N", minimum=1
+    )
+    concurrency: int = option(4, "episodes in flight at once (default %(default)s)", metavar="N", minimum=1)
+    episode_timeout_s: float | None = option(
+        120.0,
+        "seconds before an episode is failed (default %(default)s)",
+        flags=("--episode-timeout",),
+        metavar="S",
+        minimum=0,
+        from_cli=lambda seconds: seconds or None,
+    )
+    #: Only an opponent the server plays: the checked seat's policy is the check's own.
+    opponent: str = option(
+        "",
+        "who plays the other seats of multi-player games: an opponent the server plays "
+        "(default: the environment's first, a legal random move for TextArena)",
+        metavar="SPEC",
+    )
+    seat: str = option("alternate", "the seat the policies play", metavar="0|1|alternate|random")
+    progress: bool = option(True, "no progress bar (floor)", flags=("--no-progress",), dest="progress")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,82 +103,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "env", metavar="ENV", help=f"environment: {', '.join(ENVIRONMENTS)}, or module.path:attribute"
     )
-    options.add_env_options(parser)
-    options.add_tasks(parser)
-    options.add_env_url(parser)
-    options.add_seed(parser, 0, "first episode seed; episodes use SEED..SEED+N-1")
-    parser.add_argument(
-        "--max-steps",
-        "--max-turns",
-        dest="max_steps",
-        type=int,
-        default=None,
-        metavar="N",
-        help="actions per episode (default 20 for the contract's episodes, 5 for the floor's)",
-    )
-    parser.add_argument(
-        "--episodes",
-        type=int,
-        default=2,
-        metavar="N",
-        help="contract: seeds per task, each played twice (default %(default)s)",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=4,
-        metavar="N",
-        help="episodes in flight at once (default %(default)s)",
-    )
-    parser.add_argument(
-        "--episode-timeout",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="seconds before an episode is failed (default %(default)s)",
-    )
-    floor = parser.add_argument_group("adversarial floor")
-    floor.add_argument(
-        "--floor",
-        action="store_true",
-        help="run the adversarial floor instead of the contract checks: random, noop, hostile and repeat "
-        "policies, whose success must be near zero",
-    )
-    floor.add_argument(
-        "--floor-episodes",
-        type=int,
-        default=3,
-        metavar="N",
-        help="episodes per task and policy (default %(default)s)",
-    )
-    floor.add_argument(
-        "--floor-policies",
-        type=options.names,
-        default=None,
-        metavar="P[,P]",
-        help="the policies to run (default: random,noop,hostile,repeat)",
-    )
-    floor.add_argument(
-        "--floor-out", default=None, metavar="DIR", help="write floor.json and floor.md (the table) there"
-    )
-    floor.add_argument(
-        "--floor-max-success",
-        type=float,
-        default=None,
-        metavar="RATE",
-        help="exit 1 when a policy's success rate on a task is above RATE (default: report only)",
-    )
-    parser.add_argument(
-        "--opponent",
-        default="",
-        metavar="SPEC",
-        help="who plays the other seats of multi-player games: an opponent the server plays "
-        "(default: the environment's first, a legal random move for TextArena)",
-    )
-    parser.add_argument(
-        "--seat", default="alternate", metavar="0|1|alternate|random", help="the seat the policies play"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (floor)")
+    add_declared(parser, CheckConfig, options.help_values())
+
+
+def config_from_args(args: argparse.Namespace) -> CheckConfig:
+    """The `CheckConfig` the command line describes, its bounds checked (ValueError in words)."""
+    config = from_args(CheckConfig, args)
+    check_options(config)
+    return config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,69 +118,73 @@ def run(args: argparse.Namespace) -> int:
     from envharness.check.playground import seated_options
 
     try:
-        env_options = options.env_options(args.env_options)
+        config = config_from_args(args)  # a malformed --env-option, a bound: ValueError
         env_options, opponent = seated_options(
-            args.env, env_options, args.tasks or [], args.opponent, args.seat, bool(args.env_url)
+            args.env, config.env_options, config.tasks, config.opponent, config.seat, bool(config.env_url)
         )
         if opponent:
             print(f"multi-player games: the checked seat plays against the server's {opponent} player")
-        return run_floor(args, env_options) if args.floor else run_contract(args, env_options)
+        return (
+            run_floor(args.env, config, env_options)
+            if config.floor
+            else run_contract(args.env, config, env_options)
+        )
     except CheckSetupError as exc:
         print(f"envharness check: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # a malformed --env-option
+    except ValueError as exc:
         print(f"envharness check: {exc}", file=sys.stderr)
         return 2
 
 
-def run_contract(args: argparse.Namespace, env_options: dict) -> int:
+def run_contract(env: str, config: CheckConfig, env_options: dict) -> int:
     from envharness.check import check_environment
 
     report = check_environment(
-        args.env,
+        env,
         env_options,
-        tasks=args.tasks,
-        episodes=args.episodes,
-        seed=args.seed,
-        max_steps=args.max_steps or 20,
-        concurrency=args.concurrency,
-        env_url=args.env_url,
-        episode_timeout_s=args.episode_timeout or None,
+        tasks=config.tasks,
+        episodes=config.episodes,
+        seed=config.seed,
+        max_steps=config.max_steps or 20,
+        concurrency=config.concurrency,
+        env_url=config.env_url,
+        episode_timeout_s=config.episode_timeout_s,
     )
     print(report.format())
     return 0 if report.ok else 1
 
 
-def run_floor(args: argparse.Namespace, env_options: dict) -> int:
+def run_floor(env: str, config: CheckConfig, env_options: dict) -> int:
     from envharness.check import POLICIES, run_floor as floor
     from envharness.check.report import floor_markdown, floor_text
 
     report = floor(
-        args.env,
+        env,
         env_options,
-        tasks=args.tasks,
-        policies=args.floor_policies or list(POLICIES),
-        episodes=args.floor_episodes,
-        seed=args.seed,
-        max_steps=args.max_steps or 5,
-        concurrency=args.concurrency,
-        env_url=args.env_url,
-        episode_timeout_s=args.episode_timeout or None,
-        progress=not args.no_progress,
+        tasks=config.tasks,
+        policies=config.floor_policies or list(POLICIES),
+        episodes=config.floor_episodes,
+        seed=config.seed,
+        max_steps=config.max_steps or 5,
+        concurrency=config.concurrency,
+        env_url=config.env_url,
+        episode_timeout_s=config.episode_timeout_s,
+        progress=config.progress,
     )
     print(floor_text(report))
-    if args.floor_out:
-        out = Path(args.floor_out)
+    if config.floor_out:
+        out = Path(config.floor_out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "floor.json").write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
         (out / "floor.md").write_text(floor_markdown(report), encoding="utf-8")
         print(f"\nwrote {out / 'floor.json'} and {out / 'floor.md'}")
-    if args.floor_max_success is not None:
+    if config.floor_max_success is not None:
         rate, task, policy = report.worst_rate()
-        if rate > args.floor_max_success:
+        if rate > config.floor_max_success:
             print(
                 f"FAIL  floor: {policy} won {rate:.0%} of its episodes on {task} (above --floor-max-success "
-                f"{args.floor_max_success:g})"
+                f"{config.floor_max_success:g})"
             )
             return 1
     return 0

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any, TypeVar
 
-from envharness.core.declared import FIELD_DEFAULT, KEY, Option, declared, group_of
+from envharness.core.declared import FIELD_DEFAULT, Option, declared, group_of
 
 T = TypeVar("T")
 
@@ -55,21 +55,6 @@ def add_declared(
         sections[title].add_argument(
             *(opt.flags or (opt.flag(field.name),)), **_argument(field, opt, help_values or {})
         )
-
-
-def add_field(
-    parser: argparse.ArgumentParser,
-    name: str,
-    field: Any,
-    help_values: dict[str, str] | None = None,
-    **given: Any,
-) -> None:
-    """One declared option (a field made by `core.declared.option`, not yet in a class) on a
-    command without a configuration class; `given` overrides argparse's settings (a default)."""
-    field.name = name
-    opt: Option = field.metadata[KEY]
-    kwargs = {**_argument(field, opt, help_values or {}), **given}
-    parser.add_argument(*(opt.flags or (opt.flag(name),)), **kwargs)
 
 
 def from_args(cls: type[T], args: argparse.Namespace, **given: Any) -> T:

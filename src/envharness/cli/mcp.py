@@ -13,19 +13,17 @@ import logging
 import os
 import sys
 
+from envharness.cli.options import add_env_selection, collect_options
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="environment: echo, browsergym, or module.path:attribute")
-    parser.add_argument(
-        "--option", action="append", default=[], metavar="KEY=VALUE", help="environment option (repeatable)"
-    )
+    add_env_selection(parser)  # NAME and --option, as `serve` takes them
     parser.add_argument("--log-level", default="warning", help="log level of messages on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
     import mcp  # noqa: F401  (fail here, with the extras hint, when the SDK is missing)
 
-    from envharness.cli.options import collect_options
     from envharness.core.registry import make_factory
     from envharness.mcp.stdio import serve_stdio
 

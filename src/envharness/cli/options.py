@@ -1,40 +1,18 @@
-"""Options shared by `envharness serve | eval | train | sft | policy | check | mcp`.
+"""What the commands share beyond their declared options (`core/declared.py`, read by
+`cli/declared.py`): the help texts that depend on what is installed, refusing what only the
+machine or the environment can refuse (a device, a prompt style), torch's threads, and
+`serve NAME --option KEY=VALUE` (`serve`, `mcp`).
 
-The options of runs are declared once, as fields (`harness/run_options.py`, read by
-`cli/declared.py`); the helpers here add one of those declarations to a command that has no
-configuration class of its own (`check`, `policy`), refuse what only the machine or the
-environment can refuse (a device, a prompt style), and read `serve NAME --option KEY=VALUE`.
-
-`serve` and `mcp` read this module too and must start fast: the registry, the prompt styles,
-the device module and the declarations are imported by the helpers that need them.
+`serve` and `mcp` read this module too and must start fast: the registry, the prompt styles
+and the device module are imported by the helpers that need them.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from typing import Any
 
 from envharness.core.declared import json_or_text, key_values
-
-
-def names(text: str) -> list[str]:
-    """'a, b,,c' -> ['a', 'b', 'c'] (`harness/run_options.names`)."""
-    from envharness.harness.run_options import names
-
-    return names(text)
-
-
-def _shared() -> Any:
-    from envharness.harness import run_options
-
-    return run_options
-
-
-def add_field(parser: argparse.ArgumentParser, name: str, field: Any, **given: Any) -> None:
-    from envharness.cli.declared import add_field
-
-    add_field(parser, name, field, **given)
 
 
 def help_values() -> dict[str, str]:
@@ -49,41 +27,6 @@ def help_values() -> dict[str, str]:
         ),
         "prompt_styles": "; ".join(f"{s.name}: {s.description}" for s in prompt_styles()),
     }
-
-
-def add_env_options(parser: argparse.ArgumentParser) -> None:
-    add_field(parser, "env_options", _shared().env_options())
-
-
-def env_options(pairs: list[str]) -> dict[str, Any]:
-    """`--env-option KEY=VALUE` pairs as options (values parsed as JSON when they parse)."""
-    return _shared().key_values(pairs)
-
-
-def add_tasks(parser: argparse.ArgumentParser, default: Sequence[str] = ()) -> None:
-    add_field(parser, "tasks", _shared().tasks(), default=list(default))
-
-
-def add_model(parser: argparse.ArgumentParser, default: str) -> None:
-    add_field(parser, "model", _shared().model(default))
-
-
-def add_env_url(parser: argparse.ArgumentParser) -> None:
-    add_field(parser, "env_url", _shared().env_url())
-
-
-def add_seed(parser: argparse.ArgumentParser, default: int, help_text: str) -> None:
-    add_field(parser, "seed", _shared().seed(default, help_text))
-
-
-def add_threads(parser: argparse.ArgumentParser) -> None:
-    add_field(parser, "threads", _shared().threads())
-
-
-def add_device(parser: argparse.ArgumentParser, training: bool = False) -> None:
-    """`--device` and `--dtype`: where a local model runs (models/device.py)."""
-    add_field(parser, "device", _shared().device())
-    add_field(parser, "dtype", _shared().dtype(training))
 
 
 def check_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -98,6 +98,12 @@ def check_options(config: Any) -> None:
             rules(config)
 
 
+def group_values(config: Any, group: type) -> dict[str, Any]:
+    """The values of `config`'s fields that `group` declares, by name (what a function whose
+    keywords are the group's fields takes: `create_app(..., **group_values(config, AppArgs))`)."""
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(group)}
+
+
 def group_of(cls: type, name: str) -> str | None:
     """The title of the group that declares field `name` of `cls` (its class attribute
     `group`, as TRL's `HfArgumentParser` reads `_argument_group_name`); None: the command's own."""

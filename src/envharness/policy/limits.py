@@ -24,7 +24,9 @@ Every refusal is an OpenAI-style error body (`errors.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from envharness.core.declared import option
 from envharness.core.guards import bearer as _bearer, same_secret
 from envharness.policy import errors
 
@@ -36,16 +38,55 @@ DEFAULT_MAX_TOKENS_LIMIT = 4096
 
 @dataclass(frozen=True)
 class PolicyLimits:
-    token: str | None = None
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """The limits, each field its `envharness policy` option (`core/declared.py`)."""
+
+    group: ClassVar[str] = "limits"
+
+    token: str | None = option(
+        None,
+        "require `Authorization: Bearer TOKEN` on the driver's routes, and the token or a rollout's own "
+        "api_key on agents' calls (default: $ENVHARNESS_TOKEN; none: open, on loopback by default)",
+    )
+    max_request_bytes: int = option(
+        DEFAULT_MAX_REQUEST_BYTES,
+        "largest request body accepted (default %(default)s: room for screenshots)",
+        metavar="N",
+        minimum=1024,
+    )
     #: Model calls one rollout may make (None: no limit).
-    max_calls_per_rollout: int | None = 1000
+    max_calls_per_rollout: int | None = option(
+        1000,
+        "model calls one rollout may make (default %(default)s; 0: no limit)",
+        type=int,
+        metavar="N",
+        minimum=0,
+        from_cli=lambda calls: calls or None,
+    )
     #: Seconds without a call after which an open rollout is ended (None: never).
-    rollout_idle_s: float | None = 600.0
+    rollout_idle_s: float | None = option(
+        600.0,
+        "end a rollout no call reached for S seconds (default %(default)s; 0: never)",
+        flags=("--rollout-idle-timeout",),
+        type=float,
+        metavar="S",
+        minimum=0,
+        from_cli=lambda seconds: seconds or None,
+    )
     #: The most tokens one reply may ask for (`max_tokens`), whatever the context leaves.
-    max_tokens_limit: int = DEFAULT_MAX_TOKENS_LIMIT
+    max_tokens_limit: int = option(
+        DEFAULT_MAX_TOKENS_LIMIT,
+        "the most tokens one reply may ask for (max_tokens); more: context_length_exceeded (default %(default)s)",
+        metavar="N",
+        minimum=1,
+    )
     #: The most tokens a prompt may have (None: the context window less one).
-    max_prompt_tokens: int | None = None
+    max_prompt_tokens: int | None = option(
+        None,
+        "refuse prompts of more than N tokens, longer ones unread (default: the context less one)",
+        type=int,
+        metavar="N",
+        minimum=1,
+    )
 
     def check_calls(self, made: int, rollout_id: str) -> None:
         if self.max_calls_per_rollout is not None and made >= self.max_calls_per_rollout:
