@@ -56,13 +56,14 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     else:
         vision = hasattr(tokenizer, "image_processor")  # a VLM's processor, transformers' attribute
     kind = pick_run(config, vision)
-    plan = _seat_opponents(kind.resolve(config), kind)
+    n = processes(config)
+    plan = _seat_opponents(kind.resolve(config), kind, n)
     config = plan.config
-    _check_schedule(config)
+    _check_schedule(config, n)
     _check_episodes(plan, kind)
     _check_machine(config)
-    _check_processes(config)
-    if (why := why_not_async(config, kind.name, processes(config))) is not None:
+    _check_processes(config, n)
+    if (why := why_not_async(config, kind.name, n)) is not None:
         raise TrainSetupError(why)
     try:
         checkpoint = plan_resume(
@@ -93,7 +94,7 @@ def sampler_options(config: TrainConfig) -> dict[str, Any]:
     return {"floor": config.curriculum_floor} if config.curriculum == "signal" else {}
 
 
-def _seat_opponents(plan: RunPlan, kind: RunKind) -> RunPlan:
+def _seat_opponents(plan: RunPlan, kind: RunKind, processes: int) -> RunPlan:
     """`--opponent` / `--seat` (`RunKind.seat`); a model in the other seats is the run's
     client's to play, where the kind and the environment can."""
     try:
@@ -101,21 +102,23 @@ def _seat_opponents(plan: RunPlan, kind: RunKind) -> RunPlan:
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
     for row in plan.model_seats:
-        _check_model_opponent(plan.config, row.env.require_harness(), row.seats.client_opponent or "", kind)
+        _check_model_opponent(
+            plan.config, row.env.require_harness(), row.seats.client_opponent or "", kind, processes
+        )
     return plan
 
 
-def _check_model_opponent(config: TrainConfig, harness: Any, opponent: str, kind: RunKind) -> None:
+def _check_model_opponent(
+    config: TrainConfig, harness: Any, opponent: str, kind: RunKind, processes: int
+) -> None:
     """A model in the other seats (`self` or a model spec) is played by the run's client."""
     flag = f"--opponent {config.opponent.strip()}"
     if config.agent:
         raise TrainSetupError(
             f"{flag} with --agent: an agent's own loop plays one seat; train without --agent"
         )
-    if processes(config) > 1:
-        raise TrainSetupError(
-            f"{flag} trains on one process; it cannot run as --processes {processes(config)} yet"
-        )
+    if processes > 1:
+        raise TrainSetupError(f"{flag} trains on one process; it cannot run as --processes {processes} yet")
     if not kind.seats_models:
         raise TrainSetupError(f"{flag}: a {kind.name} run cannot seat a model in the other seats")
     if opponent == "self" and harness.seat_views is None:
@@ -124,7 +127,7 @@ def _check_model_opponent(config: TrainConfig, harness: Any, opponent: str, kind
         raise TrainSetupError(f"{flag}: {harness.env} cannot seat a model in the other seats")
 
 
-def _check_schedule(config: TrainConfig) -> None:
+def _check_schedule(config: TrainConfig, processes: int) -> None:
     """Tasks, curriculum, batch and held-out evaluation."""
     if not config.tasks:
         raise TrainSetupError("no tasks given")
@@ -132,7 +135,7 @@ def _check_schedule(config: TrainConfig) -> None:
         make_sampler(config.curriculum, config.tasks, **sampler_options(config))
     except ValueError as exc:
         raise TrainSetupError(f"--curriculum: {exc}") from None
-    loss_passes(config, processes(config))
+    loss_passes(config, processes)
     if config.eval_every < 0 or config.eval_episodes < 1:
         raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
 
@@ -159,9 +162,9 @@ def _check_episodes(plan: RunPlan, kind: RunKind) -> None:
         raise TrainSetupError(why)
 
 
-def _check_processes(config: TrainConfig) -> None:
+def _check_processes(config: TrainConfig, n: int) -> None:
     """What cannot run as several processes yet, refused in words."""
-    started, n = ranks.world_size(), processes(config)
+    started = ranks.world_size()
     if started > 1 and config.processes not in (1, started):
         raise TrainSetupError(
             f"--processes {config.processes} under a launcher that started {started}: give one"
