@@ -29,6 +29,13 @@ def help_values() -> dict[str, str]:
     }
 
 
+def resume_needs_out(args: argparse.Namespace) -> None:
+    """`--resume` continues a run folder named with `--out` (`train`, `sft`): without one, the
+    folder would be a new one named after the time (ValueError in words)."""
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out (the run folder to continue)")
+
+
 def check_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse an unknown `--prompt` of `--env` as argparse refuses a bad choice (exit 2)."""
     from envharness.prompts import get_prompt_style

@@ -34,8 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> SFTRunConfig:
     """The `SFTRunConfig` the command line describes, its bounds checked (ValueError)."""
-    if args.resume and not args.out:
-        raise ValueError("--resume needs --out (the run folder to continue)")
+    options.resume_needs_out(args)
     config = from_args(SFTRunConfig, args)
     check_options(config)
     return config

@@ -35,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The `TrainConfig` the command line describes, its bounds checked (ValueError)."""
-    if args.resume and not args.out:
-        raise ValueError("--resume needs --out (the run folder to continue)")
+    options.resume_needs_out(args)
     config = from_args(TrainConfig, args)
     check_bounds(config)
     return config
