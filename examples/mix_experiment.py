@@ -14,8 +14,9 @@ skipped and a half-done SFT or eval resumes, so a stopped experiment continues w
 2. greedy `eval` of the scripted policy, base and SFT on held-out seeds 0..31 of the trained
    tasks, the transfer tasks (never demonstrated, never trained) and Wordle; `sft-stage.md` gets
    stages 1 and 2's table with their times (`--until sft` stops here);
-3. `train --mix` from the SFT model, once per curriculum (signal, uniform) and training seed,
-   `--parallel` runs at a time, each with `--eval-every` held-out checks during training;
+3. `train --mix` from the SFT model, once per arm (`--arm NAME=OPTIONS`; by default one per
+   curriculum, signal and uniform) and training seed, `--parallel` runs at a time, each with
+   `--eval-every` held-out checks during training;
 4. the same greedy `eval` of every run's final model.
 
 `results.md` gets the table (successes per task and model, 95 % Wilson intervals) and
@@ -135,6 +136,9 @@ def epoch_models(args: argparse.Namespace) -> dict[int, str]:
 
 def choose_sft(args: argparse.Namespace) -> str:
     """The SFT epoch with the best validation mean over the trained tasks (ties: fewer epochs)."""
+    if len(args.sft_epochs) == 1:  # nothing to choose between
+        (args.out / "sft-choice.json").write_text(json.dumps({"chosen_epochs": args.sft_epochs[0]}))
+        return epoch_models(args)[args.sft_epochs[0]]
     means = {}
     for epoch in args.sft_epochs:
         rows = success(args.out / f"val-sft-epoch-{epoch}" / "summary.json")
@@ -175,14 +179,17 @@ def runs_table(args: argparse.Namespace, runs: list[str]) -> str:
         *(f"browsergym:{t}" for t in args.tasks.split(",")),
         *([f"textarena:{GAME}"] if args.game else []),
     ]
-    lines = [f"| run | steps in {args.minutes:g} min | steps with signal | groups drawn: "
-             + ", ".join(t.split(":")[-1] for t in trained) + " |", "|---|---:|---:|---|"]  # fmt: skip
+    lines = [f"| run | steps in {args.minutes:g} min | steps with signal | extra groups (dynamic sampling) "
+             "| stale batches dropped | groups drawn: "
+             + ", ".join(t.split(":")[-1] for t in trained) + " |", "|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for run in runs:
         log = args.out / run / "train_log.jsonl"
         steps = [e for line in log.read_text().splitlines() if "curriculum/drawn" in (e := json.loads(line))]
         drawn = collections.Counter(task for e in steps for task in e["curriculum/drawn"])
         signal = sum(e.get("frac_reward_zero_std", 1) < 1 for e in steps)
-        lines.append(f"| {run} | {len(steps)} | {signal} ({100 * signal / max(1, len(steps)):.0f} %) | "
+        extra = sum(e.get("dynamic/extra_groups", 0) for e in steps)
+        stale = sum(e.get("async/dropped_groups", 0) for e in steps)
+        lines.append(f"| {run} | {len(steps)} | {signal} ({100 * signal / max(1, len(steps)):.0f} %) | {extra} | {stale} | "
                      + ", ".join(str(drawn[t]) for t in trained) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -191,7 +198,7 @@ def sft_stage(args: argparse.Namespace) -> str:
     """Markdown of stage 1 on its own: each SFT epoch on validation seeds, then scripted, base and
     the chosen SFT model on held-out seeds, and what each part cost (wall time on this machine)."""
     choice = json.loads((args.out / "sft-choice.json").read_text())
-    epochs = [int(e) for e in choice["validation_mean"]]
+    epochs = [int(e) for e in choice.get("validation_mean", {})]  # none: one candidate, no choice
     val = {e: success(args.out / f"val-sft-epoch-{e}" / "summary.json") for e in epochs}
     log = [
         json.loads(line) for line in (args.out / "sft" / "train_log.jsonl").read_text().splitlines() if line
@@ -202,17 +209,18 @@ def sft_stage(args: argparse.Namespace) -> str:
         if (args.out / "stage_times.json").exists()
         else {}
     )
-    lines = [f"| validation success, seeds 100-{100 + args.validation_episodes - 1} | "
+    lines = [] if not epochs else [f"| validation success, seeds 100-{100 + args.validation_episodes - 1} | "
              + " | ".join(f"{e} epoch{'s' * (e > 1)} (step {at_epoch[e]['step']}, {at_epoch[e]['elapsed_s'] / 60:.0f} min)"
                           for e in epochs) + " |",
              "|---|" + "---:|" * len(epochs)]  # fmt: skip
     for task in args.tasks.split(","):
         lines.append(f"| {task} | " + " | ".join(
             f"{r['successes']}/{r['episodes']}" if (r := val[e].get(task)) else "-" for e in epochs) + " |")  # fmt: skip
-    lines.append("| **mean** | " + " | ".join(
-        f"{100 * choice['validation_mean'][str(e)]:.1f} %" for e in epochs) + " |")  # fmt: skip
+    if epochs:
+        lines.append("| **mean** | " + " | ".join(
+            f"{100 * choice['validation_mean'][str(e)]:.1f} %" for e in epochs) + " |")  # fmt: skip
     lines += ["", f"Chosen: {choice['chosen_epochs']} epoch(s).", ""]
-    lines.append(table(args, ["scripted", "base", "sft"]).replace(
+    lines.append(table(args, [*args.baselines, "sft"]).replace(
         "| sft |", f"| SFT ({choice['chosen_epochs']} epoch{'s' * (choice['chosen_epochs'] > 1)}) |", 1))  # fmt: skip
     spent = {
         k: v
@@ -299,7 +307,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="SFT candidates: the model after each of these epochs (one run, the longest)",
     )
     p.add_argument("--demo-episodes", type=int, default=64)
-    p.add_argument("--curricula", default="signal,uniform")
+    p.add_argument(
+        "--curricula", default="signal,uniform", help="one arm per curriculum, where no --arm is given"
+    )
+    p.add_argument(
+        "--arm",
+        dest="arms",
+        action="append",
+        default=[],
+        metavar="NAME=OPTIONS",
+        help="a GRPO setting: its name and the train options it adds (e.g. "
+        "'async=--curriculum signal --async --max-extra-groups 4 --beta 0.04'); repeat for several",
+    )
+    p.add_argument(
+        "--baselines",
+        default="scripted,base",
+        help="models evaluated on held-out seeds beside SFT and the runs (scripted, base)",
+    )
     p.add_argument("--seeds", default="1,2", help="training seeds, one run per curriculum and seed")
     p.add_argument("--minutes", type=float, default=30.0, help="GRPO wall-clock minutes per run")
     p.add_argument("--parallel", type=int, default=2, help="GRPO runs at a time")
@@ -319,7 +343,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--curves-skip", type=lambda s: set(s.split(",")), default=set(), help="tasks left out of curves.png"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.arms = dict(_arm(a) for a in args.arms) or {
+        c: ["--curriculum", c] for c in args.curricula.split(",")
+    }
+    args.baselines = [b for b in args.baselines.split(",") if b]
+    return args
+
+
+def _arm(text: str) -> tuple[str, list[str]]:
+    name, sep, options = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--arm {text!r}: give NAME=OPTIONS")
+    return name, shlex.split(options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
                "--epochs", str(max(args.sft_epochs)), "--save-epochs", "--batch-size", "8", "--lr", "5e-5",
                "--prompt", "compact", "--max-turns", str(args.max_turns), "--out", str(out)],
               out / "final" / "config.json", out.with_suffix(".log"))], 1, args.threads)  # fmt: skip
-    run_all([s for epoch, model in epoch_models(args).items() for s in eval_stages(
+    run_all([s for epoch, model in epoch_models(args).items() if len(args.sft_epochs) > 1 for s in eval_stages(
         args, model, f"val-sft-epoch-{epoch}", seed=100, episodes=args.validation_episodes, tasks=args.tasks)],
         args.parallel, args.threads)  # fmt: skip
     sft = choose_sft(args)
-    run_all([*eval_stages(args, args.model, "heldout-base", seed=0, episodes=args.episodes, tasks=every_task),
-             *eval_stages(args, sft, "heldout-sft", seed=0, episodes=args.episodes, tasks=every_task),
-             *eval_stages(args, "scripted", "heldout-scripted", seed=0, episodes=args.episodes, tasks=every_task)],
+    baselines = {"base": args.model, "scripted": "scripted"}
+    run_all([*eval_stages(args, sft, "heldout-sft", seed=0, episodes=args.episodes, tasks=every_task),
+             *(s for b in args.baselines for s in eval_stages(
+                 args, baselines[b], f"heldout-{b}", seed=0, episodes=args.episodes, tasks=every_task))],
             args.parallel, args.threads)  # fmt: skip
     stage_one = sft_stage(args)  # stage 1's table, before any GRPO
     (args.out / "sft-stage.md").write_text(stage_one)
@@ -349,14 +386,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     runs, arms = [], []
-    for seed in args.seeds.split(","):  # each pair of runs at once: one of each curriculum
-        for curriculum in args.curricula.split(","):
-            name = f"grpo-{curriculum}-{seed}"
+    for seed in args.seeds.split(","):  # each pair of runs at once: one of each arm
+        for arm, options in args.arms.items():
+            name = f"grpo-{arm}-{seed}"
             out = args.out / name
             runs.append(name)
             arms.append((["train", "--model", sft, "--mix", f"browsergym:{args.tasks}",
                           *(["--mix", f"textarena:{GAME}"] if args.game else []),
-                          "--curriculum", curriculum, "--seed", seed, "--minutes", str(args.minutes),
+                          *options, "--seed", seed, "--minutes", str(args.minutes),
                           "--num-generations", str(args.num_generations), "--groups-per-step", "1",
                           "--micro-batch", str(args.micro_batch), "--lr", str(args.lr),
                           "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens),
@@ -369,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         args, str(args.out / name / "final"), f"heldout-{name}", seed=0, episodes=args.episodes, tasks=every_task)],
         args.parallel, args.threads)  # fmt: skip
 
-    models = ["scripted", "base", "sft", *runs]
+    models = [*args.baselines, "sft", *runs]
     curves = plot_curves(args, runs)
     text = runs_table(args, runs) + "\n" + table(args, models)
     (args.out / "results.md").write_text(
