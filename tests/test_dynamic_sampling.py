@@ -189,3 +189,33 @@ def test_two_processes_take_the_same_decisions(tmp_path):
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert sorted(Counter(r["seed"] for r in records).values()) == [2, 2, 2]  # 3 groups, each whole
     assert (done.stdout + done.stderr).count("2 of 2 groups still without signal") == 1
+
+
+def test_counts_belong_to_the_step_whose_loss_pass_takes_the_batch():
+    """Under `--async` the batch for step 1 is sampled (its groups replaced) while step 0 trains,
+    and may finish after step 1 began: each step's log counts its own batch's groups, none
+    twice and none lost. Each batch: the first draw fails everywhere, its replacements disagree."""
+    from types import SimpleNamespace
+
+    layer = DynamicSampling(ScriptedEpisodes(lambda k, i: k % 2 == 1 and i % 2 == 0), max_extra=4)
+    (callback,) = layer.callbacks()
+    prompts = [p for p in task_dataset(TASKS, 2)["prompt"] for _ in range(2)]  # 2 groups of 2
+
+    def trainer(step):
+        return SimpleNamespace(reward_funcs=[reward_success], state=SimpleNamespace(global_step=step))
+
+    def log(step):
+        logs = {"loss": 0.0}
+        callback.on_log(None, SimpleNamespace(global_step=step), None, logs=logs)
+        return logs
+
+    callback.on_step_begin(None, SimpleNamespace(global_step=0), None)
+    layer(prompts, trainer(0))  # step 0's batch, played when asked
+    layer(prompts, trainer(1))  # step 1's, sampled beside step 0's loss pass
+    first = log(1)
+    callback.on_step_begin(None, SimpleNamespace(global_step=1), None)
+    second = log(2)
+    for logged in (first, second):
+        assert logged["dynamic/extra_groups"] == 2 and logged["dynamic/without_signal"] == 0
+        for task in TASKS:
+            assert [logged[f"dynamic/{task}/{what}"] for what in ("drawn", "kept", "dropped")] == [2, 1, 1]

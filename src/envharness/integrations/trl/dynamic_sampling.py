@@ -12,8 +12,10 @@ Past that bound the groups still without signal stay in the batch (advantage 0: 
 log says how many, and the step goes on: a step never waits for luck.
 
 Every logged step carries, per task, `dynamic/<task>/drawn`, `.../kept` and `.../dropped` (groups
-rolled out, in the loss pass, replaced) and `dynamic/extra_groups`, `dynamic/without_signal`.
-Dropped groups are evidence too (a task solved or out of reach): `on_dropped` hands each one's
+rolled out, in the loss pass, replaced) and `dynamic/extra_groups`, `dynamic/without_signal`,
+counted for the step whose loss pass takes the batch (under `--async` a batch is sampled while
+the step before it trains, and may finish after its own step began: its counts wait for that
+step's log). Dropped groups are evidence too (a task solved or out of reach): `on_dropped` hands each one's
 successes to the curriculum. Under several processes every rank gathers the whole batch's rewards
 and takes the same decisions (the same groups, the same seeds, the same number of rollouts).
 """
@@ -24,6 +26,7 @@ import inspect
 import logging
 import math
 import random
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -105,26 +108,42 @@ class DynamicSampling(Layer):
             raise ValueError(f"max_extra must be >= 0 (extra groups a step may draw), got {max_extra}")
         super().__init__(inner)
         self.max_extra, self.seed, self.prompt_for, self.on_dropped = max_extra, seed, prompt_for, on_dropped
-        self.counts: Counter[str] = Counter()  # this step's: "<task>/drawn", ..., "extra_groups"
+        #: per step the batch is for: "<task>/drawn", ..., "extra_groups"; the log takes its step's
+        self.by_step: dict[int, Counter[str]] = {}
+        self._lock = threading.Lock()  # under --async the sampling thread counts while the log reads
+
+    def counts(self, step: int) -> Counter[str]:
+        """The counts of the batch for `step` (created empty on first use)."""
+        with self._lock:
+            return self.by_step.setdefault(step, Counter())
+
+    def take_counts(self, step: int) -> Counter[str]:
+        """The counts of `step`'s batch, forgotten here (with any of earlier steps, never logged)."""
+        with self._lock:
+            counts = self.by_step.pop(step, Counter())
+            for old in [s for s in self.by_step if s < step]:
+                del self.by_step[old]
+            return counts
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         played = [str(p) for p in prompts]
         out = dict(self.inner(played, trainer))
         step, extra, round_ = trainer_step(trainer), 0, 0
+        counts = self.counts(step)
         new: set[str] | None = None  # the groups drawn this round (None: the first: all)
         while True:
             batch, rewards, success = self._gathered(played, out, trainer)
             groups = _groups(batch)
             for group in groups if new is None else new:
-                self.counts[f"{prompt_key(group)}/drawn"] += 1
+                counts[f"{prompt_key(group)}/drawn"] += 1
             silent = [
                 g for g, rows in groups.items() if rewards is not None and agrees([rewards[i] for i in rows])
             ]
             budget = min(len(silent), self.max_extra - extra) if rewards is not None else 0
             for group in silent[:budget]:
-                self._drop(group, [success[i] for i in groups[group]])
+                self._drop(group, [success[i] for i in groups[group]], counts)
             if budget == 0:
-                self._keep(groups, silent)
+                self._keep(groups, silent, counts)
                 return out
             rng = random.Random(f"{self.seed}:{step}:{round_}")  # the same seeds on every rank
             fresh = {
@@ -137,7 +156,7 @@ class DynamicSampling(Layer):
                 played[i] = fresh[played[i]]
             new = set(fresh.values())
             extra, round_ = extra + budget, round_ + 1
-            self.counts["extra_groups"] += budget
+            counts["extra_groups"] += budget
 
     def _gathered(
         self, played: list[str], out: dict[str, list[Any]], trainer: Any
@@ -149,23 +168,23 @@ class DynamicSampling(Layer):
         known = ranks.all_agree(rewards is not None)
         return [r[0] for r in rows], [r[1] for r in rows] if known else None, [r[2] for r in rows]
 
-    def _drop(self, group: str, successes: list[bool]) -> None:
-        self.counts[f"{prompt_key(group)}/dropped"] += 1
+    def _drop(self, group: str, successes: list[bool], counts: Counter[str]) -> None:
+        counts[f"{prompt_key(group)}/dropped"] += 1
         if self.on_dropped is not None:
             self.on_dropped(group, successes)
 
-    def _keep(self, groups: dict[str, list[int]], silent: list[str]) -> None:
+    def _keep(self, groups: dict[str, list[int]], silent: list[str], counts: Counter[str]) -> None:
         """The groups of the loss pass counted; those still without signal named in the log."""
         for group in groups:
-            self.counts[f"{prompt_key(group)}/kept"] += 1
+            counts[f"{prompt_key(group)}/kept"] += 1
         left = silent
-        self.counts["without_signal"] += len(left)
+        counts["without_signal"] += len(left)
         if left and ranks.is_main():  # one line for the run, not one a rank
             names = ", ".join(" ".join(map(str, parse_task_prompt(g))) for g in left)
             log.warning(
                 "%d of %d groups still without signal after %d extra group(s) this step (the bound, "
                 "--max-extra-groups %d): %s; they stay in the batch with advantage 0",
-                len(left), len(groups), self.counts["extra_groups"], self.max_extra, names,
+                len(left), len(groups), counts["extra_groups"], self.max_extra, names,
             )  # fmt: skip
 
     def callbacks(self) -> list[TrainerCallback]:
@@ -199,14 +218,11 @@ class _DynamicSamplingCallback(TrainerCallback):
     def __init__(self, layer: DynamicSampling) -> None:
         self.layer = layer
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.layer.counts = Counter()
-
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        if logs is not None and "loss" in logs:
-            counts = self.layer.counts
+        if logs is not None and "loss" in logs:  # the step just done: its rollout ran at global_step - 1
+            counts = self.layer.take_counts(state.global_step - 1)
             logs["dynamic/extra_groups"] = counts["extra_groups"]
             logs["dynamic/without_signal"] = counts["without_signal"]
             tasks = sorted({key.rsplit("/", 1)[0] for key in counts if key.endswith("/drawn")})
