@@ -19,6 +19,14 @@ The sampled logprobs are the decoder's, so the truncated importance ratio the lo
 (`logprob_agreement.py`) is p_train / p_sample for the policy that sampled each token: it
 corrects a stale batch as it corrects a bf16 or vLLM one.
 
+Under `--processes N` every rank samples its own share of the batch on its own decoder, one
+step off, as it would play it in lockstep. The policy version is the trainer's global step,
+the same on every rank, and so is the decision to drop a stale batch (made from that step and
+version alone). The layers inside gather across ranks (the curriculum's plan, dynamic
+sampling's rewards, the records): on the sampling thread they do so on a process group of
+their own (`ranks.side_group`), created by every rank at the first step, so that they never
+interleave with the loss pass's gradient all-reduce on the launcher's group.
+
 `max_staleness=0` allows no episode from an older policy: nothing can be sampled ahead, so the
 layer plays each batch when asked (lockstep, on its decoder).
 
@@ -42,6 +50,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from envharness.integrations.trl import ranks
 from envharness.integrations.trl.layers import Layer, Rollout
 from envharness.integrations.trl.mix import prompt_key
 from envharness.integrations.trl.rollout import task_prompt, trainer_step
@@ -49,12 +58,11 @@ from envharness.integrations.trl.rollout import task_prompt, trainer_step
 log = logging.getLogger(__name__)
 
 
-def why_not_async(config: Any, kind_name: str, world_size: int) -> str | None:
+def why_not_async(config: Any, kind_name: str) -> str | None:
     """Why `--async` cannot serve this run, in words (None: it can)."""
     if not config.async_rollout:
         return None
     refused = {
-        "--processes N": world_size > 1 or config.processes > 1,  # the sampling thread's collectives
         "--use-vllm": config.use_vllm,  # TRL's AsyncGRPOTrainer is the asynchronous path behind vLLM
         "--agent": bool(config.agent),  # an agent samples through its own policy endpoint
         f"a {kind_name} run": kind_name in ("vision", "agent"),
@@ -158,6 +166,8 @@ class AsyncRollout(Layer):
         self.max_staleness, self.seed, self.prompt_for = max_staleness, seed, prompt_for
         self.decoder: PolicyDecoder | None = None
         self.pending: _Batch | None = None
+        self.group: Any = None  # the sampling thread's process group (`ranks.side_group`)
+        self._grouped = False
         self.counts: Counter[str] = Counter()  # since the last log
         self.last: dict[str, float] = {}  # the last trained batch's version, staleness, wait
 
@@ -174,10 +184,11 @@ class AsyncRollout(Layer):
         return out
 
     def next_prompts(self, prompts: list[Any], step: int) -> list[str]:
-        """The next batch: these groups' tasks, each on a fresh training seed drawn from (seed, step)."""
+        """The next batch: these groups' tasks, each on a fresh training seed drawn from (seed, step)
+        in the order of the whole batch (every rank's share), so N processes draw the seeds of one."""
         rng = random.Random(f"{self.seed}:async:{step}")
         fresh: dict[str, str] = {}
-        for prompt in map(str, prompts):  # rows of a group share one prompt, so one seed
+        for prompt in ranks.all_gather([str(p) for p in prompts]):  # a group's rows share one seed
             if prompt not in fresh:
                 fresh[prompt] = self.prompt_for(prompt_key(prompt), rng.randrange(1_000_000, 2_000_000))
         return [fresh[str(p)] for p in prompts]
@@ -195,6 +206,8 @@ class AsyncRollout(Layer):
         """Sampling of `prompts` begun on a background thread (after the weights are sent)."""
         if self.decoder is None:
             self.decoder = PolicyDecoder(_policy(trainer))
+        if not self._grouped:  # every rank reaches its first `_start` at the same step
+            self.group, self._grouped = ranks.side_group(), True
         self.decoder.receive(_policy(trainer), version)  # here: the loss pass has not begun
         batch = _Batch(version, prompts, threading.Thread(name=f"envharness-rollout-v{version}", daemon=True,
                                                  target=lambda: self._sample(batch, prompts, trainer)))  # fmt: skip
@@ -204,7 +217,8 @@ class AsyncRollout(Layer):
     def _sample(self, batch: _Batch, prompts: list[str], trainer: Any) -> None:
         try:
             sampler = SamplingTrainer(trainer, self.decoder.model, batch.version, batch.version + 1)
-            out = dict(self.inner(prompts, sampler))
+            with ranks.collectives_on(self.group):
+                out = dict(self.inner(prompts, sampler))
             out["policy_version"] = [batch.version] * len(prompts)
             batch.out = out
         except BaseException as exc:  # handed to the training thread, which stops the run with it
@@ -212,7 +226,8 @@ class AsyncRollout(Layer):
 
     def _take(self, step: int, rows: int) -> tuple[dict[str, list[Any]] | None, int]:
         """The batch sampled in the background, once it is done: None where there is none, or
-        where it is more than `max_staleness` versions old (dropped and counted)."""
+        where it is more than `max_staleness` versions old (dropped and counted: `step` and the
+        version are the same on every rank, so every rank drops it or none does)."""
         batch, self.pending = self.pending, None
         if batch is None:
             return None, step

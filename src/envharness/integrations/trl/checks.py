@@ -63,7 +63,7 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     _check_episodes(plan, kind)
     _check_machine(config)
     _check_processes(config, n)
-    if (why := why_not_async(config, kind.name, n)) is not None:
+    if (why := why_not_async(config, kind.name)) is not None:
         raise TrainSetupError(why)
     try:
         checkpoint = plan_resume(

@@ -5,7 +5,10 @@ and then nothing here talks to another process.
 
 The launcher sets `WORLD_SIZE`, `RANK` and `LOCAL_RANK`; TRL's trainer (accelerate) joins the
 process group. The collectives here use that group, so they are called only once training
-has started (rollouts, loss passes, callbacks), at the same point on every rank.
+has started (rollouts, loss passes, callbacks), at the same point on every rank. A thread that
+calls them beside the trainer's (`--async`'s sampling thread) gives them a group of its own
+(`side_group`, `collectives_on`): two threads' collectives on one group would interleave in an
+order that differs between ranks, and a rank would wait on a call the other never makes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import os
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -48,6 +52,36 @@ def _joined() -> bool:
     return world_size() > 1 and dist.is_available() and dist.is_initialized()
 
 
+_thread = threading.local()  # .group: this thread's process group (None: the launcher's)
+
+
+def side_group() -> Any:
+    """A process group of every rank beside the launcher's, for a thread whose collectives run
+    while the trainer's do (gloo: small objects on the CPU). A collective call itself: every rank
+    creates it at the same point. None under one process."""
+    if not _joined():
+        return None
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo")
+
+
+@contextlib.contextmanager
+def collectives_on(group: Any) -> Iterator[None]:
+    """This thread's collectives (`all_agree`, `all_gather`, `gather_to_main`, `barrier`) on
+    `group` while inside; other threads keep theirs."""
+    previous = getattr(_thread, "group", None)
+    _thread.group = group
+    try:
+        yield
+    finally:
+        _thread.group = previous
+
+
+def _group() -> Any:
+    return getattr(_thread, "group", None)
+
+
 def all_agree(flag: bool) -> bool:
     """True only where every rank's `flag` is True: one decision (a step skipped on every rank
     or on none, so DDP's gradient all-reduce never waits on a rank that skipped)."""
@@ -57,7 +91,7 @@ def all_agree(flag: bool) -> bool:
     import torch.distributed as dist
 
     value = torch.tensor([1 if flag else 0], device=_collective_device())
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN, group=_group())
     return bool(value.item())
 
 
@@ -68,7 +102,7 @@ def gather_to_main(items: list[Any]) -> list[Any]:
     import torch.distributed as dist
 
     gathered: list[Any] = [None] * world_size() if is_main() else []
-    dist.gather_object(list(items), gathered if is_main() else None, dst=0)
+    dist.gather_object(list(items), gathered if is_main() else None, dst=0, group=_group())
     return [item for part in gathered for item in part] if is_main() else []
 
 
@@ -84,7 +118,7 @@ def all_gather(items: list[Any]) -> list[Any]:
     import torch.distributed as dist
 
     gathered: list[Any] = [None] * world_size()
-    dist.all_gather_object(gathered, list(items))
+    dist.all_gather_object(gathered, list(items), group=_group())
     return [item for part in gathered for item in part]
 
 
@@ -123,7 +157,7 @@ def barrier() -> None:
     if _joined():
         import torch.distributed as dist
 
-        dist.barrier()
+        dist.barrier(group=_group())
 
 
 def leave(code: int = 0) -> None:
@@ -152,7 +186,7 @@ def _collective_device() -> Any:
     import torch
     import torch.distributed as dist
 
-    if dist.get_backend() == "nccl":
+    if dist.get_backend(_group()) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
