@@ -33,7 +33,7 @@ KINDS = [
 @pytest.mark.parametrize(("kind", "config", "evaluates"), KINDS, ids=lambda k: getattr(k, "name", None))
 def test_evaluate_task_is_there_exactly_where_held_out_evaluation_is_allowed(kind, config, evaluates):
     run = kind()
-    plan = run.seat(run.resolve(config))
+    plan = run.resolve(config)
     why = run.why_no_held_out(plan)
     task = run.evaluate_task(plan, tokenizer=None, clients={})
     assert (why is None) is evaluates
@@ -44,7 +44,7 @@ def test_the_check_refuses_eval_every_with_the_kinds_own_words():
     for kind, config, evaluates in KINDS:
         if kind in (VisionRun, AgentRun) or evaluates:  # vision needs a VLM; an agent, its file
             continue
-        plan = kind().seat(kind().resolve(config))
+        plan = kind().resolve(config)
         with pytest.raises(TrainSetupError) as refused:
             check_config(dataclasses.replace(config, eval_every=1))
         assert str(refused.value) == kind().why_no_held_out(plan)
@@ -53,8 +53,8 @@ def test_the_check_refuses_eval_every_with_the_kinds_own_words():
 def test_a_kind_keeps_no_state_between_its_calls():
     """Two plans from one kind stay apart: the plan is the state, not the kind."""
     run = MixRun()
-    seated = run.seat(run.resolve(TrainConfig(mix=MIX, opponent="scripted", model="tiny")))
-    plain = run.seat(run.resolve(TrainConfig(mix={"browsergym": ["click-test"]}, model="tiny")))
+    seated = run.resolve(TrainConfig(mix=MIX, opponent="scripted", model="tiny"))
+    plain = run.resolve(TrainConfig(mix={"browsergym": ["click-test"]}, model="tiny"))
     assert [row.name for row in seated.rows] == ["browsergym", "textarena"]
     assert [row.name for row in plain.rows] == ["browsergym"]
     assert dict(seated.rows[1].seats.server_options) == {"opponent": "scripted", "seat": "alternate"}

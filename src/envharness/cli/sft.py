@@ -22,7 +22,7 @@ from typing import Any
 from envharness.cli import options
 from envharness.cli.declared import add_declared, from_args
 from envharness.core.declared import check_options
-from envharness.harness.opponents import seated_options
+from envharness.harness.plan import DEMONSTRATION, PlanError, resolve_plan
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.sft import SFTRunConfig
 
@@ -46,58 +46,41 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
 
 
 def prepare(config: SFTRunConfig) -> tuple[SFTRunConfig, Any, Any]:
-    """Settings checked (TrainSetupError naming the first bad one); (the configuration resolved:
-    its prompt style, its tasks, its opponent on the server's options; the checkpoint; the
-    demonstrations' EvalConfig, resolved, or None for a run folder's)."""
-    from envharness.eval.config import EvalConfig, EvalSetupError
+    """Settings checked (TrainSetupError naming the first bad one); (the configuration resolved
+    from its plan of play, `harness.plan.resolve_plan`: its prompt style, its tasks, its opponent
+    on the server's options; the checkpoint; the demonstrations' EvalConfig, resolved, or None
+    for a run folder's)."""
     from envharness.integrations.trl.loading import check_model_spec
     from envharness.integrations.trl.resume import plan_resume
     from envharness.prompts import get_prompt_style
 
     check_model_spec(config.model)
     try:
-        env = config.resolve_env()
-    except ValueError as exc:
+        (row,) = resolve_plan(config, DEMONSTRATION).rows
+    except PlanError as exc:
         raise TrainSetupError(str(exc)) from None
-    harness = env.require_harness()
-    config = replace(config, prompt=config.prompt or harness.train_prompt)
-    if not get_prompt_style(config.prompt, env).conversation:
+    if not get_prompt_style(row.prompt, row.env).conversation:
         raise TrainSetupError(
-            f"prompt style {config.prompt!r} builds a fresh prompt every step; demonstrations are one "
+            f"prompt style {row.prompt!r} builds a fresh prompt every step; demonstrations are one "
             "token sequence per episode: use a conversation style (the environment's training style)"
         )
     out = Path(config.output_dir)
     demos = None
     if config.demos == "scripted":
-        demos = EvalConfig(
-            out=str(out / "demos"),
-            env=config.env,
-            env_options=config.env_options,
-            tasks=list(config.tasks),
-            episodes=config.episodes,
-            model="scripted",
-            prompt=config.prompt,
-            max_steps=config.max_turns,
-            seed=config.seed,
-            opponent=config.opponent,
-            seat=config.seat,
-            record_tokens=True,
-            screenshots=False,
-            progress=False,
-            env_url=config.env_url,
-            resume=config.resume and (out / "demos").is_dir(),
-        )
-        try:
-            demos = demos.check().config
-        except EvalSetupError as exc:
-            raise TrainSetupError(str(exc)) from None
-        config = replace(config, tasks=list(demos.tasks))
+        demos = _scripted_demos(config, row.prompt, out / "demos")
     elif not (Path(config.demos) / "episodes.jsonl").is_file():
         raise TrainSetupError(
             f"--demos {config.demos!r}: neither 'scripted' nor an eval run folder (no episodes.jsonl)"
         )
-    if config.opponent:
-        config = replace(config, env_options=_seat_opponents(config, harness))
+    harness = row.env.require_harness()
+    if row.seats.client_opponent is not None and config.eval_every:
+        raise TrainSetupError(
+            f"--eval-every with --opponent {config.opponent}: the held-out evaluation plays an opponent "
+            f"the server plays ({' or '.join(harness.server_opponents)})"
+        )
+    # a run folder's demonstrations keep the tasks asked for (none: all it holds)
+    tasks = list(demos.tasks) if demos is not None else config.tasks
+    config = replace(config, prompt=row.prompt, tasks=tasks, env_options=row.server_options)
     try:
         checkpoint = plan_resume(out, asdict(config), config.resume, config_name="sft_config.json")
     except ValueError as exc:
@@ -105,20 +88,32 @@ def prepare(config: SFTRunConfig) -> tuple[SFTRunConfig, Any, Any]:
     return config, checkpoint, demos
 
 
-def _seat_opponents(config: SFTRunConfig, harness: Any) -> dict[str, Any]:
-    """The server options with an opponent the server plays: the held-out evaluation meets the
-    demonstrations' opponent. A model in the other seats plays the demonstrations only."""
+def _scripted_demos(config: SFTRunConfig, prompt: str, folder: Path) -> Any:
+    """The eval run that records the scripted policy's demonstrations, resolved (`check()`)."""
+    from envharness.eval.config import EvalConfig, EvalSetupError
+
+    demos = EvalConfig(
+        out=str(folder),
+        env=config.env,
+        env_options=config.env_options,
+        tasks=list(config.tasks),
+        episodes=config.episodes,
+        model="scripted",
+        prompt=prompt,
+        max_steps=config.max_turns,
+        seed=config.seed,
+        opponent=config.opponent,
+        seat=config.seat,
+        record_tokens=True,
+        screenshots=False,
+        progress=False,
+        env_url=config.env_url,
+        resume=config.resume and folder.is_dir(),
+    )
     try:
-        tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
-        options, plan = seated_options(harness, tasks, config.opponent, config.seat, config.env_options)
-    except (ValueError, KeyError) as exc:
+        return demos.check().config
+    except EvalSetupError as exc:
         raise TrainSetupError(str(exc)) from None
-    if plan.client_opponent is not None and config.eval_every:
-        raise TrainSetupError(
-            f"--eval-every with --opponent {config.opponent}: the held-out evaluation plays an opponent "
-            f"the server plays ({' or '.join(harness.server_opponents)})"
-        )
-    return options
 
 
 def fine_tune(config: SFTRunConfig) -> dict:

@@ -12,7 +12,7 @@ from envharness.core.declared import check_options, option
 from envharness.core.registry import ResolvedEnv
 from envharness.harness import run_options as shared
 from envharness.harness.groups import EnvironmentArgs, FleetArgs, ModelArgs
-from envharness.harness.opponents import seated_options
+from envharness.harness.plan import EVALUATION, PlayPlan, resolve_plan
 from envharness.prompts import get_prompt_style
 
 
@@ -22,10 +22,15 @@ class EvalSetupError(ValueError):
 
 @dataclass(frozen=True)
 class CheckedEval:
-    """An eval run ready to start: the resolved configuration and its environment."""
+    """An eval run ready to start: the resolved configuration and its plan of play (one row:
+    the environment, its tasks, seats, prompt style and server options; `harness/plan.py`)."""
 
     config: EvalConfig
-    env: ResolvedEnv
+    plan: PlayPlan
+
+    @property
+    def env(self) -> ResolvedEnv:
+        return self.plan.env
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,35 +118,34 @@ class EvalConfig(EnvironmentArgs, FleetArgs, ModelArgs):
         """Eval's own rules about two of its options (`core.declared.check_options`)."""
         if self.vision and not self.screenshots:
             raise ValueError("--vision shows the model the page's screenshot: drop --no-screenshots")
-        if self.resume and self.overwrite:
-            raise ValueError("--resume and --overwrite contradict each other")
+        shared.resume_or_overwrite(self.resume, self.overwrite)
 
     def check(self) -> CheckedEval:
-        """The run resolved, or `EvalSetupError` naming the first bad setting: tasks expanded
-        and normalized, the opponent seated, the tools and the prompt style chosen. This
-        configuration is not changed; the resolved copy is `CheckedEval.config`."""
+        """The run resolved, or `EvalSetupError` naming the first bad setting: its plan of play
+        (`harness.plan.resolve_plan`: tasks expanded and normalized, the opponent seated, the
+        prompt style named), then eval's own: the tools and what the prompt style can record.
+        This configuration is not changed; the resolved copy is `CheckedEval.config`."""
         try:
             check_options(self)
-            env = self.resolve_env()
+            if len(set(self.tasks)) != len(self.tasks):
+                raise ValueError("a task is listed twice")
+            plan = resolve_plan(self, EVALUATION, running=bool(self.env_url or self.env_urls))
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
-        harness = env.require_harness()
-        if len(set(self.tasks)) != len(self.tasks):
-            raise EvalSetupError("a task is listed twice")
-        try:  # split names and `all` expand; `miniwob.x` -> `x`
-            tasks = harness.task_list().expand(self.tasks or harness.default_tasks, harness.check_task)
-        except ValueError as exc:
-            raise EvalSetupError(str(exc)) from None
-        if not tasks:
-            raise EvalSetupError("no tasks given")
-        env_options = self._seat_opponents(harness, tasks)
+        (row,) = plan.rows
+        harness = row.env.require_harness()
+        if row.seats.client_opponent is not None and harness.seat_client is None:
+            raise EvalSetupError(
+                f"--opponent {self.opponent}: {harness.env} cannot seat a model in the other seats; "
+                f"its server plays {' or '.join(harness.server_opponents)}"
+            )
         actions = list(self.actions or harness.default_tools or [])
         try:  # the session factory knows its tools: an unknown one is refused here, before anything starts
             harness.session_factory(lambda: None, tools=actions)
         except (ValueError, KeyError) as exc:
             raise EvalSetupError(f"--actions: {exc}") from None
         try:
-            style = get_prompt_style(self.prompt, env)
+            style = get_prompt_style(row.prompt, row.env)
         except ValueError as exc:
             raise EvalSetupError(str(exc)) from None
         if self.record_tokens and not style.conversation:
@@ -149,24 +153,10 @@ class EvalConfig(EnvironmentArgs, FleetArgs, ModelArgs):
                 f"--record-tokens needs a conversation prompt style (compact, harness), not {style.name!r}: "
                 "a per-step prompt is a fresh token sequence every step"
             )
-        config = replace(self, tasks=tasks, env_options=env_options, actions=actions, prompt=style.name)
-        return CheckedEval(config, env)
-
-    def _seat_opponents(self, harness: Any, tasks: list[str]) -> dict[str, Any]:
-        """`--opponent` / `--seat`: the server's options, joined by an opponent the server plays."""
-        running = bool(self.env_url or self.env_urls)
-        try:
-            options, plan = seated_options(
-                harness, tasks, self.opponent, self.seat, self.env_options, running
-            )
-        except ValueError as exc:
-            raise EvalSetupError(str(exc)) from None
-        if plan.client_opponent is not None and harness.seat_client is None:
-            raise EvalSetupError(
-                f"--opponent {self.opponent}: {harness.env} cannot seat a model in the other seats; "
-                f"its server plays {' or '.join(harness.server_opponents)}"
-            )
-        return options
+        config = replace(
+            self, tasks=list(row.tasks), env_options=row.server_options, actions=actions, prompt=style.name
+        )
+        return CheckedEval(config, plan)
 
     def to_json(self) -> dict[str, Any]:
         """The run's settings as config.json holds them (under the keys it always had)."""

@@ -192,6 +192,12 @@ def resume(help: str) -> Any:
     return option(False, help)
 
 
+def resume_or_overwrite(resume: bool, overwrite: bool | None) -> None:
+    """`--resume` and `--overwrite` (of a command that has both) are a ValueError together."""
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other")
+
+
 def eval_every(what: str) -> Any:
     """Held-out evaluation during a run (`train`, `sft`): `what` says what it logs beside it."""
     return option(

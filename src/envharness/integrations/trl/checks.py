@@ -57,7 +57,8 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
         vision = hasattr(tokenizer, "image_processor")  # a VLM's processor, transformers' attribute
     kind = pick_run(config, vision)
     n = processes(config)
-    plan = _seat_opponents(kind.resolve(config), kind, n)
+    plan = kind.resolve(config)
+    _check_model_seats(plan, kind, n)
     config = plan.config
     _check_schedule(config, n)
     _check_episodes(plan, kind)
@@ -94,18 +95,13 @@ def sampler_options(config: TrainConfig) -> dict[str, Any]:
     return {"floor": config.curriculum_floor} if config.curriculum == "signal" else {}
 
 
-def _seat_opponents(plan: RunPlan, kind: RunKind, processes: int) -> RunPlan:
-    """`--opponent` / `--seat` (`RunKind.seat`); a model in the other seats is the run's
-    client's to play, where the kind and the environment can."""
-    try:
-        plan = kind.seat(plan)
-    except ValueError as exc:
-        raise TrainSetupError(str(exc)) from None
+def _check_model_seats(plan: RunPlan, kind: RunKind, processes: int) -> None:
+    """A model in the other seats (the plan's seating) is the run's client's to play, where the
+    kind and the environment can."""
     for row in plan.model_seats:
         _check_model_opponent(
             plan.config, row.env.require_harness(), row.seats.client_opponent or "", kind, processes
         )
-    return plan
 
 
 def _check_model_opponent(

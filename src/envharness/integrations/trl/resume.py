@@ -20,6 +20,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from envharness.harness.run_options import resume_or_overwrite
+
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 #: Settings a resumed run may change; every other one must match the first run's.
@@ -179,8 +181,7 @@ def plan_resume(
     command's --overwrite, None where it has none). Nothing is changed on disk."""
     out = Path(output_dir)
     latest = latest_checkpoint(out)
-    if resume and overwrite:
-        raise ValueError("--resume and --overwrite contradict each other")
+    resume_or_overwrite(resume, overwrite)
     if not resume:
         if latest is not None and not overwrite:
             instead = (

@@ -14,7 +14,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from envharness.harness.plan import PlanError, expand_tasks
 from envharness.integrations.trl.config import TrainConfig
+from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate
 from envharness.integrations.trl.held_out import HeldOutEvaluation
 
@@ -77,16 +79,14 @@ def held_out_callback(
         yield None
         return
     from envharness.core.registry import resolve_environment
-    from envharness.integrations.trl.kinds.text import one_env_plan
     from envharness.integrations.trl.servers import env_clients
 
     env = resolve_environment(config.env, config.env_options)
     played = eval_config(config)
-    transfer = one_env_plan(
-        TrainConfig(env=config.env, tasks=list(config.tasks), eval_tasks=list(config.eval_tasks)),
-        env,
-        config.prompt,
-    ).config.eval_tasks
+    try:
+        transfer = expand_tasks(env, config.eval_tasks, "--eval-tasks") if config.eval_tasks else []
+    except PlanError as exc:
+        raise TrainSetupError(str(exc)) from None
     with env_clients(env, config.env_url, env_options=config.env_options) as clients:
 
         def evaluate_task(model: Any, task: str, seeds: list[int]) -> float:

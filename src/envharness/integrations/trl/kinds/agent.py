@@ -12,9 +12,8 @@ from envharness.integrations.trl.agent_rollout import build_agent_rollout_func
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds.base import RunKind, RunParts, RunPlan
-from envharness.integrations.trl.kinds.text import one_env_plan, resolve_env
+from envharness.integrations.trl.kinds.text import one_env_plan
 from envharness.integrations.trl.layers import Rollout
-from envharness.integrations.trl.prompting import train_prompt
 from envharness.integrations.trl.servers import agent_env_url
 from envharness.policy.agents import load_agent
 
@@ -27,8 +26,7 @@ class AgentRun(RunKind):
         return bool(config.agent)
 
     def resolve(self, config: TrainConfig) -> RunPlan:
-        env = resolve_env(config)
-        return one_env_plan(config, env, config.prompt or train_prompt(env))
+        return one_env_plan(config)
 
     def open(self, plan: RunPlan, client_factory: Callable[[], Any] | None) -> AbstractContextManager[Any]:
         config = plan.config

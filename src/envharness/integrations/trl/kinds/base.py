@@ -7,9 +7,9 @@ A kind says:
 - `applies(config, vision)`: whether it is the kind for this configuration (`pick_run` asks
   each of `RUN_KINDS` in order);
 - `resolve(config)`: its own checks and defaults, and what the run plays: a frozen `RunPlan`
-  (the new configuration, and one `PlanRow` per environment: a mix has several) that every
-  later call receives; the kind itself keeps no state;
-- `seat(plan)`: the plan with `--opponent` / `--seat` applied to each row (`SeatPlan`);
+  (the new configuration, and the plan of play `harness/plan.py` resolves, the one `eval` and
+  `sft` run too: a `PlanRow` per environment, seated) that every later call receives; the
+  kind itself keeps no state;
 - `load_model(config, placement)`: the model and its tokenizer or processor;
 - `open(plan, client_factory)`: the servers or clients its episodes play on, for the
   duration of a `with` block;
@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 from trl import GRPOTrainer
 
 from envharness.core.registry import ResolvedEnv
-from envharness.harness.opponents import SeatPlan, check_running_servers, plan_seats
+from envharness.harness.plan import PlanRow, PlayPlan
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.config import TrainConfig
@@ -43,34 +43,26 @@ from envharness.integrations.trl.rollout import task_prompt
 
 
 @dataclass(frozen=True)
-class PlanRow:
-    """One environment of a run: its tasks (without the mix's ``env:`` prefix), the prompt style
-    it plays and who sits in the other seats of its games."""
-
-    name: str
-    env: ResolvedEnv
-    tasks: tuple[str, ...]
-    prompt: str
-    seats: SeatPlan = field(default_factory=SeatPlan)
-
-
-@dataclass(frozen=True)
 class RunPlan:
-    """What a run plays, resolved once (`RunKind.resolve`, `RunKind.seat`): the frozen
-    configuration and one row per environment."""
+    """What a run plays, resolved once (`RunKind.resolve`): the frozen configuration and the
+    plan of play (`harness/plan.py`: one row per environment, seated)."""
 
     config: TrainConfig
-    rows: tuple[PlanRow, ...]
+    play: PlayPlan
+
+    @property
+    def rows(self) -> tuple[PlanRow, ...]:
+        return self.play.rows
 
     @property
     def env(self) -> ResolvedEnv:
         """The run's environment (a mix's first: the one train_config.json names)."""
-        return self.rows[0].env
+        return self.play.env
 
     @property
     def model_seats(self) -> list[PlanRow]:
         """The rows whose other seats a model plays through the run's client (`self`, a spec)."""
-        return [row for row in self.rows if row.seats.client_opponent is not None]
+        return self.play.model_seats
 
 
 @dataclass(frozen=True)
@@ -117,18 +109,6 @@ class RunKind:
 
     def resolve(self, config: TrainConfig) -> RunPlan:
         raise NotImplementedError
-
-    def seat(self, plan: RunPlan) -> RunPlan:
-        """`--opponent` / `--seat` for the run's one environment (ValueError in words): an
-        opponent its server plays joins the server's options; a model stays the client's."""
-        config, (row,) = plan.config, plan.rows
-        seats = plan_seats(row.env.require_harness(), config.tasks, config.opponent, config.seat)
-        check_running_servers(
-            seats, config.opponent, config.env_options, bool(config.env_url or config.env_urls)
-        )
-        if seats.client_opponent is None:
-            config = replace(config, env_options={**config.env_options, **seats.server_options})
-        return RunPlan(config, (replace(row, seats=seats),))
 
     def load_model(self, config: TrainConfig, placement: Any) -> tuple[Any, Any]:
         return load_model(config.model, placement)

@@ -1,7 +1,7 @@
 """The mix run (`--mix ENV:TASKS ...`): one server, prompt and rollout per environment, one
 batch drawn across them (`integrations/trl/mix.py`); tasks are named ``env:task``.
 
-`--opponent` seats the environments of the mix whose tasks are multi-player games (`seat`):
+`--opponent` seats the environments of the mix whose tasks are multi-player games (`resolve_mix`):
 an opponent their server plays (`random`, `scripted`) rides on that server's options alone; a
 model in the other seats (`self`, a model spec) makes that environment's share of the batch
 play through the self-play or model-opponent rollout. The other environments play as ever."""
@@ -13,17 +13,16 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from envharness.core.registry import ResolvedEnv, resolve_environment
-from envharness.harness.opponents import plan_mix_seats
+from envharness.core.registry import ResolvedEnv
+from envharness.harness.plan import PlanError, expand_tasks, resolve_mix
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate_in_env
 from envharness.integrations.trl.held_out import EvaluateTask
-from envharness.integrations.trl.kinds.base import PlanRow, RunKind, RunParts, RunPlan
+from envharness.integrations.trl.kinds.base import RunKind, RunParts, RunPlan
 from envharness.integrations.trl.kinds.text import play_row
 from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.mix import MixedRollout, mix_key, mix_prompt, split_key
-from envharness.integrations.trl.prompting import train_prompt
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.servers import mix_clients
 
@@ -39,45 +38,26 @@ class MixRun(RunKind):
         return bool(config.mix)
 
     def resolve(self, config: TrainConfig) -> RunPlan:
-        """Each environment resolved once, a row of the plan with its own tasks and prompt; the
-        configuration's tasks and eval tasks become env:task names, and the first environment
-        stands for the run where one is needed (train_config.json's `env`)."""
-        envs = {name: _resolve(name) for name in config.mix}
+        """The plan of the mix (`harness.plan.resolve_mix`: each environment a row with its own
+        tasks, prompt and seats); the configuration's tasks and eval tasks become env:task
+        names, and the first environment stands for the run where one is needed
+        (train_config.json's `env`). Each server's options stay its own row's."""
         _refuse_single_env_options(config)
-        rows = tuple(
-            PlanRow(name, env, tuple(_expand(env, tasks, f"--mix {name}")), train_prompt(env))
-            for (name, tasks), env in zip(config.mix.items(), envs.values())
-        )
-        transfer = []
-        for key in config.eval_tasks:  # env:task, of an environment of the mix (its server is there)
-            name, task = split_key(key)
-            if name not in config.mix or not task:
-                raise TrainSetupError(
-                    f"--eval-tasks {key!r}: with --mix, name ENV:TASK of one of {', '.join(config.mix)}"
-                )
-            transfer += [mix_key(name, t) for t in _expand(envs[name], [task], f"--eval-tasks {key}")]
-        first = rows[0]  # its training prompt is recorded; each environment plays its own
-        keys = [mix_key(row.name, task) for row in rows for task in row.tasks]
+        try:
+            play = resolve_mix(config.mix, config.opponent, config.seat)
+            transfer = _transfer(config, {row.name: row.env for row in play.rows})
+        except PlanError as exc:
+            raise TrainSetupError(str(exc)) from None
+        first = play.rows[0]  # its training prompt is recorded; each environment plays its own
+        keys = [mix_key(row.name, task) for row in play.rows for task in row.tasks]
         config = dataclasses.replace(
             config, env=first.name, tasks=keys, eval_tasks=transfer, prompt=first.prompt
         )
-        return RunPlan(config, rows)
-
-    def seat(self, plan: RunPlan) -> RunPlan:
-        """`--opponent` / `--seat` for each environment of the mix with multi-player tasks
-        (`plan_mix_seats`; ValueError in words where no environment has one); each server's
-        options stay its own, so the configuration is unchanged."""
-        harnesses = {row.name: row.env.require_harness() for row in plan.rows}
-        tasks = {row.name: list(row.tasks) for row in plan.rows}
-        seats = plan_mix_seats(harnesses, tasks, plan.config.opponent, plan.config.seat)
-        rows = tuple(
-            dataclasses.replace(row, seats=seats[row.name]) if row.name in seats else row for row in plan.rows
-        )
-        return dataclasses.replace(plan, rows=rows)
+        return RunPlan(config, play)
 
     def open(self, plan: RunPlan, client_factory: Callable[[], Any] | None) -> AbstractContextManager[Any]:
         envs = {row.name: row.env for row in plan.rows}
-        return mix_clients(envs, {row.name: dict(row.seats.server_options) for row in plan.rows})
+        return mix_clients(envs, {row.name: row.server_options for row in plan.rows})
 
     def rollout(self, parts: RunParts, clients: Any) -> Rollout:
         """Each environment's own rollout (`play_row`), prompt and parser, one batch across them."""
@@ -107,22 +87,17 @@ class MixRun(RunKind):
         return evaluate_task
 
 
-def _resolve(name: str) -> ResolvedEnv:
-    try:
-        env = resolve_environment(name, {})
-        env.require_harness()
-    except (KeyError, ImportError, AttributeError, ValueError) as exc:
-        raise TrainSetupError(f"--mix {name}: {exc}") from None
-    return env
-
-
-def _expand(env: ResolvedEnv, tasks: list[str], what: str) -> list[str]:
-    """`tasks` of `env` expanded from its listing (its own names, without the mix's prefix)."""
-    harness = env.require_harness()
-    try:
-        return list(harness.task_list().expand(tasks, harness.check_task))
-    except (ValueError, KeyError) as exc:
-        raise TrainSetupError(f"{what}: {exc}") from None
+def _transfer(config: TrainConfig, envs: dict[str, ResolvedEnv]) -> list[str]:
+    """`--eval-tasks` of a mix: env:task names of its environments (their servers are there)."""
+    transfer = []
+    for key in config.eval_tasks:
+        name, task = split_key(key)
+        if name not in envs or not task:
+            raise TrainSetupError(
+                f"--eval-tasks {key!r}: with --mix, name ENV:TASK of one of {', '.join(config.mix)}"
+            )
+        transfer += [mix_key(name, t) for t in expand_tasks(envs[name], [task], f"--eval-tasks {key}")]
+    return transfer
 
 
 def _refuse_single_env_options(config: TrainConfig) -> None:

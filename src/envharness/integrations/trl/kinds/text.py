@@ -9,12 +9,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from envharness.core.registry import ResolvedEnv
+from envharness.harness.plan import TRAINING, PlanError, PlanRow, expand_tasks, resolve_plan
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate
 from envharness.integrations.trl.held_out import EvaluateTask
-from envharness.integrations.trl.kinds.base import PlanRow, RunKind, RunParts, RunPlan
+from envharness.integrations.trl.kinds.base import RunKind, RunParts, RunPlan
 from envharness.integrations.trl.kinds.opponent import OpponentRollout
 from envharness.integrations.trl.kinds.self_play import SelfPlayRollout
 from envharness.integrations.trl.layers import Rollout
@@ -23,30 +23,22 @@ from envharness.integrations.trl.rollout import build_env_rollout_func
 from envharness.integrations.trl.servers import env_clients
 
 
-def resolve_env(config: TrainConfig) -> ResolvedEnv:
-    """The run's environment, looked up once (a `TrainSetupError` in words if it cannot be)."""
+def one_env_plan(config: TrainConfig, prompt: str = "") -> RunPlan:
+    """The plan of a run on one environment (`harness.plan.resolve_plan`: its tasks expanded,
+    its seats planned, `prompt` or the group's or the training prompt style) and the
+    configuration it resolves to: tasks and `eval_tasks` expanded, an opponent its server
+    plays joined to the server's options."""
+    running = bool(config.env_url or config.env_urls)
     try:
-        return config.resolve_env()
-    except ValueError as exc:
+        play = resolve_plan(config, TRAINING, running=running, prompt=prompt)
+        transfer = expand_tasks(play.env, config.eval_tasks, "--eval-tasks") if config.eval_tasks else []
+    except PlanError as exc:
         raise TrainSetupError(str(exc)) from None
-
-
-def one_env_plan(config: TrainConfig, env: ResolvedEnv, prompt: str) -> RunPlan:
-    """The plan of a run on one environment: its tasks (and `eval_tasks`) expanded from the
-    environment's listing, and its prompt style chosen."""
-    harness = env.require_harness()
-    try:
-        tasks = harness.task_list().expand(config.tasks or harness.default_tasks[:1], harness.check_task)
-    except (ValueError, KeyError, ImportError) as exc:
-        raise TrainSetupError(str(exc)) from None
-    try:
-        transfer = (
-            harness.task_list().expand(config.eval_tasks, harness.check_task) if config.eval_tasks else []
-        )
-    except (ValueError, KeyError) as exc:
-        raise TrainSetupError(f"--eval-tasks: {exc}") from None
-    config = dataclasses.replace(config, tasks=tasks, eval_tasks=transfer, prompt=prompt)
-    return RunPlan(config, (PlanRow(config.env, env, tuple(tasks), prompt),))
+    (row,) = play.rows
+    config = dataclasses.replace(
+        config, tasks=list(row.tasks), eval_tasks=transfer, prompt=row.prompt, env_options=row.server_options
+    )
+    return RunPlan(config, play)
 
 
 def play_row(parts: RunParts, row: PlanRow, clients: Any) -> Rollout:
@@ -78,13 +70,12 @@ class TextRun(RunKind):
         return not vision
 
     def resolve(self, config: TrainConfig) -> RunPlan:
-        env = resolve_env(config)
-        prompt = config.prompt or env.require_harness().train_prompt
-        if prompt_style(prompt, env).vision:
+        plan = one_env_plan(config)
+        if prompt_style(plan.config.prompt, plan.env).vision:
             raise TrainSetupError(
-                f"--prompt {prompt} shows screenshots: {config.model!r} is not a vision-language model"
+                f"--prompt {plan.config.prompt} shows screenshots: {config.model!r} is not a vision-language model"
             )
-        return one_env_plan(config, env, prompt)
+        return plan
 
     def open(self, plan: RunPlan, client_factory: Callable[[], Any] | None) -> AbstractContextManager[Any]:
         if client_factory is not None:

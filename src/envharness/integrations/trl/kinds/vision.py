@@ -10,7 +10,7 @@ from envharness.integrations.trl import vision as vision_grpo
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds.base import RunParts, RunPlan
-from envharness.integrations.trl.kinds.text import TextRun, one_env_plan, resolve_env
+from envharness.integrations.trl.kinds.text import TextRun, one_env_plan
 from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.precision import master_weights
 from envharness.integrations.trl.prompting import prompt_style
@@ -30,7 +30,8 @@ class VisionRun(TextRun):
         return vision
 
     def resolve(self, config: TrainConfig) -> RunPlan:
-        env = resolve_env(config)
+        plan = one_env_plan(config, VISION_PROMPT)
+        env = plan.env
         # the environment's training default stands for "not chosen": it becomes "vision"
         if config.prompt not in (VISION_PROMPT, "", env.require_harness().train_prompt):
             raise TrainSetupError(
@@ -41,7 +42,7 @@ class VisionRun(TextRun):
             raise TrainSetupError(
                 f"--vision-page-text {config.vision_page_text}: {env.name} shows one of {', '.join(views)}"
             )
-        return one_env_plan(config, env, VISION_PROMPT)
+        return plan
 
     def load_model(self, config: TrainConfig, placement: Any) -> tuple[Any, Any]:
         model, processor = vision_grpo.load_vision_model(config.model)
