@@ -71,6 +71,7 @@ MOVED: dict[str, dict[str, str]] = {
         },
     },
     "envharness.fleet.router": {"ServerLostError": "envharness.fleet.errors:ServerLostError"},
+    f"{_TRL}.kinds": {"PlanRow": "envharness.harness.plan:PlanRow"},
     _TRL: {
         "build_browsergym_rollout_func": "envharness._deprecated:build_browsergym_rollout_func",
         "browser_clients": "envharness._deprecated:browser_clients",

@@ -1,8 +1,8 @@
 """The kinds of training run, each one implementation of `RunKind` (`base.py`).
 
     base.py    `RunKind` (the interface), `RunPlan` (what a run plays: a frozen
-               configuration and one `PlanRow` per environment) and `RunParts` (what a
-               rollout is built from)
+               configuration and its plan of play, `harness/plan.py`, one row per
+               environment) and `RunParts` (what a rollout is built from)
     text.py    `TextRun`: a causal LM through the harness's loop (one server, or a fleet);
                `play_row`, the rollout of one row, chosen by who sits in its other seats
     seated.py  `SelfPlayRun` and `OpponentRun`: text runs with a model in the other seats
@@ -19,10 +19,11 @@ A new kind is one more class here, listed in `RUN_KINDS` before the kinds it nar
 
 from __future__ import annotations
 
+from envharness._deprecated import deprecated_names
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds.agent import AgentRun
-from envharness.integrations.trl.kinds.base import PlanRow, RunKind, RunParts, RunPlan
+from envharness.integrations.trl.kinds.base import RunKind, RunParts, RunPlan
 from envharness.integrations.trl.kinds.mix import MixRun
 from envharness.integrations.trl.kinds.seated import OpponentRun, SelfPlayRun
 from envharness.integrations.trl.kinds.text import TextRun
@@ -30,6 +31,8 @@ from envharness.integrations.trl.kinds.vision import VisionRun
 
 #: Asked in order; the first that applies runs. The text run applies to any text model.
 RUN_KINDS: list[type[RunKind]] = [MixRun, AgentRun, SelfPlayRun, OpponentRun, VisionRun, TextRun]
+
+__getattr__ = deprecated_names(__name__)
 
 
 def pick_run(config: TrainConfig, vision: bool) -> RunKind:
@@ -45,7 +48,6 @@ __all__ = [
     "AgentRun",
     "MixRun",
     "OpponentRun",
-    "PlanRow",
     "RunKind",
     "RunParts",
     "RunPlan",

@@ -23,12 +23,13 @@ from typing import Any
 from envharness.core.concurrency import call_maybe_async
 from envharness.harness.model_step import BatchingModelStep
 from envharness.harness.opponents import MODEL_PREFIXES
+from envharness.harness.plan import PlanRow
 from envharness.harness.seat_player import ModelSeats
 from envharness.harness.session import create_session
 from envharness.harness.types import HarnessRolloutResult, Message
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
-from envharness.integrations.trl.kinds.base import PlanRow, RunParts
+from envharness.integrations.trl.kinds.base import RunParts
 from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.prompting import prompt_options
 from envharness.integrations.trl.rollout import build_trl_rollout_func, trainer_sampling

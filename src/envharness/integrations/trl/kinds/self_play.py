@@ -25,10 +25,11 @@ from typing import Any
 
 from envharness.core.concurrency import run_coroutine_sync
 from envharness.harness.model_step import BatchingModelStep
+from envharness.harness.plan import PlanRow
 from envharness.harness.rollout import rollout_metrics, rollout_outputs, run_episodes
 from envharness.harness.session import create_session
 from envharness.harness.types import HarnessRolloutResult
-from envharness.integrations.trl.kinds.base import PlanRow, RunParts
+from envharness.integrations.trl.kinds.base import RunParts
 from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.prompting import prompt_options
 from envharness.integrations.trl.rollout import (
