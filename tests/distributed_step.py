@@ -1,10 +1,12 @@
-"""One real GRPOTrainer step on fixed episodes, as one process or as a rank under torchrun
-(gloo on the CPU); rank 0 saves the weights after the step. `test_many_processes.py` runs it.
+"""Real GRPOTrainer steps on fixed episodes, as one process or as a rank under torchrun (gloo on
+the CPU); rank 0 saves the weights after each step. `test_many_processes.py` runs it.
 
-    python tests/distributed_step.py OUT.pt LOSS_TYPE MICRO_BATCH SIGNAL [lora]
+    python tests/distributed_step.py OUT_DIR LOSS_TYPE,MICRO_BATCH,SIGNAL[,lora] [...]
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_step.py ...
 
-Saves {"weights", "grads"}. SIGNAL: `all` (every group's rewards differ), `one` (only the last group's do: under two
+Each SPEC is one step of a fresh model and trainer, one after the other in the same processes
+(one launch pays the interpreter's and the ranks' start once), saved to OUT_DIR/SPEC.pt as
+{"weights", "grads"}. SIGNAL: `all` (every group's rewards differ), `one` (only the last group's do: under two
 processes one rank's batch has no signal), `none` (no group's do). `lora`: train a LoRA adapter
 (`--lora`'s `LoraConfig`) instead of every weight.
 """
@@ -56,29 +58,42 @@ class KeepGradient:
         return Keep()
 
 
-def save_step(trainer, grads: dict, out: str) -> None:
-    """Rank 0 saves the weights after the step and the gradients it kept, for the comparison."""
+def save_step(trainer, grads: dict, out: str, leave: bool = True) -> None:
+    """Rank 0 saves the weights after the step and the gradients it kept, for the comparison;
+    `leave`: the ranks then part, as `envharness train` ends (no rank exits while another still
+    writes)."""
     from envharness.integrations.trl import ranks
 
     if ranks.is_main():
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         weights = {n: p.detach().clone() for n, p in unwrapped.named_parameters()}
         torch.save({"weights": weights, "grads": grads}, out)
-    ranks.leave()  # as `envharness train` ends: no rank exits while another still writes
+    if leave:
+        ranks.leave()
 
 
-def main(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool = False) -> None:
+def main(out_dir: str, specs: list[str]) -> None:
+    from envharness.integrations.trl import ranks
+
+    torch.set_num_threads(1)
+    ranks.join()
+    for spec in specs:
+        loss_type, micro_batch, signal, *lora = spec.split(",")
+        one_step(os.path.join(out_dir, f"{spec}.pt"), loss_type, int(micro_batch), signal, lora == ["lora"])
+    ranks.leave()
+
+
+def one_step(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool) -> None:
+    """One step of a fresh tiny model on the fixed episodes, saved to `out`."""
     from trl import GRPOTrainer
 
-    from envharness.integrations.trl import ranks, task_dataset
+    from envharness.integrations.trl import task_dataset
     from envharness.integrations.trl.grpo_args import grpo_config, lora_config
     from envharness.integrations.trl.logprob_agreement import measure_and_correct
     from envharness.integrations.trl.no_signal import skip_batches_without_signal
     from envharness.integrations.trl.training import TrainConfig
     from envharness.models.embedded import tiny_test_model
 
-    torch.set_num_threads(1)
-    ranks.join()
     model, tokenizer = tiny_test_model(seed=0)
     config = TrainConfig(model="tiny", output_dir=os.path.dirname(out), max_steps=1, num_generations=4,
                          groups_per_step=2, micro_batch=micro_batch, loss_type=loss_type, lora=lora)  # fmt: skip
@@ -95,8 +110,8 @@ def main(out: str, loss_type: str, micro_batch: int, signal: str, lora: bool = F
     skip_batches_without_signal(trainer)  # then the logprob measurement, as `train` installs them
     measure_and_correct(trainer)
     trainer.train()
-    save_step(trainer, grads, out)
+    save_step(trainer, grads, out, leave=False)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:] == ["lora"])
+    main(sys.argv[1], sys.argv[2:])

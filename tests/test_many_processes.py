@@ -29,52 +29,59 @@ HELD_OUT = Path(__file__).with_name("distributed_held_out.py")
 VISION_STEP = Path(__file__).with_name("distributed_vision_step.py")
 
 
-def one_step(tmp_path: Path, processes: int, *args: str, script: Path = STEP) -> dict:
-    """The weights and gradient of one GRPO step on fixed episodes, as `processes` processes."""
-    out = tmp_path / f"{script.stem}-p{processes}-{'-'.join(args)}.pt"
+def launch(processes: int, script: Path, *args: str) -> None:
+    """`script ARGS` run to its end as `processes` processes (torchrun's agent for more than one)."""
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    command = [sys.executable, *(launcher if processes > 1 else []), str(script), str(out), *args]
+    command = [sys.executable, *(launcher if processes > 1 else []), str(script), *args]
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a rank that aborts shows where
     done = run_tree(command, capture_output=True, text=True, timeout=500, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def one_step(tmp_path: Path, processes: int, *args: str, script: Path) -> dict:
+    """The weights and gradient of the one step `script OUT.pt ARGS` saves, as `processes` processes."""
+    out = tmp_path / f"{script.stem}-p{processes}-{'-'.join(args)}.pt"
+    launch(processes, script, str(out), *args)
     return torch.load(out)
 
 
-def assert_same_step(one: dict, two: dict) -> None:
+def steps(tmp_path: Path, processes: int, specs: list[str]) -> dict[str, dict]:
+    """The weights and gradient of one GRPO step on fixed episodes for each spec
+    (tests/distributed_step.py: LOSS,MICRO_BATCH,SIGNAL[,lora]), as `processes` processes."""
+    out = tmp_path / f"steps-p{processes}"
+    out.mkdir()
+    launch(processes, STEP, str(out), *specs)
+    return {spec: torch.load(out / f"{spec}.pt") for spec in specs}
+
+
+def assert_same_step(one: dict, two: dict, what: str = "") -> None:
     grads, weights = one["grads"], one["weights"]
-    assert grads and grads.keys() == two["grads"].keys()
+    assert grads and grads.keys() == two["grads"].keys(), what
     scale = max(g.abs().max().item() for g in grads.values())
-    assert scale > 0  # the step learned something
+    assert scale > 0, what  # the step learned something
     for name, g in grads.items():
-        assert torch.allclose(two["grads"][name], g, rtol=1e-4, atol=1e-6 * scale), name
+        assert torch.allclose(two["grads"][name], g, rtol=1e-4, atol=1e-6 * scale), (what, name)
     for name, w in weights.items():
-        assert torch.allclose(two["weights"][name], w, rtol=1e-4), name
+        assert torch.allclose(two["weights"][name], w, rtol=1e-4), (what, name)
+
+
+#: The text steps compared on 1 and 2 processes, each a fresh model, all in one launch a count:
+#: grpo with micro-batch 2 (each rank's 4 episodes in 2 loss passes, against 4 passes on one
+#: process); --lora's adapter; dapo where rank 0's group has one reward for all its episodes
+#: and rank 1's does not (a rank that skipped its loss alone would leave DDP's gradient
+#: all-reduce waiting: it hangs, checked).
+GRPO, LORA, NO_SIGNAL_ON_ONE_RANK = "grpo,2,all", "grpo,0,all,lora", "dapo,0,one"
 
 
 @pytest.mark.slow
-def test_two_processes_take_the_step_of_one(tmp_path):
-    # grpo, micro-batch 2: each rank's 4 episodes in 2 loss passes, against 4 passes on one process
-    assert_same_step(one_step(tmp_path, 1, "grpo", "2", "all"), one_step(tmp_path, 2, "grpo", "2", "all"))
-
-
-@pytest.mark.slow
-def test_two_processes_take_the_lora_step_of_one(tmp_path):
-    # --lora's adapter: only its weights have gradients, and they match across process counts
-    one, two = (
-        one_step(tmp_path, 1, "grpo", "0", "all", "lora"),
-        one_step(tmp_path, 2, "grpo", "0", "all", "lora"),
-    )
-    assert one["grads"] and all("lora_" in name for name in one["grads"])
-    assert_same_step(one, two)
-
-
-@pytest.mark.slow
-def test_a_rank_without_signal_does_not_hang_the_step(tmp_path):
-    # dapo: rank 0's group has one reward for all its episodes, rank 1's does not. A rank that
-    # skipped its loss alone would leave DDP's gradient all-reduce waiting (it hangs: checked)
-    one = one_step(tmp_path, 1, "dapo", "0", "one")
-    assert one["grads"]
-    assert_same_step(one, one_step(tmp_path, 2, "dapo", "0", "one"))
+def test_two_processes_take_the_step_of_one_full_lora_and_without_signal_on_a_rank(tmp_path):
+    specs = [GRPO, LORA, NO_SIGNAL_ON_ONE_RANK]
+    one, two = steps(tmp_path, 1, specs), steps(tmp_path, 2, specs)
+    # --lora: only the adapter's weights have gradients, and they match across process counts
+    assert one[LORA]["grads"] and all("lora_" in name for name in one[LORA]["grads"])
+    assert one[NO_SIGNAL_ON_ONE_RANK]["grads"]
+    for spec in specs:
+        assert_same_step(one[spec], two[spec], spec)
 
 
 @pytest.mark.slow
@@ -149,13 +156,16 @@ def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_
         check_config(TrainConfig(**base, processes=3))
 
 
-RANK_0_NEVER_RUNS_OUT_OF_TIME = """
+ONLY_RANK_1_RUNS_OUT_OF_TIME = """
 import importlib.util, os, sys
 
-if os.environ.get("RANK") == "0" and "TORCHELASTIC_RUN_ID" in os.environ:
+if "TORCHELASTIC_RUN_ID" in os.environ:
     NAME = "envharness.integrations.trl.callbacks"
+    # once the callbacks module is loaded, the --minutes budget is endless on rank 0 and spent
+    # on rank 1 (at its first step's end, however long the step took)
+    SECONDS = {"0": float("inf"), "1": 0.0}[os.environ["RANK"]]
 
-    class Hook:  # once the callbacks module is loaded, rank 0's --minutes budget is endless
+    class Hook:
         def find_spec(self, name, path=None, target=None):
             if name != NAME:
                 return None
@@ -167,11 +177,11 @@ if os.environ.get("RANK") == "0" and "TORCHELASTIC_RUN_ID" in os.environ:
                 load(module)
                 init = module.TimeBudgetCallback.__init__
 
-                def endless(self, minutes):
+                def budget(self, minutes):
                     init(self, minutes)
-                    self.seconds = float("inf")
+                    self.seconds = SECONDS
 
-                module.TimeBudgetCallback.__init__ = endless
+                module.TimeBudgetCallback.__init__ = budget
 
             spec.loader.exec_module = exec_module
             return spec
@@ -185,8 +195,9 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     """Two steps, then one more by --resume under --minutes; with --curriculum signal on two
     tasks: every rank plays the plan rank 0 logs, drawn from every rank's episodes, and --minutes
     stops every rank at the same step though only rank 1's budget runs out (a sitecustomize
-    only this run puts on the path makes rank 0's endless: a rank 0 that went on alone would
-    wait for rank 1 at its next step's gather until the timeout kills the run)."""
+    only this run puts on the path makes rank 0's endless and rank 1's spent after one step,
+    whatever a step takes: a rank 0 that went on alone would wait for rank 1 at its next step's
+    gather until the timeout kills the run)."""
     out = tmp_path / "run"
     train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena",
              "--tasks", "Wordle-v0,Mastermind-v0", "--curriculum", "signal", "--model", "tiny",
@@ -197,9 +208,9 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
     assert first.stdout.count("trained 2 steps") == 1  # rank 0 alone reports
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(RANK_0_NEVER_RUNS_OUT_OF_TIME)
+    (hook / "sitecustomize.py").write_text(ONLY_RANK_1_RUNS_OUT_OF_TIME)
     env_hooked = {**env, "PYTHONPATH": os.pathsep.join([str(hook), env.get("PYTHONPATH", "")])}
-    again = run_tree([*train, "--minutes", "0.01", "--resume"], capture_output=True, text=True, timeout=500,
+    again = run_tree([*train, "--minutes", "60", "--resume"], capture_output=True, text=True, timeout=500,
                      env=env_hooked)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
@@ -305,11 +316,13 @@ def listening(pid: int) -> set[tuple[int, str, int]]:
     return found
 
 
-def run_watching_sockets(command: list[str], env: dict) -> tuple[subprocess.CompletedProcess, set]:
+def run_watching_sockets(
+    command: list[str], env: dict, cwd: Path | None = None
+) -> tuple[subprocess.CompletedProcess, set]:
     """`command` run to its end, and (pid, address, port) of the sockets its process tree listened on
     meanwhile (pid 0 stands for the command's own process)."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)  # fmt: skip
+                               cwd=cwd, start_new_session=True)  # fmt: skip
     seen: set[tuple[int, str, int]] = set()
     finished = threading.Event()
 
@@ -331,6 +344,17 @@ def run_watching_sockets(command: list[str], env: dict) -> tuple[subprocess.Comp
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), seen
 
 
+def plant_imports(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A folder with an `envharness/` package and a `pydantic.py` that each leave a marker file
+    when imported, and the markers."""
+    here = tmp_path / "here"
+    (here / "envharness").mkdir(parents=True)
+    markers = [tmp_path / "ran-envharness", tmp_path / "ran-pydantic"]
+    (here / "envharness" / "__init__.py").write_text(f"open({str(markers[0])!r}, 'w').write('pwned')\n")
+    (here / "pydantic.py").write_text(f"open({str(markers[1])!r}, 'w').write('pwned')\n")
+    return here, markers
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "run, made",
@@ -345,11 +369,18 @@ def run_watching_sockets(command: list[str], env: dict) -> tuple[subprocess.Comp
     ids=["lora", "opponent", "mix"],
 )
 def test_lora_mix_and_a_server_opponent_train_on_two_processes(tmp_path, run, made):
+    """Started as a user would (the `envharness` script) in a folder with a planted `envharness/`
+    and `pydantic.py`: torchrun starts each rank as `python -m envharness.cli`, which would put
+    that folder first on the rank's path, so a rank that imported them leaves a marker."""
+    here, markers = plant_imports(tmp_path)
     out = tmp_path / "run"
-    train = [sys.executable, "-m", "envharness.cli", "train", "--model", "tiny", "--processes", "2", "--threads", "1",
-             "--steps", "1", "--out", str(out), *run]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    done, sockets = run_watching_sockets(train, env)
+    train = [str(Path(sys.executable).with_name("envharness")), "train", "--model", "tiny", "--processes", "2",
+             "--threads", "1", "--steps", "1", "--out", str(out), *run]  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTHONSAFEPATH")
+    }
+    done, sockets = run_watching_sockets(train, env, cwd=here)
+    assert not [m.name for m in markers if m.exists()], done.stderr[-3000:]  # nothing from the cwd
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("trained 1 steps") == 1
     # the rendezvous (the launcher's stores), the ranks' gloo pairs and the environment servers
