@@ -31,26 +31,34 @@ if _WORKERS > 1:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-#: Test files in order of cost, heaviest first (as measured in `make test` on a 2-core machine).
-#: The workers take files in this order, then the rest in collection order: the longest jobs
-#: first and the many short ones last, so that both workers end together. The README commands
-#: (one test per bash block, each 5-45 s) come after the files that take longer than their
-#: blocks. A guess that is off costs only time.
+#: Test files in order of cost, heaviest first (as measured in `make test` on a 2-core machine);
+#: a "file::test" entry places one test of a spread file (below) on its own. The workers take
+#: them in this order, then the rest in collection order: the longest jobs first and the many
+#: short ones last, so that both workers end together (longest-processing-time-first). The
+#: single tests of minutes come first: the check over every MiniWoB task, the Ray fleet, the
+#: switch differential, the GPU check's CPU steps. A guess that is off costs only time.
 HEAVIEST_FIRST = [
+    "test_check.py::test_browsergym_passes_every_check_on_every_miniwob_task",
+    "test_fleet_ray.py",
+    "test_browser_switch_differential.py",
+    "test_device.py::test_the_gpu_check_checks_itself_on_the_cpu_with_a_tiny_model",
     "test_eval_protocol.py",
     "test_browser_fidelity.py",
-    "test_job_interrupts.py",
+    "test_many_processes.py::test_train_processes_2_writes_each_file_once_and_resumes",
+    "test_many_processes.py::test_two_processes_take_the_step_of_one_full_lora_and_without_signal_on_a_rank",
     "test_browser_gym_engine.py",
-    "test_fleet_ray.py",
     "test_browser_all_tasks.py",
-    "test_check.py",  # `check` over every MiniWoB task and TextArena game
-    "test_browser_switch_differential.py",
-    "test_many_processes.py",  # several two-process training runs
+    "test_check.py",  # `check` over every TextArena game, the floor on MiniWoB
+    "test_many_processes.py",  # two-process training runs, each its own
+    "test_async_processes.py",
+    "test_job_interrupts.py",
     "test_sft.py",
-    "test_device.py",  # the GPU check's own steps, on the CPU
+    "test_replay.py",
+    "test_device.py",
     "test_models_embedded.py",
     "test_lifecycle.py",
     "test_policy_training.py",
+    "test_trl_environment_example.py",
     "test_readme_commands.py",
     "test_browser_warm_pool.py",
     "test_browser_isolation.py",
@@ -59,9 +67,16 @@ HEAVIEST_FIRST = [
 ]
 
 
-#: Files whose tests spread over the workers one by one (the README commands: each bash block
-#: is a test of its own, in its own scratch folder); every other file runs whole in one worker.
-SPREAD_FILES = {"test_readme_commands.py"}
+#: Files whose tests spread over the workers one by one: the README commands (each bash block is
+#: a test of its own, in its own scratch folder) and the heavy files whose tests share no module
+#: fixture (each starts its own processes); every other file runs whole in one worker.
+SPREAD_FILES = {
+    "test_readme_commands.py",
+    "test_check.py",
+    "test_many_processes.py",
+    "test_device.py",
+    "test_job_interrupts.py",
+}
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -85,9 +100,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heaviest files go first."""
+    """The heaviest tests and files go first."""
     rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+    def place(item: pytest.Item) -> int:
+        test = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        return rank.get(test, rank.get(item.path.name, len(rank)))
+
+    items.sort(key=place)
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, interval_s: float = 0.02) -> Any:
