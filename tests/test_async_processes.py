@@ -52,6 +52,10 @@ def test_train_async_on_two_processes_records_policy_versions_and_resumes(tmp_pa
     for step in range(4):
         ranks_of = [r["metrics"]["rank"] for r in records if r["metrics"]["train_step"] == step]
         assert ranks_of == sorted(ranks_of) and set(ranks_of) == {0, 1}, (step, ranks_of)
+        # each rank's groups on seeds of their own: those sampled ahead drawn over the whole batch
+        seeds = [{r["seed"] for r in records if r["metrics"]["train_step"] == step and r["metrics"]["rank"] == k}
+                 for k in (0, 1)]  # fmt: skip
+        assert seeds[0] and seeds[1] and not seeds[0] & seeds[1], (step, seeds)
     logs = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     trained = [
         (log["step"], log["async/policy_version"], log["async/staleness"]) for log in logs if "loss" in log
