@@ -10,21 +10,12 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator
-from typing import Any
 
 from envharness.eval.config import EvalConfig, EvalSetupError
 from envharness.harness.model_step import BatchingModelStep
-from envharness.harness.opponents import plan_seats
 from envharness.harness.seat_player import Generate
 from envharness.harness.types import Message
 from envharness.models.base import GenerationRequest, SamplingParams
-
-
-def client_opponent(config: EvalConfig, harness: Any) -> str | None:
-    """The model spec the client seats (None: no opponent, or one the server plays)."""
-    if not config.opponent or harness.seat_client is None:
-        return None
-    return plan_seats(harness, config.tasks, config.opponent, config.seat).client_opponent
 
 
 @contextlib.asynccontextmanager
@@ -57,4 +48,4 @@ async def opponent_generate(
             await backend.aclose()
 
 
-__all__ = ["client_opponent", "opponent_generate"]
+__all__ = ["opponent_generate"]

@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envharness.eval.config import EvalConfig, EvalSetupError
+from envharness.eval.config import CheckedEval, EvalConfig, EvalSetupError
 from envharness.eval.conversation import ConversationModelStep
 from envharness.eval.episode import EpisodeTape, EvalModelStep, PromptSettings, RecordingClient
-from envharness.eval.opponent import client_opponent, opponent_generate
+from envharness.eval.opponent import opponent_generate
 from envharness.eval.runfolder import (
     EpisodeKey,
     RunFolder,
@@ -179,17 +179,17 @@ def episode_line(
 
 
 async def run_jobs(
-    config: EvalConfig,
-    env: Any,
+    checked: CheckedEval,
     folder: RunFolder,
     jobs: list[Job],
     backend: Any,
     base_url: str,
     fleet: Any = None,
 ) -> None:
-    """Run `jobs` through the harness of `env` (as `config.check()` resolved it), appending each
-    finished episode to the run's JSONL (`fleet`: a `FleetRouter` whose servers share the
-    episodes, instead of `base_url`)."""
+    """Run `jobs` as `config.check()` resolved the run (its plan of play: the environment, and
+    who the client seats in the other seats), appending each finished episode to the run's JSONL
+    (`fleet`: a `FleetRouter` whose servers share the episodes, instead of `base_url`)."""
+    config, env = checked.config, checked.env
     harness = env.require_harness()
     client_class = env.client_class
     style = get_prompt_style(config.prompt, env)
@@ -200,7 +200,8 @@ async def run_jobs(
             f"{config.model} is a vision model: it needs screenshots (drop --no-screenshots, or pass --no-vision)"
         )
     tapes: dict[str, EpisodeTape] = {}
-    opponent_spec, opponent = client_opponent(config, harness), {}
+    (row,) = checked.plan.rows
+    opponent_spec, opponent = row.seats.client_opponent, {}  # a model the client seats (`check()`)
 
     def make_client() -> RecordingClient:
         client, seats = fleet.async_client() if fleet else _client(client_class, base_url), None
@@ -387,7 +388,7 @@ async def run_eval_async(config: EvalConfig, *, backend: Any = None) -> EvalResu
                 server, router = _result(starting), _result(opening)
             base_url = config.env_url or (server.base_url if server else "")
             placement = _placement(backend or loaded)
-            await run_jobs(config, env, folder, jobs, backend or loaded, base_url, fleet=router)
+            await run_jobs(checked, folder, jobs, backend or loaded, base_url, fleet=router)
     finally:
         await asyncio.to_thread(fleet.close)
         if owned_backend is not None:
