@@ -144,3 +144,32 @@ def test_eval_every_logs_held_out_results_and_keeps_the_best_model(tmp_path):
         e["step"] for e in evals if e["eval/trained_mean"] == best["eval/trained_mean"]
     )
     assert (out / "best" / "config.json").is_file()
+
+
+def test_each_step_logs_the_plan_of_the_batch_it_trains():
+    """Under `--async` the batch for step 1 is drawn while step 0 trains and may be done before
+    step 0's log: each step's log names its own batch's task, none twice and none missing."""
+    from types import SimpleNamespace
+
+    from envharness.integrations.trl.curriculum import CurriculumLayer
+    from envharness.integrations.trl.layers import Rollout
+
+    class Played(Rollout):
+        def __call__(self, prompts, trainer):
+            return {"success": [False] * len(prompts)}
+
+    layer = CurriculumLayer(Played(), make_sampler("uniform", ["a", "b"], seed=0))
+    (callback,) = layer.callbacks()
+    slot = '{"task": "a", "seed": 7}'
+
+    def log(step):
+        logs = {"loss": 0.0}
+        callback.on_log(None, SimpleNamespace(global_step=step), None, logs=logs)
+        return logs.get("curriculum/drawn")
+
+    callback.on_step_begin(None, SimpleNamespace(global_step=0), None)
+    layer([slot, slot], SimpleNamespace(state=SimpleNamespace(global_step=0)))  # step 0's batch
+    layer([slot, slot], SimpleNamespace(state=SimpleNamespace(global_step=1)))  # step 1's, ahead
+    first = log(1)
+    callback.on_step_begin(None, SimpleNamespace(global_step=1), None)
+    assert [first, log(2)] == [["a"], ["b"]]  # uniform: the tasks in turn

@@ -3,11 +3,14 @@
 The dataset's prompts are slots (a task and a seed, `task_prompt`); `CurriculumLayer`
 keeps each slot's seed and gives its group the sampler's task, so every generation of a group
 still plays the same page. After the rollout each group's successes go back to the sampler, and
-the step's plan (each task's weight, recent success and episodes) is added to the step's log.
+the step's plan (each task's weight, recent success and episodes) is added to the log of the
+step whose loss pass takes the batch (under `--async` a batch is sampled while the step before
+it trains, and may finish before or after its own step begins).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +19,7 @@ from transformers import TrainerCallback
 from envharness.curriculum import TaskSampler
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.layers import Layer, Rollout
-from envharness.integrations.trl.rollout import parse_task_prompt, task_prompt
+from envharness.integrations.trl.rollout import parse_task_prompt, task_prompt, trainer_step
 
 
 class CurriculumLayer(Layer):
@@ -32,7 +35,9 @@ class CurriculumLayer(Layer):
         super().__init__(inner)
         self.sampler = sampler
         self.prompt_for = prompt_for  # a task and a seed -> the group's prompt (a mix's: `mix_prompt`)
-        self.plans: list[dict[str, Any]] = []  # this step's: the plan and the tasks drawn
+        #: per step the batch is for: its plans and the tasks drawn; the log takes its step's
+        self.plans: dict[int, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()  # under --async the sampling thread adds while the log reads
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         # under several processes every rank draws the same plan from the whole batch
@@ -47,23 +52,32 @@ class CurriculumLayer(Layer):
         success = ranks.all_gather([bool(s) for s in out.get("success") or [False] * len(prompts)])
         for slot, task in zip(slots, tasks):
             self.sampler.update(task, [s for p, s in zip(batch, success) if p == slot])
-        self.plans.append({"plan": plan, "drawn": tasks})
+        with self._lock:
+            self.plans.setdefault(trainer_step(trainer), []).append({"plan": plan, "drawn": tasks})
         return out
 
     def callbacks(self) -> list[TrainerCallback]:
         return [*self.inner.callbacks(), _PlanCallback(self)]
+
+    def take_plans(self, step: int) -> list[dict[str, Any]]:
+        """The plans of `step`'s batch, forgotten here (with any of earlier steps, never logged)."""
+        with self._lock:
+            plans = self.plans.pop(step, [])
+            for old in [s for s in self.plans if s < step]:
+                del self.plans[old]
+            return plans
 
 
 class _PlanCallback(TrainerCallback):
     def __init__(self, curriculum: CurriculumLayer) -> None:
         self.curriculum = curriculum
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.curriculum.plans = []
-
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        if logs is not None and "loss" in logs and self.curriculum.plans:
-            logs["curriculum/plan"] = self.curriculum.plans[0]["plan"]
-            logs["curriculum/drawn"] = [task for p in self.curriculum.plans for task in p["drawn"]]
+        if logs is None or "loss" not in logs:
+            return
+        plans = self.curriculum.take_plans(state.global_step - 1)  # its rollout ran one step before
+        if plans:
+            logs["curriculum/plan"] = plans[0]["plan"]
+            logs["curriculum/drawn"] = [task for p in plans for task in p["drawn"]]
