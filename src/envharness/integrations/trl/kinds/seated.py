@@ -1,6 +1,6 @@
 """The runs of a multi-player game with a model in the other seats: `SelfPlayRun` (`--opponent
 self`, `kinds/self_play.py`) and `OpponentRun` (`--opponent <model spec>`, `kinds/opponent.py`).
-They are text runs whose plan seats a model (`RunKind.seat`); the text run's `play_row` builds
+They are text runs whose plan seats a model (`harness.plan.resolve_plan`); the text run's `play_row` builds
 the rollout the seating asks for."""
 
 from __future__ import annotations
