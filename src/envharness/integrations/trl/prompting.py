@@ -16,7 +16,7 @@ from envharness.prompts.text import tokenizer_counter
 #: point resolves it once, the helpers below take either.
 EnvRef = str | ResolvedEnv | None
 
-__all__ = ["EnvRef", "prompt_options", "prompt_style", "resolved", "reward_functions", "train_prompt"]
+__all__ = ["EnvRef", "prompt_options", "prompt_style", "resolved", "reward_functions"]
 
 
 def prompt_style(style: str, env: EnvRef = None) -> PromptStyle:
@@ -41,11 +41,6 @@ def prompt_options(style: str, tokenizer: Any = None, env: EnvRef = None) -> dic
     if chosen.observation_text is not None:  # how the style shows later observations
         options["observation_text"] = chosen.observation_text
     return options
-
-
-def train_prompt(env: EnvRef) -> str:
-    """The environment's training prompt style (`EnvHarness.train_prompt`)."""
-    return resolved(env).require_harness().train_prompt
 
 
 def reward_functions(env: EnvRef = DEFAULT_ENV) -> dict[str, Callable[..., Any]]:
