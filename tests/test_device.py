@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from _jobs import run_tree
+from _jobs import Job, run_tree
 
 from envharness.models import load_backend
 from envharness.models.device import DeviceError, decoding_attention, resolve, resolve_device, resolve_dtype
@@ -161,25 +161,20 @@ UNAVAILABLE = (
 
 
 @pytest.mark.parametrize("command", ["eval", "train", "sft", "policy"])
-def test_every_command_refuses_what_the_machine_cannot_give(command):
+def test_every_command_refuses_what_the_machine_cannot_give(command, tmp_path, prewarmed):
+    """`envharness COMMAND` with each flag, forked from the prewarmed interpreter (torch, TRL
+    imported: twelve commands without twelve cold starts), exits 2 with the refusal's words."""
     for flags, words in (
         UNAVAILABLE,
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--dtype", "float64"], "unknown dtype 'float64'"),
     ):
-        done = run_tree(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from envharness.cli import main; sys.exit(main())",
-                command,
-                *flags,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,  # a hang guard: `train` imports TRL, slow on a busy machine
-        )
-        assert done.returncode == 2 and words in done.stderr, (command, flags, done.stderr[-500:])
+        job = Job([command, *flags], tmp_path, prewarmed=prewarmed)
+        try:
+            code = job.wait(600)  # a hang guard: `train` imports TRL, slow on a busy machine
+        finally:
+            job.kill_all()
+        assert code == 2 and words in job.output, (command, flags, job.output[-500:])
 
 
 def test_seeded_rows_draw_what_multinomial_draws_in_any_batch():
