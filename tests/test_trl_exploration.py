@@ -4,6 +4,7 @@ and the sampled tokens' negative log-probability (what `train_log.jsonl` and the
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -80,12 +81,32 @@ def test_group_stats_reach_the_step_log_once_per_step():
     rollout(prompts[:4], None)  # a step may roll out in several calls
     rollout(prompts[4:], None)
     logs = {"loss": 0.0}
-    callback.on_log(None, None, None, logs=logs)
+    callback.on_log(None, SimpleNamespace(global_step=1), None, logs=logs)  # step 0 done
     assert logs["groups/all_failed"] == pytest.approx(1 / 3) and not math.isnan(logs["sampled_nll"])
     callback.on_step_begin(None, None, None)  # the next step starts empty
     quiet = {"loss": 0.0}
-    callback.on_log(None, None, None, logs=quiet)
+    callback.on_log(None, SimpleNamespace(global_step=2), None, logs=quiet)
     assert quiet == {"loss": 0.0}
+
+
+def test_each_step_logs_the_groups_of_the_batch_it_trains():
+    """Under `--async` the batch for step 1 is sampled while step 0 trains and may be done before
+    step 0's log: each step's log counts its own batch's groups, none twice and none missing."""
+    prompts, out = _batch()
+    rollout = GroupStats(FunctionRollout(lambda p, trainer: out))
+    [callback] = rollout.callbacks()
+
+    def log(step):
+        logs = {"loss": 0.0}
+        callback.on_log(None, SimpleNamespace(global_step=step), None, logs=logs)
+        return logs.get("groups/all_failed"), logs.get("groups/all_succeeded")
+
+    callback.on_step_begin(None, SimpleNamespace(global_step=0), None)
+    rollout(prompts, SimpleNamespace(state=SimpleNamespace(global_step=0)))  # step 0's batch
+    rollout(prompts, SimpleNamespace(state=SimpleNamespace(global_step=1)))  # step 1's, ahead
+    first = log(1)
+    callback.on_step_begin(None, SimpleNamespace(global_step=1), None)
+    assert [first, log(2)] == [(pytest.approx(1 / 3), pytest.approx(1 / 3))] * 2  # 3 groups each
 
 
 def test_the_curve_of_a_mix_draws_each_environment(tmp_path, monkeypatch):

@@ -17,10 +17,14 @@ the same there). Every logged step here also carries:
 - `sampled_nll`: the mean negative log-probability of the sampled model tokens, which at
   temperature 1 estimates the policy's per-token entropy on the pages it plays, on every step
   (also those whose loss pass is skipped and so have no `entropy`).
+
+Each goes to the log of the step whose loss pass takes the batch (under `--async` a batch is
+sampled while the step before it trains, and may finish before or after its own step begins).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -28,6 +32,7 @@ from transformers import TrainerCallback
 
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.layers import Layer, Rollout
+from envharness.integrations.trl.rollout import trainer_step
 
 
 def _per_task(groups: dict[str, list[int]], success: list[bool]) -> dict[str, float]:
@@ -110,8 +115,9 @@ class GroupStats(Layer):
 
     def __init__(self, inner: Rollout) -> None:
         super().__init__(inner)
-        self.prompts: list[Any] = []
-        self.out: dict[str, list[Any]] = {}
+        #: per step the batch is for: every rollout's prompts and fields; the log takes its step's
+        self.by_step: dict[int, tuple[list[Any], dict[str, list[Any]]]] = {}
+        self._lock = threading.Lock()  # under --async the sampling thread adds while the log reads
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         out = self.inner(prompts, trainer)
@@ -128,15 +134,25 @@ class GroupStats(Layer):
             model_logprobs,
             [bool(m.get("agent_timeout")) for m in metrics],
         )
-        # every rank's episodes: the step's statistics are the whole batch's
-        for prompt, success, error, logprobs, timed_out in ranks.all_gather(list(rows)):
-            self.prompts.append(prompt)
-            self.out.setdefault("success", []).append(success)
-            self.out.setdefault("error", []).append(error)
-            self.out.setdefault("logprobs", []).append(logprobs)
-            self.out.setdefault("env_mask", []).append([1] * len(logprobs))
-            self.out.setdefault("timed_out", []).append(timed_out)
+        gathered = ranks.all_gather(list(rows))  # every rank's episodes: the whole batch's statistics
+        with self._lock:
+            played, fields = self.by_step.setdefault(trainer_step(trainer), ([], {}))
+            for prompt, success, error, logprobs, timed_out in gathered:
+                played.append(prompt)
+                fields.setdefault("success", []).append(success)
+                fields.setdefault("error", []).append(error)
+                fields.setdefault("logprobs", []).append(logprobs)
+                fields.setdefault("env_mask", []).append([1] * len(logprobs))
+                fields.setdefault("timed_out", []).append(timed_out)
         return out
+
+    def take(self, step: int) -> tuple[list[Any], dict[str, list[Any]]]:
+        """The prompts and fields of `step`'s rollouts, forgotten here (with any of earlier steps)."""
+        with self._lock:
+            taken = self.by_step.pop(step, ([], {}))
+            for old in [s for s in self.by_step if s < step]:
+                del self.by_step[old]
+            return taken
 
     def callbacks(self) -> list[TrainerCallback]:
         return [*self.inner.callbacks(), _GroupStatsCallback(self)]
@@ -146,11 +162,11 @@ class _GroupStatsCallback(TrainerCallback):
     def __init__(self, stats: GroupStats):
         self.stats = stats
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.stats.prompts, self.stats.out = [], {}
-
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        if logs is not None and "loss" in logs and self.stats.prompts:
-            logs.update(group_stats(self.stats.prompts, self.stats.out))
+        if logs is None or "loss" not in logs:
+            return
+        prompts, fields = self.stats.take(state.global_step - 1)  # its rollouts ran one step before
+        if prompts:
+            logs.update(group_stats(prompts, fields))
