@@ -40,7 +40,6 @@ def no_launch(monkeypatch):
             "does not split evenly across 2 processes",
         ),
         (["--tasks", "KuhnPoker-v0", "--opponent", "tiny"], "cannot run as --processes 2 yet"),
-        ([*WORDLE, "--async"], "--async cannot run with --processes N"),
     ],
 )
 def test_a_bad_config_under_processes_is_refused_once_before_any_rank(
