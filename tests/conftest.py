@@ -74,6 +74,7 @@ SPREAD_FILES = {
     "test_readme_commands.py",
     "test_check.py",
     "test_many_processes.py",
+    "test_async_processes.py",
     "test_device.py",
     "test_job_interrupts.py",
 }
