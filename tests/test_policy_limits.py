@@ -176,5 +176,5 @@ def test_an_agent_past_its_time_limit_is_masked_counted_and_named(tiny):
     assert hung["agent_timeout"] is True and "time limit" in hung["error"] and set(out["env_mask"][1]) == {0}
     assert out["verify_metrics"][0]["agent_timeout"] is False and 1 in out["env_mask"][0]
     assert rollout_func.metrics["agent_timeouts"] == 1
-    stats = group_stats(groups.prompts, groups.out)
+    stats = group_stats(*groups.take(0))  # the batch of step 0, the one the stand-in trainer is at
     assert stats["episodes/agent_timeouts"] == 1 and stats["episodes/agent_timeout_rows"] == ["echo 1"]
