@@ -170,19 +170,14 @@ def _mix_run(path: Path, config: RunConfig, records: list[EpisodeRecord]) -> Rec
 
 
 def _mix_seating(path: Path, config: RunConfig) -> dict[str, dict[str, Any]]:
-    """The server options of each environment of the mix that `--opponent` seated."""
+    """The server options of each environment of the mix that `--opponent` seated, from the
+    plan of play the run was trained with (`harness/plan.py`, as `train` resolves it)."""
     if not config.opponent:
         return {}
-    from envharness.core.registry import env_harness
-    from envharness.harness.opponents import plan_mix_seats
+    from envharness.harness.plan import resolve_mix
 
     try:
-        harnesses = {env: env_harness(env) for env in config.mix or {}}
-        tasks = {
-            env: harnesses[env].task_list().expand(t, harnesses[env].check_task)
-            for env, t in (config.mix or {}).items()
-        }
-        plans = plan_mix_seats(harnesses, tasks, config.opponent, config.seat)
+        plan = resolve_mix(config.mix or {}, config.opponent, config.seat)
     except (ImportError, KeyError, AttributeError, ValueError) as exc:
         raise ReplaySetupError(f"{path}: --opponent {config.opponent}: {_words(exc)}") from None
-    return {env: dict(plan.server_options) for env, plan in plans.items()}
+    return {row.name: dict(row.seats.server_options) for row in plan.rows}
