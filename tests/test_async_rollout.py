@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 
 from envharness.cli import main as cli_main
 from envharness.integrations.trl import task_dataset
-from envharness.integrations.trl.async_rollout import AsyncRollout
+from envharness.integrations.trl.async_rollout import AsyncRollout, SamplingTrainer
 from envharness.integrations.trl.checks import check_config
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import grpo_config
@@ -290,3 +290,27 @@ def test_train_async_resumes_redoing_the_batch_in_flight_and_training_nothing_tw
         (log["step"], log["async/policy_version"], log["async/staleness"]) for log in logs if "loss" in log
     ]
     assert trained == [(1, 0, 0), (2, 0, 1), (3, 2, 0)]  # each step once; the version counter resumed
+
+
+def test_the_sampling_thread_samples_with_the_decoder_while_the_loss_pass_flips_use_vllm():
+    """The loss pass sets `trainer.use_vllm` for each loss computation (so TRL applies the
+    importance ratio); a backend the sampling thread builds meanwhile (dynamic sampling's redraw)
+    is still the decoder's, not vLLM's (a 20-minute mix run died on this at step 7)."""
+    from envharness.integrations.trl.logprob_agreement import _loss_applies_ratio
+    from envharness.integrations.trl.rollout import trainer_backend
+    from envharness.models.embedded import tiny_test_model
+    from envharness.models.transformers_backend import TransformersBackend
+
+    model, tokenizer = tiny_test_model()
+
+    class Trainer:  # the attributes the loss pass and the backend read
+        use_vllm, vllm_importance_sampling_correction = False, False
+        args = type("Args", (), {"use_vllm": False, "temperature": 1.0, "top_p": 1.0, "top_k": 0})()
+        processing_class = tokenizer
+
+    trainer = Trainer()
+    sampler = SamplingTrainer(trainer, model, version=3, step=4)
+    with _loss_applies_ratio(trainer):
+        assert trainer.use_vllm is True  # the window the sampling thread may fall into
+        backend = trainer_backend(sampler)
+    assert isinstance(backend, TransformersBackend) and backend.model is model

@@ -123,7 +123,12 @@ def _policy(trainer: Any) -> Any:
 class SamplingTrainer:
     """What the inner rollout sees while it samples: the trainer with the decoder as its model,
     `policy_version`, and its step frozen at `step`, the step the batch is for (the records'
-    `train_step`, dynamic sampling's seeds and the rewards read it)."""
+    `train_step`, dynamic sampling's seeds and the rewards read it). It never samples with vLLM
+    (`--async` refuses it): the loss pass sets the trainer's `use_vllm` for the length of each
+    loss computation (`logprob_agreement`), which the sampling thread must not read."""
+
+    #: Pinned here, not read through the trainer (whose flag the loss pass flips meanwhile).
+    use_vllm = False
 
     def __init__(self, trainer: Any, model: Any, version: int, step: int) -> None:
         self._trainer, self.model, self.accelerator, self.policy_version = trainer, model, None, version
