@@ -356,26 +356,16 @@ def plant_imports(tmp_path: Path) -> tuple[Path, list[Path]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "run, made",
-    [
-        (["--env", "textarena", "--tasks", "Wordle-v0", "--lora"], "adapter_model.safetensors"),
-        (["--env", "textarena", "--tasks", "KuhnPoker-v0", "--opponent", "random"], "model.safetensors"),
-        (
-            ["--mix", "textarena:Wordle-v0", "--mix", "textarena:TicTacToe-v0", "--max-turns", "2"],
-            "model.safetensors",
-        ),
-    ],
-    ids=["lora", "opponent", "mix"],
-)
-def test_lora_mix_and_a_server_opponent_train_on_two_processes(tmp_path, run, made):
+def test_a_server_opponent_trains_on_two_processes_started_as_a_user_would(tmp_path):
     """Started as a user would (the `envharness` script) in a folder with a planted `envharness/`
     and `pydantic.py`: torchrun starts each rank as `python -m envharness.cli`, which would put
-    that folder first on the rank's path, so a rank that imported them leaves a marker."""
+    that folder first on the rank's path, so a rank that imported them leaves a marker. (`--lora`
+    and `--mix` on two processes: the launcher runs below.)"""
     here, markers = plant_imports(tmp_path)
     out = tmp_path / "run"
     train = [str(Path(sys.executable).with_name("envharness")), "train", "--model", "tiny", "--processes", "2",
-             "--threads", "1", "--steps", "1", "--out", str(out), *run]  # fmt: skip
+             "--threads", "1", "--steps", "1", "--out", str(out), "--env", "textarena", "--tasks", "KuhnPoker-v0",
+             "--opponent", "random"]  # fmt: skip
     env = {
         k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTHONSAFEPATH")
     }
@@ -392,7 +382,7 @@ def test_lora_mix_and_a_server_opponent_train_on_two_processes(tmp_path, run, ma
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]  # each episode once
     assert len((out / "train_log.jsonl").read_text().splitlines()) == 2  # step 1, then the summary
-    assert (out / "final" / made).exists()
+    assert (out / "final" / "model.safetensors").exists()
 
 
 LAUNCHERS = {
@@ -403,14 +393,27 @@ LAUNCHERS = {
 }  # fmt: skip
 
 
+#: What each launcher's run trains besides: `--lora` (only the adapter is saved) and a mix of
+#: a one-player game and a two-player one (each rank plays its share of both).
+LAUNCHED = {
+    "torchrun": (["--env", "textarena", "--tasks", "Wordle-v0", "--lora"], "adapter_model.safetensors"),
+    "accelerate": (
+        ["--mix", "textarena:Wordle-v0", "--mix", "textarena:TicTacToe-v0", "--max-turns", "2"],
+        "model.safetensors",
+    ),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_train_under_the_users_launcher_writes_each_file_once(tmp_path, launcher):
     """`torchrun ... -m envharness.cli train` and `accelerate launch ... -m envharness.cli train`,
-    as the docs give them: two ranks, one batch, every episode once with its rank, one report."""
+    as the docs give them: two ranks, two steps, every episode once with its rank, one report;
+    one run trains `--lora`, the other a mix."""
     out = tmp_path / "run"
-    command = [sys.executable, *LAUNCHERS[launcher], "-m", "envharness.cli", "train", "--env", "textarena",
-               "--tasks", "Wordle-v0", "--model", "tiny", "--steps", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
+    run, made = LAUNCHED[launcher]
+    command = [sys.executable, *LAUNCHERS[launcher], "-m", "envharness.cli", "train", *run, "--model", "tiny",
+               "--steps", "2", "--threads", "1", "--out", str(out)]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     done = run_tree(command, capture_output=True, text=True, timeout=500, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -418,5 +421,7 @@ def test_train_under_the_users_launcher_writes_each_file_once(tmp_path, launcher
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert [r["metrics"]["train_step"] for r in records] == [s for s in range(2) for _ in range(8)]
     assert [r["metrics"]["rank"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1] * 2
+    if launcher == "accelerate":  # both games of the mix were played
+        assert {r["task"] for r in records} == {"Wordle-v0", "TicTacToe-v0"}, [r["task"] for r in records]
     steps = [json.loads(line).get("step") for line in (out / "train_log.jsonl").read_text().splitlines()]
-    assert steps[:-1] == [1, 2] and (out / "final" / "config.json").exists()
+    assert steps[:-1] == [1, 2] and (out / "final" / made).exists()

@@ -347,3 +347,15 @@ def test_a_second_invalid_move_ends_the_game_as_a_loss_with_its_reason(game):
     assert second.info["reason"].startswith("Invalid Move: ") and any(
         c.isalpha() for c in second.info["reason"][14:]
     )
+
+
+def test_a_server_given_no_game_makes_none_until_a_reset_names_one(monkeypatch):
+    """`serve textarena` with no game named serves the games its resets name: it does not make
+    the default one at startup (Wordle's dictionaries are seconds of CPU), and the first reset
+    still plays whatever it names."""
+    monkeypatch.setattr(games, "_PROTOTYPES", {})
+    factory = make_environment_factory(environ={})
+    assert games._PROTOTYPES == {}
+    env = factory()
+    assert "Mastermind" in env.reset(seed=0, task="Mastermind-v0").prompt
+    assert [key[0] for key in games._PROTOTYPES] == [str(games._registry()["Mastermind-v0"].entry_point)]

@@ -153,7 +153,11 @@ def make_environment_factory(
         except ValueError as exc:
             raise TextArenaConfigError(f"{exc} (--option opponent / seat)") from None
     try:
-        TextArenaEnvironment(config).reset(seed=0)  # the game is made once here; bad kwargs fail now
+        # the game named, or keyword arguments given, fail now rather than at the first reset; a
+        # server given neither serves the games its resets name, so the default one is not made
+        # here (Wordle's dictionaries cost ~4 s of CPU that a server of other games never needs)
+        if kwargs or merged.get("env_id"):
+            TextArenaEnvironment(config).reset(seed=0)
     except ValueError as exc:
         names = ", ".join(f"{KW_PREFIX}{k}" for k in kwargs) or "none"
         raise TextArenaConfigError(f"{exc} (game keyword arguments given: {names})") from None
