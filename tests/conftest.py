@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Hugging Face tokenizers' own pool (Rust threads that spin between batches) is off: another
 # 6-8 % less on those files. (Read when torch and tokenizers load: conftest is imported before
 # any test module.)
+pytest_plugins = ["_cpu_log"]  # ENVHARNESS_TEST_CPU_LOG=FILE: each test's CPU seconds (tests/_cpu_log.py)
+
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))

@@ -18,10 +18,11 @@ ASYNC_STEP = Path(__file__).with_name("distributed_async_step.py")
 
 
 @pytest.mark.slow
-def test_async_on_two_processes_takes_the_step_of_one(tmp_path):
+def test_async_on_two_processes_takes_the_step_of_one(tmp_path, prewarmed):
     # fixed episodes: step 2 trains the batch sampled during step 1 (policy version 0), the same
     # gradient and weights on 1 and on 2 processes
-    one, two = one_step(tmp_path, 1, script=ASYNC_STEP), one_step(tmp_path, 2, script=ASYNC_STEP)
+    one = one_step(tmp_path, 1, script=ASYNC_STEP, prewarmed=prewarmed)
+    two = one_step(tmp_path, 2, script=ASYNC_STEP)
     assert one["last"]["policy_version"] == two["last"]["policy_version"] == 0
     assert one["last"]["staleness"] == two["last"]["staleness"] == 1
     assert_same_step(one, two)

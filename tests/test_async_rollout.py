@@ -268,6 +268,10 @@ def test_train_async_end_to_end_records_each_episodes_policy_version(tmp_path):
         (1, 1),
     ]
     assert json.loads((out / "train_config.json").read_text())["async_rollout"] is True
+    # a step's time: its wait for the batch, then its loss pass (`time/train_s`), never the
+    # background sampling that overlapped it
+    for log in steps:
+        assert 0 <= log["time/train_s"] <= log["time/step_s"] - log["async/wait_s"] + 1e-3, log
 
 
 def test_train_async_resumes_redoing_the_batch_in_flight_and_training_nothing_twice(tmp_path):

@@ -64,9 +64,10 @@ def jobs(tmp_path, prewarmed):
 
 
 def records(path: Path) -> list[dict]:
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    )
+    """The whole records in `path` so far: a job still writing may have written part of the last
+    (one record is more than one write), which is not a record yet."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 def resume_line(output: str, command: str) -> list[str]:

@@ -17,6 +17,7 @@ import psutil
 import pytest
 import torch
 from _jobs import run_tree
+from _prewarmed import Prewarmed, kill_session
 
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.checks import check_config
@@ -29,28 +30,51 @@ HELD_OUT = Path(__file__).with_name("distributed_held_out.py")
 VISION_STEP = Path(__file__).with_name("distributed_vision_step.py")
 
 
-def launch(processes: int, script: Path, *args: str) -> None:
-    """`script ARGS` run to its end as `processes` processes (torchrun's agent for more than one)."""
+def run_script(
+    processes: int, command: list[str], env: dict, timeout: float, prewarmed: Prewarmed | None = None
+) -> subprocess.CompletedProcess:
+    """`python COMMAND` to its end as `processes` processes (torchrun's agent for more than one).
+    One process forks from the prewarmed interpreter where there is one (the reference side of
+    a comparison: it would spend ~9 CPU-s importing torch, transformers and TRL); its output
+    comes back as stderr. COMMAND is `SCRIPT OUT ...`, OUT a path in the test's folder."""
+    if processes == 1 and prewarmed is not None:
+        log = Path(f"{command[1]}.p1.log")
+        started = prewarmed.start(command, cwd=Path.cwd(), env=env, out=log)
+        if started is not None:
+            try:
+                code = started.wait(timeout)
+            finally:
+                kill_session(started.pid)
+            return subprocess.CompletedProcess(command, code, "", log.read_text(errors="replace"))
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    command = [sys.executable, *(launcher if processes > 1 else []), str(script), *args]
+    full = [sys.executable, *(launcher if processes > 1 else []), *command]
+    return run_tree(full, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def launch(processes: int, script: Path, *args: str, prewarmed: Prewarmed | None = None) -> None:
+    """`script ARGS` run to its end as `processes` processes (see `run_script`)."""
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a rank that aborts shows where
-    done = run_tree(command, capture_output=True, text=True, timeout=500, env=env)
+    done = run_script(processes, [str(script), *args], env, 500, prewarmed)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def one_step(tmp_path: Path, processes: int, *args: str, script: Path) -> dict:
+def one_step(
+    tmp_path: Path, processes: int, *args: str, script: Path, prewarmed: Prewarmed | None = None
+) -> dict:
     """The weights and gradient of the one step `script OUT.pt ARGS` saves, as `processes` processes."""
     out = tmp_path / f"{script.stem}-p{processes}-{'-'.join(args)}.pt"
-    launch(processes, script, str(out), *args)
+    launch(processes, script, str(out), *args, prewarmed=prewarmed)
     return torch.load(out)
 
 
-def steps(tmp_path: Path, processes: int, specs: list[str]) -> dict[str, dict]:
+def steps(
+    tmp_path: Path, processes: int, specs: list[str], prewarmed: Prewarmed | None = None
+) -> dict[str, dict]:
     """The weights and gradient of one GRPO step on fixed episodes for each spec
     (tests/distributed_step.py: LOSS,MICRO_BATCH,SIGNAL[,lora]), as `processes` processes."""
     out = tmp_path / f"steps-p{processes}"
     out.mkdir()
-    launch(processes, STEP, str(out), *specs)
+    launch(processes, STEP, str(out), *specs, prewarmed=prewarmed)
     return {spec: torch.load(out / f"{spec}.pt") for spec in specs}
 
 
@@ -74,9 +98,9 @@ GRPO, LORA, NO_SIGNAL_ON_ONE_RANK = "grpo,2,all", "grpo,0,all,lora", "dapo,0,one
 
 
 @pytest.mark.slow
-def test_two_processes_take_the_step_of_one_full_lora_and_without_signal_on_a_rank(tmp_path):
+def test_two_processes_take_the_step_of_one_full_lora_and_without_signal_on_a_rank(tmp_path, prewarmed):
     specs = [GRPO, LORA, NO_SIGNAL_ON_ONE_RANK]
-    one, two = steps(tmp_path, 1, specs), steps(tmp_path, 2, specs)
+    one, two = steps(tmp_path, 1, specs, prewarmed), steps(tmp_path, 2, specs)
     # --lora: only the adapter's weights have gradients, and they match across process counts
     assert one[LORA]["grads"] and all("lora_" in name for name in one[LORA]["grads"])
     assert one[NO_SIGNAL_ON_ONE_RANK]["grads"]
@@ -85,31 +109,30 @@ def test_two_processes_take_the_step_of_one_full_lora_and_without_signal_on_a_ra
 
 
 @pytest.mark.slow
-def test_two_processes_take_the_vision_step_of_one(tmp_path):
+def test_two_processes_take_the_vision_step_of_one(tmp_path, prewarmed):
     # VisionGRPOTrainer, tiny Qwen2-VL, one screenshot an episode: each rank's loss pass gets the
     # pixels of its own rows, and DDP's average equals the one-process step
-    one, two = one_step(tmp_path, 1, script=VISION_STEP), one_step(tmp_path, 2, script=VISION_STEP)
+    one = one_step(tmp_path, 1, script=VISION_STEP, prewarmed=prewarmed)
+    two = one_step(tmp_path, 2, script=VISION_STEP)
     assert any(n.startswith("model.visual") and g.abs().max() > 0 for n, g in one["grads"].items())
     assert_same_step(one, two)
 
 
 def held_out(
-    tmp_path: Path, processes: int, episodes: int, fail_rank: int = -1
+    tmp_path: Path, processes: int, episodes: int, fail_rank: int = -1, prewarmed: Prewarmed | None = None
 ) -> tuple[subprocess.CompletedProcess, Path]:
     """One held-out evaluation (tests/distributed_held_out.py) as `processes` processes, and
     the folder it wrote."""
     out = tmp_path / f"held-out-{processes}-{fail_rank}"
     out.mkdir()
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    command = [sys.executable, *(launcher if processes > 1 else []), str(HELD_OUT), str(out), str(episodes),
-               str(fail_rank)]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    return run_tree(command, capture_output=True, text=True, timeout=300, env=env), out
+    command = [str(HELD_OUT), str(out), str(episodes), str(fail_rank)]
+    return run_script(processes, command, env, 300, prewarmed), out
 
 
 @pytest.mark.slow
-def test_held_out_seeds_split_across_ranks_count_as_on_one(tmp_path):
-    (one, one_out), (two, two_out) = held_out(tmp_path, 1, 7), held_out(tmp_path, 2, 7)
+def test_held_out_seeds_split_across_ranks_count_as_on_one(tmp_path, prewarmed):
+    (one, one_out), (two, two_out) = held_out(tmp_path, 1, 7, prewarmed=prewarmed), held_out(tmp_path, 2, 7)
     assert one.returncode == 0, one.stderr[-3000:]
     assert two.returncode == 0, two.stderr[-3000:]
     alone = json.loads((one_out / "rank0.json").read_text())

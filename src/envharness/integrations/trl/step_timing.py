@@ -8,7 +8,10 @@ Every logged step then carries `time/generate_s` (while the model backend holds 
 prefill and decoding), `time/env_s` (the rest of the rollout, when no request is with the
 model: resets, browser actions, harness; environment steps that overlap decoding count as
 generation), `time/train_s`
-(the rest of the step: TRL's loss forward, backward, optimizer), `time/step_s` and
+(the rest of the step: TRL's loss forward, backward, optimizer; measured around TRL's own call
+of the rollout, `RolloutCallTimer`, so under `--async` it excludes only the step's wait for its
+batch, while `generate_s` and `env_s` add up the background sampling of the step's time),
+`time/step_s` and
 `tokens/prefill` (prompt tokens run through the model after shared-prompt reuse). A local
 transformers model adds its decoder's split (`decoder/forwards`, `decoder/admissions`,
 `decoder/forward_s`, `decoder/admit_s`, `decoder/sample_s`, `decoder/finish_s`: see
@@ -34,6 +37,7 @@ from envharness.integrations.trl.rollout import trainer_backend
 class _Totals:
     generate_s: float = 0.0
     rollout_s: float = 0.0
+    called_s: float | None = None  # TRL's rollout call on the training thread (`RolloutCallTimer`)
     step_started: float = 0.0
     counters: dict[str, float] = field(default_factory=dict)  # the backend's, added up in the step
 
@@ -114,6 +118,24 @@ class StepTimer(Layer):
         return [*self.inner.callbacks(), _StepTimingCallback(self.clock)]
 
 
+class RolloutCallTimer(Layer):
+    """The outermost layer: how long TRL's call of the rollout held the training thread. The
+    step's rest is its loss pass (`time/train_s`); under `--async` the call only waits for a
+    batch sampled in the background, which `StepTimer`'s own sum would count as rollout time."""
+
+    def __init__(self, inner: Rollout, clock: StepClock) -> None:
+        super().__init__(inner)
+        self.clock = clock
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        started = time.perf_counter()
+        try:
+            return self.inner(prompts, trainer)
+        finally:
+            totals = self.clock.totals
+            totals.called_s = (totals.called_s or 0.0) + time.perf_counter() - started
+
+
 class _StepTimingCallback(TrainerCallback):
     def __init__(self, timer: StepClock):
         self.timer = timer
@@ -122,6 +144,7 @@ class _StepTimingCallback(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.timer.totals = t = self.timer.totals
         t.generate_s = t.rollout_s = 0.0
+        t.called_s = None
         t.counters = {}
         t.step_started = time.perf_counter()
 
@@ -132,7 +155,7 @@ class _StepTimingCallback(TrainerCallback):
             "time/step_s": round(step_s, 3),
             "time/generate_s": round(t.generate_s, 3),
             "time/env_s": round(t.rollout_s - t.generate_s, 3),
-            "time/train_s": round(step_s - t.rollout_s, 3),
+            "time/train_s": round(step_s - (t.rollout_s if t.called_s is None else t.called_s), 3),
             "tokens/prefill": t.counters.get("tokens/prefill", 0),
             **{k: round(v, 3) for k, v in t.counters.items() if k.startswith("decoder/")},
         }

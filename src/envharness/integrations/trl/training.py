@@ -47,7 +47,7 @@ from envharness.integrations.trl.precision import check_model_device
 from envharness.integrations.trl.reference import give_reference_a_source, measure_reference
 from envharness.integrations.trl.resume import StepBoundary, clear_run, save_finished_steps, trim_to_step
 from envharness.integrations.trl.rollout import task_dataset
-from envharness.integrations.trl.step_timing import StepClock, StepTimer
+from envharness.integrations.trl.step_timing import RolloutCallTimer, StepClock, StepTimer
 from envharness.models.device import resolve
 
 __all__ = ["TrainConfig", "TrainResult", "TrainSetupError", "train"]
@@ -95,6 +95,7 @@ def train(
             functools.partial(CurriculumLayer, sampler=sampler, prompt_for=kind.prompt_for),
             functools.partial(ranks.RankFlush, records=records),  # every rank's episodes to rank 0
             *_async(config, kind.prompt_for),  # --async: the next batch sampled during the loss pass
+            functools.partial(RolloutCallTimer, clock=clock),  # TRL's call: the step's rest is its loss pass
         ]
         rollout = stack_layers(kind.rollout(parts, clients), layers)
         stack.callback(rollout.close)  # what the rollout holds: a policy endpoint, an opponent
@@ -140,7 +141,7 @@ def _dynamic_sampling(config: TrainConfig, sampler: TaskSampler, prompt_for: Any
 
 
 def _async(config: TrainConfig, prompt_for: Any) -> list[Any]:
-    """`--async` as the outermost layer (none without it): it samples everything inside."""
+    """`--async` (none without it), outside every layer but the call timer: it samples everything inside."""
     if not config.async_rollout:
         return []
     return [functools.partial(AsyncRollout, max_staleness=config.max_staleness, seed=config.seed,
