@@ -112,28 +112,27 @@ class StepTimer(Layer):
         try:
             return self.inner(prompts, trainer)
         finally:
-            self.clock.totals.rollout_s += time.perf_counter() - started
+            self.book(time.perf_counter() - started)
+
+    def book(self, seconds: float) -> None:
+        self.clock.totals.rollout_s += seconds
 
     def callbacks(self) -> list[TrainerCallback]:
         return [*self.inner.callbacks(), _StepTimingCallback(self.clock)]
 
 
-class RolloutCallTimer(Layer):
+class RolloutCallTimer(StepTimer):
     """The outermost layer: how long TRL's call of the rollout held the training thread. The
     step's rest is its loss pass (`time/train_s`); under `--async` the call only waits for a
-    batch sampled in the background, which `StepTimer`'s own sum would count as rollout time."""
+    batch sampled in the background, which `StepTimer`'s own sum would count as rollout time.
+    (`StepTimer`'s callback logs it: this one adds none.)"""
 
-    def __init__(self, inner: Rollout, clock: StepClock) -> None:
-        super().__init__(inner)
-        self.clock = clock
+    def book(self, seconds: float) -> None:
+        totals = self.clock.totals
+        totals.called_s = (totals.called_s or 0.0) + seconds
 
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        started = time.perf_counter()
-        try:
-            return self.inner(prompts, trainer)
-        finally:
-            totals = self.clock.totals
-            totals.called_s = (totals.called_s or 0.0) + time.perf_counter() - started
+    def callbacks(self) -> list[TrainerCallback]:
+        return self.inner.callbacks()
 
 
 class _StepTimingCallback(TrainerCallback):
