@@ -284,13 +284,27 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
         rank = python_command("-u", "-m", "envharness.cli")
         run(parse_args([*rendezvous.launcher_args(processes), "--no-python", *rank, *argv]))
     except ChildFailedError as exc:
-        failed, failure = exc.get_first_failure()
+        failed, failure = first_own_failure(exc.failures)
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
         raise RankFailedError(
             f"rank {failed} of {processes} failed ({how}, pid {failure.pid}); the launcher stopped the other "
             "rank(s). That rank's own output above says why."
         ) from None
     return 0
+
+
+#: The exit status of a rank that stopped only because another one ended (a collective whose peer
+#: went away): the launcher names the rank that failed of its own accord, not this one.
+STOPPED_BY_ANOTHER_RANK = 75
+
+
+def first_own_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """(rank, torch's `ProcessFailure`) of the rank to name: the first that failed of its own
+    accord. torch's `get_first_failure` orders by whole seconds, then by rank, so a rank 0 that
+    stopped in the same second as the rank 1 it waited on would be named in its place."""
+    own = {r: f for r, f in failures.items() if f.exitcode != STOPPED_BY_ANOTHER_RANK} or failures
+    rank = min(own, key=lambda r: (own[r].timestamp, r))
+    return rank, own[rank]
 
 
 class RankFailedError(RuntimeError):
