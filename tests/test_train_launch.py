@@ -105,3 +105,41 @@ def test_the_launcher_names_the_rank_that_failed_not_the_one_that_stopped_with_i
     monkeypatch.setattr(torch.distributed.run, "run", run)
     with pytest.raises(ranks.RankFailedError, match=r"^rank 1 of 2 failed \(exit code 1, pid 101\)"):
         ranks.launch(["train"], 2, "cpu")
+
+
+LAUNCH_WITHOUT_RANKS = """
+import sys
+from envharness.cli import main
+from envharness.integrations.trl import ranks
+
+ranks.launch = lambda argv, processes, device: print("launched", *sorted(
+    m for m in ("transformers", "trl", "peft", "datasets") if m in sys.modules)) or 0
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        [*WORDLE, "--async", "--eval-every", "1"],
+        ["--mix", "browsergym:click-test", "--mix", "textarena:Wordle-v0", "--lora"],
+    ],
+)
+def test_the_parent_of_processes_checks_the_run_without_loading_transformers_or_trl(tmp_path, run):
+    """The parent only checks and launches; its ranks load TRL (~6 s of CPU the parent spares
+    before any rank starts). A fresh interpreter, as a user's command."""
+    command = [
+        sys.executable,
+        "-c",
+        LAUNCH_WITHOUT_RANKS,
+        *BASE,
+        *run,
+        "--processes",
+        "2",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    done = run_tree(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "launched"  # and none of the four loaded

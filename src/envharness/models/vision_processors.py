@@ -21,6 +21,20 @@ from typing import Any
 _PREFIX = "ImageOnly"
 
 
+#: The spec of the random vision-language model built for smoke runs (`tiny-vlm[:ARCH]`).
+TINY_PREFIX = "tiny-vlm"
+
+
+def is_vision_spec(spec: str) -> bool:
+    """True for `tiny-vlm[:ARCH]`, `embedded-vlm` and a model directory with a vision tower."""
+    return (
+        spec == "embedded-vlm"
+        or spec == TINY_PREFIX
+        or spec.startswith(TINY_PREFIX + ":")
+        or is_vision_model_dir(Path(spec).expanduser())
+    )
+
+
 def is_vision_model_dir(path: str | Path) -> bool:
     """True when `path` is a model directory whose config has a vision tower."""
     config = Path(path) / "config.json"

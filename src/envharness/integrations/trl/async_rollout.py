@@ -58,21 +58,6 @@ from envharness.integrations.trl.rollout import task_prompt, trainer_step
 log = logging.getLogger(__name__)
 
 
-def why_not_async(config: Any, kind_name: str) -> str | None:
-    """Why `--async` cannot serve this run, in words (None: it can)."""
-    if not config.async_rollout:
-        return None
-    refused = {
-        "--use-vllm": config.use_vllm,  # TRL's AsyncGRPOTrainer is the asynchronous path behind vLLM
-        "--agent": bool(config.agent),  # an agent samples through its own policy endpoint
-        f"a {kind_name} run": kind_name in ("vision", "agent"),
-    }
-    named = [flag for flag, given in refused.items() if given]
-    if named:
-        return f"--async cannot run with {', '.join(named)} yet: train without --async, or without {named[0]}"
-    return None
-
-
 class PolicyDecoder:
     """The sampler's own copy of the policy. Its methods are TRL's `WeightTransferProtocol`'s,
     for an in-process copy: weights are copied tensor by tensor, only while no batch samples."""
@@ -281,4 +266,4 @@ class _AsyncCallback(TrainerCallback):
             self.layer.counts = Counter()
 
 
-__all__ = ["AsyncRollout", "PolicyDecoder", "SamplingTrainer", "why_not_async"]
+__all__ = ["AsyncRollout", "PolicyDecoder", "SamplingTrainer"]

@@ -1,4 +1,5 @@
-"""Trainer callbacks for GRPO runs: a one-line-per-step progress log, a time budget, the reward curve."""
+"""Trainer callbacks for GRPO runs: a one-line-per-step progress log, a time budget, the reward
+curve, and the step boundary that says whether a stopped run can checkpoint what is in memory."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from envharness.integrations.trl.resume import Checkpoint, latest_checkpoint
 
 
 def _number(value: Any, spec: str) -> str:
@@ -221,3 +224,36 @@ def plot_reward_curve(
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+class StepBoundary(TrainerCallback):
+    """Knows whether the weights in memory are exactly those after `state.global_step`
+    steps (they are, except between the optimizer step and the step's end)."""
+
+    def __init__(self) -> None:
+        self.updating = False
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.updating = True
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.updating = False
+
+
+def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | None:
+    """On an interrupt: checkpoint the steps finished since the last checkpoint, when the
+    weights in memory are a step boundary's. Returns the newest checkpoint."""
+    for (
+        callback
+    ) in trainer.callback_handler.callbacks:  # transformers' tqdm bar: close it before the last line
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+            callback.training_bar = None
+    out = Path(trainer.args.output_dir)
+    latest = latest_checkpoint(out)
+    step = int(trainer.state.global_step)
+    if step > 0 and not boundary.updating and (latest is None or latest.step < step):
+        trainer._save_checkpoint(trainer.model, trial=None)
+        latest = latest_checkpoint(out)
+    return latest

@@ -12,7 +12,6 @@ from envharness.core.declared import check_options
 from envharness.core.registry import ResolvedEnv
 from envharness.curriculum import make_sampler
 from envharness.integrations.trl import ranks
-from envharness.integrations.trl.async_rollout import why_not_async
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.grpo_args import loss_passes
@@ -21,8 +20,8 @@ from envharness.integrations.trl.loading import check_model_spec
 from envharness.integrations.trl.prompting import prompt_style, reward_functions
 from envharness.integrations.trl.resume import Checkpoint, plan_resume
 from envharness.integrations.trl.tracking import TrackerUnavailableError, check_report_to
-from envharness.integrations.trl.vision import is_vision_spec
 from envharness.models.device import DeviceError, resolve
+from envharness.models.vision_processors import is_vision_spec
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,21 @@ def check_config(config: TrainConfig, *, model: Any = None, tokenizer: Any = Non
     except ValueError as exc:
         raise TrainSetupError(str(exc)) from None
     return CheckedRun(plan, kind, checkpoint)
+
+
+def why_not_async(config: Any, kind_name: str) -> str | None:
+    """Why `--async` cannot serve this run, in words (None: it can)."""
+    if not config.async_rollout:
+        return None
+    refused = {
+        "--use-vllm": config.use_vllm,  # TRL's AsyncGRPOTrainer is the asynchronous path behind vLLM
+        "--agent": bool(config.agent),  # an agent samples through its own policy endpoint
+        f"a {kind_name} run": kind_name in ("vision", "agent"),
+    }
+    named = [flag for flag, given in refused.items() if given]
+    if named:
+        return f"--async cannot run with {', '.join(named)} yet: train without --async, or without {named[0]}"
+    return None
 
 
 def processes(config: TrainConfig) -> int:

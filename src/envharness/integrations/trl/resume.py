@@ -1,4 +1,4 @@
-"""Resuming a GRPO run from its output folder, and keeping finished steps when it stops.
+"""Resuming a GRPO run from its output folder (what a stopped run keeps: `callbacks.save_finished_steps`).
 
 A run folder holds `checkpoint-N/` folders (TRL/transformers checkpoints: weights,
 optimizer, scheduler, RNG, `trainer_state.json` written last), `episodes.jsonl` (each
@@ -17,8 +17,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from transformers import TrainerCallback
 
 from envharness.harness.run_options import resume_or_overwrite
 
@@ -134,39 +132,6 @@ def count_step_records(output_dir: str | Path, step: int) -> int:
     except OSError:
         return 0
     return count
-
-
-class StepBoundary(TrainerCallback):
-    """Knows whether the weights in memory are exactly those after `state.global_step`
-    steps (they are, except between the optimizer step and the step's end)."""
-
-    def __init__(self) -> None:
-        self.updating = False
-
-    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.updating = True
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.updating = False
-
-
-def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | None:
-    """On an interrupt: checkpoint the steps finished since the last checkpoint, when the
-    weights in memory are a step boundary's. Returns the newest checkpoint."""
-    for (
-        callback
-    ) in trainer.callback_handler.callbacks:  # transformers' tqdm bar: close it before the last line
-        bar = getattr(callback, "training_bar", None)
-        if bar is not None:
-            bar.close()
-            callback.training_bar = None
-    out = Path(trainer.args.output_dir)
-    latest = latest_checkpoint(out)
-    step = int(trainer.state.global_step)
-    if step > 0 and not boundary.updating and (latest is None or latest.step < step):
-        trainer._save_checkpoint(trainer.model, trial=None)
-        latest = latest_checkpoint(out)
-    return latest
 
 
 def plan_resume(

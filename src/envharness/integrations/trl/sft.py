@@ -136,9 +136,8 @@ def run_sft(
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from envharness.integrations.trl.callbacks import ProgressCallback
+    from envharness.integrations.trl.callbacks import ProgressCallback, StepBoundary, save_finished_steps
     from envharness.integrations.trl.loss_memory import guard_loss_memory
-    from envharness.integrations.trl.resume import StepBoundary, save_finished_steps
 
     if not rows:
         raise TrainSetupError(

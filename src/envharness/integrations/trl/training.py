@@ -30,7 +30,13 @@ from envharness._deprecated import deprecated_names
 from envharness.curriculum import TaskSampler, make_sampler
 from envharness.integrations.trl import checks, grpo_args, loss_memory, ranks
 from envharness.integrations.trl.async_rollout import AsyncRollout
-from envharness.integrations.trl.callbacks import ProgressCallback, TimeBudgetCallback, plot_reward_curve
+from envharness.integrations.trl.callbacks import (
+    ProgressCallback,
+    StepBoundary,
+    TimeBudgetCallback,
+    plot_reward_curve,
+    save_finished_steps,
+)
 from envharness.integrations.trl.checks import CheckedRun, config_json, sampler_options
 from envharness.integrations.trl.config import TrainConfig, TrainResult
 from envharness.integrations.trl.curriculum import CurriculumLayer
@@ -45,7 +51,7 @@ from envharness.integrations.trl.mix import prompt_key
 from envharness.integrations.trl.no_signal import skip_batches_without_signal
 from envharness.integrations.trl.precision import check_model_device
 from envharness.integrations.trl.reference import give_reference_a_source, measure_reference
-from envharness.integrations.trl.resume import StepBoundary, clear_run, save_finished_steps, trim_to_step
+from envharness.integrations.trl.resume import clear_run, trim_to_step
 from envharness.integrations.trl.rollout import task_dataset
 from envharness.integrations.trl.step_timing import RolloutCallTimer, StepClock, StepTimer
 from envharness.models.device import resolve

@@ -49,9 +49,9 @@ from envharness.integrations.trl.rollout import build_trl_rollout_func
 from envharness.models.device import model_placement
 from envharness.models.transformers_vision import on_model
 from envharness.models.vision_processors import (
+    TINY_PREFIX,
     image_inputs,
     image_token_id,
-    is_vision_model_dir,
     load_processor,
     placeholder_counts,
 )
@@ -59,7 +59,6 @@ from envharness.prompts.vision import VisionPromptConfig
 
 IMAGES_KEY = "episode_images"
 COUNTS_KEY = "image_token_counts"
-TINY_PREFIX = "tiny-vlm"
 
 
 class VisionTrainingError(TrainSetupError):
@@ -67,16 +66,6 @@ class VisionTrainingError(TrainSetupError):
 
 
 # -- models ----------------------------------------------------------------------------------
-def is_vision_spec(spec: str) -> bool:
-    """True for `tiny-vlm[:ARCH]`, `embedded-vlm` and a model directory with a vision tower."""
-    return (
-        spec == "embedded-vlm"
-        or spec == TINY_PREFIX
-        or spec.startswith(TINY_PREFIX + ":")
-        or is_vision_model_dir(Path(spec).expanduser())
-    )
-
-
 def load_vision_model(spec: str) -> tuple[Any, Any]:
     """(model, processor): `tiny-vlm[:ARCH]` (random, built here, for smoke runs), `embedded-vlm`
     (SmolLM2 + an untrained vision encoder, offline) or a VLM directory / hub id

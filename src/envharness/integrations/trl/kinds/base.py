@@ -26,20 +26,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
-
-from trl import GRPOTrainer
+from typing import TYPE_CHECKING, Any
 
 from envharness.core.registry import ResolvedEnv
 from envharness.harness.plan import PlanRow, PlayPlan
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.types import HarnessRunLimits
 from envharness.integrations.trl.config import TrainConfig
-from envharness.integrations.trl.held_out import EvaluateTask
 from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.loading import load_model
 from envharness.integrations.trl.prompting import reward_functions
 from envharness.integrations.trl.rollout import task_prompt
+
+if TYPE_CHECKING:  # held_out.py loads transformers: the checks before a launch do without it
+    from envharness.integrations.trl.held_out import EvaluateTask
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ class RunKind:
         raise NotImplementedError
 
     def trainer_class(self) -> type:
+        from trl import GRPOTrainer  # loaded when a run starts: the parent of --processes checks without it
+
         return GRPOTrainer
 
     def reward_funcs(self, plan: RunPlan) -> list[Callable[..., Any]]:

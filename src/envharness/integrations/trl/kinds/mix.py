@@ -11,20 +11,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envharness.core.registry import ResolvedEnv
 from envharness.harness.plan import PlanError, expand_tasks, resolve_mix
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate_in_env
-from envharness.integrations.trl.held_out import EvaluateTask
 from envharness.integrations.trl.kinds.base import RunKind, RunParts, RunPlan
 from envharness.integrations.trl.kinds.text import play_row
 from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.mix import MixedRollout, mix_key, mix_prompt, split_key
 from envharness.integrations.trl.rewards import REWARD_FUNCS
 from envharness.integrations.trl.servers import mix_clients
+
+if TYPE_CHECKING:  # held_out.py loads transformers: the checks before a launch do without it
+    from envharness.integrations.trl.held_out import EvaluateTask
 
 
 class MixRun(RunKind):

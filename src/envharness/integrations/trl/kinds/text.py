@@ -7,13 +7,12 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envharness.harness.plan import TRAINING, PlanError, PlanRow, expand_tasks, resolve_plan
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.evaluate import evaluate
-from envharness.integrations.trl.held_out import EvaluateTask
 from envharness.integrations.trl.kinds.base import RunKind, RunParts, RunPlan
 from envharness.integrations.trl.kinds.opponent import OpponentRollout
 from envharness.integrations.trl.kinds.self_play import SelfPlayRollout
@@ -21,6 +20,9 @@ from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.prompting import prompt_options, prompt_style
 from envharness.integrations.trl.rollout import build_env_rollout_func
 from envharness.integrations.trl.servers import env_clients
+
+if TYPE_CHECKING:  # held_out.py loads transformers: the checks before a launch do without it
+    from envharness.integrations.trl.held_out import EvaluateTask
 
 
 def one_env_plan(config: TrainConfig, prompt: str = "") -> RunPlan:

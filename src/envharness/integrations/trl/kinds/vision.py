@@ -4,9 +4,9 @@ prompt style) and `VisionGRPOTrainer`'s loss pass sees the pixels the policy saw
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
-from envharness.integrations.trl import vision as vision_grpo
 from envharness.integrations.trl.config import TrainConfig
 from envharness.integrations.trl.errors import TrainSetupError
 from envharness.integrations.trl.kinds.base import RunParts, RunPlan
@@ -18,6 +18,12 @@ from envharness.integrations.trl.prompting import prompt_style
 #: The prompt style a vision model trains on, recorded in train_config.json so that
 #: `eval --prompt vision` plays what was trained.
 VISION_PROMPT = "vision"
+
+
+def vision_grpo() -> Any:
+    """`integrations/trl/vision.py`, loaded when a vision run starts (it loads TRL; the checks
+    before a launch do without it)."""
+    return importlib.import_module("envharness.integrations.trl.vision")
 
 
 class VisionRun(TextRun):
@@ -45,24 +51,24 @@ class VisionRun(TextRun):
         return plan
 
     def load_model(self, config: TrainConfig, placement: Any) -> tuple[Any, Any]:
-        model, processor = vision_grpo.load_vision_model(config.model)
+        model, processor = vision_grpo().load_vision_model(config.model)
         return master_weights(model, placement), processor
 
     def rollout(self, parts: RunParts, clients: Any) -> Rollout:
         config = parts.config
-        return vision_grpo.build_vision_rollout_func(
+        return vision_grpo().build_vision_rollout_func(
             clients,
             env=parts.env,
             default_task=config.tasks[0],
             limits=parts.limits,
             records=parts.records,
             backend_factory=functools.partial(
-                parts.backend_factory, inner_factory=vision_grpo.vision_trainer_backend
+                parts.backend_factory, inner_factory=vision_grpo().vision_trainer_backend
             ),
-            vision=vision_grpo.VisionPromptConfig(
+            vision=vision_grpo().VisionPromptConfig(
                 max_side=config.screenshot_max_side, page_text=config.vision_page_text
             ),
         )
 
     def trainer_class(self) -> type:
-        return vision_grpo.VisionGRPOTrainer
+        return vision_grpo().VisionGRPOTrainer
