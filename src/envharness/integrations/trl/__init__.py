@@ -7,9 +7,10 @@ TRL's `environment_factory`, and the training loop behind `envharness train`.
     environment.py  `environment_factory(env, ...)`: any environment for `GRPOTrainer(environment_factory=...)`
     training.py     `train()`: what `envharness train` runs, the same steps for every kind of run
     config.py       `TrainConfig`: each field one option of `envharness train`
-    checks.py       `check_config`: every setting checked, the kind of run picked
+    checks.py       `check_config`: every setting checked, the kind of run picked (without
+                    loading transformers or TRL: the parent of `--processes N` runs it)
     kinds/          the kinds of run (text, vision, mix, agent), one `RunKind` each
-    callbacks.py    progress, time budget, reward curve
+    callbacks.py    progress, time budget, reward curve, the step boundary a stop saves at
 
 The names users import live here and in their modules; `training` loads TRL and torch, so
 import it only to train (it offers `train`, `TrainConfig`, `TrainResult` and `TrainSetupError`;
