@@ -243,9 +243,8 @@ class StepBoundary(TrainerCallback):
 def save_finished_steps(trainer: Any, boundary: StepBoundary) -> Checkpoint | None:
     """On an interrupt: checkpoint the steps finished since the last checkpoint, when the
     weights in memory are a step boundary's. Returns the newest checkpoint."""
-    for (
-        callback
-    ) in trainer.callback_handler.callbacks:  # transformers' tqdm bar: close it before the last line
+    # transformers' tqdm bar: closed before the last line
+    for callback in trainer.callback_handler.callbacks:
         bar = getattr(callback, "training_bar", None)
         if bar is not None:
             bar.close()

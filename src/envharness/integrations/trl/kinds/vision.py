@@ -4,7 +4,6 @@ prompt style) and `VisionGRPOTrainer`'s loss pass sees the pixels the policy saw
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Any
 
 from envharness.integrations.trl.config import TrainConfig
@@ -14,16 +13,11 @@ from envharness.integrations.trl.kinds.text import TextRun, one_env_plan
 from envharness.integrations.trl.layers import Rollout
 from envharness.integrations.trl.precision import master_weights
 from envharness.integrations.trl.prompting import prompt_style
+from envharness.prompts.vision import VisionPromptConfig
 
 #: The prompt style a vision model trains on, recorded in train_config.json so that
 #: `eval --prompt vision` plays what was trained.
 VISION_PROMPT = "vision"
-
-
-def vision_grpo() -> Any:
-    """`integrations/trl/vision.py`, loaded when a vision run starts (it loads TRL; the checks
-    before a launch do without it)."""
-    return importlib.import_module("envharness.integrations.trl.vision")
 
 
 class VisionRun(TextRun):
@@ -50,25 +44,29 @@ class VisionRun(TextRun):
             )
         return plan
 
+    # integrations/trl/vision.py loads TRL: imported when a vision run starts, so that the
+    # checks before a launch (the parent of --processes) do without it
     def load_model(self, config: TrainConfig, placement: Any) -> tuple[Any, Any]:
-        model, processor = vision_grpo().load_vision_model(config.model)
+        from envharness.integrations.trl.vision import load_vision_model
+
+        model, processor = load_vision_model(config.model)
         return master_weights(model, placement), processor
 
     def rollout(self, parts: RunParts, clients: Any) -> Rollout:
+        from envharness.integrations.trl.vision import build_vision_rollout_func, vision_trainer_backend
+
         config = parts.config
-        return vision_grpo().build_vision_rollout_func(
+        return build_vision_rollout_func(
             clients,
             env=parts.env,
             default_task=config.tasks[0],
             limits=parts.limits,
             records=parts.records,
-            backend_factory=functools.partial(
-                parts.backend_factory, inner_factory=vision_grpo().vision_trainer_backend
-            ),
-            vision=vision_grpo().VisionPromptConfig(
-                max_side=config.screenshot_max_side, page_text=config.vision_page_text
-            ),
+            backend_factory=functools.partial(parts.backend_factory, inner_factory=vision_trainer_backend),
+            vision=VisionPromptConfig(max_side=config.screenshot_max_side, page_text=config.vision_page_text),
         )
 
     def trainer_class(self) -> type:
-        return vision_grpo().VisionGRPOTrainer
+        from envharness.integrations.trl.vision import VisionGRPOTrainer
+
+        return VisionGRPOTrainer
