@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -81,7 +82,11 @@ class ContinuousDecoder:
     """
 
     def __init__(self, backend: Any):
-        self.backend = backend
+        # Held weakly: the backend holds its decoder, and a cycle would keep a dropped backend's
+        # prefix cache (hundreds of MB of keys/values) until Python's rare full collection. A
+        # rollout makes a backend per step, so a long run grew by gigabytes. The worker thread
+        # holds it strongly while it runs.
+        self._backend = weakref.ref(backend)
         self._queue: list[_Request] = []
         self._guard = threading.Lock()
         self._arrived = threading.Condition(self._guard)
@@ -119,15 +124,24 @@ class ContinuousDecoder:
             self._thread = None
             return True
 
+    @property
+    def backend(self) -> Any:
+        return self._backend()
+
     def _run(self) -> None:
-        batch = _Batch(self.backend, self.stats)
+        batch: _Batch | None = None
         mode = contextlib.ExitStack()  # the model's sampling mode, held while rows decode
         while True:
-            new = [r for r in self._take(max(0, self.backend.capacity() - len(batch.requests))) if _wanted(r)]
+            backend = self._backend()
+            if backend is None:  # dropped while its requests waited: they learn why
+                self._fail_queued(RuntimeError("the model backend was closed"))
+                return
+            batch = batch or _Batch(backend, self.stats)
+            new = [r for r in self._take(max(0, backend.capacity() - len(batch.requests))) if _wanted(r)]
             finished: list[tuple[_Request, DecodingRow]] = []
             try:
                 if new and not batch.requests:
-                    mode.enter_context(self.backend.sampling_mode())
+                    mode.enter_context(backend.sampling_mode())
                 if new:
                     batch.admit(new)
                 if batch.requests:
@@ -138,14 +152,25 @@ class ContinuousDecoder:
                 for request in batch.requests + new:
                     if not request.future.done():
                         request.future.set_exception(exc)
-                batch = _Batch(self.backend, self.stats)
+                batch = _Batch(backend, self.stats)
             if not batch.requests:  # the owner has its model's mode back before the last row returns
                 mode.close()
             for request, row in finished:
                 if not request.future.done():
                     request.future.set_result((request.prompt, row))
-            if not batch.requests and not new and self._finish_thread():
-                return
+            if not batch.requests and not new:
+                # idle: hold no reference while waiting, so a backend its owner dropped is freed
+                # in the owner's thread, never in this daemon thread as the interpreter exits
+                batch = backend = None
+                if self._finish_thread():
+                    return
+
+    def _fail_queued(self, exc: Exception) -> None:
+        with self._guard:
+            dropped, self._queue, self._thread = self._queue, [], None
+        for request in dropped:
+            if _wanted(request):
+                request.future.set_exception(exc)
 
 
 def _wanted(request: _Request) -> bool:
