@@ -59,13 +59,15 @@ def start(argv: list[str], done: Path, log: Path) -> subprocess.Popen | None:
 def run_all(
     stages: list[tuple[list[str], Path, Path]], parallel: int, threads: int, even: bool = False
 ) -> None:
-    """Run the stages, `parallel` at a time; stop at the first that fails. The stages that run
+    """Run the stages, `parallel` at a time; after one fails, start no more, let those running
+    finish (a run beside it keeps its 30 minutes), then stop naming what failed. The stages that run
     share `threads` torch threads (oversubscribed, torch's threads slow every stage down several
     times); `even`: each gets `threads / parallel` even when fewer are left to run (runs that are
     compared must have had the same). Each finished stage's wall time goes to `stage_times.json`."""
     undone = sum(not done.exists() for _, done, _ in stages)
     each = ["--threads", str(max(1, threads // max(1, parallel if even else min(parallel, undone))))]
     pending, running = [(argv + each, done, log) for argv, done, log in stages], []
+    failed: list[str] = []
     while pending or running:
         while pending and len(running) < parallel:
             argv, done, log = pending.pop(0)
@@ -79,16 +81,18 @@ def run_all(
             running.remove(entry)
             proc, argv, log, started = entry
             if proc.returncode:
-                for other, *_ in running:
-                    other.terminate()
-                raise SystemExit(
+                failed.append(
                     f"stage failed (exit {proc.returncode}, see {log}): envharness {shlex.join(argv)}"
                 )
+                pending = []
+                continue
             times = log.parent / "stage_times.json"
             seconds = json.loads(times.read_text()) if times.exists() else {}
             times.write_text(
                 json.dumps({**seconds, log.stem: round(time.monotonic() - started, 1)}, indent=1)
             )
+    if failed:
+        raise SystemExit("\n".join(failed))
 
 
 def eval_stages(

@@ -14,11 +14,12 @@ vocabulary-size logits per completion token (logits, temperature scaling, log-so
 their gradients). Eager attention adds its score matrices.
 
 On a CPU the memory a pass frees is not free for the system yet: glibc keeps it in its arenas
-(one per thread that allocated), and tensors whose sizes change every step leave it there. Two
-GRPO runs of the embedded model side by side held 10 GB each after ten minutes, 4.5 GB of it
-live, until one refused its next pass. `release_freed_heap` hands that memory back
-(`malloc_trim`) before a pass and at the end of a step, once the process has grown since the
-last trim, and always before a pass is refused.
+(one per thread that allocated), and tensors whose sizes change every step leave it there.
+`release_freed_heap` hands that memory back (`malloc_trim`) before a pass and at the end of a
+step, once the process has grown since the last trim, and always before a pass is refused.
+(Live memory that grows is another matter: each step's sampling backend, with its prefix
+cache, was kept by a reference cycle until Python's rare full collection, and 30-minute runs
+grew to 8-11 GB; `models/continuous.py` now lets it go when the step drops it.)
 """
 
 from __future__ import annotations
