@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import re
 import threading
+from collections import OrderedDict
 
 import numpy
 import pytest
@@ -353,9 +354,33 @@ def test_a_server_given_no_game_makes_none_until_a_reset_names_one(monkeypatch):
     """`serve textarena` with no game named serves the games its resets name: it does not make
     the default one at startup (Wordle's dictionaries are seconds of CPU), and the first reset
     still plays whatever it names."""
-    monkeypatch.setattr(games, "_PROTOTYPES", {})
+    monkeypatch.setattr(games, "_PROTOTYPES", OrderedDict())
     factory = make_environment_factory(environ={})
     assert games._PROTOTYPES == {}
     env = factory()
     assert "Mastermind" in env.reset(seed=0, task="Mastermind-v0").prompt
     assert [key[0] for key in games._PROTOTYPES] == [str(games._registry()["Mastermind-v0"].entry_point)]
+
+
+def test_the_games_kept_for_copying_are_bounded_and_the_least_recently_used_go_first(monkeypatch):
+    """Every set of options a client sends builds one prototype (Wordle's holds its
+    dictionaries): a client that sends new ones at every reset must not grow the server."""
+    monkeypatch.setattr(games, "_PROTOTYPES", OrderedDict())
+    monkeypatch.setattr(games, "MAX_PROTOTYPES", 3)
+    built = []
+    real = games._entry_class
+
+    def counting(entry_point):
+        cls = real(entry_point)
+        return lambda **kw: built.append(kw["max_turns"]) or cls(**kw)
+
+    monkeypatch.setattr(games, "_entry_class", counting)
+    for turns in (5, 6, 7):
+        games.make_game("GuessTheNumber-v0", {"max_turns": turns})
+    games.make_game("GuessTheNumber-v0", {"max_turns": 5})  # a hit: 5 is now the most recent
+    games.make_game("GuessTheNumber-v0", {"max_turns": 8})  # 6, the least recent, goes
+    assert len(games._PROTOTYPES) == 3
+    assert built == [5, 6, 7, 8]
+    games.make_game("GuessTheNumber-v0", {"max_turns": 7})  # still kept
+    games.make_game("GuessTheNumber-v0", {"max_turns": 6})  # built again
+    assert built == [5, 6, 7, 8, 6] and len(games._PROTOTYPES) == 3

@@ -24,6 +24,7 @@ import contextlib
 import copy
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -239,8 +240,12 @@ def check_env_id(env_id: str) -> str:
 
 
 # -- making games: one prototype per (game class, kwargs), a copy per session ---------------
-_PROTOTYPES: dict[tuple[str, str], Any] = {}
-_MAKE_LOCK = threading.Lock()
+#: The prototypes kept, least recently used out first: each set of options a client sends makes
+#: one (Wordle's holds its dictionaries), so an unbounded store grew with every new set.
+MAX_PROTOTYPES = 32
+_PROTOTYPES: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_PROTOTYPES_LOCK = threading.Lock()  # the store's order and size (held for microseconds)
+_MAKE_LOCK = threading.Lock()  # one game built at a time (the patches of textarena's modules)
 #: Ids whose module textarena 0.7.4 cannot import (a syntax error in the released file).
 BROKEN = {
     "Klondike": "its module has a syntax error in textarena 0.7.4 (envs/Klondike/env.py line 119)",
@@ -269,6 +274,21 @@ def _entry_class(entry_point: Any) -> Any:
     return getattr(importlib.import_module(module_name), name)
 
 
+def _kept(key: tuple[str, str]) -> Any:
+    with _PROTOTYPES_LOCK:
+        proto = _PROTOTYPES.get(key)
+        if proto is not None:
+            _PROTOTYPES.move_to_end(key)
+        return proto
+
+
+def _keep(key: tuple[str, str], proto: Any) -> None:
+    with _PROTOTYPES_LOCK:
+        _PROTOTYPES[key] = proto
+        while len(_PROTOTYPES) > MAX_PROTOTYPES:
+            _PROTOTYPES.popitem(last=False)
+
+
 def make_game(env_id: str, kwargs: Mapping[str, Any]) -> Any:
     """A fresh game for one session, as ``ta.make(env_id, **kwargs)`` makes it (the game class
     with the id's kwargs, wrapped in the id's wrappers), but the game's constructor runs once
@@ -280,10 +300,10 @@ def make_game(env_id: str, kwargs: Mapping[str, Any]) -> Any:
         raise GameRefused(f"{env_id} cannot run: {BROKEN[family]}")
     merged = {**spec.kwargs, **dict(kwargs)}
     key = (str(spec.entry_point), repr(sorted(merged.items())))
-    proto = _PROTOTYPES.get(key)
+    proto = _kept(key)
     if proto is None:
         with _MAKE_LOCK:
-            proto = _PROTOTYPES.get(key)
+            proto = _kept(key)
             if proto is None:
                 cls = _entry_class(spec.entry_point)
                 try:
@@ -292,7 +312,7 @@ def make_game(env_id: str, kwargs: Mapping[str, Any]) -> Any:
                     raise InvalidOptions(f"{env_id} does not take these arguments: {exc}") from None
                 route_randomness()
                 route_captured(unwrap(proto))
-                _PROTOTYPES[key] = proto
+                _keep(key, proto)
     memo: dict[int, Any] = {}
     _shared(proto, memo)
     game = copy.deepcopy(proto, memo)
