@@ -451,6 +451,9 @@ def test_the_counts_the_docs_give_are_textarenas_registrys(monkeypatch):
         f: low for f, (low, _) in games.PLAYER_COUNTS.items()
     }
     assert {games.game_of(i) for i in two_player_games()} == {f for f in multi if 2 in starts[f]}
+    for family in multi:  # every count the server takes, up to 6, starts the game (Taboo: not 5)
+        taken = [n for n in range(2, 7) if games.takes_players(own["multi"][family][0], n)]
+        assert set(taken) <= set(starts[family]), family
     multi_ids = [i for family in multi for i in own["multi"][family]]
     served_single = [i for family in single for i in own["single"][family]]
     catalog = game_catalog()
@@ -464,3 +467,17 @@ def test_the_counts_the_docs_give_are_textarenas_registrys(monkeypatch):
         *map(int, re.search(r"is served: (\d+) of (\d+) ids", docs).groups()),
     )
     assert claimed == counts == (56, 420, 204, 219)
+
+
+def test_a_count_a_game_cannot_take_is_refused_in_words():
+    with pytest.raises(
+        games.GameRefused, match=r"Taboo-v0 is played by an even number of players, 4 to 6, not 5"
+    ):
+        games.check_players("Taboo-v0", 5)
+    assert games.check_players("Taboo-v0", 6) == 6
+    with pytest.raises(games.GameRefused, match=r"KuhnPoker-v0 is played by 2 players, not 3"):
+        games.check_players("KuhnPoker-v0", 3)
+    assert (
+        "Taboo-v0" in game_catalog().splits["players-4"]
+        and "Taboo-v0" not in game_catalog().splits["players-5"]
+    )

@@ -167,9 +167,7 @@ def make_environment_factory(
 def _games_for(num_players: int) -> str:
     """A hint for a player count asked without a game (the default game, Wordle, is one player's)."""
     fitting = [
-        g
-        for g in games.multi_player_ids()
-        if g.endswith("-v0") and games.player_counts(g)[0] <= num_players <= games.player_counts(g)[1]
+        g for g in games.multi_player_ids() if g.endswith("-v0") and games.takes_players(g, num_players)
     ]
     if not fitting:
         return ""

@@ -132,6 +132,8 @@ PLAYER_COUNTS: dict[str, tuple[int, int]] = {
     "Taboo": (4, 6),
     "SecretMafia": (6, 15),
 }
+#: Games played by an even number of players only (two teams of equal size).
+EVEN_PLAYERS = frozenset({"Taboo"})
 #: The multi-player games of textarena 0.7.4 that cannot run here, and why.
 MULTI_PLAYER_LEFT_OUT = {
     "Debate": "its judges are LLMs reached through OpenRouter (OPENROUTER_API_KEY and a network)",
@@ -203,13 +205,22 @@ def player_counts(env_id: str) -> tuple[int, int]:
     return PLAYER_COUNTS.get(game_of(env_id) or "", (1, 1))
 
 
-def check_players(env_id: str, num_players: int) -> int:
-    """`num_players` when `env_id` takes that many players; `GameRefused` naming the range."""
+def takes_players(env_id: str, num_players: int) -> bool:
+    """Whether `env_id` can be played by `num_players`."""
     low, high = player_counts(env_id)
-    if not low <= num_players <= high:
+    return low <= num_players <= high and (num_players % 2 == 0 or game_of(env_id) not in EVEN_PLAYERS)
+
+
+def check_players(env_id: str, num_players: int) -> int:
+    """`num_players` when `env_id` takes that many players; `GameRefused` naming the counts."""
+    if not takes_players(env_id, num_players):
+        low, high = player_counts(env_id)
         wanted = str(low) if low == high else f"{low} to {high}"
-        noun = "player" if high == 1 else "players"
-        raise GameRefused(f"{env_id} is played by {wanted} {noun}, not {num_players} (option num_players)")
+        if game_of(env_id) in EVEN_PLAYERS:
+            wanted = f"an even number of players, {wanted}"
+        else:
+            wanted += " player" if high == 1 else " players"
+        raise GameRefused(f"{env_id} is played by {wanted}, not {num_players} (option num_players)")
     return num_players
 
 

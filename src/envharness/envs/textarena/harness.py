@@ -53,7 +53,8 @@ def game_catalog() -> TaskList:
     for env_id in multi:
         low, high = games.player_counts(env_id)
         for count in range(low, min(high, 6) + 1):
-            by_count.setdefault(f"players-{count}", []).append(env_id)
+            if games.takes_players(env_id, count):
+                by_count.setdefault(f"players-{count}", []).append(env_id)
     splits = {**single.splits, "multiplayer": multi, **{k: tuple(v) for k, v in sorted(by_count.items())}}
     return TaskList(tasks=single.tasks + multi, splits=splits)
 
