@@ -10,8 +10,8 @@ dropped. After each step it records the process's resident memory (after `malloc
 only what is live counts) and the bytes of live tensors, with Python's garbage collector left
 to its own schedule, as in a run.
 
-    python bench/bench_backend_memory.py                 # the embedded model, 12 steps (~3 min)
-    python bench/bench_backend_memory.py --model tiny    # seconds
+    python bench/bench_backend_memory.py                 # the embedded model, 12 steps (minutes)
+    python bench/bench_backend_memory.py --model tiny    # about a minute
 """
 
 from __future__ import annotations
