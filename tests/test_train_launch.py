@@ -88,15 +88,17 @@ def test_a_refusal_under_processes_comes_once_from_the_real_command(tmp_path):
     assert "rank" not in done.stderr and not out.exists()
 
 
-def test_the_launcher_names_the_rank_that_failed_not_the_one_that_stopped_with_it(monkeypatch):
-    """Rank 1 fails; rank 0, waiting on it in a collective, stops in the same second (torch stamps
+@pytest.mark.parametrize("stopped", [ranks.STOPPED_BY_ANOTHER_RANK, 143, -15])
+def test_the_launcher_names_the_rank_that_failed_not_the_one_that_stopped_with_it(monkeypatch, stopped):
+    """Rank 1 fails; rank 0, waiting on it in a collective (75) or terminated by torch's agent
+    (SIGTERM: 143 through train's guard, -15 without), stops in the same second (torch stamps
     failures in whole seconds and would name the lower rank). The launcher's words name rank 1."""
     import torch.distributed.run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
     def run(args):
         failures = {
-            0: ProcessFailure(local_rank=0, pid=100, exitcode=ranks.STOPPED_BY_ANOTHER_RANK, error_file=""),
+            0: ProcessFailure(local_rank=0, pid=100, exitcode=stopped, error_file=""),
             1: ProcessFailure(local_rank=1, pid=101, exitcode=1, error_file=""),
         }
         failures[0].timestamp = failures[1].timestamp  # the tie torch breaks by rank

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -296,13 +297,16 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
 #: The exit status of a rank that stopped only because another one ended (a collective whose peer
 #: went away): the launcher names the rank that failed of its own accord, not this one.
 STOPPED_BY_ANOTHER_RANK = 75
+#: Exit codes of a rank that did not fail of its own accord: 75, or the SIGTERM torch's agent
+#: sends the others once one failed (128 + 15 through `train`'s signal guard, -15 without it).
+STOPPED_BY_THE_LAUNCHER = frozenset({STOPPED_BY_ANOTHER_RANK, 128 + signal.SIGTERM, -signal.SIGTERM})
 
 
 def first_own_failure(failures: dict[int, Any]) -> tuple[int, Any]:
     """(rank, torch's `ProcessFailure`) of the rank to name: the first that failed of its own
     accord. torch's `get_first_failure` orders by whole seconds, then by rank, so a rank 0 that
     stopped in the same second as the rank 1 it waited on would be named in its place."""
-    own = {r: f for r, f in failures.items() if f.exitcode != STOPPED_BY_ANOTHER_RANK} or failures
+    own = {r: f for r, f in failures.items() if f.exitcode not in STOPPED_BY_THE_LAUNCHER} or failures
     rank = min(own, key=lambda r: (own[r].timestamp, r))
     return rank, own[rank]
 
