@@ -65,6 +65,7 @@ def _leftovers(tag: str) -> dict[int, str]:
     return found
 
 
+@pytest.mark.timeout(1200)  # a hang guard above the run's own 900 s: 178 s idle, over 300 s at load 13
 def test_ray_fleet_places_replaces_and_heals_with_nothing_left_behind():
     tag = f"ray-test-{uuid.uuid4().hex[:10]}"
     env = dict(os.environ, **{TAG_ENV_VAR: tag}, RAY_USAGE_STATS_ENABLED="0")
