@@ -16,7 +16,7 @@ skipped and a half-done SFT or eval resumes, so a stopped experiment continues w
    stages 1 and 2's table with their times (`--until sft` stops here);
 3. `train --mix` from the SFT model, once per arm (`--arm NAME=OPTIONS`; by default one per
    curriculum, signal and uniform) and training seed, `--parallel` runs at a time, each with
-   `--eval-every` held-out checks during training;
+   `--eval-every` held-out checks during training, the SFT model's first (`--eval-on-start`);
 4. the same greedy `eval` of every run's final model.
 
 `results.md` gets the table (successes per task and model, 95 % Wilson intervals) and
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                           "--micro-batch", str(args.micro_batch), "--lr", str(args.lr),
                           "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens),
                           "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-                          "--eval-tasks", ",".join(f"browsergym:{t}" for t in args.transfer.split(",") if t),
+                          "--eval-on-start", "--eval-tasks", ",".join(f"browsergym:{t}" for t in args.transfer.split(",") if t),
                           "--out", str(out)],
                          out / "final" / "config.json", out.with_suffix(".log")))  # fmt: skip
     run_all(arms, args.parallel, args.threads, even=True)

@@ -219,6 +219,15 @@ def eval_episodes() -> Any:
     return option(8, "held-out seeds per task for --eval-every", minimum=1)
 
 
+def eval_on_start() -> Any:
+    """TrainingArguments' `eval_on_start`: the starting model is the first candidate for best/."""
+    return option(
+        False,
+        "with --eval-every, evaluate the starting model too (step 0), so that <out>/best is "
+        "never worse than where the run began",
+    )
+
+
 def opponent() -> Any:
     return option(
         "",

@@ -169,6 +169,7 @@ class TrainConfig(EnvironmentArgs, FleetArgs, TrainingModelArgs):
     eval_every: int = shared.eval_every("the training curves")
     eval_tasks: list[str] = shared.eval_tasks()
     eval_episodes: int = shared.eval_episodes()
+    eval_on_start: bool = shared.eval_on_start()
     #: {env: [tasks]} (`mix.py`); `env` and `tasks` then follow from it (tasks named env:task).
     mix: dict[str, list[str]] = option(
         {},

@@ -6,6 +6,8 @@ the training prompt, turns and token budget. Each evaluation goes into that step
 (``eval/<task>/success``, ``eval/trained_mean``, ``eval/transfer_mean``) and `eval_log.jsonl`, so a
 task that starts to be forgotten shows on the step it starts; the model with the best held-out
 mean over the trained tasks is saved to ``best/`` (with ``best/best.json`` saying when and why).
+With ``on_start`` (``--eval-on-start``) the starting model is evaluated first, as step 0: a run
+whose updates only lose ground then keeps the model it started from in ``best/``.
 
 Under several processes each rank plays its share of the seeds (every N-th) with its own copy of
 the model, no collective while it plays; one gather then gives every rank the same counts, so
@@ -36,8 +38,8 @@ def kept_best(out: Path) -> float | None:
 
 
 class HeldOutEvaluation(TrainerCallback):
-    """Every `every` steps, `evaluate` each of `tasks` (trained) and `transfer` (never trained) on
-    seeds 0..`episodes`-1; log, and save the best model to `out`/best."""
+    """Every `every` steps (and at step 0 with `on_start`), `evaluate` each of `tasks` (trained) and
+    `transfer` (never trained) on seeds 0..`episodes`-1; log, and save the best model to `out`/best."""
 
     def __init__(
         self,
@@ -47,13 +49,14 @@ class HeldOutEvaluation(TrainerCallback):
         tasks: Sequence[str],
         transfer: Sequence[str] = (),
         episodes: int = 8,
+        on_start: bool = False,
         out: str | Path,
         tokenizer: Any = None,
     ) -> None:
         if every < 1 or episodes < 1:
             raise ValueError(f"eval_every and eval_episodes must be >= 1, got {every} and {episodes}")
         self.evaluate = evaluate
-        self.every, self.episodes = every, episodes
+        self.every, self.episodes, self.on_start = every, episodes, on_start
         self.tasks, self.transfer = list(tasks), [t for t in transfer if t not in tasks]
         self.out, self.tokenizer = Path(out), tokenizer
         self.best: float | None = kept_best(self.out)  # a resumed run keeps its best so far
@@ -115,6 +118,10 @@ class HeldOutEvaluation(TrainerCallback):
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(str(best))
         (best / "best.json").write_text(json.dumps({**entry, "held_out_seeds": self.episodes}, indent=2))
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if self.on_start and model is not None and state.global_step == 0:  # not again on --resume
+            self.run(getattr(model, "module", model) if _is_ddp(model) else model, 0)
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is not None and state.global_step % self.every == 0:  # every rank: one gather

@@ -78,6 +78,7 @@ class SFTRunConfig(EnvironmentArgs, ServerArgs, TrainingModelArgs):
     eval_every: int = shared.eval_every("the training loss, with the loss per task")
     eval_tasks: list[str] = shared.eval_tasks()
     eval_episodes: int = shared.eval_episodes()
+    eval_on_start: bool = shared.eval_on_start()
     #: The held-out episodes' token budget per reply (as `train --max-new-tokens`).
     max_new_tokens: int = shared.max_new_tokens(32)
     resume: bool = shared.resume("continue the run in --out from its latest checkpoint")

@@ -98,6 +98,7 @@ def held_out_callback(
             tasks=config.tasks,
             transfer=transfer,
             episodes=config.eval_episodes,
+            on_start=config.eval_on_start,
             out=Path(config.output_dir),
             tokenizer=tokenizer,
             demonstrations=demonstrations,

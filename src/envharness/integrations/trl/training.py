@@ -181,6 +181,7 @@ def _held_out(config: TrainConfig, evaluate_task: Any, tokenizer: Any, out: Path
         tasks=config.tasks,
         transfer=config.eval_tasks,
         episodes=config.eval_episodes,
+        on_start=config.eval_on_start,
         out=out,
         tokenizer=tokenizer,
     )
