@@ -58,7 +58,8 @@ def main(out: str) -> None:
     if ranks.is_main():
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         weights = {n: p.detach().clone() for n, p in unwrapped.named_parameters()}
-        torch.save({"weights": weights, "grads": grads, "last": dict(layer.last)}, out)
+        saved = {"weights": weights, "grads": grads, "last": dict(layer.last)}
+        torch.save({**saved, "processes": trainer.accelerator.num_processes}, out)
     ranks.leave()
 
 

@@ -6,7 +6,7 @@ the CPU); rank 0 saves the weights after each step. `test_many_processes.py` run
 
 Each SPEC is one step of a fresh model and trainer, one after the other in the same processes
 (one launch pays the interpreter's and the ranks' start once), saved to OUT_DIR/SPEC.pt as
-{"weights", "grads"}. SIGNAL: `all` (every group's rewards differ), `one` (only the last group's do: under two
+{"weights", "grads", "processes"}. SIGNAL: `all` (every group's rewards differ), `one` (only the last group's do: under two
 processes one rank's batch has no signal), `none` (no group's do). `lora`: train a LoRA adapter
 (`--lora`'s `LoraConfig`) instead of every weight.
 """
@@ -67,7 +67,7 @@ def save_step(trainer, grads: dict, out: str, leave: bool = True) -> None:
     if ranks.is_main():
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         weights = {n: p.detach().clone() for n, p in unwrapped.named_parameters()}
-        torch.save({"weights": weights, "grads": grads}, out)
+        torch.save({"weights": weights, "grads": grads, "processes": trainer.accelerator.num_processes}, out)
     if leave:
         ranks.leave()
 

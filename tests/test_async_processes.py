@@ -1,4 +1,4 @@
-"""`train --async` as two processes (torchrun, gloo on this CPU): each rank samples its share one
+"""`train --async` as two processes (gloo on this CPU): each rank samples its share one
 step off on its own decoder copy, the sampling thread's gathers on a process group of its own,
 and the step it trains is the step one process trains."""
 
@@ -22,7 +22,7 @@ def test_async_on_two_processes_takes_the_step_of_one(tmp_path, prewarmed):
     # fixed episodes: step 2 trains the batch sampled during step 1 (policy version 0), the same
     # gradient and weights on 1 and on 2 processes
     one = one_step(tmp_path, 1, script=ASYNC_STEP, prewarmed=prewarmed)
-    two = one_step(tmp_path, 2, script=ASYNC_STEP)
+    two = one_step(tmp_path, 2, script=ASYNC_STEP, prewarmed=prewarmed)
     assert one["last"]["policy_version"] == two["last"]["policy_version"] == 0
     assert one["last"]["staleness"] == two["last"]["staleness"] == 1
     assert_same_step(one, two)

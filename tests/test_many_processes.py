@@ -7,6 +7,8 @@ import contextlib
 import ipaddress
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +19,7 @@ import psutil
 import pytest
 import torch
 from _jobs import run_tree
-from _prewarmed import Prewarmed, kill_session
+from _prewarmed import Prewarmed, PrewarmedProcess, kill_session
 
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.checks import check_config
@@ -33,22 +35,66 @@ VISION_STEP = Path(__file__).with_name("distributed_vision_step.py")
 def run_script(
     processes: int, command: list[str], env: dict, timeout: float, prewarmed: Prewarmed | None = None
 ) -> subprocess.CompletedProcess:
-    """`python COMMAND` to its end as `processes` processes (torchrun's agent for more than one).
-    One process forks from the prewarmed interpreter where there is one (the reference side of
-    a comparison: it would spend ~9 CPU-s importing torch, transformers and TRL); its output
-    comes back as stderr. COMMAND is `SCRIPT OUT ...`, OUT a path in the test's folder."""
-    if processes == 1 and prewarmed is not None:
-        log = Path(f"{command[1]}.p1.log")
-        started = prewarmed.start(command, cwd=Path.cwd(), env=env, out=log)
+    """`python COMMAND` to its end as `processes` processes: forked from the prewarmed interpreter
+    where one is given (`start_ranks`: each cold rank would spend ~11 CPU-s importing torch,
+    transformers and TRL), else through torchrun's agent. Their output comes back as stderr.
+    COMMAND is `SCRIPT OUT ...`, OUT a path in the test's folder."""
+    if prewarmed is not None:
+        started = start_ranks(prewarmed, processes, command, env)
         if started is not None:
-            try:
-                code = started.wait(timeout)
-            finally:
-                kill_session(started.pid)
-            return subprocess.CompletedProcess(command, code, "", log.read_text(errors="replace"))
+            return wait_ranks(command, started, timeout)
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
     full = [sys.executable, *(launcher if processes > 1 else []), *command]
     return run_tree(full, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def start_ranks(
+    prewarmed: Prewarmed, processes: int, command: list[str], env: dict
+) -> list[tuple[PrewarmedProcess, Path]] | None:
+    """`processes` ranks of `python COMMAND` forked from the prewarmed interpreter, met as
+    torchrun's ranks meet (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT: `env://`), each
+    with its output file; None when no prewarmed interpreter is usable. What torchrun's agent
+    adds (its rendezvous, restarts, stopping the others when one fails) is tested where
+    torchrun is the point: the users' launchers, `train --processes`, a rank that dies."""
+    with socket.socket() as probe:  # a free port for rank 0's store (torchrun --standalone does the same)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    meet = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port)} if processes > 1 else {}  # fmt: skip
+    started = []
+    for rank in range(processes):
+        log = Path(f"{command[1]}.p{processes}r{rank}.log")
+        ranked = {**env, **meet, **({"RANK": str(rank), "LOCAL_RANK": str(rank)} if meet else {})}
+        process = prewarmed.start(command, cwd=Path.cwd(), env=ranked, out=log)
+        if process is None:
+            return None
+        started.append((process, log))
+    return started
+
+
+def wait_ranks(
+    command: list[str], started: list[tuple[PrewarmedProcess, Path]], timeout: float
+) -> subprocess.CompletedProcess:
+    """The ranks to their end (all stopped once one fails, as torchrun's agent does); their
+    output, each line prefixed `[rankN]:` where there are several, comes back as stderr."""
+    deadline, code = time.monotonic() + timeout, 0
+    try:
+        while any(p.poll() is None for p, _ in started) and time.monotonic() < deadline:
+            if code := next((p.returncode for p, _ in started if p.returncode), 0):
+                break
+            time.sleep(0.2)
+        code = next((p.poll() for p, _ in started if p.poll()), code)
+        if code == 0 and any(p.poll() is None for p, _ in started):
+            code = -signal.SIGKILL  # past the timeout
+    finally:
+        for process, _ in started:
+            kill_session(process.pid)
+    output = [log.read_text(errors="replace") for _, log in started]
+    if len(output) > 1:
+        output = [
+            "".join(f"[rank{r}]: {line}\n" for line in text.splitlines()) for r, text in enumerate(output)
+        ]
+    return subprocess.CompletedProcess(command, code, "", "".join(output))
 
 
 def launch(processes: int, script: Path, *args: str, prewarmed: Prewarmed | None = None) -> None:
@@ -79,6 +125,7 @@ def steps(
 
 
 def assert_same_step(one: dict, two: dict, what: str = "") -> None:
+    assert (one["processes"], two["processes"]) == (1, 2), what  # the ranks met: one step, not two alone
     grads, weights = one["grads"], one["weights"]
     assert grads and grads.keys() == two["grads"].keys(), what
     scale = max(g.abs().max().item() for g in grads.values())
@@ -100,7 +147,7 @@ GRPO, LORA, NO_SIGNAL_ON_ONE_RANK = "grpo,2,all", "grpo,0,all,lora", "dapo,0,one
 @pytest.mark.slow
 def test_two_processes_take_the_step_of_one_full_lora_and_without_signal_on_a_rank(tmp_path, prewarmed):
     specs = [GRPO, LORA, NO_SIGNAL_ON_ONE_RANK]
-    one, two = steps(tmp_path, 1, specs, prewarmed), steps(tmp_path, 2, specs)
+    one, two = steps(tmp_path, 1, specs, prewarmed), steps(tmp_path, 2, specs, prewarmed)
     # --lora: only the adapter's weights have gradients, and they match across process counts
     assert one[LORA]["grads"] and all("lora_" in name for name in one[LORA]["grads"])
     assert one[NO_SIGNAL_ON_ONE_RANK]["grads"]
@@ -113,7 +160,7 @@ def test_two_processes_take_the_vision_step_of_one(tmp_path, prewarmed):
     # VisionGRPOTrainer, tiny Qwen2-VL, one screenshot an episode: each rank's loss pass gets the
     # pixels of its own rows, and DDP's average equals the one-process step
     one = one_step(tmp_path, 1, script=VISION_STEP, prewarmed=prewarmed)
-    two = one_step(tmp_path, 2, script=VISION_STEP)
+    two = one_step(tmp_path, 2, script=VISION_STEP, prewarmed=prewarmed)
     assert any(n.startswith("model.visual") and g.abs().max() > 0 for n, g in one["grads"].items())
     assert_same_step(one, two)
 
@@ -132,7 +179,7 @@ def held_out(
 
 @pytest.mark.slow
 def test_held_out_seeds_split_across_ranks_count_as_on_one(tmp_path, prewarmed):
-    (one, one_out), (two, two_out) = held_out(tmp_path, 1, 7, prewarmed=prewarmed), held_out(tmp_path, 2, 7)
+    (one, one_out), (two, two_out) = (held_out(tmp_path, n, 7, prewarmed=prewarmed) for n in (1, 2))
     assert one.returncode == 0, one.stderr[-3000:]
     assert two.returncode == 0, two.stderr[-3000:]
     alone = json.loads((one_out / "rank0.json").read_text())
