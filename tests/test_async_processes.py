@@ -32,12 +32,12 @@ def test_async_on_two_processes_takes_the_step_of_one(tmp_path, prewarmed):
 def test_train_async_on_two_processes_records_policy_versions_and_resumes(tmp_path):
     """Two steps, then a third by --resume; the curriculum and dynamic sampling gather across
     ranks on the sampling thread while the loss pass all-reduces the gradient and the held-out
-    evaluation gathers its seeds' results."""
+    evaluation gathers its seeds' results (`--eval-on-start`: also before the first step)."""
     out = tmp_path / "run"
     train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
              "--model", "tiny", "--processes", "2", "--threads", "1", "--async", "--curriculum", "signal",
              "--max-extra-groups", "2", "--save-steps", "1", "--max-completion-length", "8", "--out", str(out),
-             "--eval-every", "1", "--eval-episodes", "2"]  # fmt: skip
+             "--eval-every", "1", "--eval-episodes", "2", "--eval-on-start"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     first = run_tree([*train, "--steps", "2"], capture_output=True, text=True, timeout=600, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -65,4 +65,5 @@ def test_train_async_on_two_processes_records_policy_versions_and_resumes(tmp_pa
     ]
     assert trained == [(1, 0, 0), (2, 0, 1), (3, 2, 0)]  # each step once, logged once; versions resumed
     evaluated = [json.loads(line) for line in (out / "eval_log.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in evaluated] == [1, 2, 3]  # 2 held-out seeds, one a rank, logged once
+    # 2 held-out seeds, one a rank, logged once; the starting model first, and not again on --resume
+    assert [e["step"] for e in evaluated] == [0, 1, 2, 3]

@@ -67,7 +67,7 @@ def test_an_option_train_and_sft_share_is_one_declaration():
     fields = {
         cls: {f.name: f.metadata[KEY] for f in dataclasses.fields(cls)} for cls in (TrainConfig, SFTRunConfig)
     }
-    for name in ("eval_tasks", "eval_episodes", "threads", "device", "env_url", "resume"):
+    for name in ("eval_tasks", "eval_episodes", "eval_on_start", "threads", "device", "env_url", "resume"):
         option_of = fields[TrainConfig][name], fields[SFTRunConfig][name]
         assert option_of[0].flags == option_of[1].flags and option_of[0].minimum == option_of[1].minimum, name
     every = fields[TrainConfig]["eval_every"], fields[SFTRunConfig]["eval_every"]
@@ -179,6 +179,7 @@ TYPED = {
     "--eval-every": (["5"], 5),
     "--eval-tasks": (["a, b"], ["a", "b"]),
     "--eval-episodes": (["3"], 3),
+    "--eval-on-start": ([], True),
     "--mix": (["textarena:Wordle-v0", "--mix", "echo:echo"], {"textarena": ["Wordle-v0"], "echo": ["echo"]}),
     "--demos": (["runs/eval"], "runs/eval"),
     "--epochs": (["1.5"], 1.5),
