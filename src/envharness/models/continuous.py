@@ -155,15 +155,17 @@ class ContinuousDecoder:
                 batch = _Batch(backend, self.stats)
             if not batch.requests:  # the owner has its model's mode back before the last row returns
                 mode.close()
+            idle = not batch.requests and not new
+            if idle:
+                # no reference from here on: once the last result is out, the owner may drop the
+                # backend and the interpreter exit, and the backend must be freed in the owner's
+                # thread, never in this daemon thread as the interpreter exits (that aborts it)
+                batch = backend = None
             for request, row in finished:
                 if not request.future.done():
                     request.future.set_result((request.prompt, row))
-            if not batch.requests and not new:
-                # idle: hold no reference while waiting, so a backend its owner dropped is freed
-                # in the owner's thread, never in this daemon thread as the interpreter exits
-                batch = backend = None
-                if self._finish_thread():
-                    return
+            if idle and self._finish_thread():
+                return
 
     def _fail_queued(self, exc: Exception) -> None:
         with self._guard:
