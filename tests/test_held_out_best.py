@@ -116,3 +116,12 @@ def test_train_evaluates_every_trained_task_even_those_the_curriculum_did_not_dr
     best = json.loads((out / "best" / "best.json").read_text())
     assert best["eval/trained_mean"] == max(e["eval/trained_mean"] for e in evals)
     assert {"eval/click-test/success", "eval/click-button/success"} <= set(best)
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_eval_on_start_without_eval_every_is_refused_in_words(command, capsys):
+    assert (
+        cli_main([command, "--model", "tiny", "--tasks", "click-test", "--eval-on-start", "--out", "unused"])
+        == 2
+    )
+    assert "--eval-on-start plays --eval-every's held-out seeds" in capsys.readouterr().err

@@ -148,6 +148,8 @@ def _check_schedule(config: TrainConfig, processes: int) -> None:
     loss_passes(config, processes)
     if config.eval_every < 0 or config.eval_episodes < 1:
         raise TrainSetupError("--eval-every must be >= 0 and --eval-episodes >= 1")
+    if config.eval_on_start and not config.eval_every:
+        raise TrainSetupError("--eval-on-start plays --eval-every's held-out seeds: give --eval-every N too")
 
 
 def _check_episodes(plan: RunPlan, kind: RunKind) -> None:

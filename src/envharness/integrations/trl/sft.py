@@ -84,7 +84,9 @@ class SFTRunConfig(EnvironmentArgs, ServerArgs, TrainingModelArgs):
     resume: bool = shared.resume("continue the run in --out from its latest checkpoint")
 
     def rules(self) -> None:
-        """Sft's own rule about two of its options (`core.declared.check_options`)."""
+        """Sft's own rules about its options together (`core.declared.check_options`)."""
+        if self.eval_on_start and not self.eval_every:
+            raise ValueError("--eval-on-start plays --eval-every's held-out seeds: give --eval-every N too")
         if self.batch_size % self.micro_batch:
             raise ValueError(
                 f"--micro-batch {self.micro_batch} does not divide --batch-size {self.batch_size}"
