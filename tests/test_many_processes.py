@@ -226,18 +226,17 @@ def test_what_cannot_run_on_many_processes_is_refused_in_words(monkeypatch, tmp_
         check_config(TrainConfig(**base, processes=3))
 
 
-ONLY_RANK_1_RUNS_OUT_OF_TIME = """
+#: A sitecustomize that patches `module.NAME` once `module` is imported, wherever that happens:
+#: in a rank, or in the forkserver the ranks fork from (which imports it before any rank exists,
+#: so what a patch does per rank it decides when called, from the rank's RANK).
+PATCH_ON_IMPORT = """
 import importlib.util, os, sys
 
-if "TORCHELASTIC_RUN_ID" in os.environ:
-    NAME = "envharness.integrations.trl.callbacks"
-    # once the callbacks module is loaded, the --minutes budget is endless on rank 0 and spent
-    # on rank 1 (at its first step's end, however long the step took)
-    SECONDS = {"0": float("inf"), "1": 0.0}[os.environ["RANK"]]
 
+def patch_on_import(module_name, patch):
     class Hook:
         def find_spec(self, name, path=None, target=None):
-            if name != NAME:
+            if name != module_name:
                 return None
             sys.meta_path.remove(self)
             spec = importlib.util.find_spec(name)
@@ -245,19 +244,33 @@ if "TORCHELASTIC_RUN_ID" in os.environ:
 
             def exec_module(module):
                 load(module)
-                init = module.TimeBudgetCallback.__init__
-
-                def budget(self, minutes):
-                    init(self, minutes)
-                    self.seconds = SECONDS
-
-                module.TimeBudgetCallback.__init__ = budget
+                patch(module)
 
             spec.loader.exec_module = exec_module
             return spec
 
     sys.meta_path.insert(0, Hook())
 """
+
+#: The --minutes budget is endless on rank 0 and spent on rank 1 (at its first step's end,
+#: however long the step took).
+ONLY_RANK_1_RUNS_OUT_OF_TIME = (
+    PATCH_ON_IMPORT
+    + """
+
+def patch(module):
+    init = module.TimeBudgetCallback.__init__
+
+    def budget(self, minutes):
+        init(self, minutes)
+        self.seconds = {"0": float("inf"), "1": 0.0}.get(os.environ.get("RANK"), self.seconds)
+
+    module.TimeBudgetCallback.__init__ = budget
+
+
+patch_on_import("envharness.integrations.trl.callbacks", patch)
+"""
+)
 
 
 @pytest.mark.slow
@@ -315,20 +328,35 @@ def test_more_processes_than_gpus_is_refused_before_any_starts():
         ranks.launch(["train", "--device", "cuda"], 4, "cuda")
 
 
-DIE_AFTER_FIRST_STEP = """
-import os, threading, time
+#: Rank 1, once it joins the others, crashes hard when the run has logged a step: no cleanup, no words.
+DIE_AFTER_FIRST_STEP = (
+    PATCH_ON_IMPORT
+    + """
+import threading, time
 from pathlib import Path
 
-if os.environ.get("RANK") == "1" and "TORCHELASTIC_RUN_ID" in os.environ:
+
+def die():
     log = Path(os.environ["DIE_WHEN_LOGGED"])
+    while not (log.exists() and log.read_text().strip()):
+        time.sleep(0.2)
+    os._exit(3)
 
-    def die():  # a rank that crashes hard once the run has logged a step: no cleanup, no words
-        while not (log.exists() and log.read_text().strip()):
-            time.sleep(0.2)
-        os._exit(3)
 
-    threading.Thread(target=die, daemon=True).start()
+def patch(module):
+    join = module.join
+
+    def join_then_die():
+        if os.environ.get("RANK") == "1":
+            threading.Thread(target=die, daemon=True).start()
+        join()
+
+    module.join = join_then_die
+
+
+patch_on_import("envharness.integrations.trl.ranks", patch)
 """
+)
 
 
 def group_left(pgid: int) -> list[str]:

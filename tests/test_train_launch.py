@@ -93,10 +93,10 @@ def test_the_launcher_names_the_rank_that_failed_not_the_one_that_stopped_with_i
     """Rank 1 fails; rank 0, waiting on it in a collective (75) or terminated by torch's agent
     (SIGTERM: 143 through train's guard, -15 without), stops in the same second (torch stamps
     failures in whole seconds and would name the lower rank). The launcher's words name rank 1."""
-    import torch.distributed.run
+    import torch.distributed.launcher.api
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    def run(args):
+    def run(*argv):
         failures = {
             0: ProcessFailure(local_rank=0, pid=100, exitcode=stopped, error_file=""),
             1: ProcessFailure(local_rank=1, pid=101, exitcode=1, error_file=""),
@@ -104,7 +104,7 @@ def test_the_launcher_names_the_rank_that_failed_not_the_one_that_stopped_with_i
         failures[0].timestamp = failures[1].timestamp  # the tie torch breaks by rank
         raise ChildFailedError("train", failures)
 
-    monkeypatch.setattr(torch.distributed.run, "run", run)
+    monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", lambda config, entrypoint: run)
     with pytest.raises(ranks.RankFailedError, match=r"^rank 1 of 2 failed \(exit code 1, pid 101\)"):
         ranks.launch(["train"], 2, "cpu")
 

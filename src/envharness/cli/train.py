@@ -78,10 +78,10 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             if not _stopped_with_the_others(exc, guard):
                 raise
-            from envharness.integrations.trl.ranks import STOPPED_BY_ANOTHER_RANK
+            from envharness.integrations.trl.ranks import stopped_by_another_rank
 
             print(f"envharness train: rank {os.environ['RANK']} stopped: {_first_line(exc)}", file=sys.stderr)
-            return guard.exit_code if guard.signum else STOPPED_BY_ANOTHER_RANK
+            return guard.exit_code if guard.signum else stopped_by_another_rank()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished steps are checkpointed
             return say_checkpoints_kept(
                 "train",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import multiprocessing
 import os
 import signal
 import socket
@@ -25,7 +27,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from envharness.core.child_python import python_command
+from envharness.core.child_python import SAFE_PATH_ENV
 from envharness.harness.records import EpisodeRecordWriter
 from envharness.harness.types import HarnessRolloutResult
 from envharness.integrations.trl import rendezvous
@@ -179,6 +181,8 @@ def leave(code: int = 0) -> None:
     atexit._run_exitfuncs()  # servers this process started, logging
     sys.stdout.flush()
     sys.stderr.flush()
+    if code == 0 and multiprocessing.parent_process() is not None:
+        return  # a rank `launch` forked returns its result to torch's wrapper, which then ends it the same way
     os._exit(code)
 
 
@@ -265,14 +269,26 @@ def read_launch_config(path: str | Path) -> tuple[Any, list[str]]:
     return TrainConfig(**data["config"]), list(data["argv"])
 
 
+#: What every rank imports before it trains: imported once, by the forkserver the ranks fork
+#: from, rather than once a rank (`from trl import GRPOTrainer` alone is ~9 s of CPU). Importing
+#: them initialises no CUDA, so a rank forked after them can still use its GPU.
+RANK_PRELOAD = ["envharness.cli", "envharness.cli.train", "envharness.integrations.trl.training",
+                "trl.trainer.grpo_trainer"]  # fmt: skip
+
+
 def launch(argv: list[str], processes: int, device: str | None) -> int:
     """`envharness <argv>` again as `processes` ranks through torch.distributed.run's agent, run
     in this process (one machine, its own rendezvous on loopback); returns 0, or 1 once a rank failed. The
     agent stops every rank when one fails; this says which one did, in a line instead of the
-    launcher's traceback."""
+    launcher's traceback.
+
+    The ranks fork from a forkserver (torchrun's `--start-method forkserver`) that has imported
+    `RANK_PRELOAD`: a fresh interpreter, started with `-P`'s PYTHONSAFEPATH (nothing imported from
+    the cwd: core/child_python.py), not this process, which has threads of its own."""
     import torch
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
 
     if (device or "").startswith("cuda") or (device in (None, "auto") and torch.cuda.is_available()):
         gpus = torch.cuda.device_count()
@@ -280,10 +296,21 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
             raise ValueError(f"--processes {processes}: this machine has {gpus} GPU(s), one process per GPU")
     rendezvous.register()
     os.environ.update(rendezvous.loopback_sockets_env())  # the ranks inherit the agent's environment
+    os.environ.update({SAFE_PATH_ENV: "1", "PYTHONUNBUFFERED": "1"})  # -P -u, for the forkserver
+    multiprocessing.set_forkserver_preload(RANK_PRELOAD)
+    # a failed rank is said in one line below: not also as the agent's logged traceback, nor as
+    # the resource tracker's note on the semaphores of the ranks it stopped
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(lambda r: r.exc_info is None)
+    os.environ["PYTHONWARNINGS"] = ",".join(
+        filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:resource_tracker:UserWarning"])
+    )
+    # torchrun's own parsing (it also gives each rank OMP_NUM_THREADS=1 unless the user set it);
+    # the script name is a placeholder: the entry point is `run_rank`
+    config, _, _ = config_from_args(
+        parse_args([*rendezvous.launcher_args(processes), "--start-method", "forkserver", "envharness"])
+    )
     try:
-        # each rank is `python -P -u -m envharness.cli ...`: nothing imported from the cwd (core/child_python.py)
-        rank = python_command("-u", "-m", "envharness.cli")
-        run(parse_args([*rendezvous.launcher_args(processes), "--no-python", *rank, *argv]))
+        elastic_launch(config, entrypoint=run_rank)(*argv)
     except ChildFailedError as exc:
         failed, failure = first_own_failure(exc.failures)
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
@@ -294,12 +321,45 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
     return 0
 
 
+def run_rank(*argv: str) -> None:
+    """One rank: `envharness ARGV`, ended with its exit status. An exception is printed here, as
+    the interpreter would (torch's hook prefixes each line with `[rankN]:`): torch's worker
+    wrapper would otherwise keep it for the launcher and the rank's output would not say why."""
+    from envharness.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code:
+        os._exit(code)  # the launcher sees the exit status and stops the other ranks
+    # returned: torch's wrapper hands the launcher this rank's result, then ends the process
+    # without the interpreter's teardown (multiprocessing's children end in os._exit)
+
+
 #: The exit status of a rank that stopped only because another one ended (a collective whose peer
 #: went away): the launcher names the rank that failed of its own accord, not this one.
 STOPPED_BY_ANOTHER_RANK = 75
 #: Exit codes of a rank that did not fail of its own accord: 75, or the SIGTERM torch's agent
 #: sends the others once one failed (128 + 15 through `train`'s signal guard, -15 without it).
 STOPPED_BY_THE_LAUNCHER = frozenset({STOPPED_BY_ANOTHER_RANK, 128 + signal.SIGTERM, -signal.SIGTERM})
+#: How long a rank that stops only because another one ended waits before it exits: the launcher
+#: (which polls every 0.1 s and reports the first rank it finds ended) then finds the rank that
+#: failed first, and names that one.
+STOPPED_RANK_GRACE_S = 2.0
+
+
+def stopped_by_another_rank() -> int:
+    """The exit status of a rank whose peer went away, returned after `STOPPED_RANK_GRACE_S`."""
+    import time
+
+    time.sleep(STOPPED_RANK_GRACE_S)
+    return STOPPED_BY_ANOTHER_RANK
 
 
 def first_own_failure(failures: dict[int, Any]) -> tuple[int, Any]:
