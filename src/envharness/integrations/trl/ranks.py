@@ -297,6 +297,9 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
     rendezvous.register()
     os.environ.update(rendezvous.loopback_sockets_env())  # the ranks inherit the agent's environment
     os.environ.update({SAFE_PATH_ENV: "1", "PYTHONUNBUFFERED": "1"})  # -P -u, for the forkserver
+    # should an import ask whether there is a GPU, NVML answers: asking CUDA itself would
+    # initialise it in the forkserver, and no rank forked after that could use its GPU
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     multiprocessing.set_forkserver_preload(RANK_PRELOAD)
     # a failed rank is said in one line below: not also as the agent's logged traceback, nor as
     # the resource tracker's note on the semaphores of the ranks it stopped
