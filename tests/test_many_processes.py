@@ -21,6 +21,7 @@ import torch
 from _jobs import run_tree
 from _prewarmed import Prewarmed, PrewarmedProcess, kill_session
 
+from envharness.cli.train import run_rank
 from envharness.integrations.trl import ranks
 from envharness.integrations.trl.checks import check_config
 from envharness.integrations.trl.grpo_args import loss_passes
@@ -325,7 +326,7 @@ def test_train_processes_2_writes_each_file_once_and_resumes(tmp_path):
 @pytest.mark.skipif(torch.cuda.device_count() >= 4, reason="a machine with 4 GPUs can start 4 processes")
 def test_more_processes_than_gpus_is_refused_before_any_starts():
     with pytest.raises(ValueError, match=r"--processes 4: this machine has \d GPU\(s\), one process per GPU"):
-        ranks.launch(["train", "--device", "cuda"], 4, "cuda")
+        ranks.launch(["train", "--device", "cuda"], 4, "cuda", run_rank)
 
 
 #: Rank 1, once it joins the others, crashes hard when the run has logged a step: no cleanup, no words.

@@ -13,6 +13,7 @@ import pytest
 from _jobs import run_tree
 
 from envharness.cli import main as cli_main
+from envharness.cli.train import run_rank
 from envharness.integrations.trl import ranks, training
 from envharness.integrations.trl.checks import config_json
 
@@ -26,7 +27,7 @@ WORDLE = ["--tasks", "Wordle-v0"]
 def no_launch(monkeypatch):
     """The launches `train` would make: each is recorded, none starts a rank."""
     launched: list[list[str]] = []
-    monkeypatch.setattr(ranks, "launch", lambda argv, n, device: launched.append(list(argv)) or 0)
+    monkeypatch.setattr(ranks, "launch", lambda argv, n, device, entrypoint: launched.append(list(argv)) or 0)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     return launched
 
@@ -106,7 +107,7 @@ def test_the_launcher_names_the_rank_that_failed_not_the_one_that_stopped_with_i
 
     monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", lambda config, entrypoint: run)
     with pytest.raises(ranks.RankFailedError, match=r"^rank 1 of 2 failed \(exit code 1, pid 101\)"):
-        ranks.launch(["train"], 2, "cpu")
+        ranks.launch(["train"], 2, "cpu", run_rank)
 
 
 LAUNCH_WITHOUT_RANKS = """
@@ -114,7 +115,7 @@ import sys
 from envharness.cli import main
 from envharness.integrations.trl import ranks
 
-ranks.launch = lambda argv, processes, device: print("launched", *sorted(
+ranks.launch = lambda argv, processes, device, entrypoint: print("launched", *sorted(
     m for m in ("transformers", "trl", "peft", "datasets") if m in sys.modules)) or 0
 sys.exit(main(sys.argv[1:]))
 """

@@ -133,10 +133,32 @@ def _launch(config: TrainConfig, argv: list[str]) -> int:
         return 2
     path = write_launch_config(config, argv)
     try:
-        return launch(["train", "--launch-config", str(path)], config.processes, config.device)
+        return launch(["train", "--launch-config", str(path)], config.processes, config.device, run_rank)
     except ValueError as exc:
         print(f"envharness train: {exc}", file=sys.stderr)
         return 2
     except RankFailedError as exc:
         print(f"envharness train: {exc}", file=sys.stderr)
         return 1
+
+
+def run_rank(*argv: str) -> None:
+    """One rank of `--processes N` (`ranks.launch` forks it from its forkserver): `envharness
+    ARGV`, ended with its exit status. An exception is printed here, as the interpreter would
+    (torch's hook prefixes each line with `[rankN]:`): torch's worker wrapper would otherwise keep
+    it for the launcher, and the rank's output would not say why."""
+    from envharness.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code:
+        os._exit(code)  # the launcher sees the exit status and stops the other ranks
+    # returned: torch's wrapper hands the launcher this rank's result, then ends the process
+    # without the interpreter's teardown (multiprocessing's children end in os._exit)

@@ -182,7 +182,7 @@ def leave(code: int = 0) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if code == 0 and multiprocessing.parent_process() is not None:
-        return  # a rank `launch` forked returns its result to torch's wrapper, which then ends it the same way
+        return  # a rank `launch` forked returns to torch's wrapper, which ends it the same way
     os._exit(code)
 
 
@@ -269,22 +269,24 @@ def read_launch_config(path: str | Path) -> tuple[Any, list[str]]:
     return TrainConfig(**data["config"]), list(data["argv"])
 
 
-#: What every rank imports before it trains: imported once, by the forkserver the ranks fork
-#: from, rather than once a rank (`from trl import GRPOTrainer` alone is ~9 s of CPU). Importing
-#: them initialises no CUDA, so a rank forked after them can still use its GPU.
-RANK_PRELOAD = ["envharness.cli", "envharness.cli.train", "envharness.integrations.trl.training",
-                "trl.trainer.grpo_trainer"]  # fmt: skip
+#: What every rank imports before it trains (with its entry point's module): imported once, by
+#: the forkserver the ranks fork from, rather than once a rank (`from trl import GRPOTrainer`
+#: alone is ~9 s of CPU). Importing them initialises no CUDA, so a rank forked after them can
+#: still use its GPU.
+RANK_PRELOAD = ["envharness.integrations.trl.training", "trl.trainer.grpo_trainer"]
 
 
-def launch(argv: list[str], processes: int, device: str | None) -> int:
-    """`envharness <argv>` again as `processes` ranks through torch.distributed.run's agent, run
-    in this process (one machine, its own rendezvous on loopback); returns 0, or 1 once a rank failed. The
-    agent stops every rank when one fails; this says which one did, in a line instead of the
-    launcher's traceback.
+def launch(argv: list[str], processes: int, device: str | None, entrypoint: Callable[..., None]) -> int:
+    """`entrypoint(*argv)` (a module-level function: `train`'s `run_rank`) as `processes` ranks
+    through torch.distributed.run's agent, run in this process (one machine, its own rendezvous on
+    loopback); returns 0, or 1 once a rank failed. The agent stops every rank when one fails; this
+    says which one did, in a line instead of the launcher's traceback. A rank that succeeds returns
+    from `entrypoint` (the agent waits for its result); one that fails ends with its exit status.
 
     The ranks fork from a forkserver (torchrun's `--start-method forkserver`) that has imported
-    `RANK_PRELOAD`: a fresh interpreter, started with `-P`'s PYTHONSAFEPATH (nothing imported from
-    the cwd: core/child_python.py), not this process, which has threads of its own."""
+    `RANK_PRELOAD` and the entry point's module: a fresh interpreter, started with `-P`'s
+    PYTHONSAFEPATH (nothing imported from the cwd: core/child_python.py), not this process, which
+    has threads of its own."""
     import torch
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
@@ -300,7 +302,7 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
     # should an import ask whether there is a GPU, NVML answers: asking CUDA itself would
     # initialise it in the forkserver, and no rank forked after that could use its GPU
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    multiprocessing.set_forkserver_preload(RANK_PRELOAD)
+    multiprocessing.set_forkserver_preload([*RANK_PRELOAD, entrypoint.__module__])
     # a failed rank is said in one line below: not also as the agent's logged traceback, nor as
     # the resource tracker's note on the semaphores of the ranks it stopped
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(lambda r: r.exc_info is None)
@@ -308,12 +310,12 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
         filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:resource_tracker:UserWarning"])
     )
     # torchrun's own parsing (it also gives each rank OMP_NUM_THREADS=1 unless the user set it);
-    # the script name is a placeholder: the entry point is `run_rank`
+    # the script name is a placeholder: the ranks run `entrypoint`
     config, _, _ = config_from_args(
         parse_args([*rendezvous.launcher_args(processes), "--start-method", "forkserver", "envharness"])
     )
     try:
-        elastic_launch(config, entrypoint=run_rank)(*argv)
+        elastic_launch(config, entrypoint=entrypoint)(*argv)
     except ChildFailedError as exc:
         failed, failure = first_own_failure(exc.failures)
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
@@ -322,27 +324,6 @@ def launch(argv: list[str], processes: int, device: str | None) -> int:
             "rank(s). That rank's own output above says why."
         ) from None
     return 0
-
-
-def run_rank(*argv: str) -> None:
-    """One rank: `envharness ARGV`, ended with its exit status. An exception is printed here, as
-    the interpreter would (torch's hook prefixes each line with `[rankN]:`): torch's worker
-    wrapper would otherwise keep it for the launcher and the rank's output would not say why."""
-    from envharness.cli import main
-
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if code:
-        os._exit(code)  # the launcher sees the exit status and stops the other ranks
-    # returned: torch's wrapper hands the launcher this rank's result, then ends the process
-    # without the interpreter's teardown (multiprocessing's children end in os._exit)
 
 
 #: The exit status of a rank that stopped only because another one ended (a collective whose peer
