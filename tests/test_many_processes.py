@@ -20,6 +20,7 @@ import pytest
 import torch
 from _jobs import run_tree
 from _prewarmed import Prewarmed, PrewarmedProcess, kill_session
+from conftest import wait_until
 
 from envharness.cli.train import run_rank
 from envharness.integrations.trl import ranks
@@ -396,6 +397,32 @@ def test_a_rank_that_dies_stops_the_run_in_words_and_leaves_nothing_running(tmp_
     while group_left(process.pid) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not group_left(process.pid)
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_leaves_no_rank_running(tmp_path):
+    # the command the user started is SIGKILLed once the run has logged a step: its ranks (whose
+    # parent is the forkserver, not it), the forkserver and the environment server stop by themselves
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    train = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
+             "--model", "tiny", "--processes", "2", "--threads", "1", "--out", str(out), "--steps", "500"]  # fmt: skip
+    with (tmp_path / "output.txt").open("w") as output:  # a file: no pipe left full with nobody reading
+        process = subprocess.Popen(train, stdout=output, stderr=output, env=env, start_new_session=True)
+    log = out / "train_log.jsonl"
+    try:
+        wait_until(lambda: log.exists() and log.read_text().strip() or process.poll() is not None, 300)
+        assert process.poll() is None, (tmp_path / "output.txt").read_text()[-3000:]
+        assert len(group_left(process.pid)) >= 4  # the launcher, the forkserver, two ranks (and a server)
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 60
+        while group_left(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not group_left(process.pid), (tmp_path / "output.txt").read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def listening(pid: int) -> set[tuple[int, str, int]]:

@@ -148,7 +148,9 @@ def run_rank(*argv: str) -> None:
     (torch's hook prefixes each line with `[rankN]:`): torch's worker wrapper would otherwise keep
     it for the launcher, and the rank's output would not say why."""
     from envharness.cli import main
+    from envharness.integrations.trl.ranks import stop_with_the_launcher
 
+    stop_with_the_launcher()
     try:
         code = main(list(argv))
     except SystemExit as exc:

@@ -299,6 +299,7 @@ def launch(argv: list[str], processes: int, device: str | None, entrypoint: Call
     rendezvous.register()
     os.environ.update(rendezvous.loopback_sockets_env())  # the ranks inherit the agent's environment
     os.environ.update({SAFE_PATH_ENV: "1", "PYTHONUNBUFFERED": "1"})  # -P -u, for the forkserver
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # for `stop_with_the_launcher`
     # should an import ask whether there is a GPU, NVML answers: asking CUDA itself would
     # initialise it in the forkserver, and no rank forked after that could use its GPU
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
@@ -324,6 +325,21 @@ def launch(argv: list[str], processes: int, device: str | None, entrypoint: Call
             "rank(s). That rank's own output above says why."
         ) from None
     return 0
+
+
+#: The launcher's pid, in its ranks' environment (`launch` sets it).
+LAUNCHER_PID_ENV = "ENVHARNESS_LAUNCHER_PID"
+
+
+def stop_with_the_launcher() -> None:
+    """SIGTERM this rank once the process that launched it has exited, in any way (SIGKILL too):
+    train's guard then stops it as it stops for Ctrl-C. The kernel's parent-death signal cannot
+    do it: a rank's parent is the forkserver, which lives on while any rank does."""
+    pid = os.environ.get(LAUNCHER_PID_ENV)
+    if pid:
+        from envharness.core.lifecycle import watch_process
+
+        watch_process(int(pid), lambda: os.kill(os.getpid(), signal.SIGTERM))
 
 
 #: The exit status of a rank that stopped only because another one ended (a collective whose peer
