@@ -2,7 +2,10 @@
 to FILE with its wall time and its CPU seconds, its own (the test process's) and its children's
 (processes it started and reaped: servers, Chromium, torchrun's ranks; a module's shared server
 counts at the test whose teardown reaps it). `make test` on 2 cores is CPU-bound, so this, not
-`--durations`, says what to fold or share.
+`--durations`, says what to fold or share. Not counted: processes nobody here reaps, such as the
+ranks of `train --processes` (children of a forkserver that outlives its launcher) and commands
+forked from the prewarmed interpreter until it ends; the machine's own busy time (/proc/stat)
+over the run is the whole.
 
     ENVHARNESS_TEST_CPU_LOG=/tmp/cpu.jsonl make test
     .venv/bin/python tests/_cpu_log.py /tmp/cpu.jsonl       # CPU and wall time by file, costliest first
