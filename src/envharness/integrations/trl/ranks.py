@@ -276,6 +276,28 @@ def read_launch_config(path: str | Path) -> tuple[Any, list[str]]:
 RANK_PRELOAD = ["envharness.integrations.trl.training", "trl.trainer.grpo_trainer"]
 
 
+def _quiet_agent_failures(record: logging.LogRecord) -> bool:
+    """The agent's logged traceback of a failed rank is left out: `launch` says it in a line."""
+    return record.exc_info is None
+
+
+def _prepare_forkserver(entrypoint: Callable[..., None]) -> None:
+    """This process's environment and multiprocessing's settings for the forkserver `launch`'s
+    agent starts (and its ranks inherit); the same on every call."""
+    os.environ.update({SAFE_PATH_ENV: "1", "PYTHONUNBUFFERED": "1"})  # -P -u
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # for `stop_with_the_launcher`
+    # should an import ask whether there is a GPU, NVML answers: asking CUDA itself would
+    # initialise it in the forkserver, and no rank forked after that could use its GPU
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    multiprocessing.set_forkserver_preload([*RANK_PRELOAD, entrypoint.__module__])
+    # a failed rank is said in one line: not also as the agent's traceback, nor as the resource
+    # tracker's note on the semaphores of the ranks the agent stopped
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_quiet_agent_failures)
+    quiet = "ignore:resource_tracker:UserWarning"
+    warnings = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w]
+    os.environ["PYTHONWARNINGS"] = ",".join(warnings if quiet in warnings else [*warnings, quiet])
+
+
 def launch(argv: list[str], processes: int, device: str | None, entrypoint: Callable[..., None]) -> int:
     """`entrypoint(*argv)` (a module-level function: `train`'s `run_rank`) as `processes` ranks
     through torch.distributed.run's agent, run in this process (one machine, its own rendezvous on
@@ -298,18 +320,7 @@ def launch(argv: list[str], processes: int, device: str | None, entrypoint: Call
             raise ValueError(f"--processes {processes}: this machine has {gpus} GPU(s), one process per GPU")
     rendezvous.register()
     os.environ.update(rendezvous.loopback_sockets_env())  # the ranks inherit the agent's environment
-    os.environ.update({SAFE_PATH_ENV: "1", "PYTHONUNBUFFERED": "1"})  # -P -u, for the forkserver
-    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # for `stop_with_the_launcher`
-    # should an import ask whether there is a GPU, NVML answers: asking CUDA itself would
-    # initialise it in the forkserver, and no rank forked after that could use its GPU
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    multiprocessing.set_forkserver_preload([*RANK_PRELOAD, entrypoint.__module__])
-    # a failed rank is said in one line below: not also as the agent's logged traceback, nor as
-    # the resource tracker's note on the semaphores of the ranks it stopped
-    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(lambda r: r.exc_info is None)
-    os.environ["PYTHONWARNINGS"] = ",".join(
-        filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:resource_tracker:UserWarning"])
-    )
+    _prepare_forkserver(entrypoint)
     # torchrun's own parsing (it also gives each rank OMP_NUM_THREADS=1 unless the user set it);
     # the script name is a placeholder: the ranks run `entrypoint`
     config, _, _ = config_from_args(
