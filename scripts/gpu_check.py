@@ -518,11 +518,12 @@ def step_split(path: Path, out: Path, device: str, env: dict[str, str], timeout:
     before = []  # the bench's own "before" revision, through git
     if Path(".gpu-check/before/src").is_dir():
         before = ["--before", ".gpu-check/before"]  # carried by --prepare: no git on a GPU machine
-    if device == "cpu":
-        before = ["--before", ""]  # checking the check: the "after" column is enough
+    steps = "4"  # the first warms up
+    if device == "cpu":  # checking the check: the "after" column and one timed step are enough
+        before, steps = ["--before", ""], "2"
     command = [
         sys.executable, "bench/bench_train_step.py", "--env", "textarena", "--tasks", "Wordle-v0",
-        "--model", str(path), "--device", device, "--steps", "4", "--repeats", "1", *before, "--profile", str(out),
+        "--model", str(path), "--device", device, "--steps", steps, "--repeats", "1", *before, "--profile", str(out),
     ]  # fmt: skip
     log("$ " + " ".join(command[1:]))
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
