@@ -36,7 +36,7 @@ if _WORKERS > 1:
 #: Test files in order of cost, heaviest first (as measured in `make test` on a 2-core machine);
 #: a "file::test" entry places one test of a spread file (below) on its own. The workers take
 #: them in this order, then the rest in collection order: the longest jobs first and the many
-#: short ones last, so that both workers end together (longest-processing-time-first). The
+#: short ones last, so that the workers end together (longest-processing-time-first). The
 #: single tests of minutes come first: the check over every MiniWoB task, the Ray fleet, the
 #: switch differential, the GPU check's CPU steps. A guess that is off costs only time.
 HEAVIEST_FIRST = [
@@ -88,7 +88,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     (Not `--dist loadgroup` with marks: pytest-xdist 3.8 marks a group by rewriting
     `item._nodeid`, which pytest 9 no longer reads, so every test became its own group and files
-    were split over both workers, each building the module's fixtures again.)"""
+    were split over the workers, each building the module's fixtures again.)"""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
