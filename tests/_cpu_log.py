@@ -5,7 +5,7 @@ counts at the test whose teardown reaps it). `make test` on 2 cores is CPU-bound
 `--durations`, says what to fold or share. Not counted: processes nobody here reaps, such as the
 ranks of `train --processes` (children of a forkserver that outlives its launcher) and commands
 forked from the prewarmed interpreter until it ends; the machine's own busy time (/proc/stat)
-over the run is the whole.
+over the run is the whole, and `bench/suite_cpu.py` splits it by kind of process.
 
     ENVHARNESS_TEST_CPU_LOG=/tmp/cpu.jsonl make test
     .venv/bin/python tests/_cpu_log.py /tmp/cpu.jsonl       # CPU and wall time by file, costliest first
