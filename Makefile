@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # Test files are spread over this many processes (pytest-xdist, heaviest first: tests/conftest.py; a file's tests stay together, so
 # module fixtures such as a shared browser server are per process). 1: one process, no xdist. Three on
 # a 2-core machine: tests wait on browsers, sockets and child processes, and a third worker keeps both
-# cores busy (idle CPU over a run 182 -> 30 s; 21:05 -> 20:23).
+# cores busy.
 PYTEST_WORKERS ?= 3
 
 .PHONY: demo test setup bench clean

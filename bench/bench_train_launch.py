@@ -22,14 +22,7 @@ import time
 from pathlib import Path
 
 from _before import before_env
-
-
-def busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot."""
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+from suite_cpu import machine_cpu
 
 
 def one_run(processes: int, env: dict[str, str]) -> tuple[float, float]:
@@ -38,9 +31,9 @@ def one_run(processes: int, env: dict[str, str]) -> tuple[float, float]:
         command = [sys.executable, "-m", "envharness.cli", "train", "--env", "textarena", "--tasks", "Wordle-v0",
                    "--model", "tiny", "--processes", str(processes), "--threads", "1", "--steps", "1",
                    "--groups-per-step", "2", "--num-generations", "2", "--out", str(Path(out) / "run")]  # fmt: skip
-        cpu, started = busy_seconds(), time.monotonic()
+        cpu, started = machine_cpu()[0], time.monotonic()
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-        wall, cpu = time.monotonic() - started, busy_seconds() - cpu
+        wall, cpu = time.monotonic() - started, machine_cpu()[0] - cpu
     if done.returncode != 0:
         raise SystemExit(f"the run failed:\n{done.stderr[-3000:]}")
     return wall, cpu
