@@ -8,12 +8,22 @@ ROOT=$(pwd)
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 CHROMIUM=/usr/lib/chromium/chromium
+# Chromium's headless-only build: headless browsers take it when installed (less CPU a launch and
+# a page); an older Debian without the package runs the full Chromium headless.
+HEADLESS_SHELL=/usr/lib/chromium/chromium-headless-shell
 
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+apt_install() {
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
 if [ ! -x "$CHROMIUM" ]; then
   echo "[setup] installing Debian chromium"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-liberation >/dev/null
+  apt_install chromium fonts-liberation
+fi
+if [ ! -x "$HEADLESS_SHELL" ] && apt-cache show chromium-headless-shell >/dev/null 2>&1; then
+  echo "[setup] installing Debian chromium-headless-shell"
+  apt_install chromium-headless-shell || echo "[setup] no chromium-headless-shell: the full Chromium runs headless"
 fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -45,7 +55,9 @@ if ! .venv/bin/python -m envharness.envs.textarena.nltk_data --check >/dev/null 
 fi
 
 # BrowserGym (the fidelity/benchmark reference) launches Playwright's own chromium build,
-# which cannot be downloaded here: a shim execs Debian's Chromium with the flags it needs.
+# which cannot be downloaded here: a shim execs Debian's Chromium with the flags it needs (the
+# same binary envharness's engine takes: the headless shell when installed).
+BROWSER=$CHROMIUM; [ -x "$HEADLESS_SHELL" ] && BROWSER=$HEADLESS_SHELL
 SHIM_DIR="$ROOT/.venv/ms-playwright/chromium-1117/chrome-linux"
 mkdir -p "$SHIM_DIR"
 # Written every time (cheap), so a changed flag reaches existing venvs. The last two flags keep
@@ -59,7 +71,7 @@ features=WebUIOmniboxPopup,WebUIOmniboxAimPopup
 for arg in "\$@"; do
   case "\$arg" in --disable-features=*) features="\$features,\${arg#--disable-features=}" ;; esac
 done
-exec $CHROMIUM --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \\
+exec $BROWSER --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \\
   --disable-background-networking --disable-component-update --disable-sync \\
   --no-proxy-server "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" "\$@" "--disable-features=\$features"
 SH

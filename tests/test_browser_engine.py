@@ -18,7 +18,14 @@ import pytest
 from envharness.core.client import EnvServerError
 from envharness.core.launchers import LocalServer
 from envharness.envs.browsergym import AsyncBrowserGymEnv, BrowserGymAction
-from envharness.envs.browsergym.engine import CHROMIUM_ARGS, host_resolver_rules, main_browser_pids
+from envharness.envs.browsergym.engine import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    HEADLESS_SHELL,
+    BrowserEngine,
+    host_resolver_rules,
+    main_browser_pids,
+)
 from envharness.envs.browsergym.environment import BrowserSessionLost
 from envharness.envs.browsergym.factory import make_environment_factory
 
@@ -75,11 +82,30 @@ def test_resolver_rules_keep_loopback_and_allowed_hosts():
     )
 
 
-async def test_browser_resolves_no_outside_host(tmp_path):
+def test_a_headless_engine_takes_the_headless_shell(monkeypatch):
+    """The shell where installed (less CPU a launch and a page); the full Chromium for a window;
+    ``ENVHARNESS_CHROMIUM`` over both."""
+    monkeypatch.delenv("ENVHARNESS_CHROMIUM", raising=False)
+    shell = Path(HEADLESS_SHELL).exists()
+    assert BrowserEngine().executable_path == (HEADLESS_SHELL if shell else CHROMIUM)
+    assert BrowserEngine(headless=False).executable_path == CHROMIUM
+    monkeypatch.setenv("ENVHARNESS_CHROMIUM", "/opt/my/chrome")
+    assert (
+        BrowserEngine().executable_path == BrowserEngine(headless=False).executable_path == "/opt/my/chrome"
+    )
+
+
+#: The full Chromium, and the headless shell headless engines take where it is installed.
+BUILDS = [CHROMIUM, *([HEADLESS_SHELL] if Path(HEADLESS_SHELL).exists() else [])]
+
+
+@pytest.mark.parametrize("chromium", BUILDS, ids=lambda path: Path(path).name)
+async def test_browser_resolves_no_outside_host(tmp_path, chromium):
     """Chromium's own background calls (update, time, account checks on Google's hosts) and the
-    favicon request (which Playwright cannot route) never reach DNS, and the page loads cleanly."""
+    favicon request (which Playwright cannot route) never reach DNS, and the page loads cleanly.
+    The headless shell makes neither: it looks up nothing at all."""
     netlog = tmp_path / "netlog.json"
-    factory = make_environment_factory()
+    factory = make_environment_factory(chromium_path=chromium)
     factory.engine.args.append(f"--log-net-log={netlog}")
     env = factory()
     try:
@@ -104,7 +130,9 @@ async def test_browser_resolves_no_outside_host(tmp_path):
         for e in log["events"]
         if names[e["type"]] == "REQUEST_ALIVE" and "url" in e.get("params", {})
     }
-    assert "http://miniwob.local/favicon.ico" in requested  # the favicon was asked for, and failed fast
+    if chromium == CHROMIUM:  # the full browser's calls went out and were sent nowhere: the flags at work
+        assert "http://miniwob.local/favicon.ico" in requested  # the favicon was asked for, and failed fast
+        assert "~notfound" in looked_up
     assert not [e for e in log["events"] if names[e["type"]] == "TCP_CONNECT"]
 
 

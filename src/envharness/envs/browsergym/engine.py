@@ -29,7 +29,23 @@ from envharness.envs.browsergym.urls import InvalidURL, parse_host, parse_url, r
 logger = logging.getLogger(__name__)
 
 #: Debian's Chromium; Playwright's own downloads are not available on these machines.
-DEFAULT_CHROMIUM = os.environ.get("ENVHARNESS_CHROMIUM", "/usr/lib/chromium/chromium")
+CHROMIUM = "/usr/lib/chromium/chromium"
+#: Debian's headless-only build of the same Chromium (package chromium-headless-shell): what
+#: Playwright itself runs headless. It launches and renders on less CPU than the full browser's
+#: headless mode, so a headless engine takes it when it is installed (bench/README.md, "Chromium
+#: flags").
+HEADLESS_SHELL = "/usr/lib/chromium/chromium-headless-shell"
+
+
+def default_chromium(headless: bool = True) -> str:
+    """``ENVHARNESS_CHROMIUM`` when set; else the headless shell for a headless browser when
+    installed; else Debian's Chromium."""
+    if chosen := os.environ.get("ENVHARNESS_CHROMIUM"):
+        return chosen
+    return HEADLESS_SHELL if headless and Path(HEADLESS_SHELL).exists() else CHROMIUM
+
+
+DEFAULT_CHROMIUM = default_chromium()
 #: Chromium's spare renderer (see CHROMIUM_ARGS), off in the BrowserGym engine's workers too.
 NO_SPARE_RENDERER = "SpareRendererForSitePerProcess"
 CHROMIUM_ARGS = (
@@ -213,7 +229,7 @@ class BrowserEngine:
         allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.headless = headless
-        self.executable_path = executable_path or DEFAULT_CHROMIUM
+        self.executable_path = executable_path or default_chromium(headless)
         # A marker flag (ignored by Chromium) that lets us find our own browser process.
         self._marker = f"{ENGINE_MARKER}{uuid.uuid4().hex}"
         args = [a for a in CHROMIUM_ARGS if not a.startswith("--host-resolver-rules=")]

@@ -66,9 +66,11 @@ NOT_REGISTERED_BY_BROWSERGYM = frozenset(
 )
 #: Tasks whose own restart does not rebuild the page as loading it does, so they are reloaded on
 #: every reset: jQuery UI widgets initialised again on kept elements (other classes: sortable items
-#: lose ``ui-sortable-handle``, sliders reorder theirs), stock-market, which shows the last
-#: episode's price until its timer ticks, and drag-cube, whose restart puts the cube back but keeps
-#: its spin: a cube still turning from the last episode's drag turns on in the new one.
+#: lose ``ui-sortable-handle``, sliders reorder theirs, an autocomplete adds its "No search
+#: results." to the last one's), fields the task's restart does not clear (the last episode's text
+#: or number stays in them), stock-market, which shows the last episode's price until its timer
+#: ticks, and drag-cube, whose restart puts the cube back but keeps its spin: a cube still turning
+#: from the last episode's drag turns on in the new one.
 RELOAD_ON_RESET = frozenset(
     {
         "drag-items",
@@ -77,6 +79,16 @@ RELOAD_ON_RESET = frozenset(
         "form-sequence",
         "use-slider",
         "use-slider-2",
+        "book-flight",
+        "book-flight-nodelay",
+        "use-autocomplete",
+        "use-autocomplete-nodelay",
+        "focus-text-2",
+        "scroll-text",
+        "scroll-text-2",
+        "use-spinner",
+        "use-colorwheel",
+        "use-colorwheel-2",
         "stock-market",
         "drag-cube",
     }

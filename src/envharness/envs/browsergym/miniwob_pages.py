@@ -102,7 +102,10 @@ def page_parts(task: str) -> dict[str, str]:
 
 # The page composes the task's HTML from what it keeps (`sent` adds to it; what is missing comes
 # back, and is sent on a second call), stops what a page load would end (timers, animation frames;
-# `document.open` removes the document's and window's listeners), gives the document the task's
+# `document.open` removes the document's and window's listeners), forgets the old page's globals
+# (`document.open` keeps the window: a library that sets itself up once, as jscolor's
+# `window.jscolor || ...`, would leave the new page's inputs alone; a global a `var` made cannot be
+# deleted, so it becomes undefined; the built-in names are read from a fresh frame's window), gives the document the task's
 # URL (replaced in history before `document.open`, which takes it), writes it, and waits for the
 # load event: a task of its own, after the images, that runs the page's `onload` first. Then each
 # inlined script becomes what a loaded page holds, an empty element with its `src` (a script that
@@ -119,6 +122,17 @@ SWITCH_DOCUMENT_JS = r"""async ([task, url, sent]) => {
     return '<script data-envharness-src="' + src + '">' + kept[src] + '</script>';
   });
   if (missing.length) return missing;
+  const builtins = window.__envharnessBuiltins || (window.__envharnessBuiltins = (() => {
+    const frame = document.createElement('iframe');
+    document.documentElement.appendChild(frame);
+    const names = new Set(Object.getOwnPropertyNames(frame.contentWindow));
+    frame.remove();
+    return names;
+  })());
+  for (const name of Object.getOwnPropertyNames(window)) {
+    if (builtins.has(name) || name.startsWith('__envharness')) continue;
+    try { if (!Reflect.deleteProperty(window, name)) window[name] = undefined; } catch (e) {}
+  }
   const lastTimer = setTimeout(() => {}, 0);
   for (let id = window.__envharnessClearedTimers || 0; id <= lastTimer; id++) clearTimeout(id);
   window.__envharnessClearedTimers = lastTimer + 1;
