@@ -74,7 +74,9 @@ def trial(kind: str, path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--trial", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -86,12 +88,19 @@ def main() -> None:
         for kind in ("launch", "episodes"):
             for name, path in builds.items():
                 out = subprocess.run(
-                    [sys.executable, __file__, "--trial", kind, path], capture_output=True, text=True, check=True
+                    [sys.executable, __file__, "--trial", kind, path],
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 results.setdefault((kind, name), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     per = {"launch": 1, "episodes": SESSIONS * RESETS}
-    print(f"\n{args.trials} trials each, medians; episodes: {SESSIONS} sessions x {RESETS} resets x {STEPS} steps\n")
-    print(f"| {'':<28} | {'chromium --headless':>20} | {'chromium-headless-shell':>24} | {'shell / full':>12} |")
+    print(
+        f"\n{args.trials} trials each, medians; episodes: {SESSIONS} sessions x {RESETS} resets x {STEPS} steps\n"
+    )
+    print(
+        f"| {'':<28} | {'chromium --headless':>20} | {'chromium-headless-shell':>24} | {'shell / full':>12} |"
+    )
     print(f"|{'-' * 30}|{'-' * 21}:|{'-' * 25}:|{'-' * 13}:|")
     for kind, unit in (("launch", "a launch"), ("episodes", "an episode")):
         for field, label in (("cpu_s", "CPU-s"), ("wall_s", "wall s")):
