@@ -105,12 +105,13 @@ def page_parts(task: str) -> dict[str, str]:
 # `document.open` removes the document's and window's listeners), forgets the old page's globals
 # (`document.open` keeps the window: a library that sets itself up once, as jscolor's
 # `window.jscolor || ...`, would leave the new page's inputs alone; a global a `var` made cannot be
-# deleted, so it becomes undefined; the built-in names are read from a fresh frame's window), gives the document the task's
-# URL (replaced in history before `document.open`, which takes it), writes it, and waits for the
-# load event: a task of its own, after the images, that runs the page's `onload` first. Then each
-# inlined script becomes what a loaded page holds, an empty element with its `src` (a script that
-# has run never runs or loads again): its text would stay in the DOM, and every DOM snapshot (pruned
-# HTML, element properties) would carry all the scripts' text, ~850 kB, at every step.
+# deleted, so it becomes undefined; the built-in names are read from a fresh frame's window),
+# gives the document the task's URL (replaced in history before `document.open`, which takes it),
+# writes it, and waits for the load event: a task of its own, after the images, that runs the
+# page's `onload` first. Then each inlined script becomes what a loaded page holds, an empty element
+# with its `src` (a script that has run never runs or loads again): its text would stay in the DOM,
+# and every DOM snapshot (pruned HTML, element properties) would carry all the scripts' text,
+# ~850 kB, at every step.
 SWITCH_DOCUMENT_JS = r"""async ([task, url, sent]) => {
   const kept = window.__envharnessPageParts || (window.__envharnessPageParts = Object.create(null));
   Object.assign(kept, sent);
